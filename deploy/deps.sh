@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages idemd needs to build and run (and, with
+# --test, to run its test suite). Does nothing when everything is present;
+# when not root, prints the apt-get command to run instead.
+set -euo pipefail
+
+pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libpq-dev
+      libsodium-dev libjansson-dev libcmocka-dev libcurl4-openssl-dev
+      postgresql-15 postgresql-client-15 python3 curl)
+test_pkgs=(clang libclang-rt-14-dev valgrind)
+
+for arg in "$@"; do
+  case "$arg" in
+    --test) pkgs+=("${test_pkgs[@]}")
+            # Node.js and npm may come from another source than Debian's
+            # packages; only ask for Debian's when the commands are missing.
+            command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
+            command -v npm >/dev/null 2>&1 || pkgs+=(npm) ;;
+    -h|--help) echo "usage: $0 [--test]"; exit 0 ;;
+    *) echo "deps.sh: unknown option: $arg" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${pkgs[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [ "$status" = installed ] || missing+=("$p")
+done
+[ "${#missing[@]}" -eq 0 ] && exit 0
+
+cmd="apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "deps.sh: missing packages: ${missing[*]}" >&2
+  echo "deps.sh: run as root:  apt-get update && DEBIAN_FRONTEND=noninteractive $cmd" >&2
+  exit 1
+fi
+echo "deps.sh: installing ${missing[*]}" >&2
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $cmd

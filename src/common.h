@@ -1,0 +1,13 @@
+/* Small definitions shared by every module: attributes and helpers. */
+#ifndef IDEMD_COMMON_H
+#define IDEMD_COMMON_H
+
+#include <stddef.h>
+
+#define IDEMD_WUR __attribute__((warn_unused_result))
+#define IDEMD_UNUSED __attribute__((unused))
+#define IDEMD_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#define IDEMD_VERSION "0.1.0"
+
+#endif

@@ -1,0 +1,80 @@
+/* Configuration: the JSON file of PRODUCT.md, environment overrides, validation. */
+#ifndef IDEMD_CONFIG_H
+#define IDEMD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+
+/* A config file larger than this is refused before it is parsed. */
+#define CONFIG_MAX_FILE_BYTES (1024 * 1024)
+
+/*
+ * Ownership: every pointer below (strings, arrays, routes) is owned by the
+ * struct config that holds it and is released by config_free(); callers
+ * borrow them for as long as that config lives.
+ */
+
+struct config_route {
+	char *method;            /* "GET", "POST", "PUT", "PATCH" or "DELETE" */
+	char *path;              /* exact path, starts with '/', no query */
+	char *tenant;            /* tenant name */
+	char *operation;         /* operation name, [a-z0-9._-]{1,64} */
+	char *upstream;          /* base URL, http:// or https:// */
+	char **store_headers;    /* lower-cased header names to store */
+	size_t n_store_headers;
+	long connect_timeout_ms; /* default 1000, 1..60000 */
+	long timeout_ms;         /* default 10000, 1..600000 */
+};
+
+struct config {
+	/*
+	 * From "listen" (or IDEMD_LISTEN): "host:port" with an IPv4 literal or
+	 * a host name (to be resolved), "[ipv6]:port" (listen_host holds the
+	 * address without brackets), or ":port", which means every IPv4
+	 * interface ("0.0.0.0"; write "[::]:port" for IPv6).
+	 */
+	char *listen_host;           /* e.g. "127.0.0.1" */
+	uint16_t listen_port;        /* 1..65535 */
+	char *database_url;          /* required; secret (may hold a password) */
+	int pool_size;               /* default 8, 1..256 */
+	int threads;                 /* default 8, 1..256 */
+	size_t max_body_bytes;       /* default 1 MiB, 1024..64 MiB */
+	int sweep_interval_seconds;  /* default 60, 1..86400 */
+	char *master_key_file;       /* default "idemd.key" */
+	/*
+	 * Exact origins as browsers send them: "scheme://host[:port]",
+	 * lower-cased, default port (80, 443) removed. "*" is refused: every
+	 * origin allowed to submit forms must be listed.
+	 */
+	char **cors_origins;
+	size_t n_cors_origins;       /* at most 256 */
+	struct config_route *routes; /* method + path unique */
+	size_t n_routes;             /* at most 1024 */
+	int max_connections;         /* default 4096, 1..100000 */
+	int connection_timeout_seconds; /* default 30, 1..3600 */
+	double issue_rate_per_second;   /* default 0 = unlimited, 0..1000000 */
+	int issue_burst;                /* default 100, 1..1000000 */
+	char *tls_cert_file;         /* NULL = plain HTTP; set with tls_key_file */
+	char *tls_key_file;
+};
+
+/*
+ * Loads PATH (NULL: no file, defaults only) then applies IDEMD_LISTEN and
+ * IDEMD_DATABASE_URL (an empty variable counts as unset). On error returns
+ * -1 and writes a one-line message naming the offending key into ERR (size
+ * ERRLEN; ERR may be NULL). CFG need not be initialised and its previous
+ * content is not freed. CFG is filled on success and must be released with
+ * config_free(); on failure it is left zeroed (nothing to free).
+ */
+int config_load(struct config *cfg, const char *path, char *err, size_t errlen) IDEMD_WUR;
+
+/* Parses a JSON text: the rules of config_load without the environment
+ * (so "database_url" must be in TEXT). */
+int config_parse(struct config *cfg, const char *text, char *err, size_t errlen) IDEMD_WUR;
+
+/* Frees everything CFG owns and zeroes it; safe on a zeroed CFG and twice. */
+void config_free(struct config *cfg);
+
+#endif

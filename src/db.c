@@ -1,0 +1,205 @@
+/* Database pool. Every connection is used by one request at a time; waiting
+ * for a free one is bounded so that a stalled database turns into a quick
+ * 503, never a hang. */
+#include "db.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+#define DB_ACQUIRE_WAIT_MS 1000
+#define DB_RECONNECT_PAUSE_MS 200
+
+struct db_conn {
+	PGconn *dc_pg;
+	int dc_busy;
+	int dc_broken;
+	struct timespec dc_last_try;
+	uint8_t dc_prepared[DB_MAX_STATEMENTS];
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t freed;
+	struct db_conn *conns;
+	int size;
+	char *conninfo;
+} db_pool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, NULL };
+
+static long db_ms_since(const struct timespec *t)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (now.tv_sec - t->tv_sec) * 1000 + (now.tv_nsec - t->tv_nsec) / 1000000;
+}
+
+PGconn *db_connect(const char *conninfo)
+{
+	/* connect_timeout bounds a connect to an unreachable host */
+	const char *keys[] = { "dbname", "connect_timeout", "application_name", NULL };
+	const char *vals[] = { conninfo, "2", "idemd", NULL };
+	PGconn *pg = PQconnectdbParams(keys, vals, 1);
+
+	if (pg == NULL)
+		return NULL;
+	if (PQstatus(pg) != CONNECTION_OK) {
+		char msg[256];
+		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(pg));
+		msg[strcspn(msg, "\n")] = '\0';
+		log_warn("db: cannot connect: %s", msg);
+		PQfinish(pg);
+		return NULL;
+	}
+	return pg;
+}
+
+/* (Re)connects C if it is broken and the last try is not too recent. */
+static void db_heal(struct db_conn *c)
+{
+	if (c->dc_pg != NULL && !c->dc_broken && PQstatus(c->dc_pg) == CONNECTION_OK)
+		return;
+	if (db_ms_since(&c->dc_last_try) < DB_RECONNECT_PAUSE_MS)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &c->dc_last_try);
+	if (c->dc_pg != NULL)
+		PQfinish(c->dc_pg);
+	c->dc_pg = db_connect(db_pool.conninfo);
+	c->dc_broken = c->dc_pg == NULL;
+	memset(c->dc_prepared, 0, sizeof(c->dc_prepared));
+}
+
+int db_pool_init(const char *conninfo, int size)
+{
+	db_pool.conns = calloc((size_t)size, sizeof(*db_pool.conns));
+	db_pool.conninfo = strdup(conninfo);
+	if (db_pool.conns == NULL || db_pool.conninfo == NULL) {
+		free(db_pool.conns);
+		free(db_pool.conninfo);
+		return -1;
+	}
+	db_pool.size = size;
+	for (int i = 0; i < size; i++) {
+		db_pool.conns[i].dc_broken = 1;
+		db_heal(&db_pool.conns[i]);
+	}
+	return 0;
+}
+
+void db_pool_close(void)
+{
+	pthread_mutex_lock(&db_pool.lock);
+	for (int i = 0; i < db_pool.size; i++)
+		if (db_pool.conns[i].dc_pg != NULL)
+			PQfinish(db_pool.conns[i].dc_pg);
+	free(db_pool.conns);
+	free(db_pool.conninfo);
+	db_pool.conns = NULL;
+	db_pool.conninfo = NULL;
+	db_pool.size = 0;
+	pthread_mutex_unlock(&db_pool.lock);
+}
+
+struct db_conn *db_acquire(void)
+{
+	struct timespec deadline;
+	struct db_conn *c = NULL;
+
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_nsec += (long)DB_ACQUIRE_WAIT_MS * 1000000L;
+	deadline.tv_sec += deadline.tv_nsec / 1000000000L;
+	deadline.tv_nsec %= 1000000000L;
+
+	pthread_mutex_lock(&db_pool.lock);
+	while (c == NULL) {
+		/* prefer a healthy idle connection, else any idle one */
+		for (int i = 0; i < db_pool.size && c == NULL; i++)
+			if (!db_pool.conns[i].dc_busy && !db_pool.conns[i].dc_broken)
+				c = &db_pool.conns[i];
+		for (int i = 0; i < db_pool.size && c == NULL; i++)
+			if (!db_pool.conns[i].dc_busy)
+				c = &db_pool.conns[i];
+		if (c != NULL)
+			break;
+		if (pthread_cond_timedwait(&db_pool.freed, &db_pool.lock, &deadline) == ETIMEDOUT)
+			break;
+	}
+	if (c != NULL)
+		c->dc_busy = 1;
+	pthread_mutex_unlock(&db_pool.lock);
+	if (c == NULL) {
+		log_warn("db: no connection free within %d ms", DB_ACQUIRE_WAIT_MS);
+		return NULL;
+	}
+	db_heal(c);
+	if (c->dc_broken) {
+		db_release(c);
+		return NULL;
+	}
+	return c;
+}
+
+void db_release(struct db_conn *c)
+{
+	if (c == NULL)
+		return;
+	if (!c->dc_broken && PQtransactionStatus(c->dc_pg) != PQTRANS_IDLE)
+		c->dc_broken = 1; /* never hand out a connection inside a transaction */
+	pthread_mutex_lock(&db_pool.lock);
+	c->dc_busy = 0;
+	pthread_cond_signal(&db_pool.freed);
+	pthread_mutex_unlock(&db_pool.lock);
+}
+
+static void db_log_error(const char *what, const char *name, const char *msg)
+{
+	char line[512];
+
+	snprintf(line, sizeof(line), "%s", msg);
+	line[strcspn(line, "\n")] = '\0';
+	log_error("db: %s %s: %s", what, name, line);
+}
+
+PGresult *db_exec(struct db_conn *c, const struct db_stmt *stmt, const char *const *values,
+		  const int *lengths, const int *formats)
+{
+	if (!c->dc_prepared[stmt->index]) {
+		PGresult *p = PQprepare(c->dc_pg, stmt->name, stmt->sql, stmt->nparams, NULL);
+		ExecStatusType st = p ? PQresultStatus(p) : PGRES_FATAL_ERROR;
+		if (st != PGRES_COMMAND_OK) {
+			db_log_error("prepare", stmt->name, PQerrorMessage(c->dc_pg));
+			PQclear(p);
+			c->dc_broken = PQstatus(c->dc_pg) != CONNECTION_OK;
+			return NULL;
+		}
+		PQclear(p);
+		c->dc_prepared[stmt->index] = 1;
+	}
+	PGresult *r = PQexecPrepared(c->dc_pg, stmt->name, stmt->nparams, values, lengths,
+				     formats, 0);
+	ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
+		return r;
+	db_log_error("exec", stmt->name, PQerrorMessage(c->dc_pg));
+	PQclear(r);
+	if (PQstatus(c->dc_pg) != CONNECTION_OK)
+		c->dc_broken = 1;
+	return NULL;
+}
+
+int db_ping(void)
+{
+	static const struct db_stmt ping = { 0, "ping", "SELECT 1", 0 };
+	struct db_conn *c = db_acquire();
+
+	if (c == NULL)
+		return 0;
+	PGresult *r = db_exec(c, &ping, NULL, NULL, NULL);
+	db_release(c);
+	PQclear(r);
+	return r != NULL;
+}

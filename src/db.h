@@ -1,0 +1,49 @@
+/* Database pool: a fixed set of libpq connections made at start, statements
+ * prepared lazily per connection, transparent reconnect, bounded waits. */
+#ifndef IDEMD_DB_H
+#define IDEMD_DB_H
+
+#include <libpq-fe.h>
+#include <stdint.h>
+
+#include "common.h"
+
+/* A statement known to the pool. INDEX is unique and < DB_MAX_STATEMENTS. */
+struct db_stmt {
+	int index;
+	const char *name;
+	const char *sql;
+	int nparams;
+};
+
+#define DB_MAX_STATEMENTS 64
+
+struct db_conn;
+
+/* Opens SIZE connections. A connection that fails now is retried on use,
+ * so the pool starts even while PostgreSQL is down. */
+int db_pool_init(const char *conninfo, int size) IDEMD_WUR;
+void db_pool_close(void);
+
+/* Opens one connection outside the pool (for the CLI). NULL after logging. */
+PGconn *db_connect(const char *conninfo);
+
+/* Takes a healthy connection, waiting at most about a second; NULL when
+ * none is free in time or PostgreSQL cannot be reached. */
+struct db_conn *db_acquire(void);
+void db_release(struct db_conn *c);
+
+/*
+ * Runs STMT with text parameters (VALUES may hold NULLs; LENGTHS and FORMATS
+ * may be NULL for all-text). Returns a new result that the caller PQclear()s,
+ * or NULL when the connection failed (the connection is then marked broken
+ * and reconnected on a later acquire). A result with an error status is
+ * logged and cleared, and NULL returned.
+ */
+PGresult *db_exec(struct db_conn *c, const struct db_stmt *stmt, const char *const *values,
+		  const int *lengths, const int *formats);
+
+/* 1 when a connection can run a trivial query now. */
+int db_ping(void);
+
+#endif

@@ -1,0 +1,123 @@
+/* Operations API: create, replace and read operation policies. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "handlers.h"
+#include "opcache.h"
+#include "problem.h"
+#include "reqjson.h"
+#include "store.h"
+
+static json_t *h_operation_json(const struct operation *op)
+{
+	json_t *o = json_pack("{s:s,s:i,s:i,s:i,s:b}", "name", op->op_name,
+			      "token_ttl_seconds", op->op_token_ttl_seconds,
+			      "retention_seconds", op->op_retention_seconds,
+			      "lease_seconds", op->op_lease_seconds,
+			      "require_version", op->op_require_version);
+
+	if (o != NULL && op->op_has_version_key)
+		json_object_set_new(o, "version_key", json_string(op->op_version_key));
+	return o;
+}
+
+/* The {name} path segment, or NULL after replying. */
+static const char *h_operation_name(struct request *req)
+{
+	const char *name = req->req_params[0];
+
+	if (!reqjson_valid_name(name)) {
+		problem_reply(req, 400, "invalid_request",
+			      "operation names match [a-z0-9._-]{1,64}");
+		return NULL;
+	}
+	return name;
+}
+
+void h_operation_put(struct request *req)
+{
+	static const char *const allowed[] = { "token_ttl_seconds", "retention_seconds",
+		"lease_seconds", "version_key", "require_version", NULL };
+	struct operation op = { 0 };
+	int64_t ttl, retention, lease;
+	int present, created;
+	const char *vkey;
+	const char *name = h_operation_name(req);
+	json_t *body = name ? http_body_object(req) : NULL;
+
+	if (body == NULL)
+		return;
+	if (reqjson_only(req, body, allowed) < 0 ||
+	    reqjson_int(req, body, "token_ttl_seconds", 1, 1, 2592000, &ttl, &present) < 0 ||
+	    reqjson_int(req, body, "retention_seconds", 1, 1, 31536000, &retention, &present) < 0 ||
+	    reqjson_int(req, body, "lease_seconds", 1, 1, 3600, &lease, &present) < 0 ||
+	    reqjson_string(req, body, "version_key", 0, 1, STORE_KEY_MAX, &vkey) < 0)
+		goto done;
+	json_t *rv = json_object_get(body, "require_version");
+	if (rv != NULL && !json_is_boolean(rv)) {
+		problem_reply(req, 400, "invalid_request", "field require_version must be a boolean");
+		goto done;
+	}
+	if (vkey != NULL && strspn(vkey, "!\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				   "[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~") != strlen(vkey)) {
+		problem_reply(req, 400, "invalid_request",
+			      "field version_key must be printable ASCII without spaces");
+		goto done;
+	}
+	if (json_is_true(rv) && vkey == NULL) {
+		problem_reply(req, 400, "invalid_request", "require_version needs a version_key");
+		goto done;
+	}
+	op.op_tenant_id = req->req_tenant_id;
+	snprintf(op.op_name, sizeof(op.op_name), "%s", name);
+	op.op_token_ttl_seconds = (int)ttl;
+	op.op_retention_seconds = (int)retention;
+	op.op_lease_seconds = (int)lease;
+	op.op_has_version_key = vkey != NULL;
+	if (vkey != NULL)
+		snprintf(op.op_version_key, sizeof(op.op_version_key), "%s", vkey);
+	op.op_require_version = json_is_true(rv);
+	if (store_operation_put(&op, &created) < 0) {
+		problem_unavailable(req);
+		goto done;
+	}
+	opcache_put(&op);
+	http_reply_json(req, created ? 201 : 200, h_operation_json(&op));
+done:
+	json_decref(body);
+}
+
+void h_operation_get(struct request *req)
+{
+	struct operation op;
+	int found;
+	const char *name = h_operation_name(req);
+
+	if (name == NULL)
+		return;
+	if (store_operation_get(req->req_tenant_id, name, &op, &found) < 0) {
+		problem_unavailable(req);
+		return;
+	}
+	if (!found) {
+		problem_reply(req, 404, "not_found", "no operation named %s", name);
+		return;
+	}
+	http_reply_json(req, 200, h_operation_json(&op));
+}
+
+void h_operation_list(struct request *req)
+{
+	struct operation *ops;
+	size_t n;
+
+	if (store_operation_list(req->req_tenant_id, &ops, &n) < 0) {
+		problem_unavailable(req);
+		return;
+	}
+	json_t *list = json_array();
+	for (size_t i = 0; list != NULL && i < n; i++)
+		json_array_append_new(list, h_operation_json(&ops[i]));
+	free(ops);
+	http_reply_json(req, 200, json_pack("{s:o}", "operations", list ? list : json_array()));
+}

@@ -1,0 +1,359 @@
+/* Tokens API: issue, introspect, revoke, and the claim / complete / release
+ * state machine. Order of checks follows PRODUCT.md: token format, signature,
+ * scope, then the record (in one SQL function call). */
+#include <inttypes.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fingerprint.h"
+#include "handlers.h"
+#include "keys.h"
+#include "metrics.h"
+#include "opcache.h"
+#include "problem.h"
+#include "reqjson.h"
+#include "store.h"
+#include "tokenreq.h"
+#include "versionkey.h"
+
+#define H_TOKENS_MAX_COUNT 100
+#define H_MAX_STORED_HEADERS 64
+
+static int64_t h_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Issues one token for OP and SUBJECT; returns its JSON (new) or NULL. */
+static json_t *h_token_make(const struct operation *op, const char *subject, int64_t ttl,
+			    int has_version, int64_t version)
+{
+	struct token t = { 0 };
+	char text[TOKEN_MAX_CHARS + 1], hex[2 * TOKEN_ID_BYTES + 1];
+	int64_t now = h_now_ms();
+
+	t.tenant_id = op->op_tenant_id;
+	t.operation_id = op->op_id;
+	randombytes_buf(t.id, sizeof(t.id));
+	t.issued_at = (uint32_t)(now / 1000);
+	t.expires_at = (uint32_t)(now / 1000 + ttl);
+	t.has_version = has_version;
+	t.version = (uint64_t)version;
+	t.subject_len = strlen(subject);
+	memcpy(t.subject, subject, t.subject_len + 1);
+	if (keys_sign_token(&t, text, sizeof(text)) < 0)
+		return NULL;
+	token_id_hex(t.id, hex);
+	json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:o}", "token", text, "id", hex,
+			      "operation", op->op_name, "subject", subject,
+			      "expires_at", reqjson_time((int64_t)t.expires_at * 1000));
+	if (o != NULL && has_version)
+		json_object_set_new(o, "version", json_integer((json_int_t)version));
+	return o;
+}
+
+void h_token_issue(struct request *req)
+{
+	static const char *const allowed[] = { "operation", "subject", "ttl_seconds", "count", NULL };
+	struct operation op;
+	const char *opname, *subject;
+	int64_t ttl, count, version = 0;
+	int has_ttl, has_count, found;
+	char vkey[VERSIONKEY_MAX + 1];
+	json_t *body = http_body_object(req), *list = NULL;
+
+	if (body == NULL)
+		return;
+	if (reqjson_only(req, body, allowed) < 0 ||
+	    reqjson_string(req, body, "operation", 1, 1, STORE_NAME_MAX, &opname) < 0 ||
+	    reqjson_string(req, body, "subject", 1, 1, TOKEN_SUBJECT_MAX, &subject) < 0 ||
+	    reqjson_int(req, body, "ttl_seconds", 0, 1, KEYS_MAX_TOKEN_TTL_SECONDS, &ttl, &has_ttl) < 0 ||
+	    reqjson_int(req, body, "count", 0, 1, H_TOKENS_MAX_COUNT, &count, &has_count) < 0)
+		goto done;
+	if (!tokenreq_rate_allow(req))
+		goto done;
+	if (opcache_by_name(req->req_tenant_id, opname, &op, &found) < 0) {
+		problem_unavailable(req);
+		goto done;
+	}
+	if (!found) {
+		problem_reply(req, 422, "operation_unknown", "no operation named %s", opname);
+		goto done;
+	}
+	if (has_ttl && ttl > op.op_token_ttl_seconds) {
+		problem_reply(req, 400, "invalid_request",
+			      "ttl_seconds must not exceed the operation's token_ttl_seconds (%d)",
+			      op.op_token_ttl_seconds);
+		goto done;
+	}
+	if (!has_ttl)
+		ttl = op.op_token_ttl_seconds;
+	if (op.op_has_version_key) {
+		if (versionkey_expand(op.op_version_key, subject, vkey, sizeof(vkey)) < 0) {
+			problem_reply(req, 400, "invalid_request",
+				      "this subject cannot form the operation's version key");
+			goto done;
+		}
+		if (store_version_get(req->req_tenant_id, vkey, &version) < 0) {
+			problem_unavailable(req);
+			goto done;
+		}
+	}
+	list = json_array();
+	for (int64_t i = 0; list != NULL && i < (has_count ? count : 1); i++) {
+		json_t *one = h_token_make(&op, subject, ttl, op.op_has_version_key, version);
+		if (one == NULL || json_array_append_new(list, one) < 0) {
+			problem_unavailable(req);
+			goto done;
+		}
+	}
+	if (list == NULL) {
+		problem_unavailable(req);
+		goto done;
+	}
+	metrics_add(METRIC_TOKENS_ISSUED, (long)json_array_size(list));
+	if (has_count)
+		http_reply_json(req, 201, json_pack("{s:O}", "tokens", list));
+	else
+		http_reply_json(req, 201, json_incref(json_array_get(list, 0)));
+done:
+	json_decref(list);
+	json_decref(body);
+}
+
+void h_token_get(struct request *req)
+{
+	struct token t;
+	struct operation op;
+	struct record_view rv;
+	int found;
+	char hex[2 * TOKEN_ID_BYTES + 1];
+
+	if (tokenreq_from_path(req, &t) < 0)
+		return;
+	if (opcache_by_id(t.operation_id, &op, &found) < 0 ||
+	    store_record_get(req->req_tenant_id, t.id, &rv) < 0) {
+		problem_unavailable(req);
+		return;
+	}
+	int64_t now = h_now_ms();
+	int expired = now >= (int64_t)t.expires_at * 1000;
+	const char *state = expired ? "expired" : "issued";
+	if (rv.rv_found) {
+		if (strcmp(rv.rv_state, "revoked") == 0 || strcmp(rv.rv_state, "completed") == 0)
+			state = rv.rv_state;
+		else if (strcmp(rv.rv_state, "in_progress") == 0 && rv.rv_lease_expires_at > now)
+			state = "in_progress";
+	}
+	token_id_hex(t.id, hex);
+	json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:o,s:i}", "id", hex,
+			      "operation", found ? op.op_name : "", "subject", t.subject,
+			      "state", state, "expires_at", reqjson_time((int64_t)t.expires_at * 1000),
+			      "attempt", rv.rv_attempt);
+	if (o != NULL && strcmp(state, "in_progress") == 0)
+		json_object_set_new(o, "lease_expires_at", reqjson_time(rv.rv_lease_expires_at));
+	if (o != NULL && strcmp(state, "completed") == 0)
+		json_object_set_new(o, "response", reqjson_response(&rv.rv_response));
+	store_response_free(&rv.rv_response);
+	http_reply_json(req, 200, o);
+}
+
+void h_token_revoke(struct request *req)
+{
+	struct token t;
+	int in_use;
+
+	if (tokenreq_from_path(req, &t) < 0)
+		return;
+	if (store_revoke(req->req_tenant_id, t.id, t.operation_id, t.subject,
+			 (int64_t)t.expires_at, &in_use) < 0) {
+		problem_unavailable(req);
+		return;
+	}
+	if (in_use) {
+		problem_reply(req, 409, "token_in_use",
+			      "the token is in progress or completed and cannot be revoked");
+		return;
+	}
+	metrics_add(METRIC_REVOCATIONS, 1);
+	http_reply_empty(req, 204);
+}
+
+void h_token_claim(struct request *req)
+{
+	static const char *const allowed[] = { "fingerprint", "request", NULL };
+	struct token t;
+	const char *fp_text;
+	uint8_t fp[FINGERPRINT_BYTES];
+	int has_fp = 0;
+	json_t *body = NULL;
+
+	if (tokenreq_from_path(req, &t) < 0)
+		return;
+	body = http_body_object(req);
+	if (body == NULL)
+		return;
+	if (reqjson_only(req, body, allowed) < 0 ||
+	    reqjson_string(req, body, "fingerprint", 0, 1, 1024, &fp_text) < 0)
+		goto done;
+	if (fp_text != NULL) {
+		fingerprint_of_string(fp_text, strlen(fp_text), fp);
+		has_fp = 1;
+	} else if (json_object_get(body, "request") != NULL) {
+		if (fingerprint_of_json(json_object_get(body, "request"), fp) < 0) {
+			problem_unavailable(req);
+			goto done;
+		}
+		has_fp = 1;
+	}
+	struct claim_result res;
+	if (tokenreq_claim(req, &t, has_fp ? fp : NULL, &res) == 1)
+		http_reply_json(req, 201, json_pack("{s:s,s:i,s:o}", "state", "in_progress",
+						    "attempt", res.cr_attempt, "lease_expires_at",
+						    reqjson_time(res.cr_lease_expires_at)));
+done:
+	json_decref(body);
+}
+
+/* Validates a complete body into RESP (headers text and body owned). */
+static int h_complete_parse(struct request *req, json_t *body, int64_t *attempt,
+			    struct stored_response *resp)
+{
+	static const char *const allowed[] = { "attempt", "status", "headers", "body",
+		"body_base64", NULL };
+	int64_t status;
+	int present;
+	const char *b64;
+
+	memset(resp, 0, sizeof(*resp));
+	if (reqjson_only(req, body, allowed) < 0 ||
+	    reqjson_int(req, body, "attempt", 1, 1, INT32_MAX, attempt, &present) < 0 ||
+	    reqjson_int(req, body, "status", 1, 100, 599, &status, &present) < 0 ||
+	    reqjson_string(req, body, "body_base64", 0, 0, SIZE_MAX, &b64) < 0)
+		return -1;
+	resp->sr_status = (int)status;
+	json_t *headers = json_object_get(body, "headers");
+	if (headers != NULL && tokenreq_check_headers(req, headers, H_MAX_STORED_HEADERS) < 0)
+		return -1;
+	json_t *jbody = json_object_get(body, "body");
+	if (jbody != NULL && b64 != NULL) {
+		problem_reply(req, 400, "invalid_request", "send body or body_base64, not both");
+		return -1;
+	}
+	resp->sr_headers = json_dumps(headers ? headers : json_object(),
+				      JSON_COMPACT | JSON_SORT_KEYS);
+	if (b64 != NULL) {
+		size_t max = strlen(b64) + 1;
+		resp->sr_body = malloc(max);
+		if (resp->sr_body == NULL ||
+		    sodium_base642bin(resp->sr_body, max, b64, strlen(b64), NULL,
+				      &resp->sr_body_len, NULL, sodium_base64_VARIANT_ORIGINAL) != 0) {
+			problem_reply(req, 400, "invalid_request", "body_base64 is not valid base64");
+			return -1;
+		}
+	} else if (jbody != NULL) {
+		resp->sr_body = (unsigned char *)json_dumps(jbody, JSON_COMPACT | JSON_ENCODE_ANY);
+		resp->sr_body_len = resp->sr_body ? strlen((char *)resp->sr_body) : 0;
+		resp->sr_is_json = 1;
+	}
+	if (resp->sr_headers == NULL || (jbody != NULL && resp->sr_body == NULL)) {
+		problem_unavailable(req);
+		return -1;
+	}
+	return 0;
+}
+
+void h_token_complete(struct request *req)
+{
+	struct token t;
+	struct operation op;
+	struct stored_response resp = { 0 }, stored = { 0 };
+	enum complete_outcome outcome;
+	int64_t attempt, expires_at;
+	int found;
+	json_t *body = NULL;
+
+	if (tokenreq_from_path(req, &t) < 0)
+		return;
+	body = http_body_object(req);
+	if (body == NULL || h_complete_parse(req, body, &attempt, &resp) < 0)
+		goto done;
+	if (opcache_by_id(t.operation_id, &op, &found) < 0) {
+		problem_unavailable(req);
+		goto done;
+	}
+	if (!found) {
+		problem_reply(req, 422, "operation_unknown", "the token's operation no longer exists");
+		goto done;
+	}
+	if (store_complete(req->req_tenant_id, t.id, (int)attempt, &resp,
+			   op.op_retention_seconds, &outcome, &stored, &expires_at) < 0) {
+		problem_unavailable(req);
+		goto done;
+	}
+	switch (outcome) {
+	case COMPLETE_STORED:
+	case COMPLETE_ALREADY:
+		if (outcome == COMPLETE_STORED)
+			metrics_add(METRIC_COMPLETIONS, 1);
+		http_reply_json(req, 200, json_pack("{s:s,s:o,s:o}", "state", "completed",
+						    "response", reqjson_response(&stored),
+						    "expires_at", reqjson_time(expires_at)));
+		break;
+	case COMPLETE_LEASE_LOST:
+		problem_reply(req, 409, "lease_lost",
+			      "attempt %" PRId64 " is no longer the current attempt", attempt);
+		break;
+	case COMPLETE_NOT_IN_PROGRESS:
+		problem_reply(req, 409, "not_in_progress", "the token is not claimed by attempt %" PRId64,
+			      attempt);
+		break;
+	}
+done:
+	store_response_free(&stored);
+	free(resp.sr_headers);
+	free(resp.sr_body);
+	resp.sr_headers = NULL;
+	resp.sr_body = NULL;
+	json_decref(body);
+}
+
+void h_token_release(struct request *req)
+{
+	static const char *const allowed[] = { "attempt", NULL };
+	struct token t;
+	enum release_outcome outcome;
+	int64_t attempt;
+	int present;
+	json_t *body = NULL;
+
+	if (tokenreq_from_path(req, &t) < 0)
+		return;
+	body = http_body_object(req);
+	if (body == NULL || reqjson_only(req, body, allowed) < 0 ||
+	    reqjson_int(req, body, "attempt", 1, 1, INT32_MAX, &attempt, &present) < 0)
+		goto done;
+	if (store_release(req->req_tenant_id, t.id, (int)attempt, &outcome) < 0) {
+		problem_unavailable(req);
+		goto done;
+	}
+	if (outcome == RELEASE_DONE) {
+		metrics_add(METRIC_RELEASES, 1);
+		http_reply_json(req, 200, json_pack("{s:s,s:I}", "state", "issued", "attempt",
+						    (json_int_t)attempt));
+	} else if (outcome == RELEASE_LEASE_LOST) {
+		problem_reply(req, 409, "lease_lost",
+			      "attempt %" PRId64 " is no longer the current attempt", attempt);
+	} else {
+		problem_reply(req, 409, "not_in_progress", "the token is not claimed by attempt %" PRId64,
+			      attempt);
+	}
+done:
+	json_decref(body);
+}

@@ -1,0 +1,25 @@
+/* Handler entry points, one per route (see router.c). Each replies exactly once. */
+#ifndef IDEMD_HANDLERS_H
+#define IDEMD_HANDLERS_H
+
+#include "http.h"
+
+void h_healthz(struct request *req);
+void h_readyz(struct request *req);
+void h_metrics(struct request *req);
+
+void h_operation_put(struct request *req);
+void h_operation_get(struct request *req);
+void h_operation_list(struct request *req);
+
+void h_token_issue(struct request *req);
+void h_token_get(struct request *req);
+void h_token_revoke(struct request *req);
+void h_token_claim(struct request *req);
+void h_token_complete(struct request *req);
+void h_token_release(struct request *req);
+
+void h_version_get(struct request *req);
+void h_version_bump(struct request *req);
+
+#endif

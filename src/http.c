@@ -1,0 +1,408 @@
+/* HTTP core: runs libmicrohttpd in epoll thread-pool mode, owns the
+ * per-request context, enforces limits before routing, authenticates,
+ * calls the handler, adds common headers and logs one line per request. */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <sodium.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "config.h"
+#include "log.h"
+#include "metrics.h"
+#include "problem.h"
+#include "router.h"
+
+static struct MHD_Daemon *http_daemon;
+static const struct config *http_cfg;
+static atomic_int http_active;
+
+static double http_elapsed_ms(const struct timespec *start)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double)(now.tv_sec - start->tv_sec) * 1e3 +
+	       (double)(now.tv_nsec - start->tv_nsec) / 1e6;
+}
+
+const char *http_header(const struct request *req, const char *name)
+{
+	return MHD_lookup_connection_value(req->req_conn, MHD_HEADER_KIND, name);
+}
+
+struct http_count {
+	const char *name;
+	int n;
+};
+
+static enum MHD_Result http_count_cb(void *cls, enum MHD_ValueKind kind,
+				     const char *key, const char *value)
+{
+	struct http_count *c = cls;
+
+	(void)kind;
+	(void)value;
+	if (strcasecmp(key, c->name) == 0)
+		c->n++;
+	return MHD_YES;
+}
+
+int http_header_count(const struct request *req, const char *name)
+{
+	struct http_count c = { name, 0 };
+
+	MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, http_count_cb, &c);
+	return c.n;
+}
+
+static void http_clear_reply(struct request *req)
+{
+	if (req->rep_response != NULL)
+		MHD_destroy_response(req->rep_response);
+	req->rep_response = NULL;
+	for (int i = 0; i < req->rep_n_headers; i++) {
+		free(req->rep_headers[i][0]);
+		free(req->rep_headers[i][1]);
+	}
+	req->rep_n_headers = 0;
+}
+
+void http_reply_bytes(struct request *req, unsigned status, const char *content_type,
+		      const void *data, size_t len)
+{
+	http_clear_reply(req);
+	/* libmicrohttpd copies the buffer; the cast is its API's, not a write */
+	req->rep_response = MHD_create_response_from_buffer(len, (void *)(uintptr_t)data,
+							    MHD_RESPMEM_MUST_COPY);
+	req->rep_status = status;
+	if (req->rep_response != NULL && content_type != NULL)
+		MHD_add_response_header(req->rep_response, "Content-Type", content_type);
+}
+
+void http_reply_empty(struct request *req, unsigned status)
+{
+	http_reply_bytes(req, status, NULL, "", 0);
+}
+
+void http_reply_json(struct request *req, unsigned status, json_t *body)
+{
+	char *text = body ? json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) : NULL;
+
+	json_decref(body);
+	if (text == NULL) {
+		http_reply_empty(req, 500);
+		return;
+	}
+	http_reply_bytes(req, status, "application/json", text, strlen(text));
+	free(text);
+}
+
+void http_set_header(struct request *req, const char *name, const char *value)
+{
+	if (req->rep_n_headers == HTTP_MAX_HEADERS)
+		return;
+	req->rep_headers[req->rep_n_headers][0] = strdup(name);
+	req->rep_headers[req->rep_n_headers][1] = strdup(value);
+	req->rep_n_headers++;
+}
+
+json_t *http_body_object(struct request *req)
+{
+	json_error_t err;
+
+	if (req->req_body_len == 0)
+		return json_object();
+	json_t *v = json_loadb(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, &err);
+	if (v == NULL) {
+		problem_reply(req, 400, "invalid_request", "malformed JSON at position %d", err.position);
+		return NULL;
+	}
+	if (!json_is_object(v)) {
+		json_decref(v);
+		problem_reply(req, 400, "invalid_request", "the body must be a JSON object");
+		return NULL;
+	}
+	return v;
+}
+
+static int http_valid_request_id(const char *id)
+{
+	size_t n = strlen(id);
+
+	if (n == 0 || n > HTTP_REQUEST_ID_MAX)
+		return 0;
+	return strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n;
+}
+
+static int http_is_json_type(const char *ct)
+{
+	static const char json_type[] = "application/json";
+	size_t n = sizeof(json_type) - 1;
+
+	if (ct == NULL || strncasecmp(ct, json_type, n) != 0)
+		return 0;
+	return ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ';
+}
+
+/* Bearer token from the Authorization header, or NULL. */
+static const char *http_bearer(const struct request *req)
+{
+	const char *h = http_header(req, "Authorization");
+
+	if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
+		return NULL;
+	h += 7;
+	while (*h == ' ')
+		h++;
+	return *h != '\0' ? h : NULL;
+}
+
+/* Limits first, then route, then authentication, then the handler. */
+static void http_dispatch(struct request *req)
+{
+	char allow[64];
+	unsigned status = 404;
+
+	if (req->req_body_too_large) {
+		problem_reply(req, 413, "payload_too_large",
+			      "the body exceeds %zu bytes", http_cfg->max_body_bytes);
+		return;
+	}
+	if (req->req_body_len > 0 && !http_is_json_type(http_header(req, "Content-Type"))) {
+		problem_reply(req, 415, "unsupported_media_type",
+			      "send the body as application/json");
+		return;
+	}
+	req->req_route = router_match(req->req_method, req->req_path, req->req_params,
+				      &status, allow, sizeof(allow));
+	if (req->req_route == NULL) {
+		if (status == 405) {
+			problem_reply(req, 405, "method_not_allowed",
+				      "use one of: %s", allow);
+			http_set_header(req, "Allow", allow);
+		} else {
+			problem_reply(req, 404, "not_found", "no such resource");
+		}
+		return;
+	}
+	if (req->req_route->auth == ROUTE_API_KEY) {
+		const char *key = http_bearer(req);
+		int rc = key ? auth_check(key, &req->req_tenant_id) : AUTH_DENIED;
+		if (rc == AUTH_UNAVAILABLE) {
+			problem_unavailable(req);
+			return;
+		}
+		if (rc != AUTH_OK) {
+			problem_reply(req, 401, "unauthorized",
+				      "send a valid API key as Authorization: Bearer <key>");
+			http_set_header(req, "WWW-Authenticate", "Bearer");
+			return;
+		}
+	}
+	req->req_route->handler(req);
+	if (req->rep_response == NULL)
+		problem_reply(req, 500, "internal", "the request could not be answered");
+}
+
+static enum MHD_Result http_send(struct request *req)
+{
+	if (req->rep_response == NULL)
+		return MHD_NO;
+	for (int i = 0; i < req->rep_n_headers; i++)
+		MHD_add_response_header(req->rep_response, req->rep_headers[i][0],
+					req->rep_headers[i][1]);
+	MHD_add_response_header(req->rep_response, "X-Request-Id", req->req_id);
+	MHD_add_response_header(req->rep_response, "Cache-Control", "no-store");
+	return MHD_queue_response(req->req_conn, req->rep_status, req->rep_response);
+}
+
+static struct request *http_request_new(struct MHD_Connection *conn, const char *url,
+					const char *method)
+{
+	struct request *req = calloc(1, sizeof(*req));
+
+	if (req == NULL)
+		return NULL;
+	req->req_conn = conn;
+	req->req_method = method;
+	req->req_path = strdup(url);
+	clock_gettime(CLOCK_MONOTONIC, &req->req_start);
+	const char *id = http_header(req, "X-Request-Id");
+	if (id != NULL && http_valid_request_id(id)) {
+		snprintf(req->req_id, sizeof(req->req_id), "%s", id);
+	} else {
+		unsigned char raw[16];
+		randombytes_buf(raw, sizeof(raw));
+		sodium_bin2hex(req->req_id, sizeof(req->req_id), raw, sizeof(raw));
+	}
+	if (req->req_path == NULL) {
+		free(req);
+		return NULL;
+	}
+	atomic_fetch_add(&http_active, 1);
+	return req;
+}
+
+static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const char *url,
+				   const char *method, const char *version,
+				   const char *upload_data, size_t *upload_data_size,
+				   void **con_cls)
+{
+	struct request *req = *con_cls;
+
+	(void)cls;
+	(void)version;
+	if (req == NULL) {
+		req = http_request_new(conn, url, method);
+		if (req == NULL)
+			return MHD_NO;
+		*con_cls = req;
+		const char *cl = http_header(req, "Content-Length");
+		if (cl != NULL) {
+			char *end;
+			errno = 0;
+			unsigned long long n = strtoull(cl, &end, 10);
+			if (errno != 0 || *end != '\0' || n > http_cfg->max_body_bytes)
+				req->req_body_too_large = 1;
+		}
+		if (req->req_body_too_large) {
+			/* answer before reading a byte of the body */
+			req->req_dispatched = 1;
+			http_dispatch(req);
+			return http_send(req);
+		}
+		return MHD_YES;
+	}
+	if (*upload_data_size > 0) {
+		size_t n = *upload_data_size;
+		*upload_data_size = 0;
+		if (req->req_dispatched)
+			return MHD_YES;
+		if (req->req_body_len + n > http_cfg->max_body_bytes) {
+			req->req_body_too_large = 1;
+			req->req_dispatched = 1;
+			http_dispatch(req);
+			return http_send(req);
+		}
+		char *body = realloc(req->req_body, req->req_body_len + n + 1);
+		if (body == NULL)
+			return MHD_NO;
+		memcpy(body + req->req_body_len, upload_data, n);
+		req->req_body = body;
+		req->req_body_len += n;
+		body[req->req_body_len] = '\0';
+		return MHD_YES;
+	}
+	if (req->req_dispatched)
+		return MHD_YES;
+	req->req_dispatched = 1;
+	http_dispatch(req);
+	return http_send(req);
+}
+
+/* The one place a request context is freed; also writes the access log line. */
+static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+			   enum MHD_RequestTerminationCode toe)
+{
+	struct request *req = *con_cls;
+
+	(void)cls;
+	(void)conn;
+	if (req == NULL)
+		return;
+	double ms = http_elapsed_ms(&req->req_start);
+	unsigned status = req->rep_response != NULL ? req->rep_status : 0;
+	metrics_request(status, ms);
+	json_t *line = json_pack("{s:s,s:s,s:s,s:i,s:f}", "request_id", req->req_id,
+				 "method", req->req_method,
+				 "route", req->req_route ? req->req_route->pattern : "unmatched",
+				 "status", (int)status, "duration_ms", ms);
+	if (line != NULL) {
+		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+			json_object_set_new(line, "terminated", json_integer((int)toe));
+		log_json(LOG_LEVEL_INFO, line);
+		json_decref(line);
+	}
+	http_clear_reply(req);
+	for (int i = 0; i < HTTP_MAX_PARAMS; i++)
+		free(req->req_params[i]);
+	free(req->req_path);
+	free(req->req_body);
+	free(req);
+	*con_cls = NULL;
+	atomic_fetch_sub(&http_active, 1);
+}
+
+static void http_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char msg[512];
+
+	(void)cls;
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	msg[strcspn(msg, "\n")] = '\0';
+	log_warn("http: %s", msg);
+}
+
+int http_start(const struct config *cfg)
+{
+	struct addrinfo hints = { 0 }, *ai = NULL;
+	char port[8];
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+			 MHD_USE_ERROR_LOG;
+
+	http_cfg = cfg;
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+	snprintf(port, sizeof(port), "%u", cfg->listen_port);
+	int rc = getaddrinfo(cfg->listen_host, port, &hints, &ai);
+	if (rc != 0) {
+		log_error("http: cannot resolve listen address %s: %s", cfg->listen_host,
+			  gai_strerror(rc));
+		return -1;
+	}
+	if (ai->ai_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	http_daemon = MHD_start_daemon(flags, cfg->listen_port, NULL, NULL, http_access, NULL,
+				       MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+				       MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
+				       MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+				       MHD_OPTION_CONNECTION_TIMEOUT,
+				       (unsigned)cfg->connection_timeout_seconds,
+				       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+				       MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+				       MHD_OPTION_NOTIFY_COMPLETED, http_completed, NULL,
+				       MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL,
+				       MHD_OPTION_END);
+	freeaddrinfo(ai);
+	if (http_daemon == NULL) {
+		log_error("http: cannot listen on %s:%u", cfg->listen_host, cfg->listen_port);
+		return -1;
+	}
+	log_info("http: listening on %s:%u with %d threads", cfg->listen_host,
+		 cfg->listen_port, cfg->threads);
+	return 0;
+}
+
+void http_stop(void)
+{
+	if (http_daemon == NULL)
+		return;
+	MHD_socket fd = MHD_quiesce_daemon(http_daemon);
+	if (fd != MHD_INVALID_SOCKET)
+		close(fd);
+	/* in-flight requests finish; idle keep-alive connections do not hold us */
+	for (int i = 0; i < 300 && atomic_load(&http_active) > 0; i++)
+		usleep(100 * 1000);
+	MHD_stop_daemon(http_daemon);
+	http_daemon = NULL;
+}

@@ -1,0 +1,66 @@
+/* HTTP core: the libmicrohttpd daemon, the per-request context, limits
+ * checked before routing, and reply helpers used by the handlers. */
+#ifndef IDEMD_HTTP_H
+#define IDEMD_HTTP_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "common.h"
+
+struct config;
+struct route;
+
+#define HTTP_REQUEST_ID_MAX 128
+#define HTTP_MAX_PARAMS 2
+#define HTTP_MAX_HEADERS 16
+
+/* One per request: created on the first callback, freed in the completion
+ * callback (http.c), nowhere else. Strings are owned unless noted. */
+struct request {
+	struct MHD_Connection *req_conn;   /* borrowed */
+	const char *req_method;            /* borrowed from libmicrohttpd */
+	char *req_path;                    /* decoded path */
+	char req_id[HTTP_REQUEST_ID_MAX + 1];
+	char *req_body;                    /* NUL-terminated, may be NULL */
+	size_t req_body_len;
+	int req_body_too_large;
+	const struct route *req_route;     /* borrowed from the route table */
+	char *req_params[HTTP_MAX_PARAMS]; /* path segments matched by {} */
+	uint32_t req_tenant_id;            /* set by authentication */
+	struct timespec req_start;
+	int req_dispatched;
+
+	/* the reply being built */
+	unsigned rep_status;
+	struct MHD_Response *rep_response;
+	char *rep_headers[HTTP_MAX_HEADERS][2];
+	int rep_n_headers;
+};
+
+int http_start(const struct config *cfg) IDEMD_WUR;
+/* Stops accepting, lets in-flight requests finish, frees the daemon. */
+void http_stop(void);
+
+/* Header of the request, or NULL (borrowed, valid during the request). */
+const char *http_header(const struct request *req, const char *name);
+
+/* Counts how many times header NAME occurs in the request. */
+int http_header_count(const struct request *req, const char *name);
+
+/* Replies. BODY is stolen. Each replaces any earlier reply. */
+void http_reply_json(struct request *req, unsigned status, json_t *body);
+void http_reply_bytes(struct request *req, unsigned status, const char *content_type,
+		      const void *data, size_t len);
+void http_reply_empty(struct request *req, unsigned status);
+
+/* Adds a header to the reply being built (copied). */
+void http_set_header(struct request *req, const char *name, const char *value);
+
+/* Parses the request body as a JSON object: returns a new reference, or
+ * NULL after replying 400 invalid_request. An empty body parses as {}. */
+json_t *http_body_object(struct request *req);
+
+#endif

@@ -1,0 +1,92 @@
+/* Janitor. Sweeping deletes in small batches, each its own short
+ * transaction that skips locked rows, so claims never wait behind it; a
+ * transaction-scoped advisory lock keeps it to one instance at a time. */
+#include "janitor.h"
+
+#include <pthread.h>
+#include <time.h>
+
+#include "config.h"
+#include "keys.h"
+#include "log.h"
+#include "metrics.h"
+#include "store.h"
+
+static struct {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	int running;
+	int stop;
+	int sweep_interval;
+} janitor = { .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
+
+long janitor_sweep_now(void)
+{
+	long total = 0;
+	int deleted;
+
+	do {
+		if (store_sweep(JANITOR_SWEEP_BATCH, &deleted) < 0)
+			return -1;
+		if (deleted > 0)
+			total += deleted;
+	} while (deleted == JANITOR_SWEEP_BATCH);
+	if (total > 0) {
+		metrics_add(METRIC_SWEPT, total);
+		log_info("janitor: swept %ld expired records", total);
+	}
+	return total;
+}
+
+static void *janitor_main(void *arg)
+{
+	time_t last_keys = time(NULL), last_sweep = time(NULL);
+
+	(void)arg;
+	pthread_mutex_lock(&janitor.lock);
+	while (!janitor.stop) {
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 1;
+		pthread_cond_timedwait(&janitor.wake, &janitor.lock, &until);
+		if (janitor.stop)
+			break;
+		pthread_mutex_unlock(&janitor.lock);
+		time_t now = time(NULL);
+		if (now - last_keys >= JANITOR_KEYS_INTERVAL_SECONDS) {
+			last_keys = now;
+			if (keys_refresh() < 0)
+				log_warn("janitor: could not refresh signing keys");
+		}
+		if (now - last_sweep >= janitor.sweep_interval) {
+			last_sweep = now;
+			(void)janitor_sweep_now();
+		}
+		pthread_mutex_lock(&janitor.lock);
+	}
+	pthread_mutex_unlock(&janitor.lock);
+	return NULL;
+}
+
+int janitor_start(const struct config *cfg)
+{
+	janitor.sweep_interval = cfg->sweep_interval_seconds;
+	janitor.stop = 0;
+	if (pthread_create(&janitor.thread, NULL, janitor_main, NULL) != 0)
+		return -1;
+	janitor.running = 1;
+	return 0;
+}
+
+void janitor_stop(void)
+{
+	if (!janitor.running)
+		return;
+	pthread_mutex_lock(&janitor.lock);
+	janitor.stop = 1;
+	pthread_cond_signal(&janitor.wake);
+	pthread_mutex_unlock(&janitor.lock);
+	pthread_join(janitor.thread, NULL);
+	janitor.running = 0;
+}

@@ -1,0 +1,20 @@
+/* Janitor: one background thread for periodic maintenance — picking up
+ * rotated signing keys and sweeping expired records. */
+#ifndef IDEMD_JANITOR_H
+#define IDEMD_JANITOR_H
+
+#include "common.h"
+
+struct config;
+
+#define JANITOR_KEYS_INTERVAL_SECONDS 5
+#define JANITOR_SWEEP_BATCH 1000
+
+int janitor_start(const struct config *cfg) IDEMD_WUR;
+void janitor_stop(void);
+
+/* Runs sweep batches until nothing expired is left or another instance
+ * holds the sweep lock; returns the number of records deleted or -1. */
+long janitor_sweep_now(void);
+
+#endif

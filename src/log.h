@@ -1,0 +1,22 @@
+/* Logging: JSON lines on stderr, levels checked before formatting. */
+#ifndef IDEMD_LOG_H
+#define IDEMD_LOG_H
+
+#include <jansson.h>
+
+enum log_level { LOG_LEVEL_DEBUG, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LEVEL_ERROR };
+
+extern enum log_level log_min_level;
+
+void log_write(enum log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Writes FIELDS (borrowed) as one JSON line with "time" and "level" added. */
+void log_json(enum log_level level, json_t *fields);
+
+#define log_debug(...) do { if (log_min_level <= LOG_LEVEL_DEBUG) log_write(LOG_LEVEL_DEBUG, __VA_ARGS__); } while (0)
+#define log_info(...)  do { if (log_min_level <= LOG_LEVEL_INFO) log_write(LOG_LEVEL_INFO, __VA_ARGS__); } while (0)
+#define log_warn(...)  do { if (log_min_level <= LOG_LEVEL_WARN) log_write(LOG_LEVEL_WARN, __VA_ARGS__); } while (0)
+#define log_error(...) log_write(LOG_LEVEL_ERROR, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,20 @@
+/* Operation cache: operation policies by (tenant, name) and by id, so that
+ * issuing a token needs no database round trip. Entries live a few seconds;
+ * a PUT on this instance replaces its entry at once. */
+#ifndef IDEMD_OPCACHE_H
+#define IDEMD_OPCACHE_H
+
+#include "common.h"
+#include "store.h"
+
+#define OPCACHE_TTL_SECONDS 5
+
+/* Fills OP. Returns 0 with *found, or -1 when the database is unavailable. */
+int opcache_by_name(uint32_t tenant_id, const char *name, struct operation *op,
+		    int *found) IDEMD_WUR;
+int opcache_by_id(uint32_t op_id, struct operation *op, int *found) IDEMD_WUR;
+
+/* Records OP as just written. */
+void opcache_put(const struct operation *op);
+
+#endif

@@ -1,0 +1,42 @@
+/* Request JSON helpers: strict field checks shared by the handlers, each
+ * replying 400 invalid_request with the field's name on failure, and the
+ * JSON shapes handlers send back (times, stored responses). */
+#ifndef IDEMD_REQJSON_H
+#define IDEMD_REQJSON_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "http.h"
+#include "store.h"
+
+/* Refuses keys of OBJ not in ALLOWED (NULL-terminated). 0 or -1 (replied). */
+int reqjson_only(struct request *req, json_t *obj, const char *const *allowed) IDEMD_WUR;
+
+/* Integer field in [MIN, MAX]. *present tells whether it was there; a
+ * missing field with REQUIRED set is an error. 0 or -1 (replied). */
+int reqjson_int(struct request *req, json_t *obj, const char *name, int required,
+		int64_t min, int64_t max, int64_t *out, int *present) IDEMD_WUR;
+
+/* String field of MINLEN..MAXLEN bytes without NUL (borrowed). NULL when
+ * absent and optional; -1 (replied) on error. */
+int reqjson_string(struct request *req, json_t *obj, const char *name, int required,
+		   size_t minlen, size_t maxlen, const char **out) IDEMD_WUR;
+
+/* RFC 3339 UTC time of unix milliseconds (new reference). */
+json_t *reqjson_time(int64_t unix_ms);
+
+/* {"status","headers","body"|"body_base64"} of a stored response (new). */
+json_t *reqjson_response(const struct stored_response *r);
+
+/* Parses an If-Match value holding one strong ETag "N". 0 or -1. */
+int reqjson_etag(const char *value, int64_t *out) IDEMD_WUR;
+
+/* Formats the strong ETag of VERSION into OUT ("\"7\""). */
+void reqjson_etag_format(int64_t version, char *out, size_t outlen);
+
+/* 1 when S matches [a-z0-9._-]{1,64}. */
+int reqjson_valid_name(const char *s);
+
+#endif

@@ -1,0 +1,86 @@
+/* Router: the table of API routes and the matcher. */
+#include "router.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "handlers.h"
+
+static const struct route router_table[] = {
+	{ "GET", "/healthz", h_healthz, ROUTE_PUBLIC },
+	{ "GET", "/readyz", h_readyz, ROUTE_PUBLIC },
+	{ "GET", "/metrics", h_metrics, ROUTE_PUBLIC },
+	{ "POST", "/v1/tokens", h_token_issue, ROUTE_API_KEY },
+	{ "GET", "/v1/tokens/{}", h_token_get, ROUTE_API_KEY },
+	{ "DELETE", "/v1/tokens/{}", h_token_revoke, ROUTE_API_KEY },
+	{ "POST", "/v1/tokens/{}/claim", h_token_claim, ROUTE_API_KEY },
+	{ "POST", "/v1/tokens/{}/complete", h_token_complete, ROUTE_API_KEY },
+	{ "POST", "/v1/tokens/{}/release", h_token_release, ROUTE_API_KEY },
+	{ "GET", "/v1/versions/{}", h_version_get, ROUTE_API_KEY },
+	{ "POST", "/v1/versions/{}", h_version_bump, ROUTE_API_KEY },
+	{ "GET", "/v1/operations", h_operation_list, ROUTE_API_KEY },
+	{ "GET", "/v1/operations/{}", h_operation_get, ROUTE_API_KEY },
+	{ "PUT", "/v1/operations/{}", h_operation_put, ROUTE_API_KEY },
+};
+
+/* Matches PATH against PATTERN; on success records where each "{}" segment
+ * starts and how long it is. */
+static int router_pattern_match(const char *pattern, const char *path,
+				const char *starts[HTTP_MAX_PARAMS], size_t lens[HTTP_MAX_PARAMS],
+				int *nparams)
+{
+	int n = 0;
+
+	while (*pattern != '\0') {
+		if (pattern[0] == '{' && pattern[1] == '}') {
+			size_t len = strcspn(path, "/");
+			if (len == 0 || n == HTTP_MAX_PARAMS)
+				return 0;
+			starts[n] = path;
+			lens[n] = len;
+			n++;
+			path += len;
+			pattern += 2;
+			continue;
+		}
+		if (*pattern != *path)
+			return 0;
+		pattern++;
+		path++;
+	}
+	*nparams = n;
+	return *path == '\0';
+}
+
+const struct route *router_match(const char *method, const char *path,
+				 char *params[HTTP_MAX_PARAMS], unsigned *status,
+				 char *allow, size_t allowlen)
+{
+	const char *starts[HTTP_MAX_PARAMS];
+	size_t lens[HTTP_MAX_PARAMS];
+	size_t used = 0;
+
+	allow[0] = '\0';
+	for (size_t i = 0; i < IDEMD_ARRAY_LEN(router_table); i++) {
+		const struct route *r = &router_table[i];
+		int n;
+		if (!router_pattern_match(r->pattern, path, starts, lens, &n))
+			continue;
+		if (strcmp(r->method, method) == 0) {
+			for (int k = 0; k < HTTP_MAX_PARAMS; k++)
+				params[k] = k < n ? strndup(starts[k], lens[k]) : NULL;
+			return r;
+		}
+		size_t mlen = strlen(r->method);
+		if (used + mlen + 3 < allowlen) {
+			if (used > 0) {
+				memcpy(allow + used, ", ", 2);
+				used += 2;
+			}
+			memcpy(allow + used, r->method, mlen + 1);
+			used += mlen;
+		}
+	}
+	*status = used > 0 ? 405 : 404;
+	return NULL;
+}

@@ -1,0 +1,138 @@
+/* Store: every SQL statement idemd runs against its tables, behind plain C
+ * structs. Functions return 0 on success and -1 when the database could not
+ * answer (the caller replies 503); "not found" is a result, not an error. */
+#ifndef IDEMD_STORE_H
+#define IDEMD_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+
+#define STORE_NAME_MAX 64
+#define STORE_KEY_MAX 200
+#define STORE_HASH_BYTES 32
+
+struct operation {
+	uint32_t op_id;
+	uint32_t op_tenant_id;
+	char op_name[STORE_NAME_MAX + 1];
+	int op_token_ttl_seconds;
+	int op_retention_seconds;
+	int op_lease_seconds;
+	int op_has_version_key;
+	char op_version_key[STORE_KEY_MAX + 1];
+	int op_require_version;
+};
+
+struct stored_response {
+	int sr_status;
+	char *sr_headers;      /* JSON object text, owned */
+	unsigned char *sr_body; /* owned */
+	size_t sr_body_len;
+	int sr_is_json;
+};
+
+void store_response_free(struct stored_response *r);
+
+/* Tenants and API keys. */
+int store_tenant_create(const char *name, const uint8_t key_hash[STORE_HASH_BYTES],
+			uint32_t *tenant_id, int *exists) IDEMD_WUR;
+/* *found = 0 when no key has that hash. */
+int store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tenant_id,
+			int *found) IDEMD_WUR;
+int store_tenant_by_name(const char *name, uint32_t *tenant_id, int *found) IDEMD_WUR;
+
+/* Operations. */
+int store_operation_put(struct operation *op, int *created) IDEMD_WUR;
+int store_operation_get(uint32_t tenant_id, const char *name, struct operation *op,
+			int *found) IDEMD_WUR;
+int store_operation_by_id(uint32_t op_id, struct operation *op, int *found) IDEMD_WUR;
+/* Fills a new array (free()) with the tenant's operations, ordered by name. */
+int store_operation_list(uint32_t tenant_id, struct operation **ops, size_t *n) IDEMD_WUR;
+
+/* Signing keys, sealed under the master key. */
+struct sealed_key {
+	uint32_t sk_id;
+	unsigned char *sk_sealed; /* owned */
+	size_t sk_len;
+	int64_t sk_created_at;
+	int64_t sk_retired_at;    /* 0 when active */
+};
+int store_keys_load(struct sealed_key **keys, size_t *n) IDEMD_WUR;
+void store_keys_free(struct sealed_key *keys, size_t n);
+/* Returns the newest key id (0 if none) cheaply, for change detection. */
+int store_keys_newest(uint32_t *id) IDEMD_WUR;
+/* Adds a new active key and marks every other active key retired now. */
+int store_key_insert(const unsigned char *sealed, size_t len, uint32_t *id) IDEMD_WUR;
+/* Deletes keys retired more than MAX_AGE seconds ago. */
+int store_keys_prune(int64_t max_age_seconds) IDEMD_WUR;
+
+/* Records: the token state machine (SQL functions in migrations/). */
+struct claim_args {
+	uint32_t tenant_id;
+	const uint8_t *token_id;   /* 16 bytes */
+	uint32_t operation_id;
+	const char *subject;
+	const uint8_t *fingerprint; /* STORE_HASH_BYTES or NULL */
+	int64_t token_expires_at;
+	int lease_seconds;
+	const char *version_key;    /* NULL: the operation guards no counter */
+	int has_expected;
+	int64_t expected;
+	int require_version;
+};
+
+enum claim_outcome {
+	CLAIM_CLAIMED, CLAIM_REPLAY, CLAIM_IN_PROGRESS, CLAIM_REVOKED,
+	CLAIM_FINGERPRINT_MISMATCH, CLAIM_EXPIRED, CLAIM_VERSION_MISMATCH,
+	CLAIM_VERSION_REQUIRED
+};
+
+struct claim_result {
+	enum claim_outcome cr_outcome;
+	int cr_attempt;
+	int64_t cr_lease_expires_at;  /* unix ms */
+	int cr_retry_after;
+	int64_t cr_current_version;
+	struct stored_response cr_response; /* for CLAIM_REPLAY */
+};
+
+int store_claim(const struct claim_args *a, struct claim_result *r) IDEMD_WUR;
+
+enum complete_outcome {
+	COMPLETE_STORED, COMPLETE_ALREADY, COMPLETE_LEASE_LOST, COMPLETE_NOT_IN_PROGRESS
+};
+int store_complete(uint32_t tenant_id, const uint8_t *token_id, int attempt,
+		   const struct stored_response *resp, int retention_seconds,
+		   enum complete_outcome *outcome, struct stored_response *stored,
+		   int64_t *expires_at) IDEMD_WUR;
+
+enum release_outcome { RELEASE_DONE, RELEASE_LEASE_LOST, RELEASE_NOT_IN_PROGRESS };
+int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt,
+		  enum release_outcome *outcome) IDEMD_WUR;
+
+/* *in_use = 1 when the token is in progress or completed (nothing written). */
+int store_revoke(uint32_t tenant_id, const uint8_t *token_id, uint32_t operation_id,
+		 const char *subject, int64_t token_expires_at, int *in_use) IDEMD_WUR;
+
+struct record_view {
+	int rv_found;
+	char rv_state[16];
+	int rv_attempt;
+	int64_t rv_lease_expires_at; /* unix ms, 0 if none */
+	int64_t rv_expires_at;
+	struct stored_response rv_response;
+};
+int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_view *v) IDEMD_WUR;
+
+/* Version counters. An unknown key is version 0. */
+int store_version_get(uint32_t tenant_id, const char *key, int64_t *version) IDEMD_WUR;
+int store_version_bump(uint32_t tenant_id, const char *key, int64_t expected, int *ok,
+		       int64_t *version) IDEMD_WUR;
+
+/* Deletes at most LIMIT expired records when no other instance is sweeping;
+ * *deleted = -1 when another instance holds the sweep lock. */
+int store_sweep(int limit, int *deleted) IDEMD_WUR;
+
+#endif

@@ -1,0 +1,224 @@
+/* Token codec: binary layout, base64url encoding and the BLAKE2b MAC. */
+#include "token.h"
+
+#include <string.h>
+
+#include <sodium.h>
+
+#define TOKEN_FORMAT_VERSION 1
+#define TOKEN_FLAG_VERSION 0x01
+#define TOKEN_TAG_BYTES 16
+#define TOKEN_B64 sodium_base64_VARIANT_URLSAFE_NO_PADDING
+/* ver, flags, key_id, tenant_id, operation_id, id, issued_at, expires_at */
+#define TOKEN_HEADER_BYTES (1 + 1 + 4 + 4 + 4 + TOKEN_ID_BYTES + 4 + 4)
+#define TOKEN_MIN_BYTES (TOKEN_HEADER_BYTES + 1 + 1 + TOKEN_TAG_BYTES)
+#define TOKEN_MAX_BYTES \
+	(TOKEN_HEADER_BYTES + 8 + 1 + TOKEN_SUBJECT_MAX + TOKEN_TAG_BYTES)
+/* Room for anything TOKEN_MAX_CHARS base64 characters can decode to. */
+#define TOKEN_DECODE_BYTES (TOKEN_MAX_CHARS / 4 * 3)
+
+static uint8_t *put32(uint8_t *p, uint32_t v);
+static const uint8_t *get32(const uint8_t *p, uint32_t *v);
+static int token_b64_char(char c);
+static int token_decode(const char *s, size_t len,
+    uint8_t buf[TOKEN_DECODE_BYTES], size_t *n);
+static void token_mac(uint8_t tag[TOKEN_TAG_BYTES], const uint8_t *payload,
+    size_t len, const uint8_t key[TOKEN_KEY_BYTES]);
+
+_Static_assert(TOKEN_MAX_BYTES <= TOKEN_DECODE_BYTES, "decode buffer");
+_Static_assert(sodium_base64_ENCODED_LEN(TOKEN_MAX_BYTES, TOKEN_B64)
+    <= TOKEN_MAX_CHARS + 1, "largest token fits TOKEN_MAX_CHARS");
+
+static uint8_t *
+put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		*p++ = (uint8_t)(v >> (8 * i));
+	return p;
+}
+
+static const uint8_t *
+get32(const uint8_t *p, uint32_t *v)
+{
+	*v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	    (uint32_t)p[3] << 24;
+	return p + 4;
+}
+
+static void
+token_mac(uint8_t tag[TOKEN_TAG_BYTES], const uint8_t *payload, size_t len,
+    const uint8_t key[TOKEN_KEY_BYTES])
+{
+	/* Cannot fail: output and key sizes are within BLAKE2b's bounds. */
+	(void)crypto_generichash(tag, TOKEN_TAG_BYTES, payload, len, key,
+	    TOKEN_KEY_BYTES);
+}
+
+int
+token_encode(const struct token *t, const uint8_t key[TOKEN_KEY_BYTES],
+    char *out, size_t outlen)
+{
+	uint8_t buf[TOKEN_MAX_BYTES], *p = buf;
+
+	if (t->subject_len < 1 || t->subject_len > TOKEN_SUBJECT_MAX ||
+	    memchr(t->subject, '\0', t->subject_len) != NULL)
+		return -1;
+	*p++ = TOKEN_FORMAT_VERSION;
+	*p++ = t->has_version ? TOKEN_FLAG_VERSION : 0;
+	p = put32(p, t->key_id);
+	p = put32(p, t->tenant_id);
+	p = put32(p, t->operation_id);
+	memcpy(p, t->id, TOKEN_ID_BYTES);
+	p += TOKEN_ID_BYTES;
+	p = put32(p, t->issued_at);
+	p = put32(p, t->expires_at);
+	if (t->has_version) {
+		p = put32(p, (uint32_t)t->version);
+		p = put32(p, (uint32_t)(t->version >> 32));
+	}
+	*p++ = (uint8_t)t->subject_len;
+	memcpy(p, t->subject, t->subject_len);
+	p += t->subject_len;
+	token_mac(p, buf, (size_t)(p - buf), key);
+	p += TOKEN_TAG_BYTES;
+
+	if (outlen < sodium_base64_ENCODED_LEN((size_t)(p - buf), TOKEN_B64))
+		return -1;
+	sodium_bin2base64(out, outlen, buf, (size_t)(p - buf), TOKEN_B64);
+	return 0;
+}
+
+/*
+ * Decodes s into buf and checks everything but the tag. Only the canonical
+ * encoding is accepted (re-encoding must give s back byte for byte), so any
+ * altered character changes the decoded bytes and cannot slip past the MAC.
+ * The re-encoding also catches bytes >= 0x80, which some libsodium releases'
+ * decoder maps to base64 digits instead of rejecting.
+ */
+static int
+token_decode(const char *s, size_t len, uint8_t buf[TOKEN_DECODE_BYTES],
+    size_t *n)
+{
+	char canon[TOKEN_MAX_CHARS + 1];
+	size_t hdr;
+
+	if (s == NULL || len == 0 || len > TOKEN_MAX_CHARS)
+		return TOKEN_MALFORMED;
+	if (sodium_base642bin(buf, TOKEN_DECODE_BYTES, s, len, NULL, n, NULL,
+	    TOKEN_B64) != 0)
+		return TOKEN_MALFORMED;
+	sodium_bin2base64(canon, sizeof(canon), buf, *n, TOKEN_B64);
+	if (strlen(canon) != len || memcmp(canon, s, len) != 0)
+		return TOKEN_MALFORMED;
+
+	if (*n < TOKEN_MIN_BYTES || buf[0] != TOKEN_FORMAT_VERSION ||
+	    (buf[1] & ~TOKEN_FLAG_VERSION) != 0)
+		return TOKEN_MALFORMED;
+	hdr = TOKEN_HEADER_BYTES + ((buf[1] & TOKEN_FLAG_VERSION) ? 8 : 0);
+	if (*n < hdr + 1 || buf[hdr] < 1 || buf[hdr] > TOKEN_SUBJECT_MAX ||
+	    *n != hdr + 1 + buf[hdr] + TOKEN_TAG_BYTES ||
+	    memchr(buf + hdr + 1, '\0', buf[hdr]) != NULL)
+		return TOKEN_MALFORMED;
+	return TOKEN_OK;
+}
+
+int
+token_parse(const char *s, size_t len, struct token *t)
+{
+	uint8_t buf[TOKEN_DECODE_BYTES];
+	const uint8_t *p = buf + 2;
+	size_t n;
+	uint32_t lo, hi;
+
+	if (token_decode(s, len, buf, &n) != TOKEN_OK)
+		return TOKEN_MALFORMED;
+	memset(t, 0, sizeof(*t));
+	p = get32(p, &t->key_id);
+	p = get32(p, &t->tenant_id);
+	p = get32(p, &t->operation_id);
+	memcpy(t->id, p, TOKEN_ID_BYTES);
+	p += TOKEN_ID_BYTES;
+	p = get32(p, &t->issued_at);
+	p = get32(p, &t->expires_at);
+	if (buf[1] & TOKEN_FLAG_VERSION) {
+		p = get32(p, &lo);
+		p = get32(p, &hi);
+		t->has_version = 1;
+		t->version = (uint64_t)hi << 32 | lo;
+	}
+	t->subject_len = *p++;
+	memcpy(t->subject, p, t->subject_len);
+	t->subject[t->subject_len] = '\0';
+	return TOKEN_OK;
+}
+
+int
+token_verify(const char *s, size_t len, const uint8_t key[TOKEN_KEY_BYTES])
+{
+	uint8_t buf[TOKEN_DECODE_BYTES], tag[TOKEN_TAG_BYTES];
+	size_t n;
+
+	if (token_decode(s, len, buf, &n) != TOKEN_OK)
+		return TOKEN_MALFORMED;
+	token_mac(tag, buf, n - TOKEN_TAG_BYTES, key);
+	if (crypto_verify_16(tag, buf + n - TOKEN_TAG_BYTES) != 0)
+		return TOKEN_BAD_SIGNATURE;
+	return TOKEN_OK;
+}
+
+void
+token_id_hex(const uint8_t id[TOKEN_ID_BYTES], char out[2 * TOKEN_ID_BYTES + 1])
+{
+	sodium_bin2hex(out, 2 * TOKEN_ID_BYTES + 1, id, TOKEN_ID_BYTES);
+}
+
+static int
+token_b64_char(char c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+	    (c >= '0' && c <= '9') || c == '-' || c == '_';
+}
+
+int
+token_from_header(const char *value, char *out, size_t outlen)
+{
+	const char *p, *end;
+	size_t n = 0, max;
+
+	if (value == NULL || outlen == 0)
+		return -1;
+	max = outlen - 1 < TOKEN_MAX_CHARS ? outlen - 1 : TOKEN_MAX_CHARS;
+	p = value + strspn(value, " \t");
+	end = p + strlen(p);
+	while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+
+	if (p < end && *p == '"') {
+		for (p++; p < end && *p != '"'; p++) {
+			if (*p == '\\') {
+				p++;
+				if (p == end || (*p != '"' && *p != '\\'))
+					return -1;
+			} else if ((unsigned char)*p < 0x20 ||
+			    (unsigned char)*p > 0x7e)
+				return -1;
+			if (n == max)
+				return -1;
+			out[n++] = *p;
+		}
+		if (p == end || p + 1 != end)	/* unterminated or trailing */
+			return -1;
+	} else {
+		for (; p < end; p++) {
+			if (!token_b64_char(*p))
+				return -1;
+			if (n == max)
+				return -1;
+			out[n++] = *p;
+		}
+	}
+	if (n == 0)
+		return -1;
+	out[n] = '\0';
+	return 0;
+}

@@ -1,0 +1,233 @@
+/* Token requests: verification, scope, claims and the per-tenant issuance
+ * rate limit (a token bucket per tenant slot). */
+#include "tokenreq.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "config.h"
+#include "keys.h"
+#include "metrics.h"
+#include "opcache.h"
+#include "problem.h"
+#include "reqjson.h"
+#include "versionkey.h"
+
+#define TOKENREQ_RATE_SLOTS 1024
+
+static const struct config *tokenreq_cfg;
+
+static struct {
+	pthread_mutex_t lock;
+	struct {
+		uint32_t tenant_id;
+		double tokens;
+		double last;
+	} slots[TOKENREQ_RATE_SLOTS];
+} tokenreq_rate = { PTHREAD_MUTEX_INITIALIZER, { { 0, 0, 0 } } };
+
+void tokenreq_init(const struct config *cfg)
+{
+	tokenreq_cfg = cfg;
+}
+
+int tokenreq_verify(struct request *req, const char *text, struct token *t)
+{
+	size_t len = strlen(text);
+
+	if (len == 0 || len > TOKEN_MAX_CHARS) {
+		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
+		return -1;
+	}
+	int rc = keys_verify_token(text, len, t);
+	if (rc == TOKEN_MALFORMED) {
+		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
+		return -1;
+	}
+	if (rc != TOKEN_OK) {
+		problem_reply(req, 403, "token_invalid", "the token's signature does not verify");
+		return -1;
+	}
+	if (t->tenant_id != req->req_tenant_id) {
+		problem_reply(req, 403, "token_scope_mismatch", "the token belongs to another tenant");
+		return -1;
+	}
+	return 0;
+}
+
+int tokenreq_from_path(struct request *req, struct token *t)
+{
+	return tokenreq_verify(req, req->req_params[0], t);
+}
+
+static double tokenreq_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int tokenreq_rate_allow(struct request *req)
+{
+	double rate = tokenreq_cfg ? tokenreq_cfg->issue_rate_per_second : 0;
+
+	if (rate <= 0)
+		return 1;
+	double burst = tokenreq_cfg->issue_burst, now = tokenreq_now(), wait = 0;
+	pthread_mutex_lock(&tokenreq_rate.lock);
+	__typeof__(tokenreq_rate.slots[0]) *s =
+		&tokenreq_rate.slots[req->req_tenant_id % TOKENREQ_RATE_SLOTS];
+	if (s->tenant_id != req->req_tenant_id || s->last == 0) {
+		s->tenant_id = req->req_tenant_id;
+		s->tokens = burst;
+		s->last = now;
+	}
+	s->tokens = fmin(burst, s->tokens + (now - s->last) * rate);
+	s->last = now;
+	if (s->tokens >= 1)
+		s->tokens -= 1;
+	else
+		wait = (1 - s->tokens) / rate;
+	pthread_mutex_unlock(&tokenreq_rate.lock);
+	if (wait == 0)
+		return 1;
+	char after[16];
+	snprintf(after, sizeof(after), "%d", (int)ceil(wait));
+	problem_reply(req, 429, "rate_limited", "token issuance is limited to %g per second",
+		      rate);
+	http_set_header(req, "Retry-After", after);
+	return 0;
+}
+
+int tokenreq_check_headers(struct request *req, json_t *headers, size_t max)
+{
+	const char *name;
+	json_t *value;
+
+	if (!json_is_object(headers) || json_object_size(headers) > max) {
+		problem_reply(req, 400, "invalid_request",
+			      "headers must be an object of at most %zu string values", max);
+		return -1;
+	}
+	json_object_foreach(headers, name, value) {
+		size_t n = strlen(name);
+		if (n == 0 || n > 128 ||
+		    strspn(name, "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				 "abcdefghijklmnopqrstuvwxyz") != n) {
+			problem_reply(req, 400, "invalid_request", "a header name is not a valid token");
+			return -1;
+		}
+		const char *v = json_string_value(value);
+		if (v == NULL || json_string_length(value) > 8192 ||
+		    strcspn(v, "\r\n") != json_string_length(value)) {
+			problem_reply(req, 400, "invalid_request",
+				      "header values must be strings without CR or LF (at most 8192 bytes)");
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Replays a completed response to a duplicate. */
+static void tokenreq_replay(struct request *req, const struct stored_response *r)
+{
+	http_reply_json(req, 200, json_pack("{s:s,s:o}", "state", "completed",
+					    "response", reqjson_response(r)));
+	http_set_header(req, "Idempotent-Replayed", "true");
+}
+
+int tokenreq_claim(struct request *req, const struct token *t, const uint8_t *fp,
+		   struct claim_result *res)
+{
+	struct operation op;
+	struct claim_args a = { 0 };
+	char vkey[VERSIONKEY_MAX + 1], etag[32], after[16];
+	int found, ret = 0;
+
+	memset(res, 0, sizeof(*res));
+	if (opcache_by_id(t->operation_id, &op, &found) < 0) {
+		problem_unavailable(req);
+		return 0;
+	}
+	if (!found || op.op_tenant_id != t->tenant_id) {
+		problem_reply(req, 422, "operation_unknown", "the token's operation no longer exists");
+		return 0;
+	}
+	a.tenant_id = t->tenant_id;
+	a.token_id = t->id;
+	a.operation_id = t->operation_id;
+	a.subject = t->subject;
+	a.fingerprint = fp;
+	a.token_expires_at = t->expires_at;
+	a.lease_seconds = op.op_lease_seconds;
+	if (op.op_has_version_key) {
+		if (versionkey_expand(op.op_version_key, t->subject, vkey, sizeof(vkey)) < 0) {
+			problem_reply(req, 400, "invalid_request",
+				      "the token's subject cannot form the operation's version key");
+			return 0;
+		}
+		a.version_key = vkey;
+		a.require_version = op.op_require_version;
+		const char *im = http_header(req, "If-Match");
+		if (im != NULL) {
+			if (reqjson_etag(im, &a.expected) < 0) {
+				problem_reply(req, 400, "invalid_request",
+					      "If-Match must be one strong ETag like \"7\"");
+				return 0;
+			}
+			a.has_expected = 1;
+		} else if (t->has_version) {
+			a.expected = (int64_t)t->version;
+			a.has_expected = 1;
+		}
+	}
+	if (store_claim(&a, res) < 0) {
+		metrics_add(METRIC_DB_UNAVAILABLE, 1);
+		problem_unavailable(req);
+		return 0;
+	}
+	switch (res->cr_outcome) {
+	case CLAIM_CLAIMED:
+		metrics_add(METRIC_CLAIMS, 1);
+		ret = 1;
+		break;
+	case CLAIM_REPLAY:
+		metrics_add(METRIC_REPLAYS, 1);
+		tokenreq_replay(req, &res->cr_response);
+		break;
+	case CLAIM_IN_PROGRESS:
+		metrics_add(METRIC_CONFLICTS, 1);
+		snprintf(after, sizeof(after), "%d", res->cr_retry_after > 0 ? res->cr_retry_after : 1);
+		problem_reply(req, 409, "request_in_progress",
+			      "the first submit of this token is still in progress");
+		http_set_header(req, "Retry-After", after);
+		break;
+	case CLAIM_REVOKED:
+		problem_reply(req, 410, "token_revoked", "the token was revoked");
+		break;
+	case CLAIM_FINGERPRINT_MISMATCH:
+		problem_reply(req, 422, "fingerprint_mismatch",
+			      "the token was first used with a different request");
+		break;
+	case CLAIM_EXPIRED:
+		problem_reply(req, 410, "token_expired", "the token has expired");
+		break;
+	case CLAIM_VERSION_MISMATCH:
+		reqjson_etag_format(res->cr_current_version, etag, sizeof(etag));
+		problem_reply(req, 412, "version_mismatch",
+			      "the data changed: the counter is at version %lld",
+			      (long long)res->cr_current_version);
+		http_set_header(req, "ETag", etag);
+		break;
+	case CLAIM_VERSION_REQUIRED:
+		problem_reply(req, 428, "version_required",
+			      "this operation requires If-Match with the current version");
+		break;
+	}
+	store_response_free(&res->cr_response);
+	return ret;
+}

@@ -1,0 +1,40 @@
+/* Token requests: the steps every token-carrying request shares, for the
+ * direct API and gateway routes alike: reading and verifying the token,
+ * checking its scope, running the claim and answering its outcomes. */
+#ifndef IDEMD_TOKENREQ_H
+#define IDEMD_TOKENREQ_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "http.h"
+#include "store.h"
+#include "token.h"
+
+struct config;
+
+void tokenreq_init(const struct config *cfg);
+
+/* Verifies TEXT as a token of the request's tenant. 0, or -1 after replying
+ * 400 token_malformed, 403 token_invalid or 403 token_scope_mismatch. */
+int tokenreq_verify(struct request *req, const char *text, struct token *t) IDEMD_WUR;
+
+/* tokenreq_verify() on the {token} path segment. */
+int tokenreq_from_path(struct request *req, struct token *t) IDEMD_WUR;
+
+/*
+ * Claims T with fingerprint FP (NULL: none), honouring If-Match. Returns 1
+ * when this request now holds the claim (nothing replied; RES filled), 0
+ * after replying to every other outcome (replay, conflicts, errors).
+ */
+int tokenreq_claim(struct request *req, const struct token *t, const uint8_t *fp,
+		   struct claim_result *res) IDEMD_WUR;
+
+/* Checks a headers object: at most MAX string values with token names. */
+int tokenreq_check_headers(struct request *req, json_t *headers, size_t max) IDEMD_WUR;
+
+/* Token issuance rate limit per tenant: 1 allowed, 0 after replying 429. */
+int tokenreq_rate_allow(struct request *req);
+
+#endif

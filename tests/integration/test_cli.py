@@ -1,0 +1,340 @@
+"""Integration tests: the idemd command line (help, version, check-config,
+environment overrides, migrate, serve refusing a stale schema, tenant create)."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import BIN, Client, Idemd, assert_status, psql, uniq  # noqa: E402
+
+
+def migration_files(d=harness.MIGRATIONS_DIR):
+    return sorted(f for f in os.listdir(d) if f.endswith(".sql"))
+
+
+class HelpVersion(unittest.TestCase):
+    def test_help_exits_0(self):
+        p = subprocess.run([BIN, "--help"], capture_output=True, text=True, timeout=10)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = p.stdout + p.stderr
+        for word in ("serve", "migrate", "tenant", "keys", "check-config", "--config"):
+            self.assertIn(word, out, "--help does not mention %s" % word)
+
+    def test_version_exits_0(self):
+        p = subprocess.run([BIN, "--version"], capture_output=True, text=True, timeout=10)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"\d+\.\d+\.\d+")
+
+    def test_unknown_subcommand_exits_2(self):
+        p = subprocess.run([BIN, "frobnicate"], capture_output=True, text=True, timeout=10)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+
+
+class CheckConfig(unittest.TestCase):
+    """check-config validates the file only (no database needed)."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="idemd-it-cfg-")
+        self.path = os.path.join(self.tmp, "idemd.json")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def check(self, text, env=None):
+        with open(self.path, "w") as f:
+            f.write(text if isinstance(text, str) else json.dumps(text))
+        e = dict(os.environ)
+        e.pop("IDEMD_DATABASE_URL", None)
+        e.pop("IDEMD_LISTEN", None)
+        if env:
+            e.update(env)
+        return subprocess.run([BIN, "--config", self.path, "check-config"], env=e,
+                              capture_output=True, text=True, timeout=10)
+
+    def valid(self):
+        return {"listen": "127.0.0.1:18080", "database_url": "host=/tmp dbname=x",
+                "master_key_file": os.path.join(self.tmp, "k")}
+
+    def test_valid_file_exits_0(self):
+        p = self.check(self.valid())
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_valid_full_file_exits_0(self):
+        cfg = self.valid()
+        cfg.update({"pool_size": 4, "threads": 2, "max_body_bytes": 4096,
+                    "sweep_interval_seconds": 5, "cors_origins": ["http://localhost:3000"],
+                    "routes": [{"method": "POST", "path": "/orders", "tenant": "acme",
+                                "operation": "order.create",
+                                "upstream": "http://127.0.0.1:9/",
+                                "store_headers": ["location"],
+                                "connect_timeout_ms": 500, "timeout_ms": 2000}]})
+        p = self.check(cfg)
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_config_after_subcommand(self):
+        with open(self.path, "w") as f:
+            json.dump(self.valid(), f)
+        p = subprocess.run([BIN, "check-config", "--config", self.path],
+                           capture_output=True, text=True, timeout=10)
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_unknown_key_exits_2_and_names_it(self):
+        cfg = self.valid()
+        cfg["frobnication_level"] = 3
+        p = self.check(cfg)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("frobnication_level", p.stderr)
+
+    def test_mistyped_value_exits_2_and_names_key(self):
+        cfg = self.valid()
+        cfg["pool_size"] = "eight"
+        p = self.check(cfg)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("pool_size", p.stderr)
+
+    def test_out_of_range_value_exits_2(self):
+        cfg = self.valid()
+        cfg["max_body_bytes"] = 1
+        p = self.check(cfg)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("max_body_bytes", p.stderr)
+
+    def test_invalid_json_exits_2(self):
+        p = self.check('{"listen": "127.0.0.1:1", "database_url": ')
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertTrue(p.stderr.strip(), "no message on stderr")
+
+    def test_missing_database_url_exits_2(self):
+        cfg = self.valid()
+        del cfg["database_url"]
+        p = self.check(cfg)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("database_url", p.stderr)
+
+    def test_missing_database_url_supplied_by_env(self):
+        cfg = self.valid()
+        del cfg["database_url"]
+        p = self.check(cfg, env={"IDEMD_DATABASE_URL": "host=/tmp dbname=y"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_bad_route_exits_2(self):
+        cfg = self.valid()
+        cfg["routes"] = [{"method": "POST", "path": "/orders", "tenant": "acme",
+                          "operation": "order.create", "upstream": "http://x/", "bogus": 1}]
+        p = self.check(cfg)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("bogus", p.stderr)
+
+    def test_nonexistent_file_exits_2(self):
+        p = subprocess.run([BIN, "--config", os.path.join(self.tmp, "nope.json"),
+                            "check-config"], capture_output=True, text=True, timeout=10)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+
+
+class EnvOverrides(unittest.TestCase):
+    def setUp(self):
+        self.idemd = Idemd()
+
+    def tearDown(self):
+        for s in self.idemd.servers:
+            s.stop()
+        self.idemd.cleanup()
+
+    def test_database_url_and_listen_overrides(self):
+        # The file names a database that does not exist; the environment fixes it.
+        good_url = harness.conninfo(self.idemd.db)
+        self.idemd.write_config(database_url="host=%s dbname=idemd_it_does_not_exist user=%s"
+                                % (harness.PGHOST, harness.PGUSER))
+        env = {"IDEMD_DATABASE_URL": good_url}
+        p = self.idemd.run("migrate", env=env)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        key = None
+        p = self.idemd.run("tenant", "create", "envco", env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        key = json.loads(p.stdout.strip().splitlines()[-1])["api_key"]
+
+        other_port = harness.free_port()
+        srv = self.idemd.start(env={"IDEMD_DATABASE_URL": good_url,
+                                    "IDEMD_LISTEN": "127.0.0.1:%d" % other_port},
+                               port=other_port)
+        self.assertFalse(harness.port_open(self.idemd.port),
+                         "serve listens on the file's port despite IDEMD_LISTEN")
+        c = Client(other_port, key)
+        r = c.get("/readyz")
+        assert_status(self, r, 200)
+        r = c.put("/v1/operations/env.check", harness.DEFAULT_POLICY)
+        assert_status(self, r, 201)
+        self.assertEqual(srv.stop(), 0, srv.stderr_text())
+
+
+class Migrate(unittest.TestCase):
+    def setUp(self):
+        self.idemd = Idemd()
+
+    def tearDown(self):
+        for s in self.idemd.servers:
+            s.kill()
+        self.idemd.cleanup()
+
+    def applied(self):
+        out = psql("SELECT name || '|' || applied_at FROM schema_migrations ORDER BY name",
+                   db=self.idemd.db)
+        return out.splitlines()
+
+    def test_migrate_creates_master_key_0600(self):
+        self.assertFalse(os.path.exists(self.idemd.master_key_file))
+        self.idemd.migrate()
+        st = os.stat(self.idemd.master_key_file)
+        self.assertEqual(st.st_mode & 0o777, 0o600)
+        with open(self.idemd.master_key_file) as f:
+            self.assertRegex(f.read(), r"^[0-9a-f]{64}\n?$")
+
+    def test_migrate_twice_is_noop(self):
+        self.idemd.migrate()
+        first = self.applied()
+        self.assertEqual(len(first), len(migration_files()))
+        keys1 = psql("SELECT count(*) FROM signing_keys", db=self.idemd.db).strip()
+        mk1 = open(self.idemd.master_key_file).read()
+        p = self.idemd.migrate()
+        self.assertEqual(self.applied(), first, "second migrate changed schema_migrations")
+        self.assertEqual(psql("SELECT count(*) FROM signing_keys", db=self.idemd.db).strip(), keys1)
+        self.assertEqual(open(self.idemd.master_key_file).read(), mk1,
+                         "second migrate rewrote the master key")
+        self.assertEqual(p.returncode, 0)
+
+    def test_concurrent_migrates(self):
+        results = [None, None]
+
+        def run(i):
+            results[i] = self.idemd.run("migrate")
+
+        ts = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        for p in results:
+            self.assertEqual(p.returncode, 0, "stdout: %s\nstderr: %s" % (p.stdout, p.stderr))
+        rows = self.applied()
+        names = [r.split("|")[0] for r in rows]
+        files = migration_files()
+        self.assertEqual(len(names), len(files), rows)
+        for n, f in zip(names, files):
+            self.assertIn(n, (f, f[:-4]), rows)
+        self.assertEqual(len(set(names)), len(names), rows)
+        self.assertEqual(psql("SELECT count(*) FROM signing_keys", db=self.idemd.db).strip(), "1",
+                         "concurrent migrates created more than one signing key")
+        # The master key on disk must be the one the signing key is sealed under:
+        # a server must be able to issue and verify tokens.
+        key = self.idemd.tenant_create("conc")
+        srv = self.idemd.start()
+        c = srv.client(key)
+        assert_status(self, c.put("/v1/operations/conc.op", harness.DEFAULT_POLICY), 201)
+        r = c.post("/v1/tokens", {"operation": "conc.op", "subject": "u1"})
+        tok = assert_status(self, r, 201)["token"]
+        assert_status(self, c.post("/v1/tokens/%s/claim" % tok, {}), 201)
+        self.assertEqual(srv.stop(), 0)
+
+    def test_changed_applied_migration_is_refused(self):
+        mdir = os.path.join(self.idemd.tmp, "migrations")
+        shutil.copytree(harness.MIGRATIONS_DIR, mdir)
+        env = {"IDEMD_MIGRATIONS_DIR": mdir}
+        self.idemd.migrate(env=env)
+        last = migration_files(mdir)[-1]
+        with open(os.path.join(mdir, last), "a") as f:
+            f.write("\n-- edited after it was applied\n")
+        p = self.idemd.run("migrate", env=env)
+        self.assertNotEqual(p.returncode, 0, "changed migration accepted:\n" + p.stdout + p.stderr)
+        self.assertIn(last, p.stdout + p.stderr)
+
+    def test_new_migration_in_dir_is_applied(self):
+        mdir = os.path.join(self.idemd.tmp, "migrations")
+        shutil.copytree(harness.MIGRATIONS_DIR, mdir)
+        env = {"IDEMD_MIGRATIONS_DIR": mdir}
+        self.idemd.migrate(env=env)
+        with open(os.path.join(mdir, "9999_it_extra.sql"), "w") as f:
+            f.write("CREATE TABLE it_extra (x int);\n")
+        self.idemd.migrate(env=env)
+        self.assertEqual(psql("SELECT count(*) FROM it_extra", db=self.idemd.db).strip(), "0")
+        self.assertIn("9999_it_extra", "\n".join(self.applied()))
+
+    def test_serve_refuses_unmigrated_database(self):
+        p = subprocess.run([BIN, "--config", self.idemd.config_path, "serve"],
+                           env=self.idemd.env(), capture_output=True, text=True, timeout=20,
+                           cwd=self.idemd.tmp)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("migrate", (p.stdout + p.stderr).lower())
+
+    def test_serve_refuses_schema_behind(self):
+        mdir = os.path.join(self.idemd.tmp, "migrations")
+        shutil.copytree(harness.MIGRATIONS_DIR, mdir)
+        self.idemd.migrate(env={"IDEMD_MIGRATIONS_DIR": mdir})
+        with open(os.path.join(mdir, "9999_it_pending.sql"), "w") as f:
+            f.write("CREATE TABLE it_pending (x int);\n")
+        p = subprocess.run([BIN, "--config", self.idemd.config_path, "serve"],
+                           env=self.idemd.env({"IDEMD_MIGRATIONS_DIR": mdir}),
+                           capture_output=True, text=True, timeout=20, cwd=self.idemd.tmp)
+        self.assertNotEqual(p.returncode, 0, "serve started with a pending migration")
+        self.assertIn("migrate", (p.stdout + p.stderr).lower())
+
+
+class TenantCreate(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.idemd = Idemd()
+        cls.idemd.migrate()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.idemd.cleanup()
+
+    def test_prints_tenant_and_api_key(self):
+        name = uniq("tenant")
+        p = self.idemd.run("tenant", "create", name)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
+        self.assertEqual(len(lines), 1, p.stdout)
+        obj = json.loads(lines[0])
+        self.assertEqual(set(obj), {"tenant", "api_key"})
+        self.assertEqual(obj["tenant"], name)
+        self.assertIsInstance(obj["api_key"], str)
+        self.assertGreaterEqual(len(obj["api_key"]), 32)
+        self.assertTrue(obj["api_key"].startswith("idk_"), obj["api_key"])
+
+    def test_duplicate_name_fails(self):
+        name = uniq("dup")
+        self.idemd.tenant_create(name)
+        p = self.idemd.run("tenant", "create", name)
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        self.assertNotIn("api_key", p.stdout)
+
+    def test_api_key_not_stored_in_clear(self):
+        key = self.idemd.tenant_create(uniq("clear"))
+        rows = psql("SELECT row_to_json(a)::text FROM api_keys a", db=self.idemd.db)
+        self.assertTrue(rows.strip(), "api_keys is empty")
+        secret = key[4:] if key.startswith("idk_") else key
+        dump = harness.pg_dump(self.idemd.db)
+        for hay, what in ((rows, "api_keys rows"), (dump, "pg_dump of the database")):
+            self.assertNotIn(key, hay, "API key in clear in %s" % what)
+            self.assertNotIn(secret, hay, "API key secret part in clear in %s" % what)
+            self.assertNotIn(key.encode().hex(), hay, "API key hex-encoded in %s" % what)
+
+    def test_keys_rotate_prints_key_id(self):
+        p = self.idemd.run("keys", "rotate")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        obj = json.loads(p.stdout.strip().splitlines()[-1])
+        self.assertIsInstance(obj.get("key_id"), int)
+        k2 = self.idemd.keys_rotate()
+        self.assertGreater(k2, obj["key_id"])
+
+
+if __name__ == "__main__":
+    harness.main()

@@ -1,0 +1,131 @@
+"""Integration tests: graceful shutdown on SIGTERM (exit 0, port closed,
+in-flight request finished, idle keep-alive connections do not hold it up)."""
+
+import http.client
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Client, Idemd, assert_status, port_open, psql  # noqa: E402
+
+
+class Shutdown(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.idemd = Idemd()
+        cls.idemd.migrate()
+        cls.key = cls.idemd.tenant_create("shut")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.idemd.cleanup()
+
+    def setUp(self):
+        self.srv = self.idemd.start()
+        self.c = self.srv.client(self.key)
+
+    def tearDown(self):
+        self.srv.kill()
+
+    def wait_exit(self, timeout):
+        t0 = time.monotonic()
+        try:
+            rc = self.srv.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.fail("idemd still running %.0fs after SIGTERM" % timeout)
+        return rc, time.monotonic() - t0
+
+    def test_sigterm_exits_0_and_closes_port(self):
+        assert_status(self, self.c.get("/v1/operations"), 200)
+        self.srv.proc.send_signal(signal.SIGTERM)
+        rc, took = self.wait_exit(5)
+        print("\n  exited %d after %.3fs" % (rc, took))
+        self.assertEqual(rc, 0, self.srv.stderr_text()[-2000:])
+        self.assertFalse(port_open(self.srv.port), "port still open after exit")
+
+    def test_idle_keepalive_connection_does_not_block_shutdown(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=10)
+        conn.request("GET", "/healthz")
+        r = conn.getresponse()
+        r.read()
+        self.assertEqual(r.status, 200)
+        try:
+            self.srv.proc.send_signal(signal.SIGTERM)
+            rc, took = self.wait_exit(5)
+            print("\n  exited %d after %.3fs with an idle keep-alive connection" % (rc, took))
+            self.assertEqual(rc, 0, self.srv.stderr_text()[-2000:])
+        finally:
+            conn.close()
+
+    def test_in_flight_request_completes(self):
+        op = "shut.op"
+        r = self.c.put("/v1/operations/" + op, harness.DEFAULT_POLICY)
+        self.assertIn(r.status, (200, 201), r.describe())
+        tok = assert_status(self, self.c.post("/v1/tokens", {"operation": op, "subject": "u"}),
+                            201)["token"]
+        # Hold a lock on the records table so the claim blocks inside the database.
+        locker = subprocess.Popen([harness.PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1",
+                                   "-d", self.idemd.db], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env=harness.pg_env(), text=True)
+        try:
+            locker.stdin.write("BEGIN;\nLOCK TABLE records IN ACCESS EXCLUSIVE MODE;\n")
+            locker.stdin.flush()
+            q = ("SELECT count(*) FROM pg_locks WHERE relation = 'records'::regclass "
+                 "AND granted = %s")
+            self.assertTrue(self.poll(lambda: psql(q % "true", db=self.idemd.db).strip() != "0"),
+                            "could not lock records")
+            result = {}
+
+            def do_claim():
+                try:
+                    result["r"] = Client(self.srv.port, self.key, timeout=30).post(
+                        "/v1/tokens/%s/claim" % tok, {})
+                except Exception as e:
+                    result["e"] = e
+
+            t = threading.Thread(target=do_claim)
+            t.start()
+            self.assertTrue(self.poll(lambda: psql(q % "false", db=self.idemd.db).strip() != "0"),
+                            "the claim never reached the database")
+            self.srv.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            self.assertIsNone(self.srv.proc.poll(),
+                              "idemd exited while a request was in flight")
+            locker.stdin.write("COMMIT;\n")
+            locker.stdin.close()
+            t.join(15)
+            self.assertNotIn("e", result, "in-flight request failed: %r" % result.get("e"))
+            r = result["r"]
+            j = assert_status(self, r, 201)
+            self.assertEqual(j["attempt"], 1)
+            rc, took = self.wait_exit(10)
+            self.assertEqual(rc, 0, self.srv.stderr_text()[-2000:])
+            self.assertFalse(port_open(self.srv.port))
+        finally:
+            if locker.poll() is None:
+                try:
+                    locker.stdin.close()
+                except (OSError, ValueError):
+                    pass
+                locker.kill()
+            locker.wait()
+
+    @staticmethod
+    def poll(cond, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if cond():
+                return True
+            time.sleep(0.05)
+        return False
+
+
+if __name__ == "__main__":
+    harness.main()

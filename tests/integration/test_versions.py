@@ -1,0 +1,111 @@
+"""Integration tests: version counters (GET, If-Match bump, 412/428, bumps
+by claims, per-tenant isolation)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import IdemdCase, assert_problem, assert_status, uniq  # noqa: E402
+
+
+class Versions(IdemdCase):
+    def get(self, key, client=None):
+        return (client or self.client).get("/v1/versions/" + key)
+
+    def bump(self, key, if_match=None, client=None):
+        h = {"If-Match": if_match} if if_match is not None else {}
+        return (client or self.client).post("/v1/versions/" + key, headers=h)
+
+    def test_unknown_key_is_zero(self):
+        key = uniq("orders") + ":user-42"
+        r = self.get(key)
+        j = assert_status(self, r, 200)
+        self.assertEqual(j, {"key": key, "version": 0}, r.describe())
+        self.assertEqual(r.header("etag"), '"0"', r.describe())
+
+    def test_bump_with_if_match(self):
+        key = uniq("orders") + ":u1"
+        r = self.bump(key, '"0"')
+        j = assert_status(self, r, 200)
+        self.assertEqual(j.get("version"), 1, r.describe())
+        r = self.get(key)
+        self.assertEqual(assert_status(self, r, 200)["version"], 1)
+        self.assertEqual(r.header("etag"), '"1"', r.describe())
+        r = self.bump(key, '"1"')
+        self.assertEqual(assert_status(self, r, 200).get("version"), 2, r.describe())
+
+    def test_stale_if_match_412(self):
+        key = uniq("orders") + ":u2"
+        assert_status(self, self.bump(key, '"0"'), 200)
+        r = self.bump(key, '"0"')
+        assert_problem(self, r, 412, "version_mismatch")
+        self.assertEqual(r.header("etag"), '"1"', r.describe())
+        r = self.bump(key, '"5"')
+        assert_problem(self, r, 412, "version_mismatch")
+        self.assertEqual(self.version(key), 1)
+
+    def test_missing_if_match_428(self):
+        key = uniq("orders") + ":u3"
+        assert_problem(self, self.bump(key), 428, "version_required")
+        self.assertEqual(self.version(key), 0)
+
+    def test_malformed_if_match(self):
+        key = uniq("orders") + ":u4"
+        for im in ("0", '"abc"', 'W/"0"', '"-1"'):
+            with self.subTest(if_match=im):
+                r = self.bump(key, im)
+                self.assertIn(r.status, (400, 412), r.describe())
+                self.assertEqual(r.header("content-type", "").split(";")[0],
+                                 "application/problem+json", r.describe())
+        self.assertEqual(self.version(key), 0)
+
+    def test_claims_bump_counter(self):
+        prefix = uniq("stock")
+        op = self.put_operation(version_key=prefix + ":{subject}")
+        subj = uniq("u")
+        key = "%s:%s" % (prefix, subj)
+        assert_status(self, self.bump(key, '"0"'), 200)
+        assert_status(self, self.bump(key, '"1"'), 200)
+        v = self.version(key)
+        self.assertEqual(v, 2)
+        r1 = self.issue_resp(op, subj)
+        r2 = self.issue_resp(op, subj)
+        t1 = assert_status(self, r1, 201)
+        t2 = assert_status(self, r2, 201)
+        self.assertEqual(t1.get("version"), v, r1.describe())
+        self.assertEqual(t2.get("version"), v, r2.describe())
+        self.claim_ok(t1["token"])
+        self.assertEqual(self.version(key), v + 1)
+        r = self.claim(t2["token"])
+        assert_problem(self, r, 412, "version_mismatch")
+        self.assertEqual(r.header("etag"), '"%d"' % (v + 1), r.describe())
+        self.assertEqual(self.version(key), v + 1)
+
+    def test_fixed_key_shared_across_subjects(self):
+        key = uniq("catalog")
+        op = self.put_operation(version_key=key)
+        ta = self.issue(op, "alice")
+        tb = self.issue(op, "bob")
+        self.claim_ok(ta)
+        self.assertEqual(self.version(key), 1)
+        assert_problem(self, self.claim(tb), 412, "version_mismatch")
+
+    def test_counters_per_tenant(self):
+        key = uniq("orders") + ":shared"
+        assert_status(self, self.bump(key, '"0"'), 200)
+        assert_status(self, self.bump(key, '"1"'), 200)
+        r = self.get(key, client=self.other)
+        self.assertEqual(assert_status(self, r, 200)["version"], 0, r.describe())
+        assert_problem(self, self.bump(key, '"2"', client=self.other), 412, "version_mismatch")
+        assert_status(self, self.bump(key, '"0"', client=self.other), 200)
+        self.assertEqual(self.version(key), 2)
+        self.assertEqual(self.version(key, client=self.other), 1)
+
+    def test_versions_need_api_key(self):
+        assert_problem(self, self.anon.get("/v1/versions/x"), 401, "unauthorized")
+        assert_problem(self, self.bump("x", '"0"', client=self.anon), 401, "unauthorized")
+
+
+if __name__ == "__main__":
+    harness.main()

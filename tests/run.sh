@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: unit and integration tests (ctest) against a
+# throwaway PostgreSQL cluster, the OpenAPI lint, and, with --sanitize or when
+# CI=true, the tests again under AddressSanitizer and UBSan.
+# Ends with the line "N passed, N failed"; exits non-zero on any failure.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+
+sanitize=0 werror=OFF
+if [ "${CI:-}" = true ]; then sanitize=1 werror=ON; fi
+for arg in "$@"; do
+  case "$arg" in
+    --sanitize) sanitize=1 ;;
+    -h|--help) echo "usage: $0 [--sanitize]"; exit 0 ;;
+    *) echo "run.sh: unknown option: $arg" >&2; exit 2 ;;
+  esac
+done
+
+passed=0 failed=0 skipped=0
+results=() problems=()
+say() { printf '\n==> %s\n' "$*"; }
+pg() { bash "$ROOT/deploy/pg.sh" "$@"; }
+
+bash deploy/deps.sh --test || exit 1
+
+# A throwaway cluster; under root PostgreSQL runs as idemd-pg, which must be
+# able to reach it, hence 0711.
+TMP=$(mktemp -d /tmp/idemd-test.XXXXXX) || exit 1
+chmod 711 "$TMP"
+# shellcheck disable=SC2317
+cleanup() { pg stop "$TMP/pg" >/dev/null 2>&1; rm -rf "$TMP"; }
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+say "starting a throwaway PostgreSQL"
+if ! { pg init "$TMP/pg" && pg start "$TMP/pg"; }; then
+  echo "run.sh: PostgreSQL did not start" >&2; exit 1
+fi
+IDEMD_TEST_PGHOST=$(pg socket "$TMP/pg")
+IDEMD_TEST_PGUSER=$(pg role "$TMP/pg")
+IDEMD_TEST_PSQL=/usr/lib/postgresql/15/bin/psql
+IDEMD_TEST_PGDATA=$(readlink -f "$TMP/pg")/data
+IDEMD_TEST_PGCTL="bash $(printf %q "$ROOT/deploy/pg.sh") pg_ctl $(printf %q "$TMP/pg")"
+export IDEMD_TEST_PGHOST IDEMD_TEST_PGUSER IDEMD_TEST_PSQL IDEMD_TEST_PGDATA IDEMD_TEST_PGCTL
+
+# suite NAME BUILD_DIR CMAKE_ARGS...: build a tree and run its ctest suite.
+suite() {
+  local name=$1 dir=$2; shift 2
+  say "building $dir ($name)"
+  if ! { cmake -S . -B "$dir" "$@" >/dev/null && cmake --build "$dir" -j2; }; then
+    results+=("$name: build FAILED"); problems+=("$name build"); return
+  fi
+  say "running $name tests"
+  ctest --test-dir "$dir" --output-on-failure -j1 --timeout 600 2>&1 | tee "$TMP/ctest.log"
+  local rc=${PIPESTATUS[0]} line p=0 f=0 s
+  line=$(sed -nE 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1 \2/p' "$TMP/ctest.log" | tail -n 1)
+  s=$(grep -cE '^[[:space:]]+[0-9]+ - .+ \(Skipped\)$' "$TMP/ctest.log")
+  if [ -n "$line" ]; then f=${line% *}; p=$(( ${line#* } - f - s )); fi
+  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+  results+=("$name: $p passed, $f failed, $s skipped")
+  if [ "$rc" -ne 0 ] || [ "$f" -ne 0 ]; then problems+=("$name tests"); fi
+}
+
+suite release build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEMD_WERROR="$werror" -DIDEMD_SANITIZE=OFF
+
+say "linting api/openapi.yaml"
+export REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true
+# Pinned so that lint results do not change under us.
+redocly_version=1.34.20
+redocly=build/node/node_modules/.bin/redocly
+if ! grep -qs "\"version\": \"$redocly_version\"" build/node/node_modules/@redocly/cli/package.json; then
+  npm install --prefix build/node --no-audit --no-fund --loglevel=error "@redocly/cli@$redocly_version"
+fi
+if [ -x "$redocly" ] && "$redocly" lint api/openapi.yaml; then
+  results+=("openapi lint: ok")
+else
+  results+=("openapi lint: FAILED"); problems+=("openapi lint")
+fi
+
+if [ "$sanitize" = 1 ]; then
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    suite sanitizer build-asan -DCMAKE_BUILD_TYPE=Debug -DIDEMD_WERROR=ON -DIDEMD_SANITIZE=ON
+else
+  results+=("sanitizer: skipped (use --sanitize)")
+fi
+
+say "summary"
+printf '  %s\n' "${results[@]}"
+if [ "${#problems[@]}" -gt 0 ]; then
+  printf '  FAILED: %s\n' "${problems[@]}"
+else
+  echo "  all good"
+fi
+if [ "$skipped" -gt 0 ]; then
+  echo "$passed passed, $failed failed, $skipped skipped"
+else
+  echo "$passed passed, $failed failed"
+fi
+[ "${#problems[@]}" -eq 0 ]
