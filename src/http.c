@@ -373,6 +373,7 @@ int http_start(const struct config *cfg)
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	http_daemon = MHD_start_daemon(flags, cfg->listen_port, NULL, NULL, http_access, NULL,
+				       MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL,
 				       MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 				       MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
 				       MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
@@ -381,7 +382,6 @@ int http_start(const struct config *cfg)
 				       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
 				       MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
 				       MHD_OPTION_NOTIFY_COMPLETED, http_completed, NULL,
-				       MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL,
 				       MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (http_daemon == NULL) {

@@ -159,7 +159,8 @@ int keys_refresh(void)
 		return 0;
 	if (keys_load() < 0)
 		return -1;
-	log_info("keys: %u is the active signing key", (unsigned)newest);
+	if (newest > 0)
+		log_info("keys: %u is the active signing key", (unsigned)newest);
 	return 0;
 }
 

@@ -34,7 +34,7 @@ void log_json(enum log_level level, json_t *fields)
 	json_object_set_new(line, "time", json_string(when));
 	json_object_set_new(line, "level", json_string(log_level_names[level]));
 	json_object_update(line, fields);
-	char *text = json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	char *text = json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
 	if (text != NULL) {
 		/* one fputs per line keeps lines whole across threads */
 		size_t n = strlen(text);

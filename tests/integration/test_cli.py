@@ -16,6 +16,11 @@ import harness  # noqa: E402
 from harness import BIN, Client, Idemd, assert_status, psql, uniq  # noqa: E402
 
 
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
 def migration_files(d=harness.MIGRATIONS_DIR):
     return sorted(f for f in os.listdir(d) if f.endswith(".sql"))
 
@@ -202,11 +207,11 @@ class Migrate(unittest.TestCase):
         first = self.applied()
         self.assertEqual(len(first), len(migration_files()))
         keys1 = psql("SELECT count(*) FROM signing_keys", db=self.idemd.db).strip()
-        mk1 = open(self.idemd.master_key_file).read()
+        mk1 = read(self.idemd.master_key_file)
         p = self.idemd.migrate()
         self.assertEqual(self.applied(), first, "second migrate changed schema_migrations")
         self.assertEqual(psql("SELECT count(*) FROM signing_keys", db=self.idemd.db).strip(), keys1)
-        self.assertEqual(open(self.idemd.master_key_file).read(), mk1,
+        self.assertEqual(read(self.idemd.master_key_file), mk1,
                          "second migrate rewrote the master key")
         self.assertEqual(p.returncode, 0)
 
