@@ -120,7 +120,8 @@ CREATE TABLE versions (
 --
 -- Result columns per outcome:
 --   claimed:          attempt, lease_expires_at, current_version (after bump)
---   replay:           attempt, resp_status, resp_headers, resp_body, resp_is_json
+--   replay:           attempt, lease_expires_at (= record expiry), resp_status,
+--                     resp_headers, resp_body, resp_is_json
 --   in_progress:      attempt, lease_expires_at, retry_after (seconds, >= 1)
 --   version_mismatch: current_version
 --   others:           nothing (all NULL)
@@ -194,6 +195,9 @@ BEGIN
             IF r.state = 'completed' THEN
                 outcome      := 'replay';
                 attempt      := r.attempt;
+                -- for a replay this column carries the end of retention,
+                -- until which the response may be cached
+                lease_expires_at := r.expires_at;
                 resp_status  := r.response_status;
                 resp_headers := r.response_headers;
                 resp_body    := r.response_body;

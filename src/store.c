@@ -101,8 +101,31 @@ static int store_bool(const PGresult *r, int row, int col)
 void store_response_free(struct stored_response *r)
 {
 	free(r->sr_headers);
-	PQfreemem(r->sr_body);
+	free(r->sr_body);
 	memset(r, 0, sizeof(*r));
+}
+
+/* Decodes a bytea text value into malloc'd memory (NUL-terminated). */
+static unsigned char *store_bytea(const PGresult *r, int row, int col, size_t *len)
+{
+	size_t n = 0;
+	unsigned char *raw = NULL, *out;
+
+	*len = 0;
+	if (!PQgetisnull(r, row, col)) {
+		raw = PQunescapeBytea((const unsigned char *)PQgetvalue(r, row, col), &n);
+		if (raw == NULL)
+			return NULL;
+	}
+	out = malloc(n + 1);
+	if (out != NULL) {
+		if (n > 0)
+			memcpy(out, raw, n);
+		out[n] = '\0';
+		*len = n;
+	}
+	PQfreemem(raw);
+	return out;
 }
 
 /* Reads status, headers, body, is_json starting at column COL. */
@@ -113,12 +136,7 @@ static int store_read_response(const PGresult *r, int col, struct stored_respons
 		return 0;
 	out->sr_status = (int)store_i64(r, 0, col);
 	out->sr_headers = strdup(PQgetisnull(r, 0, col + 1) ? "{}" : PQgetvalue(r, 0, col + 1));
-	if (!PQgetisnull(r, 0, col + 2)) {
-		out->sr_body = PQunescapeBytea((const unsigned char *)PQgetvalue(r, 0, col + 2),
-					       &out->sr_body_len);
-	} else {
-		out->sr_body = PQunescapeBytea((const unsigned char *)"", &out->sr_body_len);
-	}
+	out->sr_body = store_bytea(r, 0, col + 2, &out->sr_body_len);
 	out->sr_is_json = store_bool(r, 0, col + 3);
 	if (out->sr_headers == NULL || out->sr_body == NULL) {
 		store_response_free(out);
@@ -275,7 +293,7 @@ int store_keys_load(struct sealed_key **keys, size_t *n)
 	for (int i = 0; i < rows; i++) {
 		struct sealed_key *k = &(*keys)[i];
 		k->sk_id = (uint32_t)store_i64(r, i, 0);
-		k->sk_sealed = PQunescapeBytea((const unsigned char *)PQgetvalue(r, i, 1), &k->sk_len);
+		k->sk_sealed = store_bytea(r, i, 1, &k->sk_len);
 		k->sk_created_at = store_i64(r, i, 2);
 		k->sk_retired_at = store_i64(r, i, 3);
 		if (k->sk_sealed == NULL) {
@@ -292,7 +310,7 @@ int store_keys_load(struct sealed_key **keys, size_t *n)
 void store_keys_free(struct sealed_key *keys, size_t n)
 {
 	for (size_t i = 0; keys != NULL && i < n; i++)
-		PQfreemem(keys[i].sk_sealed);
+		free(keys[i].sk_sealed);
 	free(keys);
 }
 
@@ -376,6 +394,7 @@ int store_claim(const struct claim_args *a, struct claim_result *res)
 	res->cr_outcome = store_claim_outcomes[i].outcome;
 	res->cr_attempt = (int)store_i64(r, 0, 1);
 	res->cr_lease_expires_at = store_i64(r, 0, 2);
+	res->cr_record_expires_at = res->cr_outcome == CLAIM_REPLAY ? res->cr_lease_expires_at : 0;
 	res->cr_retry_after = (int)store_i64(r, 0, 3);
 	res->cr_current_version = store_i64(r, 0, 8);
 	if (res->cr_outcome == CLAIM_REPLAY && store_read_response(r, 4, &res->cr_response) < 0)

@@ -27,8 +27,8 @@ struct operation {
 
 struct stored_response {
 	int sr_status;
-	char *sr_headers;      /* JSON object text, owned */
-	unsigned char *sr_body; /* owned */
+	char *sr_headers;      /* JSON object text, owned (malloc) */
+	unsigned char *sr_body; /* owned (malloc), NUL-terminated */
 	size_t sr_body_len;
 	int sr_is_json;
 };
@@ -93,6 +93,7 @@ struct claim_result {
 	enum claim_outcome cr_outcome;
 	int cr_attempt;
 	int64_t cr_lease_expires_at;  /* unix ms */
+	int64_t cr_record_expires_at; /* unix ms, for CLAIM_REPLAY: end of retention */
 	int cr_retry_after;
 	int64_t cr_current_version;
 	struct stored_response cr_response; /* for CLAIM_REPLAY */

@@ -13,6 +13,7 @@
 #include "metrics.h"
 #include "opcache.h"
 #include "problem.h"
+#include "replaycache.h"
 #include "reqjson.h"
 #include "versionkey.h"
 
@@ -149,6 +150,19 @@ int tokenreq_claim(struct request *req, const struct token *t, const uint8_t *fp
 	int found, ret = 0;
 
 	memset(res, 0, sizeof(*res));
+	/* a completed submit never changes: answer duplicates from memory */
+	int cached = replaycache_get(t->tenant_id, t->id, fp, &res->cr_response);
+	if (cached == 1) {
+		metrics_add(METRIC_REPLAYS, 1);
+		tokenreq_replay(req, &res->cr_response);
+		store_response_free(&res->cr_response);
+		return 0;
+	}
+	if (cached == 2) {
+		problem_reply(req, 422, "fingerprint_mismatch",
+			      "the token was first used with a different request");
+		return 0;
+	}
 	if (opcache_by_id(t->operation_id, &op, &found) < 0) {
 		problem_unavailable(req);
 		return 0;
@@ -197,6 +211,7 @@ int tokenreq_claim(struct request *req, const struct token *t, const uint8_t *fp
 		break;
 	case CLAIM_REPLAY:
 		metrics_add(METRIC_REPLAYS, 1);
+		replaycache_put(t->tenant_id, t->id, fp, &res->cr_response, res->cr_record_expires_at);
 		tokenreq_replay(req, &res->cr_response);
 		break;
 	case CLAIM_IN_PROGRESS:

@@ -80,6 +80,39 @@ def port_open(port, host="127.0.0.1"):
         return False
 
 
+def raw_http(port, head, body_after_continue=None, timeout=5.0):
+    """Sends HEAD (bytes, through the blank line) on a raw socket.
+
+    If BODY_AFTER_CONTINUE is given, waits for an interim response first and
+    sends the body only if it is "100 Continue". Returns (interim, final)
+    where each is the raw bytes received (interim is b"" when not asked for).
+    """
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(head)
+        interim = b""
+        if body_after_continue is not None:
+            interim = s.recv(65536)
+            if interim.startswith(b"HTTP/1.1 100"):
+                s.sendall(body_after_continue)
+            else:
+                return interim, interim
+        data = b""
+        try:
+            while True:
+                d = s.recv(65536)
+                if not d:
+                    break
+                data += d
+                if b"\r\n\r\n" in data:
+                    hdr, _, rest = data.partition(b"\r\n\r\n")
+                    m = re.search(rb"(?i)content-length:\s*(\d+)", hdr)
+                    if m and len(rest) >= int(m.group(1)):
+                        break
+        except socket.timeout:
+            pass
+        return interim, data
+
+
 # ---------------------------------------------------------------- PostgreSQL
 
 def pg_env():

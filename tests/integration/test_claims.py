@@ -124,6 +124,28 @@ class Claims(IdemdCase):
         self.claim_ok(tok, {"request": [1, 2]})
         assert_problem(self, self.claim(tok, {"request": [2, 1]}), 422, "fingerprint_mismatch")
 
+    def test_fingerprint_unicode_escapes_equal(self):
+        tok = self.issue(self.op)
+        url = "/v1/tokens/%s/claim" % tok
+        assert_status(self, self.client.post(url, b'{"request": {"name": "Ren\xc3\xa9e"}}'), 201)
+        r = self.client.post(url, b'{"request": {"name": "Ren\\u00e9e"}}')
+        assert_problem(self, r, 409, "request_in_progress")
+
+    def test_deeply_nested_request(self):
+        # deep but within the parser's limits: fingerprinted like any request
+        tok = self.issue(self.op)
+        url = "/v1/tokens/%s/claim" % tok
+        nested = b'{"request": ' + b"[" * 1000 + b"]" * 1000 + b"}"
+        assert_status(self, self.client.post(url, nested), 201)
+        assert_problem(self, self.client.post(url, nested), 409, "request_in_progress")
+        # absurdly deep: a clear 400, never a crash
+        tok2 = self.issue(self.op)
+        absurd = b'{"request": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+        r = self.client.post("/v1/tokens/%s/claim" % tok2, absurd)
+        assert_problem(self, r, 400, "invalid_request")
+        assert_status(self, self.anon.get("/healthz"), 200)
+        self.claim_ok(tok2)
+
     def test_claim_body_validation(self):
         tok = self.issue(self.op)
         for body in ({"fingerprint": 5}, {"fingerprint": "x", "colour": "blue"}, [1], "str"):

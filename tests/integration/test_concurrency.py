@@ -125,6 +125,62 @@ class TwoInstances(IdemdCase):
                 self.assertEqual(r.header("etag"), '"1"', r.describe())
         self.assertEqual(self.version("%s:%s" % (prefix, subj)), 1)
 
+    def test_concurrent_takeover_one_winner(self):
+        op = self.put_operation(lease_seconds=1)
+        tok = self.issue(op)
+        self.claim_ok(tok)
+        time.sleep(2.1)
+        path = "/v1/tokens/%s/claim" % tok
+        results, elapsed = storm(100, lambda i: self.clients[i % 2].post(path, {}))
+        fig = figures(results)
+        print("\n  100 concurrent takeovers of an expired lease: %s in %.3fs" % (fig, elapsed))
+        for r in results:
+            self.assertNotIsInstance(r, Exception, repr(r))
+        winners = [r for r in results if r.status == 201]
+        self.assertEqual(len(winners), 1, fig)
+        self.assertEqual(winners[0].json["attempt"], 2, winners[0].describe())
+        self.assertEqual(sum(1 for r in results if r.status == 409), 99, fig)
+        assert_status(self, self.complete(tok, 2, 200, body={"w": 2}), 200)
+
+    def test_concurrent_complete_and_claims(self):
+        op = self.put_operation()
+        tok = self.issue(op)
+        self.claim_ok(tok)
+        path = "/v1/tokens/%s/claim" % tok
+        done = {"attempt": 1, "status": 201, "body": {"n": 5}}
+
+        def fn(i):
+            if i == 50:
+                return self.clients[0].post("/v1/tokens/%s/complete" % tok, done)
+            return self.clients[i % 2].post(path, {})
+
+        results, elapsed = storm(101, fn)
+        fig = figures(results)
+        print("\n  100 claims racing one complete: %s in %.3fs" % (fig, elapsed))
+        for r in results:
+            self.assertNotIsInstance(r, Exception, repr(r))
+        self.assertEqual(results[50].status, 200, results[50].describe())
+        for i, r in enumerate(results):
+            if i == 50:
+                continue
+            if r.status == 200:
+                self.assertEqual(r.json["response"]["body"], {"n": 5}, r.describe())
+                self.assertEqual(r.header("idempotent-replayed"), "true", r.describe())
+            else:
+                self.assertEqual(r.status, 409, r.describe())
+                self.assertEqual(r.json["code"], "request_in_progress", r.describe())
+
+    def test_concurrent_put_same_operation(self):
+        name = uniq("race.op")
+        results, elapsed = storm(20, lambda i: self.clients[i % 2].put(
+            "/v1/operations/" + name, harness.DEFAULT_POLICY))
+        fig = figures(results)
+        print("\n  20 concurrent PUTs of one new operation: %s in %.3fs" % (fig, elapsed))
+        for r in results:
+            self.assertNotIsInstance(r, Exception, repr(r))
+        self.assertEqual(sum(1 for r in results if r.status == 201), 1, fig)
+        self.assertEqual(sum(1 for r in results if r.status == 200), 19, fig)
+
     def test_concurrent_version_bumps(self):
         key = uniq("stock") + ":sku-1"
         results, elapsed = storm(50, lambda i: self.clients[i % 2].post(

@@ -2,6 +2,7 @@
 types, malformed JSON, request ids, access log, authentication, health,
 readiness and metrics endpoints)."""
 
+import json
 import os
 import sys
 import time
@@ -48,6 +49,23 @@ class HttpCore(IdemdCase):
         r = self.client.post("/v1/tokens", {"operation": op, "subject": "s" * 100})
         assert_status(self, r, 201)
 
+    def expect_head(self, length):
+        return (b"POST /v1/tokens HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n"
+                b"Content-Type: application/json\r\nExpect: 100-continue\r\n"
+                b"Content-Length: %d\r\n\r\n" % (self.api_key.encode(), length))
+
+    def test_expect_continue_over_limit_413_without_body(self):
+        interim, final = harness.raw_http(self.server.port, self.expect_head(5000000), b"")
+        self.assertTrue(final.startswith(b"HTTP/1.1 413"), final[:300])
+        self.assertIn(b"payload_too_large", final)
+
+    def test_expect_continue_under_limit(self):
+        op = self.put_operation()
+        body = json.dumps({"operation": op, "subject": "u"}).encode()
+        interim, final = harness.raw_http(self.server.port, self.expect_head(len(body)), body)
+        self.assertTrue(interim.startswith(b"HTTP/1.1 100"), interim[:300])
+        self.assertTrue(final.startswith(b"HTTP/1.1 201"), final[:300])
+
     def test_text_plain_415(self):
         op = self.put_operation()
         r = self.client.post("/v1/tokens", '{"operation":"%s","subject":"u"}' % op,
@@ -67,6 +85,11 @@ class HttpCore(IdemdCase):
             with self.subTest(body=raw):
                 r = self.client.post("/v1/tokens", raw)
                 assert_problem(self, r, 400, "invalid_request")
+
+    def test_invalid_utf8_400(self):
+        op = self.put_operation()
+        r = self.client.post("/v1/tokens", b'{"operation": "%s", "subject": "\xff\xfe"}' % op.encode())
+        assert_problem(self, r, 400, "invalid_request")
 
     def test_request_id_echoed(self):
         rid = "it-" + uuid.uuid4().hex

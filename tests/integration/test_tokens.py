@@ -210,6 +210,15 @@ class Tokens(IdemdCase):
                 assert_problem(self, self.claim(bad), 400, "token_malformed")
                 assert_problem(self, self.revoke(bad), 400, "token_malformed")
 
+    def test_token_with_encoded_nul_suffix_400(self):
+        tok = self.issue(self.op)
+        for suffix in ("%00", "%00xyz"):
+            with self.subTest(suffix=suffix):
+                assert_problem(self, self.introspect(tok + suffix), 400, "token_malformed")
+                assert_problem(self, self.claim(tok + suffix), 400, "token_malformed")
+                assert_problem(self, self.revoke(tok + suffix), 400, "token_malformed")
+        self.assertEqual(assert_status(self, self.introspect(tok), 200)["state"], "issued")
+
     def test_other_tenants_token_403(self):
         tok = self.issue(self.op)
         assert_problem(self, self.introspect(tok, client=self.other), 403, "token_scope_mismatch")

@@ -3,6 +3,7 @@ by claims, per-tenant isolation)."""
 
 import os
 import sys
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -101,6 +102,36 @@ class Versions(IdemdCase):
         assert_status(self, self.bump(key, '"0"', client=self.other), 200)
         self.assertEqual(self.version(key), 2)
         self.assertEqual(self.version(key, client=self.other), 1)
+
+    def test_key_length_and_charset(self):
+        ok = uniq("k") + "k" * 490
+        ok = ok + "x" * (512 - len(ok))
+        self.assertEqual(len(ok), 512)
+        self.assertEqual(self.version(ok), 0)
+        for bad in (ok + "x", "a%20b", "caf%C3%A9", "abc%00def", "abc%0Adef"):
+            with self.subTest(key=bad[:16]):
+                assert_problem(self, self.get(bad), 400, "invalid_request")
+                assert_problem(self, self.bump(bad, '"0"'), 400, "invalid_request")
+
+    def test_counter_of_any_issuable_subject_is_addressable(self):
+        # Whatever subject a token can be issued for, the counter its claim
+        # bumps can be read and bumped by its key (percent-encoded in the path).
+        prefix = uniq("orders")
+        op = self.put_operation(version_key=prefix + ":{subject}")
+        for subj in ("team/42", "a?b#c", "50%off", "x+y", "a%2Fb"):
+            with self.subTest(subject=subj):
+                r = self.issue_resp(op, subj)
+                if r.status == 400:
+                    assert_problem(self, r, 400, "invalid_request")
+                    continue
+                tok = assert_status(self, r, 201)["token"]
+                self.claim_ok(tok)
+                path = "/v1/versions/" + urllib.parse.quote("%s:%s" % (prefix, subj), safe=":")
+                r = self.client.get(path)
+                j = assert_status(self, r, 200)
+                self.assertEqual(j, {"key": "%s:%s" % (prefix, subj), "version": 1}, r.describe())
+                r = self.client.post(path, headers={"If-Match": '"1"'})
+                self.assertEqual(assert_status(self, r, 200).get("version"), 2, r.describe())
 
     def test_versions_need_api_key(self):
         assert_problem(self, self.anon.get("/v1/versions/x"), 401, "unauthorized")

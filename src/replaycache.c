@@ -1,0 +1,122 @@
+/* Replay cache: a direct-mapped table of owned response copies under
+ * striped mutexes; a collision simply evicts. */
+#include "replaycache.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define REPLAYCACHE_STRIPES 64
+
+struct replaycache_entry {
+	uint32_t re_tenant_id;
+	uint8_t re_id[16];
+	int re_has_fp;
+	uint8_t re_fp[STORE_HASH_BYTES];
+	int64_t re_expires_at;
+	struct stored_response re_resp; /* sr_body from malloc here */
+	int re_used;
+};
+
+static struct replaycache_entry replaycache_slots[REPLAYCACHE_SLOTS];
+static pthread_mutex_t replaycache_locks[REPLAYCACHE_STRIPES] = {
+	[0 ... REPLAYCACHE_STRIPES - 1] = PTHREAD_MUTEX_INITIALIZER
+};
+
+static size_t replaycache_slot(uint32_t tenant_id, const uint8_t id[16])
+{
+	uint64_t h;
+
+	/* token ids are uniformly random */
+	memcpy(&h, id, sizeof(h));
+	return (size_t)((h ^ tenant_id) % REPLAYCACHE_SLOTS);
+}
+
+static int64_t replaycache_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void replaycache_drop(struct replaycache_entry *e)
+{
+	free(e->re_resp.sr_headers);
+	free(e->re_resp.sr_body);
+	memset(e, 0, sizeof(*e));
+}
+
+/* Copies SRC into DST with freshly allocated buffers. 0 or -1. */
+static int replaycache_copy(struct stored_response *dst, const struct stored_response *src)
+{
+	*dst = *src;
+	dst->sr_headers = strdup(src->sr_headers ? src->sr_headers : "{}");
+	dst->sr_body = malloc(src->sr_body_len + 1);
+	if (dst->sr_headers == NULL || dst->sr_body == NULL) {
+		free(dst->sr_headers);
+		free(dst->sr_body);
+		memset(dst, 0, sizeof(*dst));
+		return -1;
+	}
+	if (src->sr_body_len > 0)
+		memcpy(dst->sr_body, src->sr_body, src->sr_body_len);
+	dst->sr_body[src->sr_body_len] = '\0';
+	return 0;
+}
+
+void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
+		     const struct stored_response *r, int64_t expires_at)
+{
+	struct replaycache_entry fresh = { 0 };
+
+	if (r->sr_body_len > REPLAYCACHE_MAX_BODY || replaycache_copy(&fresh.re_resp, r) < 0)
+		return;
+	fresh.re_tenant_id = tenant_id;
+	memcpy(fresh.re_id, id, sizeof(fresh.re_id));
+	fresh.re_has_fp = fp != NULL;
+	if (fp != NULL)
+		memcpy(fresh.re_fp, fp, sizeof(fresh.re_fp));
+	fresh.re_expires_at = expires_at;
+	fresh.re_used = 1;
+
+	size_t slot = replaycache_slot(tenant_id, id);
+	pthread_mutex_t *lock = &replaycache_locks[slot % REPLAYCACHE_STRIPES];
+	pthread_mutex_lock(lock);
+	replaycache_drop(&replaycache_slots[slot]);
+	replaycache_slots[slot] = fresh;
+	pthread_mutex_unlock(lock);
+}
+
+int replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
+		    struct stored_response *out)
+{
+	size_t slot = replaycache_slot(tenant_id, id);
+	pthread_mutex_t *lock = &replaycache_locks[slot % REPLAYCACHE_STRIPES];
+	int ret = 0;
+
+	pthread_mutex_lock(lock);
+	struct replaycache_entry *e = &replaycache_slots[slot];
+	if (e->re_used && e->re_tenant_id == tenant_id && memcmp(e->re_id, id, 16) == 0) {
+		if (e->re_expires_at <= replaycache_now_ms())
+			replaycache_drop(e);
+		else if (e->re_has_fp != (fp != NULL) ||
+			 (fp != NULL && memcmp(e->re_fp, fp, STORE_HASH_BYTES) != 0))
+			ret = 2;
+		else
+			ret = replaycache_copy(out, &e->re_resp) == 0 ? 1 : 0;
+	}
+	pthread_mutex_unlock(lock);
+	return ret;
+}
+
+void replaycache_clear(void)
+{
+	for (size_t i = 0; i < REPLAYCACHE_SLOTS; i++) {
+		pthread_mutex_t *lock = &replaycache_locks[i % REPLAYCACHE_STRIPES];
+		pthread_mutex_lock(lock);
+		replaycache_drop(&replaycache_slots[i]);
+		pthread_mutex_unlock(lock);
+	}
+}
