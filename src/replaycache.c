@@ -3,6 +3,7 @@
 #include "replaycache.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,6 +21,7 @@ struct replaycache_entry {
 };
 
 static struct replaycache_entry replaycache_slots[REPLAYCACHE_SLOTS];
+static atomic_size_t replaycache_bytes; /* bodies and headers held */
 static pthread_mutex_t replaycache_locks[REPLAYCACHE_STRIPES] = {
 	[0 ... REPLAYCACHE_STRIPES - 1] = PTHREAD_MUTEX_INITIALIZER
 };
@@ -41,8 +43,15 @@ static int64_t replaycache_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static size_t replaycache_size(const struct stored_response *r)
+{
+	return r->sr_body_len + (r->sr_headers ? strlen(r->sr_headers) : 0);
+}
+
 static void replaycache_drop(struct replaycache_entry *e)
 {
+	if (e->re_used)
+		atomic_fetch_sub(&replaycache_bytes, replaycache_size(&e->re_resp));
 	free(e->re_resp.sr_headers);
 	free(e->re_resp.sr_body);
 	memset(e, 0, sizeof(*e));
@@ -71,7 +80,9 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 {
 	struct replaycache_entry fresh = { 0 };
 
-	if (r->sr_body_len > REPLAYCACHE_MAX_BODY || replaycache_copy(&fresh.re_resp, r) < 0)
+	if (r->sr_body_len > REPLAYCACHE_MAX_BODY ||
+	    atomic_load(&replaycache_bytes) + replaycache_size(r) > REPLAYCACHE_MAX_BYTES ||
+	    replaycache_copy(&fresh.re_resp, r) < 0)
 		return;
 	fresh.re_tenant_id = tenant_id;
 	memcpy(fresh.re_id, id, sizeof(fresh.re_id));
@@ -86,6 +97,7 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 	pthread_mutex_lock(lock);
 	replaycache_drop(&replaycache_slots[slot]);
 	replaycache_slots[slot] = fresh;
+	atomic_fetch_add(&replaycache_bytes, replaycache_size(&fresh.re_resp));
 	pthread_mutex_unlock(lock);
 }
 

@@ -13,6 +13,8 @@
 
 #define REPLAYCACHE_SLOTS 16384
 #define REPLAYCACHE_MAX_BODY (64 * 1024)
+/* bound on everything held, so memory stays small whatever the traffic */
+#define REPLAYCACHE_MAX_BYTES (8 * 1024 * 1024)
 
 /* Stores a copy of R for (TENANT, ID) with fingerprint FP (NULL: none)
  * until EXPIRES_AT (unix ms). Large bodies are not cached. */
