@@ -58,7 +58,8 @@ fuzz_strndup(const uint8_t *data, size_t size)
 
 	if (s == NULL)
 		abort();
-	memcpy(s, data, size);
+	if (size > 0)
+		memcpy(s, data, size);
 	s[size] = '\0';
 	return s;
 }
