@@ -68,6 +68,7 @@ static int set_int(const struct cfg_key *, void *, json_t *, const char *, char 
 static int set_long(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 static int set_size(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 static int set_double(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
+static int set_bool(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 static int set_string(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 static int set_strlist(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 static int set_listen(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
@@ -117,6 +118,8 @@ static const struct cfg_key config_keys[] = {
 	  .off = CFG_FIELD(issue_rate_per_second), .def = "0", .min = 0, .max = 1000000 },
 	{ .name = "issue_burst", .set = set_int, .off = CFG_FIELD(issue_burst),
 	  .def = "100", .min = 1, .max = 1000000 },
+	{ .name = "prepared_statements", .set = set_bool,
+	  .off = CFG_FIELD(prepared_statements), .def = "true" },
 	{ .name = "tls_cert_file", .set = set_string, .off = CFG_FIELD(tls_cert_file),
 	  .def = "null", .flags = CFG_NONEMPTY | CFG_NULLABLE },
 	{ .name = "tls_key_file", .set = set_string, .off = CFG_FIELD(tls_key_file),
@@ -376,6 +379,16 @@ set_double(const struct cfg_key *k, void *base, json_t *v, const char *name,
 		return fail(err, errlen, "\"%s\" must be between %lld and %lld",
 		    name, k->min, k->max);
 	*(double *)field(base, k->off) = d;
+	return 0;
+}
+
+static int
+set_bool(const struct cfg_key *k, void *base, json_t *v, const char *name,
+    char *err, size_t errlen)
+{
+	if (!json_is_boolean(v))
+		return fail(err, errlen, "\"%s\" must be true or false", name);
+	*(int *)field(base, k->off) = json_is_true(v);
 	return 0;
 }
 

@@ -56,6 +56,7 @@ struct config {
 	int connection_timeout_seconds; /* default 30, 1..3600 */
 	double issue_rate_per_second;   /* default 0 = unlimited, 0..1000000 */
 	int issue_burst;                /* default 100, 1..1000000 */
+	int prepared_statements;     /* default true; false behind a transaction-pooling pgbouncer */
 	char *tls_cert_file;         /* NULL = plain HTTP; set with tls_key_file */
 	char *tls_key_file;
 };

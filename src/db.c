@@ -28,7 +28,13 @@ static struct {
 	struct db_conn *conns;
 	int size;
 	char *conninfo;
-} db_pool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, NULL };
+	int prepared;
+} db_pool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, NULL, 1 };
+
+void db_use_prepared(int on)
+{
+	db_pool.prepared = on;
+}
 
 static long db_ms_since(const struct timespec *t)
 {
@@ -164,9 +170,16 @@ static void db_log_error(const char *what, const char *name, const char *msg)
 	log_error("db: %s %s: %s", what, name, line);
 }
 
+static PGresult *db_check(struct db_conn *c, const struct db_stmt *stmt, PGresult *r);
+
 PGresult *db_exec(struct db_conn *c, const struct db_stmt *stmt, const char *const *values,
 		  const int *lengths, const int *formats)
 {
+	if (!db_pool.prepared) {
+		PGresult *r = PQexecParams(c->dc_pg, stmt->sql, stmt->nparams, NULL, values,
+					   lengths, formats, 0);
+		return db_check(c, stmt, r);
+	}
 	if (!c->dc_prepared[stmt->index]) {
 		PGresult *p = PQprepare(c->dc_pg, stmt->name, stmt->sql, stmt->nparams, NULL);
 		ExecStatusType st = p ? PQresultStatus(p) : PGRES_FATAL_ERROR;
@@ -181,6 +194,12 @@ PGresult *db_exec(struct db_conn *c, const struct db_stmt *stmt, const char *con
 	}
 	PGresult *r = PQexecPrepared(c->dc_pg, stmt->name, stmt->nparams, values, lengths,
 				     formats, 0);
+	return db_check(c, stmt, r);
+}
+
+/* Passes a successful result through; logs, clears and returns NULL otherwise. */
+static PGresult *db_check(struct db_conn *c, const struct db_stmt *stmt, PGresult *r)
+{
 	ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
 	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
 		return r;

@@ -23,6 +23,11 @@ struct db_conn;
 /* Opens SIZE connections. A connection that fails now is retried on use,
  * so the pool starts even while PostgreSQL is down. */
 int db_pool_init(const char *conninfo, int size) IDEMD_WUR;
+
+/* Whether statements are prepared (default) or sent with their text each
+ * time, as a transaction-pooling connection pooler needs. Call before
+ * db_pool_init. */
+void db_use_prepared(int on);
 void db_pool_close(void);
 
 /* Opens one connection outside the pool (for the CLI). NULL after logging. */

@@ -49,6 +49,7 @@ static int main_serve(const struct config *cfg)
 
 	if (keys_init(cfg->master_key_file) < 0)
 		return 1;
+	db_use_prepared(cfg->prepared_statements);
 	if (db_pool_init(cfg->database_url, cfg->pool_size) < 0)
 		goto keys;
 	int current = migrate_schema_current();

@@ -178,7 +178,7 @@ fuzz_fields(const uint8_t *data, size_t size)
 		enc[at] = fuzz_b64url[((size_t)(c - fuzz_b64url) + step) % 64];
 		FUZZ_CHECK(token_verify(enc, n, fuzz_good_key) != TOKEN_OK);
 	}
-	/* Truncated or extended, it does not parse. */
+	/* Truncated, it does not verify. */
 	FUZZ_CHECK(token_parse(enc, n - 1, &t2) == TOKEN_MALFORMED ||
 	    token_verify(enc, n - 1, fuzz_good_key) != TOKEN_OK);
 }
