@@ -603,3 +603,24 @@ AS $$
     )
     SELECT count(*)::int FROM gone;
 $$;
+
+-- -------------------------------------------------------- idemd_first_key
+--
+-- Insert the first signing key unless one exists, serialised by an advisory
+-- lock so that concurrent `idemd migrate` runs create exactly one.  Returns
+-- the new key's id, or 0 when a key already existed.
+CREATE FUNCTION idemd_first_key(p_sealed bytea)
+RETURNS int
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_id int;
+BEGIN
+    PERFORM pg_advisory_xact_lock(7428138);
+    IF EXISTS (SELECT 1 FROM signing_keys) THEN
+        RETURN 0;
+    END IF;
+    INSERT INTO signing_keys (sealed) VALUES (p_sealed) RETURNING id INTO v_id;
+    RETURN v_id;
+END;
+$$;

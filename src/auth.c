@@ -51,7 +51,7 @@ int auth_check(const char *key, uint32_t *tenant_id)
 	size_t len = strlen(key);
 	int found = 0;
 
-	if (len != AUTH_KEY_CHARS)
+	if (len != AUTH_KEY_CHARS || strncmp(key, AUTH_KEY_PREFIX, 4) != 0)
 		return AUTH_DENIED;
 	auth_key_hash(key, len, hash);
 	size_t slot = auth_slot(hash);

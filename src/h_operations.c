@@ -26,7 +26,7 @@ static const char *h_operation_name(struct request *req)
 {
 	const char *name = req->req_params[0];
 
-	if (!reqjson_valid_name(name)) {
+	if (strlen(name) != req->req_param_lens[0] || !reqjson_valid_name(name)) {
 		problem_reply(req, 400, "invalid_request",
 			      "operation names match [a-z0-9._-]{1,64}");
 		return NULL;

@@ -12,7 +12,7 @@ static const char *h_version_key(struct request *req)
 {
 	const char *key = req->req_params[0];
 
-	if (!versionkey_valid(key)) {
+	if (strlen(key) != req->req_param_lens[0] || !versionkey_valid(key)) {
 		problem_reply(req, 400, "invalid_request",
 			      "version keys are 1 to %d printable ASCII characters", VERSIONKEY_MAX);
 		return NULL;

@@ -183,7 +183,7 @@ static void http_dispatch(struct request *req)
 		return;
 	}
 	req->req_route = router_match(req->req_method, req->req_path, req->req_params,
-				      &status, allow, sizeof(allow));
+				      req->req_param_lens, &status, allow, sizeof(allow));
 	if (req->req_route == NULL) {
 		if (status == 405) {
 			problem_reply(req, 405, "method_not_allowed",
@@ -287,11 +287,14 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
 		*upload_data_size = 0;
 		if (req->req_dispatched)
 			return MHD_YES;
+		if (req->req_body_too_large)
+			return MHD_YES; /* discard the rest; 413 goes out on the last call */
 		if (req->req_body_len + n > http_cfg->max_body_bytes) {
 			req->req_body_too_large = 1;
-			req->req_dispatched = 1;
-			http_dispatch(req);
-			return http_send(req);
+			free(req->req_body);
+			req->req_body = NULL;
+			req->req_body_len = 0;
+			return MHD_YES;
 		}
 		char *body = realloc(req->req_body, req->req_body_len + n + 1);
 		if (body == NULL)
@@ -342,6 +345,16 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
 	atomic_fetch_sub(&http_active, 1);
 }
 
+/* Keeps the URL as sent: the router splits the raw path and decodes each
+ * segment itself, so "%2F" and "%00" cannot change the shape of a path. */
+static size_t http_no_unescape(void *cls, struct MHD_Connection *conn, char *uri)
+{
+	(void)cls;
+	(void)conn;
+	return strlen(uri);
+}
+
+__attribute__((format(printf, 2, 0)))
 static void http_mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	char msg[512];
@@ -382,6 +395,7 @@ int http_start(const struct config *cfg)
 				       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
 				       MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
 				       MHD_OPTION_NOTIFY_COMPLETED, http_completed, NULL,
+				       MHD_OPTION_UNESCAPE_CALLBACK, http_no_unescape, NULL,
 				       MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (http_daemon == NULL) {

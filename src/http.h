@@ -22,13 +22,14 @@ struct route;
 struct request {
 	struct MHD_Connection *req_conn;   /* borrowed */
 	const char *req_method;            /* borrowed from libmicrohttpd */
-	char *req_path;                    /* decoded path */
+	char *req_path;                    /* path as sent (not percent-decoded) */
 	char req_id[HTTP_REQUEST_ID_MAX + 1];
 	char *req_body;                    /* NUL-terminated, may be NULL */
 	size_t req_body_len;
 	int req_body_too_large;
 	const struct route *req_route;     /* borrowed from the route table */
-	char *req_params[HTTP_MAX_PARAMS]; /* path segments matched by {} */
+	char *req_params[HTTP_MAX_PARAMS]; /* path segments matched by {}, percent-decoded */
+	size_t req_param_lens[HTTP_MAX_PARAMS]; /* decoded lengths: a NUL inside shows as strlen < len */
 	uint32_t req_tenant_id;            /* set by authentication */
 	struct timespec req_start;
 	int req_dispatched;

@@ -164,7 +164,20 @@ int keys_refresh(void)
 	return 0;
 }
 
+static int keys_add(int first_only, uint32_t *id);
+
 int keys_rotate(uint32_t *id)
+{
+	return keys_add(0, id);
+}
+
+int keys_create_first(uint32_t *id)
+{
+	return keys_add(1, id);
+}
+
+/* Seals a fresh random signing key under the master key and stores it. */
+static int keys_add(int first_only, uint32_t *id)
 {
 	uint8_t *key = sodium_malloc(TOKEN_KEY_BYTES);
 	unsigned char sealed[crypto_secretbox_NONCEBYTES + crypto_secretbox_MACBYTES +
@@ -177,7 +190,7 @@ int keys_rotate(uint32_t *id)
 	randombytes_buf(sealed, crypto_secretbox_NONCEBYTES);
 	crypto_secretbox_easy(sealed + crypto_secretbox_NONCEBYTES, key, TOKEN_KEY_BYTES,
 			      sealed, keys.master);
-	if (store_key_insert(sealed, sizeof(sealed), id) < 0)
+	if (store_key_insert(sealed, sizeof(sealed), first_only, id) < 0)
 		goto done;
 	/* a retired key verifies until no token it signed can still be valid */
 	if (store_keys_prune(KEYS_MAX_TOKEN_TTL_SECONDS + 3600) < 0)

@@ -26,6 +26,9 @@ int keys_refresh(void) IDEMD_WUR;
 /* Makes a new active signing key; *id is its key id. Needs keys_init(). */
 int keys_rotate(uint32_t *id) IDEMD_WUR;
 
+/* Makes the first signing key unless one exists; *id = 0 when one did. */
+int keys_create_first(uint32_t *id) IDEMD_WUR;
+
 /* 1 when at least one signing key is loaded. */
 int keys_ready(void);
 

@@ -98,13 +98,10 @@ static int main_migrate(const struct config *cfg)
 	if (keys_init(cfg->master_key_file) < 0 || db_pool_init(cfg->database_url, 1) < 0)
 		return 1;
 	int ret = 1;
-	if (keys_refresh() < 0)
+	if (keys_create_first(&id) < 0)
 		goto out;
-	if (!keys_ready()) {
-		if (keys_rotate(&id) < 0)
-			goto out;
+	if (id > 0)
 		log_info("migrate: created signing key %u", (unsigned)id);
-	}
 	ret = 0;
 out:
 	db_pool_close();

@@ -48,8 +48,16 @@ void problem_reply(struct request *req, unsigned status, const char *code,
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(detail, sizeof(detail), fmt, ap);
+	int full = vsnprintf(detail, sizeof(detail), fmt, ap);
 	va_end(ap);
+	if (full >= (int)sizeof(detail)) {
+		/* cut back to the start of a character that was cut in half */
+		size_t n = strlen(detail), k = n;
+		while (k > 0 && ((unsigned char)detail[k - 1] & 0xC0) == 0x80)
+			k--;
+		if (k > 0 && ((unsigned char)detail[k - 1] & 0x80) != 0)
+			detail[k - 1] = '\0';
+	}
 	json_t *doc = problem_document(status, code, detail);
 	if (doc == NULL) {
 		/* detail was not valid UTF-8: fall back to a fixed text */

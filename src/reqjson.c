@@ -81,11 +81,12 @@ json_t *reqjson_time(int64_t unix_ms)
 {
 	char buf[40];
 	struct tm tm;
-	time_t secs = (time_t)(unix_ms / 1000);
+	int64_t ms = ((unix_ms % 1000) + 1000) % 1000;
+	time_t secs = (time_t)((unix_ms - ms) / 1000);
 
 	gmtime_r(&secs, &tm);
 	size_t n = strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(buf + n, sizeof(buf) - n, ".%03dZ", (int)(unix_ms % 1000));
+	snprintf(buf + n, sizeof(buf) - n, ".%03dZ", (int)ms);
 	return json_string(buf);
 }
 
@@ -125,6 +126,8 @@ int reqjson_etag(const char *value, int64_t *out)
 		value++;
 	if (value[0] != '"' || value[1] < '0' || value[1] > '9')
 		return -1;
+	if (value[1] == '0' && value[2] != '"')
+		return -1; /* strong comparison is by characters: "07" is not "7" */
 	errno = 0;
 	long long v = strtoll(value + 1, &end, 10);
 	if (errno != 0 || *end != '"' || v < 0)

@@ -52,13 +52,49 @@ static int router_pattern_match(const char *pattern, const char *path,
 	return *path == '\0';
 }
 
+static int router_hex(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+char *router_decode(const char *s, size_t len, size_t *outlen)
+{
+	char *out = malloc(len + 1);
+	size_t n = 0;
+
+	if (out == NULL)
+		return NULL;
+	for (size_t i = 0; i < len; i++) {
+		int hi, lo;
+		if (s[i] == '%' && i + 2 < len &&
+		    (hi = router_hex(s[i + 1])) >= 0 && (lo = router_hex(s[i + 2])) >= 0) {
+			out[n++] = (char)(hi * 16 + lo);
+			i += 2;
+		} else {
+			out[n++] = s[i];
+		}
+	}
+	out[n] = '\0';
+	*outlen = n;
+	return out;
+}
+
 const struct route *router_match(const char *method, const char *path,
-				 char *params[HTTP_MAX_PARAMS], unsigned *status,
-				 char *allow, size_t allowlen)
+				 char *params[HTTP_MAX_PARAMS], size_t plens[HTTP_MAX_PARAMS],
+				 unsigned *status, char *allow, size_t allowlen)
 {
 	const char *starts[HTTP_MAX_PARAMS];
 	size_t lens[HTTP_MAX_PARAMS];
 	size_t used = 0;
+
+	if (strcmp(method, "HEAD") == 0)
+		method = "GET";
 
 	allow[0] = '\0';
 	for (size_t i = 0; i < IDEMD_ARRAY_LEN(router_table); i++) {
@@ -67,8 +103,21 @@ const struct route *router_match(const char *method, const char *path,
 		if (!router_pattern_match(r->pattern, path, starts, lens, &n))
 			continue;
 		if (strcmp(r->method, method) == 0) {
-			for (int k = 0; k < HTTP_MAX_PARAMS; k++)
-				params[k] = k < n ? strndup(starts[k], lens[k]) : NULL;
+			for (int k = 0; k < HTTP_MAX_PARAMS; k++) {
+				params[k] = NULL;
+				plens[k] = 0;
+			}
+			for (int k = 0; k < n; k++) {
+				params[k] = router_decode(starts[k], lens[k], &plens[k]);
+				if (params[k] == NULL) {
+					for (int j = 0; j < k; j++) {
+						free(params[j]);
+						params[j] = NULL;
+					}
+					*status = 404;
+					return NULL;
+				}
+			}
 			return r;
 		}
 		size_t mlen = strlen(r->method);

@@ -17,13 +17,20 @@ struct route {
 };
 
 /*
- * Finds the route for METHOD and PATH. On a match returns it and stores the
- * segments matched by "{}" into PARAMS (new strings, freed by the caller).
- * Otherwise returns NULL with *STATUS 404, or 405 and ALLOW set to the
- * comma-separated methods the path accepts.
+ * Finds the route for METHOD (HEAD counts as GET) and the raw PATH. On a
+ * match returns it and stores the segments matched by "{}", percent-decoded,
+ * into PARAMS (new strings, freed by the caller) and their decoded lengths
+ * into LENS (a decoded NUL makes strlen() shorter than the length).
+ * Otherwise returns NULL with *STATUS 404 (also when out of memory), or 405
+ * and ALLOW set to the comma-separated methods the path accepts.
  */
 const struct route *router_match(const char *method, const char *path,
-				 char *params[HTTP_MAX_PARAMS], unsigned *status,
-				 char *allow, size_t allowlen);
+				 char *params[HTTP_MAX_PARAMS], size_t lens[HTTP_MAX_PARAMS],
+				 unsigned *status, char *allow, size_t allowlen);
+
+/* Percent-decodes S (LEN bytes) into a new NUL-terminated string; *OUTLEN
+ * is the decoded length. An escape that is not two hex digits is kept as
+ * it is. NULL when out of memory. */
+char *router_decode(const char *s, size_t len, size_t *outlen);
 
 #endif

@@ -13,7 +13,7 @@
 enum {
 	ST_TENANT_CREATE = 1, ST_TENANT_BY_KEY, ST_TENANT_BY_NAME,
 	ST_OP_PUT, ST_OP_GET, ST_OP_BY_ID, ST_OP_LIST,
-	ST_KEYS_LOAD, ST_KEYS_NEWEST, ST_KEY_INSERT, ST_KEYS_PRUNE,
+	ST_KEYS_LOAD, ST_KEYS_NEWEST, ST_KEY_INSERT, ST_KEY_FIRST, ST_KEYS_PRUNE,
 	ST_CLAIM, ST_COMPLETE, ST_RELEASE, ST_REVOKE, ST_RECORD_GET,
 	ST_VERSION_GET, ST_VERSION_BUMP, ST_SWEEP,
 };
@@ -51,6 +51,8 @@ static const struct db_stmt st_keys_newest = { ST_KEYS_NEWEST, "keys_newest",
 static const struct db_stmt st_key_insert = { ST_KEY_INSERT, "key_insert",
 	"WITH r AS (UPDATE signing_keys SET retired_at = now() WHERE retired_at IS NULL) "
 	"INSERT INTO signing_keys(sealed) VALUES ($1) RETURNING id", 1 };
+static const struct db_stmt st_key_first = { ST_KEY_FIRST, "key_first",
+	"SELECT idemd_first_key($1)", 1 };
 static const struct db_stmt st_keys_prune = { ST_KEYS_PRUNE, "keys_prune",
 	"DELETE FROM signing_keys WHERE retired_at < now() - make_interval(secs => $1)", 1 };
 static const struct db_stmt st_claim = { ST_CLAIM, "claim",
@@ -325,11 +327,11 @@ int store_keys_newest(uint32_t *id)
 	return 0;
 }
 
-int store_key_insert(const unsigned char *sealed, size_t len, uint32_t *id)
+int store_key_insert(const unsigned char *sealed, size_t len, int first_only, uint32_t *id)
 {
 	const char *v[] = { (const char *)sealed };
 	const int lens[] = { (int)len }, fmt[] = { 1 };
-	PGresult *r = store_run(&st_key_insert, v, lens, fmt);
+	PGresult *r = store_run(first_only ? &st_key_first : &st_key_insert, v, lens, fmt);
 
 	if (r == NULL)
 		return -1;

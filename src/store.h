@@ -63,8 +63,10 @@ int store_keys_load(struct sealed_key **keys, size_t *n) IDEMD_WUR;
 void store_keys_free(struct sealed_key *keys, size_t n);
 /* Returns the newest key id (0 if none) cheaply, for change detection. */
 int store_keys_newest(uint32_t *id) IDEMD_WUR;
-/* Adds a new active key and marks every other active key retired now. */
-int store_key_insert(const unsigned char *sealed, size_t len, uint32_t *id) IDEMD_WUR;
+/* Adds a new active key and marks every other active key retired now.
+ * With FIRST_ONLY, adds it only when no key exists (*id = 0 otherwise). */
+int store_key_insert(const unsigned char *sealed, size_t len, int first_only,
+		     uint32_t *id) IDEMD_WUR;
 /* Deletes keys retired more than MAX_AGE seconds ago. */
 int store_keys_prune(int64_t max_age_seconds) IDEMD_WUR;
 

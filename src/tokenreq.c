@@ -61,6 +61,10 @@ int tokenreq_verify(struct request *req, const char *text, struct token *t)
 
 int tokenreq_from_path(struct request *req, struct token *t)
 {
+	if (strlen(req->req_params[0]) != req->req_param_lens[0]) {
+		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
+		return -1;
+	}
 	return tokenreq_verify(req, req->req_params[0], t);
 }
 
@@ -144,6 +148,12 @@ static void tokenreq_replay(struct request *req, const struct stored_response *r
 int tokenreq_claim(struct request *req, const struct token *t, const uint8_t *fp,
 		   struct claim_result *res)
 {
+	return tokenreq_claim_with(req, t, fp, tokenreq_replay, res);
+}
+
+int tokenreq_claim_with(struct request *req, const struct token *t, const uint8_t *fp,
+			tokenreq_replay_fn replay, struct claim_result *res)
+{
 	struct operation op;
 	struct claim_args a = { 0 };
 	char vkey[VERSIONKEY_MAX + 1], etag[32], after[16];
@@ -154,7 +164,7 @@ int tokenreq_claim(struct request *req, const struct token *t, const uint8_t *fp
 	int cached = replaycache_get(t->tenant_id, t->id, fp, &res->cr_response);
 	if (cached == 1) {
 		metrics_add(METRIC_REPLAYS, 1);
-		tokenreq_replay(req, &res->cr_response);
+		replay(req, &res->cr_response);
 		store_response_free(&res->cr_response);
 		return 0;
 	}
@@ -212,7 +222,7 @@ int tokenreq_claim(struct request *req, const struct token *t, const uint8_t *fp
 	case CLAIM_REPLAY:
 		metrics_add(METRIC_REPLAYS, 1);
 		replaycache_put(t->tenant_id, t->id, fp, &res->cr_response, res->cr_record_expires_at);
-		tokenreq_replay(req, &res->cr_response);
+		replay(req, &res->cr_response);
 		break;
 	case CLAIM_IN_PROGRESS:
 		metrics_add(METRIC_CONFLICTS, 1);

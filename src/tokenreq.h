@@ -31,6 +31,15 @@ int tokenreq_from_path(struct request *req, struct token *t) IDEMD_WUR;
 int tokenreq_claim(struct request *req, const struct token *t, const uint8_t *fp,
 		   struct claim_result *res) IDEMD_WUR;
 
+/* Answers a duplicate of a completed claim from its stored response R
+ * (borrowed for the call). */
+typedef void (*tokenreq_replay_fn)(struct request *req, const struct stored_response *r);
+
+/* tokenreq_claim() with the replay answered by REPLAY instead of the direct
+ * API's JSON envelope (gateway routes replay the stored response itself). */
+int tokenreq_claim_with(struct request *req, const struct token *t, const uint8_t *fp,
+			tokenreq_replay_fn replay, struct claim_result *res) IDEMD_WUR;
+
 /* Checks a headers object: at most MAX string values with token names. */
 int tokenreq_check_headers(struct request *req, json_t *headers, size_t max) IDEMD_WUR;
 

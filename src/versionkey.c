@@ -18,6 +18,8 @@ int versionkey_expand(const char *tmpl, const char *subject, char *out, size_t o
 	static const char placeholder[] = "{subject}";
 	size_t used = 0, slen = strlen(subject);
 
+	if (outlen == 0)
+		return -1;
 	while (*tmpl != '\0') {
 		const char *piece = tmpl;
 		size_t n = 1;

@@ -18,6 +18,9 @@ def lower_keys(d):
 
 
 class Claims(IdemdCase):
+    # a fast sweeper, so the retention tests see records it would delete
+    extra_config = {"sweep_interval_seconds": 1}
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -191,6 +194,31 @@ class Claims(IdemdCase):
         # the holder of the live lease can still complete
         assert_status(self, self.complete(t_live, 1, 200, body={"k": 1}), 200)
         self.assert_replay(self.claim(t_live), 200, {}, {"k": 1})
+
+    # ---- retention and the sweeper
+
+    def test_short_retention_never_allows_second_execution(self):
+        op = self.put_operation(token_ttl_seconds=60, retention_seconds=1, lease_seconds=30)
+        done = self.issue(op)
+        running = self.issue(op)
+        self.claim_ok(done, {"fingerprint": "r"})
+        assert_status(self, self.complete(done, 1, 201, body={"kept": True}), 200)
+        self.claim_ok(running)
+        time.sleep(2.5)   # retention over, the sweeper ran at least once; tokens still valid
+        self.assert_replay(self.claim(done, {"fingerprint": "r"}), 201, {}, {"kept": True})
+        assert_problem(self, self.claim(running), 409, "request_in_progress")
+
+    def test_swept_record_is_not_claimable_again(self):
+        op = self.put_operation(retention_seconds=1, lease_seconds=30)
+        tok = self.issue(op, ttl_seconds=1)
+        self.claim_ok(tok)
+        assert_status(self, self.complete(tok, 1, 200, body={"once": 1}), 200)
+        time.sleep(3.1)   # token expired and retention over: the sweeper may delete it
+        r = self.claim(tok)
+        if r.status == 200:
+            self.assert_replay(r, 200, {}, {"once": 1})
+        else:
+            assert_problem(self, r, 410, "token_expired")
 
     # ---- versions
 

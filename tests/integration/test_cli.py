@@ -3,7 +3,6 @@ environment overrides, migrate, serve refusing a stale schema, tenant create).""
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -161,7 +160,6 @@ class EnvOverrides(unittest.TestCase):
         env = {"IDEMD_DATABASE_URL": good_url}
         p = self.idemd.run("migrate", env=env)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-        key = None
         p = self.idemd.run("tenant", "create", "envco", env=env)
         self.assertEqual(p.returncode, 0, p.stderr)
         key = json.loads(p.stdout.strip().splitlines()[-1])["api_key"]
@@ -251,17 +249,17 @@ class Migrate(unittest.TestCase):
 
     def test_concurrent_migrates_create_one_signing_key(self):
         counts = []
-        for _ in range(5):
+        for _ in range(8):
             inst = Idemd()
             try:
-                for p in self.concurrent_migrate(inst):
+                for p in self.concurrent_migrate(inst, 3):
                     self.assertEqual(p.returncode, 0, p.stderr)
                 counts.append(int(psql("SELECT count(*) FROM signing_keys", db=inst.db)))
             finally:
                 inst.cleanup()
-        self.assertEqual(counts, [1] * 5,
-                         "signing keys after two concurrent migrates on a fresh database "
-                         "(5 trials): %r" % counts)
+        self.assertEqual(counts, [1] * 8,
+                         "signing keys after three concurrent migrates on a fresh database "
+                         "(8 trials): %r" % counts)
 
     def test_changed_applied_migration_is_refused(self):
         mdir = os.path.join(self.idemd.tmp, "migrations")

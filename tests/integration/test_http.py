@@ -6,7 +6,6 @@ import json
 import os
 import sys
 import time
-import unittest
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

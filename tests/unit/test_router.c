@@ -77,12 +77,13 @@ static void
 assert_not_found(const char *method, const char *path)
 {
 	char *params[HTTP_MAX_PARAMS];
+	size_t lens[HTTP_MAX_PARAMS];
 	char allow[ALLOW_LEN];
 	unsigned status = 0;
 
 	params_reset(params);
 	memset(allow, 'x', sizeof(allow));
-	const struct route *r = router_match(method, path, params, &status, allow, sizeof(allow));
+	const struct route *r = router_match(method, path, params, lens, &status, allow, sizeof(allow));
 	if (r != NULL)
 		fail_msg("%s %s matched %s %s, expected 404", method, path, r->method, r->pattern);
 	if (status != 404)
@@ -96,11 +97,12 @@ static void
 assert_not_allowed(const char *method, const char *path, const char *expected_allow)
 {
 	char *params[HTTP_MAX_PARAMS];
+	size_t lens[HTTP_MAX_PARAMS];
 	char allow[ALLOW_LEN];
 	unsigned status = 0;
 
 	params_reset(params);
-	const struct route *r = router_match(method, path, params, &status, allow, sizeof(allow));
+	const struct route *r = router_match(method, path, params, lens, &status, allow, sizeof(allow));
 	if (r != NULL)
 		fail_msg("%s %s matched %s %s, expected 405", method, path, r->method, r->pattern);
 	if (status != 405)
@@ -115,17 +117,36 @@ static void
 assert_param(const char *method, const char *path, const char *param0)
 {
 	char *params[HTTP_MAX_PARAMS];
+	size_t lens[HTTP_MAX_PARAMS];
 	char allow[ALLOW_LEN];
 	unsigned status = 0;
 
 	params_reset(params);
-	const struct route *r = router_match(method, path, params, &status, allow, sizeof(allow));
+	const struct route *r = router_match(method, path, params, lens, &status, allow, sizeof(allow));
 	if (r == NULL)
 		fail_msg("%s %s did not match (status %u)", method, path, status);
 	assert_non_null(params[0]);
 	assert_string_equal(params[0], param0);
 	for (int i = 1; i < HTTP_MAX_PARAMS; i++)
 		assert_null(params[i]);
+	params_free(params);
+}
+
+/* A decoded NUL shows as a decoded length beyond strlen(). */
+static void
+test_decoded_nul(void **state)
+{
+	char *params[HTTP_MAX_PARAMS];
+	size_t lens[HTTP_MAX_PARAMS];
+	char allow[ALLOW_LEN];
+	unsigned status = 0;
+
+	(void)state;
+	params_reset(params);
+	assert_non_null(router_match("GET", "/v1/versions/abc%00def", params, lens, &status,
+				     allow, sizeof(allow)));
+	assert_int_equal(lens[0], 7);
+	assert_int_equal(strlen(params[0]), 3);
 	params_free(params);
 }
 
@@ -136,11 +157,12 @@ test_every_route(void **state)
 	for (size_t i = 0; i < sizeof(route_cases) / sizeof(route_cases[0]); i++) {
 		const struct route_case *c = &route_cases[i];
 		char *params[HTTP_MAX_PARAMS];
+		size_t lens[HTTP_MAX_PARAMS];
 		char allow[ALLOW_LEN];
 		unsigned status = 0;
 
 		params_reset(params);
-		const struct route *r = router_match(c->method, c->path, params, &status,
+		const struct route *r = router_match(c->method, c->path, params, lens, &status,
 						     allow, sizeof(allow));
 		if (r == NULL)
 			fail_msg("%s %s did not match (status %u)", c->method, c->path, status);
@@ -169,7 +191,11 @@ test_params(void **state)
 	(void)state;
 	/* anything but '/' belongs to the segment, as the path arrives decoded */
 	assert_param("GET", "/v1/tokens/a", "a");
-	assert_param("GET", "/v1/tokens/a%20b", "a%20b");
+	assert_param("GET", "/v1/tokens/a%20b", "a b");
+	assert_param("GET", "/v1/versions/team%2F42", "team/42");
+	assert_param("GET", "/v1/versions/a%zzb%4", "a%zzb%4");
+	assert_param("GET", "/v1/versions/%41%6a", "Aj");
+	assert_param("HEAD", "/v1/versions/k", "k");
 	assert_param("GET", "/v1/tokens/a b", "a b");
 	assert_param("GET", "/v1/tokens/{}", "{}");
 	assert_param("GET", "/v1/tokens/..", "..");
@@ -250,15 +276,16 @@ static void
 test_allow_reset(void **state)
 {
 	char *params[HTTP_MAX_PARAMS];
+	size_t lens[HTTP_MAX_PARAMS];
 	char allow[ALLOW_LEN];
 	unsigned status = 0;
 
 	(void)state;
 	params_reset(params);
-	assert_null(router_match("PATCH", "/v1/tokens/abc", params, &status, allow, sizeof(allow)));
+	assert_null(router_match("PATCH", "/v1/tokens/abc", params, lens, &status, allow, sizeof(allow)));
 	assert_int_equal(status, 405);
 	assert_string_equal(allow, "GET, DELETE");
-	assert_null(router_match("PATCH", "/nowhere", params, &status, allow, sizeof(allow)));
+	assert_null(router_match("PATCH", "/nowhere", params, lens, &status, allow, sizeof(allow)));
 	assert_int_equal(status, 404);
 	assert_string_equal(allow, "");
 }
@@ -269,6 +296,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_route),
 		cmocka_unit_test(test_params),
+		cmocka_unit_test(test_decoded_nul),
 		cmocka_unit_test(test_unknown_paths),
 		cmocka_unit_test(test_wrong_method),
 		cmocka_unit_test(test_pattern_text_in_path),

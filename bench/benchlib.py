@@ -1,0 +1,423 @@
+#!/usr/bin/env python3
+"""Helpers of bench/run.sh (python3 standard library only).
+
+  benchlib.py tokens PORT API_KEY OPERATION COUNT OUT
+      issue COUNT tokens through POST /v1/tokens (count=100 per request,
+      one keep-alive connection) and write "token id" lines to OUT
+  benchlib.py pick TOKENS_FILE... --ids IDS_FILE --out OUT [--max N]
+      keep the tokens whose id is listed in IDS_FILE (one hex id a line)
+  benchlib.py free-ports N
+      print N free TCP ports on 127.0.0.1
+  benchlib.py rate RESULTS SCENARIO
+      print the best ops/s (or req/s) of SCENARIO so far (0 if none)
+  benchlib.py report RESULTS OUT [--scale]
+      write the markdown report from the results file of run.sh
+
+The results file holds one run per line: "SCENARIO ROUND key=value ...".
+"""
+
+import http.client
+import json
+import math
+import os
+import re
+import socket
+import statistics
+import sys
+import time
+
+
+def cmd_tokens(port, api_key, operation, count, out):
+    count = int(count)
+    conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=30)
+    headers = {"Authorization": "Bearer " + api_key, "Content-Type": "application/json"}
+    done = 0
+    with open(out, "w") as f:
+        while done < count:
+            n = min(100, count - done)
+            body = {"operation": operation, "subject": "user-42"}
+            if n > 1:
+                body["count"] = n
+            conn.request("POST", "/v1/tokens", json.dumps(body), headers)
+            r = conn.getresponse()
+            data = r.read()
+            if r.status != 201:
+                sys.exit("benchlib: issue answered %d: %s" % (r.status, data[:300]))
+            doc = json.loads(data)
+            items = doc["tokens"] if "tokens" in doc else [doc]
+            for t in items:
+                f.write("%s %s\n" % (t["token"], t["id"]))
+            done += len(items)
+    conn.close()
+
+
+def cmd_pick(args):
+    files, ids_file, out, limit = [], None, None, 0
+    i = 0
+    while i < len(args):
+        if args[i] == "--ids":
+            ids_file = args[i + 1]
+            i += 2
+        elif args[i] == "--out":
+            out = args[i + 1]
+            i += 2
+        elif args[i] == "--max":
+            limit = int(args[i + 1])
+            i += 2
+        else:
+            files.append(args[i])
+            i += 1
+    with open(ids_file) as f:
+        ids = {line.strip() for line in f if line.strip()}
+    n = 0
+    with open(out, "w") as o:
+        for path in files:
+            with open(path) as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) == 2 and parts[1] in ids:
+                        o.write(line)
+                        n += 1
+                        if limit and n >= limit:
+                            print(n)
+                            return
+    print(n)
+
+
+def cmd_free_ports(n):
+    socks, ports = [], []
+    for _ in range(int(n)):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    print(" ".join(str(p) for p in ports))
+
+
+def load_results(path):
+    runs = []
+    if not os.path.exists(path):
+        return runs
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) < 2:
+                continue
+            r = {"scenario": parts[0], "round": parts[1]}
+            for kv in parts[2:]:
+                k, _, v = kv.partition("=")
+                try:
+                    r[k] = float(v)
+                except ValueError:
+                    r[k] = v
+            runs.append(r)
+    return runs
+
+
+def rate_of(r):
+    """Throughput of one run: ops/s when the script counts operations,
+    transactions/s for pgbench, else successful requests/s."""
+    if "tps" in r:
+        return r["tps"]
+    dur = r.get("duration_us", 0) / 1e6
+    if dur <= 0:
+        return 0.0
+    if r.get("ops", 0) > 0:
+        return r["ops"] / dur
+    return (r.get("requests", 0) - r.get("err_status", 0)) / dur
+
+
+def req_rate_of(r):
+    dur = r.get("duration_us", 0) / 1e6
+    return r.get("requests", 0) / dur if dur > 0 else 0.0
+
+
+def cmd_rate(path, scenario):
+    rates = [rate_of(r) for r in load_results(path) if r["scenario"] == scenario]
+    print("%.0f" % (max(rates) if rates else 0))
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+class Report:
+    def __init__(self, runs):
+        self.runs = runs
+
+    def of(self, scenario, rounds=None):
+        return [r for r in self.runs if r["scenario"] == scenario and
+                (rounds is None or r["round"] in rounds)]
+
+    def have(self, scenario):
+        return bool(self.of(scenario))
+
+    def rate(self, scenario):
+        return median([rate_of(r) for r in self.of(scenario)])
+
+    def req_rate(self, scenario):
+        return median([req_rate_of(r) for r in self.of(scenario)])
+
+    def lat(self, scenario, key):
+        v = median([r.get(key) for r in self.of(scenario)])
+        return v / 1000.0 if v is not None else None  # ms
+
+    def errors(self, scenario):
+        bad = 0
+        for r in self.of(scenario):
+            bad += int(r.get("bad", 0)) + int(r.get("err_connect", 0)) + \
+                int(r.get("err_read", 0)) + int(r.get("err_write", 0)) + \
+                int(r.get("err_timeout", 0))
+            if "ops" not in r or r.get("ops", 0) == 0:
+                bad += int(r.get("err_status", 0))
+        return bad
+
+    def exhausted(self, scenario):
+        return sum(int(r.get("exhausted", 0)) for r in self.of(scenario))
+
+    def values(self, scenario, fn):
+        return [fn(r) for r in self.of(scenario)]
+
+
+def fmt_rate(v):
+    return "—" if v is None else "{:,.0f}".format(v)
+
+
+def fmt_ms(v):
+    return "—" if v is None else ("%.2f" % v if v < 10 else "%.1f" % v)
+
+
+def fmt_ratio(v):
+    return "—" if v is None else "%.2f" % v
+
+
+def verdict(ok):
+    if ok is None:
+        return "not measured"
+    return "**met**" if ok else "**NOT met**"
+
+
+def cmd_report(path, out, scale=False):
+    runs = load_results(path)
+    rep = Report(runs)
+    info = {}
+    info_path = os.path.join(os.path.dirname(path), "info.txt")
+    if os.path.exists(info_path):
+        with open(info_path) as f:
+            for line in f:
+                k, _, v = line.rstrip("\n").partition("=")
+                info[k] = v
+    lines = []
+    w = lines.append
+    w("# idemd benchmark results")
+    w("")
+    w("Written by `bench/run.sh%s` on %s. Every figure is the median of %s runs "
+      "(wrk -t2, %s s each, all on 127.0.0.1, load generator on the same machine)."
+      % (" --scale" if scale else "", info.get("date", "?"), info.get("runs", "?"),
+         info.get("duration", "?")))
+    w("")
+    w("| | |")
+    w("|---|---|")
+    for k, label in (("cpu", "CPU"), ("cores", "cores"), ("load", "load"), ("kernel", "kernel"),
+                     ("idemd", "idemd"), ("commit", "source"), ("postgresql", "PostgreSQL"),
+                     ("pgsettings", "PostgreSQL settings"),
+                     ("libmicrohttpd", "libmicrohttpd"), ("libpq", "libpq"),
+                     ("libsodium", "libsodium"), ("jansson", "jansson"), ("wrk", "wrk"),
+                     ("pgbench", "pgbench"), ("idemd_threads", "idemd threads / pool_size"),
+                     ("gateway", "gateway")):
+        if k in info:
+            w("| %s | %s |" % (label, info[k]))
+    w("")
+
+    # ------------------------------------------------------------ targets
+    a_issue = rep.rate("baseline_a_issue")
+    a_replay = rep.rate("baseline_a_replay")
+    a_gwr = rep.rate("baseline_a_gw_replay")
+    b = rep.rate("baseline_b")
+    rows = []
+
+    def ratio_row(label, scen, base, base_label, target):
+        v = rep.rate(scen) if rep.have(scen) else None
+        ratio = v / base if v is not None and base else None
+        ok = None if ratio is None else ratio >= target
+        rows.append((label, fmt_rate(v), "%s %s" % (base_label, fmt_rate(base)),
+                     fmt_ratio(ratio), "≥ %.2f×" % target, verdict(ok)))
+
+    ratio_row("issue (req/s)", "issue", a_issue, "A", 0.85)
+    ratio_row("replay (req/s)", "replay", a_replay, "A (replay load)", 0.80)
+    if rep.have("gw_replay"):
+        ratio_row("gateway replay (req/s)", "gw_replay", a_gwr, "A (gateway load)", 0.80)
+    else:
+        rows.append(("gateway replay (req/s)", info.get("gateway_note", "not yet available"),
+                     "", "", "≥ 0.80×", "not measured"))
+    ratio_row("direct first submit (ops/s)", "first_submit", b, "B", 0.40)
+    if rep.have("gw_first"):
+        ratio_row("gateway first submit (ops/s)", "gw_first", b, "B", 0.30)
+    else:
+        rows.append(("gateway first submit (ops/s)",
+                     info.get("gateway_note", "not yet available"), "", "", "≥ 0.30×",
+                     "not measured"))
+
+    def p99_row(label, scen, limit_ms):
+        v = rep.lat(scen, "p99_us") if rep.have(scen) else None
+        ok = None if v is None else v < limit_ms
+        rows.append((label, fmt_ms(v), "A %s" % fmt_ms(rep.lat("baseline_a_issue", "p99_us")),
+                     "", "< %g ms" % limit_ms, verdict(ok)))
+
+    p99_row("issue p99 at 16 connections (ms)", "issue", 2)
+    p99_row("replay p99 at 16 connections (ms)", "replay", 2)
+    p99_row("claim p99 at 16 connections (ms)", "claim", 5)
+
+    c2k = rep.of("c2000")
+    if c2k:
+        r = c2k[-1]
+        served = r.get("established", 0) >= 2000 and r.get("err_connect", 0) == 0 and \
+            r.get("err_timeout", 0) == 0 and r.get("err_read", 0) == 0
+        rows.append(("2,000 keep-alive connections served",
+                     "%d open, %s req/s, errors %d" % (
+                         r.get("established", 0), fmt_rate(req_rate_of(r)),
+                         int(r.get("err_connect", 0) + r.get("err_read", 0) +
+                             r.get("err_write", 0) + r.get("err_timeout", 0) +
+                             r.get("err_status", 0))),
+                     "", "", "all 2,000 open, no errors", verdict(served)))
+        rss = r.get("rss_kb", 0) / 1024.0
+        hwm = r.get("hwm_kb", 0) / 1024.0
+        rows.append(("RSS with 2,000 connections open (MiB)",
+                     "%.1f (peak %.1f)" % (rss, hwm), "", "", "< 64 MiB",
+                     verdict(max(rss, hwm) < 64)))
+    rss_rounds = [(r["round"], r.get("rss_kb", 0) / 1024.0) for r in rep.of("rss")
+                  if r["round"].startswith("round")]
+    if len(rss_rounds) >= 2:
+        growth = rss_rounds[-1][1] - rss_rounds[0][1]
+        rows.append(("RSS after each round (MiB)",
+                     " → ".join("%.1f" % v for _, v in rss_rounds), "", "",
+                     "no growth (≤ 1 MiB)", verdict(growth <= 1.0)))
+
+    w("## Targets")
+    w("")
+    w("| figure | idemd | baseline | ratio | target | |")
+    w("|---|---:|---:|---:|---|---|")
+    for row in rows:
+        w("| %s |" % " | ".join(row))
+    w("")
+    w("A = trivial libmicrohttpd server with idemd's threading settings, under the same "
+      "wrk script as the idemd figure; B = pgbench -M prepared, 8 clients, one-row "
+      "INSERT … ON CONFLICT DO NOTHING per transaction into a copy of the records table.")
+    w("")
+
+    # --------------------------------------------------------- all figures
+    w("## Every scenario")
+    w("")
+    w("| scenario | runs | throughput | req/s | p50 ms | p90 ms | p99 ms | max ms | "
+      "errors | all runs (throughput) |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    order = [
+        ("baseline_a_issue", "baseline A: trivial MHD, issue load", "req/s"),
+        ("baseline_a_replay", "baseline A: trivial MHD, replay load", "req/s"),
+        ("baseline_a_gw_replay", "baseline A: trivial MHD, gateway replay load", "req/s"),
+        ("baseline_b", "baseline B: pgbench INSERT, 8 clients", "tx/s"),
+        ("issue", "idemd issue", "req/s"),
+        ("first_submit", "idemd direct first submit (claim + complete)", "ops/s"),
+        ("claim", "idemd claim of fresh tokens (no complete)", "ops/s"),
+        ("replay", "idemd replay (claim of completed tokens)", "req/s"),
+        ("gw_first", "idemd gateway first submit", "ops/s"),
+        ("gw_replay", "idemd gateway replay", "req/s"),
+        ("scale_claim", "10M records: claim of fresh tokens", "ops/s"),
+        ("scale_replay", "10M records: replay", "req/s"),
+        ("scale_sweep_claim", "10M records, sweeper deleting: claim", "ops/s"),
+    ]
+    for scen, label, unit in order:
+        if not rep.have(scen):
+            continue
+        if scen == "baseline_b":
+            w("| %s | %d | %s %s | — | %s (avg) | — | — | — | %d | %s |" % (
+                label, len(rep.of(scen)), fmt_rate(rep.rate(scen)), unit,
+                fmt_ms(median(rep.values(scen, lambda r: r.get("lat_avg_ms")))),
+                0, ", ".join(fmt_rate(x) for x in rep.values(scen, rate_of))))
+            continue
+        errs = rep.errors(scen)
+        ex = rep.exhausted(scen)
+        w("| %s | %d | %s %s | %s | %s | %s | %s | %s | %d%s | %s |" % (
+            label, len(rep.of(scen)), fmt_rate(rep.rate(scen)), unit,
+            fmt_rate(rep.req_rate(scen)), fmt_ms(rep.lat(scen, "p50_us")),
+            fmt_ms(rep.lat(scen, "p90_us")), fmt_ms(rep.lat(scen, "p99_us")),
+            fmt_ms(rep.lat(scen, "max_us")), errs,
+            " (tokens ran out in %d runs)" % ex if ex else "",
+            ", ".join(fmt_rate(x) for x in rep.values(scen, rate_of))))
+    w("")
+    w("Latency is per HTTP request as wrk measures it (for the direct first submit: "
+      "claims and completes together). Errors count unexpected statuses and socket "
+      "errors; every scenario expects none.")
+    w("")
+
+    rss = rep.of("rss")
+    if rss:
+        w("## idemd memory")
+        w("")
+        w("| when | VmRSS MiB | VmHWM MiB | threads |")
+        w("|---|---:|---:|---:|")
+        for r in rss:
+            w("| %s | %.1f | %.1f | %d |" % (r["round"], r.get("rss_kb", 0) / 1024.0,
+                                          r.get("hwm_kb", 0) / 1024.0, r.get("threads", 0)))
+        w("")
+
+    sweep = rep.of("scale_sweep")
+    if sweep or scale:
+        w("## Scale (10M records)")
+        w("")
+        for key, label in (("claim", "claim of fresh tokens"), ("replay", "replay")):
+            small = rep.rate(key)
+            big = rep.rate("scale_" + key)
+            sp = rep.lat(key, "p99_us")
+            bp = rep.lat("scale_" + key, "p99_us")
+            if big is None:
+                w("- %s: not measured" % label)
+                continue
+            delta = (big / small - 1) * 100 if small else float("nan")
+            w("- %s: small table %s/s (p99 %s ms), 10M records %s/s (p99 %s ms): "
+              "%+.0f%% (target: within 20%%) %s" % (
+                  label, fmt_rate(small), fmt_ms(sp), fmt_rate(big), fmt_ms(bp), delta,
+                  verdict(abs(delta) <= 20)))
+        for r in sweep:
+            w("- sweeper: %d expired rows deleted in %.0f s while claims ran; "
+              "worst claim p99 during it %s ms (target < 10 ms) %s" % (
+                  r.get("deleted", 0), r.get("seconds", 0),
+                  fmt_ms(r.get("worst_p99_us", 0) / 1000.0),
+                  verdict(r.get("worst_p99_us", 1e9) < 10000)))
+        w("")
+
+    notes = info.get("notes")
+    if notes:
+        w("## Notes")
+        w("")
+        for n in notes.split(" | "):
+            w("- " + n)
+        w("")
+    with open(out, "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+
+
+def main(argv):
+    if len(argv) < 2:
+        sys.exit(__doc__)
+    cmd, args = argv[1], argv[2:]
+    if cmd == "tokens" and len(args) == 5:
+        cmd_tokens(*args)
+    elif cmd == "pick":
+        cmd_pick(args)
+    elif cmd == "free-ports" and len(args) == 1:
+        cmd_free_ports(args[0])
+    elif cmd == "rate" and len(args) == 2:
+        cmd_rate(*args)
+    elif cmd == "report" and len(args) >= 2:
+        cmd_report(args[0], args[1], "--scale" in args[2:])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

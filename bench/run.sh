@@ -1,0 +1,478 @@
+#!/usr/bin/env bash
+# The idemd benchmark: one command, run from the repository root or anywhere.
+#
+#   bash bench/run.sh [--scale] [--profile] [--duration S] [--runs N] [--keep]
+#
+# Builds a release idemd (build-bench/) and the trivial libmicrohttpd
+# baseline, starts a private PostgreSQL 15 cluster in a temporary folder
+# (default settings, fsync and synchronous_commit on), migrates it, creates a
+# tenant and its operations, then measures on 127.0.0.1, each scenario
+# --runs times (default 3) for --duration seconds (default 10), interleaved
+# round by round, and reports medians:
+#   baseline A  trivial MHD server, idemd's threading settings, same wrk load
+#   baseline B  pgbench -M prepared -c 8 -j 2: one-row INSERT ... ON CONFLICT
+#   idemd       issue; direct first submit (claim + complete of a fresh
+#               token = one operation); claim alone; replay; gateway first
+#               submit and gateway replay (when the source has a gateway)
+#   memory      2,000 keep-alive connections open; RSS after every round
+# Writes bench/results/latest.md (raw outputs in bench/results/raw/).
+#
+#   --scale    afterwards: 10 million records (1 million of them expired),
+#              claim and replay again, then the sweeper deletes the expired
+#              million while claims are measured; writes results/scale.md
+#   --profile  afterwards: perf profiles of the direct first submit (idemd
+#              alone with call graphs, and the whole machine by process)
+#              into bench/results/raw/perf.*.txt
+#   --keep     keep the temporary folder (cluster, logs, token files)
+# Environment: BENCH_THREADS / BENCH_POOL_SIZE set idemd's threads /
+# pool_size (default: idemd's own defaults; the baseline follows them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BENCH=$ROOT/bench
+RAW=$BENCH/results/raw
+BUILD=$ROOT/build-bench
+PGBIN=/usr/lib/postgresql/15/bin
+
+SCALE=0 PROFILE=0 KEEP=0 DUR=10 RUNS=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --scale) SCALE=1 ;;
+    --profile) PROFILE=1 ;;
+    --keep) KEEP=1 ;;
+    --duration) DUR=$2; shift ;;
+    --runs) RUNS=$2; shift ;;
+    -h|--help) sed -n '2,30s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+case "$DUR$RUNS" in *[!0-9]*) echo "run.sh: --duration and --runs take integers" >&2; exit 2 ;; esac
+
+say() { printf '\n==> %s\n' "$*"; }
+note() { printf '    %s\n' "$*"; }
+die() { echo "run.sh: $*" >&2; exit 1; }
+T0=$(date +%s)
+LOAD0=$(cut -d' ' -f1 /proc/loadavg)
+
+# ------------------------------------------------------------------ packages
+say "checking packages"
+bash deploy/deps.sh
+extra=(wrk iproute2 procps curl)
+[ "$PROFILE" = 1 ] && extra+=(linux-perf)
+missing=()
+for p in "${extra[@]}"; do
+  st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [ "$st" = installed ] || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  [ "$(id -u)" -eq 0 ] || die "missing packages: ${missing[*]} (run as root: apt-get install ${missing[*]})"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+[ "$(ulimit -n)" -ge 4200 ] || die "open-file limit $(ulimit -n) is too low for 2,000 connections"
+
+# --------------------------------------------------------------------- build
+say "building a release idemd and the baseline"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DIDEMD_WERROR=OFF -DIDEMD_SANITIZE=OFF \
+  >"$BUILD.cmake.log" 2>&1 || { cat "$BUILD.cmake.log" >&2; die "cmake failed"; }
+rm -f "$BUILD.cmake.log"
+cmake --build "$BUILD" -j2 --target idemd >/dev/null
+cc -std=c11 -O2 -D_GNU_SOURCE -Wall -Wextra -o "$BUILD/baseline_mhd" "$BENCH/baseline_mhd.c" \
+  $(pkg-config --cflags --libs libmicrohttpd) -lpthread
+IDEMD_BIN=$BUILD/idemd
+
+# ----------------------------------------------------------------- processes
+WORK=$(mktemp -d /tmp/idemd-bench.XXXXXX)
+chmod 711 "$WORK"            # PostgreSQL may run as another user (idemd-pg)
+PGDIR=$WORK/pg
+CONF=$WORK/idemd.json
+IDEMD_PID= BASE_PID= UP_PID=
+mkdir -p "$RAW"
+rm -f "$RAW"/*.txt "$RAW"/*.data "$RAW"/*.old 2>/dev/null || true
+RESULTS=$RAW/results.txt
+INFO=$RAW/info.txt
+: >"$RESULTS"
+: >"$INFO"
+
+pg() { bash "$ROOT/deploy/pg.sh" "$@"; }
+sql() { pg psql "$PGDIR" -d idemd -qAt -c "$1"; }
+
+stop_pid() {  # stop_pid PID: TERM, wait up to 10 s, then KILL
+  local pid=$1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+# shellcheck disable=SC2317
+cleanup() {
+  trap - EXIT INT TERM
+  stop_pid "$IDEMD_PID"; stop_pid "$BASE_PID"; stop_pid "$UP_PID"
+  if [ -d "$PGDIR" ]; then pg stop "$PGDIR" >/dev/null 2>&1 || true; fi
+  if [ "$KEEP" = 1 ]; then
+    echo "run.sh: kept $WORK" >&2
+  else
+    rm -rf "$WORK"
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+read -r PORT BPORT UPORT < <(python3 "$BENCH/benchlib.py" free-ports 3)
+URL=http://127.0.0.1:$PORT
+BURL=http://127.0.0.1:$BPORT
+
+say "starting PostgreSQL (private cluster, defaults, synchronous_commit on)"
+pg init "$PGDIR"
+pg start "$PGDIR"
+pg createdb "$PGDIR" idemd
+CONNINFO=$(pg conninfo "$PGDIR" idemd)
+
+GATEWAY=0
+[ -f "$ROOT/src/gateway.c" ] && GATEWAY=1
+SWEEP_INTERVAL=86400
+
+write_config() {  # write_config WITH_ROUTES
+  python3 - "$CONF" "127.0.0.1:$PORT" "$CONNINFO" "$WORK/master.key" "$1" \
+            "http://127.0.0.1:$UPORT" "$SWEEP_INTERVAL" \
+            "${BENCH_THREADS:-}" "${BENCH_POOL_SIZE:-}" <<'EOF'
+import json, sys
+path, listen, db, key, routes, upstream, sweep, threads, pool = sys.argv[1:]
+cfg = {"listen": listen, "database_url": db, "master_key_file": key,
+       "max_connections": 4096, "connection_timeout_seconds": 30,
+       "sweep_interval_seconds": int(sweep)}
+if threads:
+    cfg["threads"] = int(threads)
+if pool:
+    cfg["pool_size"] = int(pool)
+if routes == "1":
+    cfg["routes"] = [{"method": "POST", "path": "/bench/orders", "tenant": "bench",
+                      "operation": "gw.order.create", "upstream": upstream,
+                      "store_headers": ["location"]}]
+with open(path, "w") as f:
+    json.dump(cfg, f, indent=2)
+EOF
+}
+
+start_idemd() {
+  "$IDEMD_BIN" --config "$CONF" serve 2>>"$WORK/idemd.log" &
+  IDEMD_PID=$!
+  for _ in $(seq 100); do
+    curl -fs "$URL/healthz" >/dev/null 2>&1 && return 0
+    kill -0 "$IDEMD_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  tail -n 20 "$WORK/idemd.log" >&2
+  die "idemd did not start"
+}
+
+restart_idemd() { stop_pid "$IDEMD_PID"; IDEMD_PID=; start_idemd; }
+
+say "migrating, creating a tenant and operations"
+write_config 0
+"$IDEMD_BIN" --config "$CONF" migrate >"$WORK/migrate.log" 2>&1 \
+  || { cat "$WORK/migrate.log" >&2; die "migrate failed"; }
+API_KEY=$("$IDEMD_BIN" --config "$CONF" tenant create bench \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["api_key"])')
+export API_KEY
+start_idemd
+for op in order.create gw.order.create; do
+  code=$(curl -s -o "$WORK/op.out" -w '%{http_code}' -X PUT "$URL/v1/operations/$op" \
+    -H "Authorization: Bearer $API_KEY" -H 'Content-Type: application/json' \
+    -d '{"token_ttl_seconds":3600,"retention_seconds":86400,"lease_seconds":60}')
+  case "$code" in 200|201) ;; *) cat "$WORK/op.out" >&2; die "PUT /v1/operations/$op: $code" ;; esac
+done
+TENANT_ID=$(sql "SELECT id FROM tenants WHERE name = 'bench'")
+OP_ID=$(sql "SELECT id FROM operations WHERE name = 'order.create'")
+GW_OP_ID=$(sql "SELECT id FROM operations WHERE name = 'gw.order.create'")
+pg psql "$PGDIR" -d idemd -q -f "$BENCH/pgbench_setup.sql"
+
+THREADS=$(sed -n 's/.*listening on .* with \([0-9]*\) threads.*/\1/p' "$WORK/idemd.log" | tail -n 1)
+THREADS=${THREADS:-${BENCH_THREADS:-8}}
+"$BUILD/baseline_mhd" --port "$BPORT" --threads "$THREADS" --connections 4096 --timeout 30 \
+  2>>"$WORK/baseline.log" &
+BASE_PID=$!
+
+GATEWAY_NOTE="not yet available (no gateway in this source)"
+if [ "$GATEWAY" = 1 ]; then
+  "$BUILD/baseline_mhd" --port "$UPORT" --threads 1 --status 201 2>>"$WORK/upstream.log" &
+  UP_PID=$!
+  write_config 1
+  if "$IDEMD_BIN" --config "$CONF" check-config >"$WORK/check.log" 2>&1; then
+    restart_idemd
+    GATEWAY_NOTE="route POST /bench/orders -> static upstream (baseline_mhd --status 201, 1 thread)"
+  else
+    GATEWAY=0
+    GATEWAY_NOTE="not measured: the gateway route config was refused ($(head -c 200 "$WORK/check.log" | tr '\n|' '  '))"
+    write_config 0
+    note "$GATEWAY_NOTE"
+  fi
+fi
+sleep 0.3
+curl -fs "$BURL/" >/dev/null || die "baseline server did not start"
+
+# --------------------------------------------------------------- measuring
+PSOCK=$(pg socket "$PGDIR")
+PROLE=$(pg role "$PGDIR")
+
+# wrk_run NAME ROUND URL SCRIPT DURATION CONNECTIONS [SCRIPT ARGS...]
+wrk_run() {
+  local name=$1 round=$2 url=$3 script=$4 dur=$5 conns=$6
+  shift 6
+  local out=$RAW/$name.$round.txt
+  BENCH_DIR=$BENCH BENCH_API_KEY=$API_KEY BENCH_OPERATION=order.create \
+    wrk -t2 -c"$conns" -d"${dur}s" --timeout 5s --latency -s "$BENCH/$script" "$url" \
+    -- "$@" >"$out" 2>&1 || true
+  local line
+  line=$(sed -n 's/^BENCH_RESULT //p' "$out" | tail -n 1)
+  [ -n "$line" ] || { tail -n 5 "$out" >&2; die "wrk $name gave no result (see $out)"; }
+  [ "$round" = warmup ] || echo "$name $round $line" >>"$RESULTS"
+  LAST=$line
+  python3 - "$name" "$round" "$line" <<'EOF'
+import sys
+name, rnd, line = sys.argv[1:]
+r = dict(kv.split("=") for kv in line.split())
+d = int(r["duration_us"]) / 1e6
+ops = int(r["ops"])
+bad = int(r["bad"]) + int(r["err_connect"]) + int(r["err_read"]) + int(r["err_timeout"])
+st = int(r["err_status"]) if ops == 0 else 0
+print("    %-22s %-7s %9.0f req/s %s p50 %.2f ms  p99 %.2f ms%s" % (
+    name, rnd, int(r["requests"]) / d,
+    ("%8.0f ops/s " % (ops / d)) if ops else "", int(r["p50_us"]) / 1e3,
+    int(r["p99_us"]) / 1e3,
+    ("  ERRORS %d" % (bad + st)) if bad + st else "") +
+    ("  TOKENS RAN OUT" if int(r["exhausted"]) else ""))
+EOF
+}
+
+last_rate() {  # ops/s (or req/s) of the last wrk_run
+  python3 -c '
+import sys
+r = dict(kv.split("=") for kv in sys.argv[1].split())
+d = int(r["duration_us"]) / 1e6
+print(int((int(r["ops"]) or int(r["requests"])) / d))' "$LAST"
+}
+
+pgbench_run() {  # pgbench_run ROUND
+  local out=$RAW/baseline_b.$1.txt
+  "$PGBIN/pgbench" -h "$PSOCK" -U "$PROLE" -M prepared -n -c 8 -j 2 -T "$DUR" \
+    -f "$BENCH/pgbench_insert.sql" idemd >"$out" 2>&1 || { cat "$out" >&2; die "pgbench failed"; }
+  local tps lat
+  tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$out" | tail -n 1)
+  lat=$(sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p' "$out" | tail -n 1)
+  echo "baseline_b $1 tps=$tps lat_avg_ms=$lat" >>"$RESULTS"
+  printf '    %-22s %-7s %9.0f tx/s   latency avg %s ms\n' baseline_b "$1" "$tps" "$lat"
+}
+
+rss_sample() {  # rss_sample LABEL [extra key=value...]
+  local label=$1
+  shift
+  local rss hwm thr
+  rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$IDEMD_PID/status")
+  hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$IDEMD_PID/status")
+  thr=$(awk '/^Threads:/ {print $2}' "/proc/$IDEMD_PID/status")
+  echo "rss $label rss_kb=$rss hwm_kb=$hwm threads=$thr $*" >>"$RESULTS"
+  awk -v l="$label" -v r="$rss" -v h="$hwm" -v t="$thr" 'BEGIN {
+    printf "    idemd memory %-12s VmRSS %.1f MiB, VmHWM %.1f MiB, %d threads\n", l, r / 1024, h / 1024, t }'
+}
+
+TOKN=0
+gen_tokens() {  # gen_tokens OPERATION COUNT -> prints the file name
+  TOKN=$((TOKN + 1))
+  local f=$WORK/tokens.$TOKN.txt
+  python3 "$BENCH/benchlib.py" tokens "$PORT" "$API_KEY" "$1" "$2" "$f"
+  echo "$f"
+}
+
+size_for() {  # tokens for one run at RATE ops/s (2.5x headroom, at least 10,000)
+  python3 -c 'import sys, math; r, d = int(sys.argv[1]), int(sys.argv[2]); print(max(10000, math.ceil(r * d * 2.5)))' "$1" "$DUR"
+}
+
+completed_ids() {  # completed_ids OP_ID FILE
+  sql "SELECT encode(token_id, 'hex') FROM records WHERE tenant_id = $TENANT_ID AND operation_id = $1 AND state = 'completed'" >"$2"
+}
+
+say "warming up and sizing the token files"
+wrk_run issue warmup "$URL" issue.lua 3 16
+wrk_run baseline_a_issue warmup "$BURL" issue.lua 2 16
+t=$(date +%s.%N)
+f=$(gen_tokens order.create 20000)
+note "issued 20,000 tokens in $(python3 -c "import time,sys; print('%.1f' % (time.time() - float(sys.argv[1])))" "$t") s"
+wrk_run first_submit warmup "$URL" first_submit.lua 5 16 "$f" 2
+FS_RATE=$(last_rate)
+completed_ids "$OP_ID" "$WORK/ids.txt"
+REPLAY=$WORK/replay.txt
+n=$(python3 "$BENCH/benchlib.py" pick "$f" --ids "$WORK/ids.txt" --out "$REPLAY" --max 20000)
+note "replay set: $n completed tokens"
+[ "$n" -gt 0 ] || { tail -n 5 "$WORK/idemd.log" >&2; die "no token was completed in the warm-up"; }
+f=$(gen_tokens order.create 20000)
+wrk_run claim warmup "$URL" first_submit.lua 3 16 "$f" 2 claim-only
+CL_RATE=$(last_rate)
+if [ "$GATEWAY" = 1 ]; then
+  f=$(gen_tokens gw.order.create 10000)
+  wrk_run gw_first warmup "$URL" gateway_first.lua 3 16 "$f" 2
+  GW_RATE=$(last_rate)
+  completed_ids "$GW_OP_ID" "$WORK/gwids.txt"
+  GW_REPLAY=$WORK/gw_replay.txt
+  n=$(python3 "$BENCH/benchlib.py" pick "$f" --ids "$WORK/gwids.txt" --out "$GW_REPLAY" --max 20000)
+  note "gateway replay set: $n completed tokens"
+  if [ "$n" -eq 0 ]; then
+    GATEWAY=0
+    GATEWAY_NOTE="not measured: no gateway first submit completed in the warm-up (see raw/gw_first.warmup.txt)"
+    note "$GATEWAY_NOTE"
+  fi
+fi
+rss_sample warmup
+
+for r in $(seq "$RUNS"); do
+  say "round $r of $RUNS"
+  wrk_run baseline_a_issue "r$r" "$BURL" issue.lua "$DUR" 16
+  pgbench_run "r$r"
+  wrk_run issue "r$r" "$URL" issue.lua "$DUR" 16
+  f=$(gen_tokens order.create "$(size_for "$FS_RATE")")
+  wrk_run first_submit "r$r" "$URL" first_submit.lua "$DUR" 16 "$f" 2
+  FS_RATE=$(( $(last_rate) > FS_RATE ? $(last_rate) : FS_RATE ))
+  f=$(gen_tokens order.create "$(size_for "$CL_RATE")")
+  wrk_run claim "r$r" "$URL" first_submit.lua "$DUR" 16 "$f" 2 claim-only
+  CL_RATE=$(( $(last_rate) > CL_RATE ? $(last_rate) : CL_RATE ))
+  wrk_run baseline_a_replay "r$r" "$BURL" replay.lua "$DUR" 16 "$REPLAY" 2
+  wrk_run replay "r$r" "$URL" replay.lua "$DUR" 16 "$REPLAY" 2
+  if [ "$GATEWAY" = 1 ]; then
+    f=$(gen_tokens gw.order.create "$(size_for "$GW_RATE")")
+    wrk_run gw_first "r$r" "$URL" gateway_first.lua "$DUR" 16 "$f" 2
+    GW_RATE=$(( $(last_rate) > GW_RATE ? $(last_rate) : GW_RATE ))
+    wrk_run baseline_a_gw_replay "r$r" "$BURL" gateway_replay.lua "$DUR" 16 "$GW_REPLAY" 2
+    wrk_run gw_replay "r$r" "$URL" gateway_replay.lua "$DUR" 16 "$GW_REPLAY" 2
+  fi
+  rss_sample "round$r"
+done
+
+say "2,000 concurrent keep-alive connections (GET /healthz)"
+C2K_DUR=8
+out=$RAW/c2000.1.txt
+BENCH_DIR=$BENCH wrk -t2 -c2000 -d"${C2K_DUR}s" --timeout 5s --latency -s "$BENCH/healthz.lua" \
+  "$URL" >"$out" 2>&1 &
+WRK_PID=$!
+sleep $((C2K_DUR - 3))
+EST=$(ss -Htn state established "( sport = :$PORT )" | wc -l)
+C2K_RSS=$(awk '/^VmRSS:/ {print $2}' "/proc/$IDEMD_PID/status")
+C2K_HWM=$(awk '/^VmHWM:/ {print $2}' "/proc/$IDEMD_PID/status")
+wait "$WRK_PID" || true
+line=$(sed -n 's/^BENCH_RESULT //p' "$out" | tail -n 1)
+[ -n "$line" ] || die "wrk -c2000 gave no result (see $out)"
+echo "c2000 1 $line established=$EST rss_kb=$C2K_RSS hwm_kb=$C2K_HWM" >>"$RESULTS"
+note "$EST connections established; VmRSS $((C2K_RSS / 1024)) MiB, VmHWM $((C2K_HWM / 1024)) MiB; $line"
+sleep 1
+rss_sample after-c2000
+
+# ---------------------------------------------------------------- profile
+if [ "$PROFILE" = 1 ]; then
+  say "profiling the direct first submit"
+  f=$(gen_tokens order.create "$(size_for "$FS_RATE")")
+  perf record -F 499 --call-graph dwarf,16384 -p "$IDEMD_PID" -o "$RAW/perf.idemd.data" \
+    -- sleep 6 >"$RAW/perf.record.txt" 2>&1 &
+  PERF_PID=$!
+  wrk_run first_submit profile "$URL" first_submit.lua 8 16 "$f" 2
+  wait "$PERF_PID" || true
+  perf report -i "$RAW/perf.idemd.data" --no-children --stdio --sort dso,sym \
+    --percent-limit 0.5 -g none >"$RAW/perf.idemd.self.txt" 2>/dev/null || true
+  perf report -i "$RAW/perf.idemd.data" --children --stdio --sort sym \
+    --percent-limit 2 -g caller,0.5,callee,function,percent >"$RAW/perf.idemd.children.txt" 2>/dev/null || true
+  f=$(gen_tokens order.create "$(size_for "$FS_RATE")")
+  perf record -F 499 -a -g -o "$RAW/perf.all.data" -- sleep 6 >>"$RAW/perf.record.txt" 2>&1 &
+  PERF_PID=$!
+  wrk_run first_submit profile-all "$URL" first_submit.lua 8 16 "$f" 2
+  wait "$PERF_PID" || true
+  perf report -i "$RAW/perf.all.data" --no-children --stdio --sort comm \
+    -g none >"$RAW/perf.all.comm.txt" 2>/dev/null || true
+  perf report -i "$RAW/perf.all.data" --no-children --stdio --sort comm,dso,sym \
+    --percent-limit 0.4 -g none >"$RAW/perf.all.sym.txt" 2>/dev/null || true
+  rm -f "$RAW"/perf.*.data "$RAW"/perf.*.data.old
+  note "profiles in bench/results/raw/perf.*.txt"
+fi
+
+# ------------------------------------------------------------------ scale
+if [ "$SCALE" = 1 ]; then
+  say "scale: loading 9 million live and 1 million expired records"
+  for chunk in $(seq 0 9); do
+    lo=$((chunk * 1000000 + 1)) hi=$(((chunk + 1) * 1000000))
+    if [ "$chunk" -lt 9 ]; then exp="now() + interval '2 days' + (g % 86400) * interval '1 second'"
+    else exp="now() - interval '1 day' + (g % 3600) * interval '1 second'"; fi
+    sql "INSERT INTO records (tenant_id, token_id, operation_id, subject, state, fingerprint,
+           attempt, lease_expires_at, version_claimed, response_status, response_headers,
+           response_body, response_is_json, token_expires_at, expires_at, created_at, updated_at)
+         SELECT $TENANT_ID, decode(lpad(to_hex(g), 32, '0'), 'hex'), $OP_ID, 'user-' || (g % 100000),
+                'completed', NULL, 1, NULL, NULL, 201, '{\"location\": \"/orders/1\"}'::jsonb,
+                convert_to('{\"order_id\":' || g || '}', 'UTF8'), true,
+                least($exp, now() + interval '1 hour'), $exp, now(), now()
+           FROM generate_series($lo, $hi) AS g
+         ON CONFLICT DO NOTHING"
+    note "loaded $hi rows ($(( $(date +%s) - T0 )) s since start)"
+  done
+  sql "VACUUM (ANALYZE) records"
+  sql "CHECKPOINT"
+  note "records: $(sql "SELECT count(*) FROM records"), expired: $(sql "SELECT count(*) FROM records WHERE expires_at < now()")"
+  restart_idemd
+  wrk_run replay scalewarm "$URL" replay.lua 3 16 "$REPLAY" 2
+  for r in $(seq "$RUNS"); do
+    f=$(gen_tokens order.create "$(size_for "$CL_RATE")")
+    wrk_run scale_claim "r$r" "$URL" first_submit.lua "$DUR" 16 "$f" 2 claim-only
+    wrk_run scale_replay "r$r" "$URL" replay.lua "$DUR" 16 "$REPLAY" 2
+  done
+  say "scale: the sweeper deletes the expired million while claims are measured"
+  before=$(sql "SELECT count(*) FROM records WHERE expires_at < now()")
+  SWEEP_INTERVAL=1
+  write_config "$GATEWAY"
+  restart_idemd
+  s0=$(date +%s) worst=0 i=0
+  while :; do
+    i=$((i + 1))
+    f=$(gen_tokens order.create "$(size_for "$CL_RATE")")
+    wrk_run scale_sweep_claim "s$i" "$URL" first_submit.lua "$DUR" 16 "$f" 2 claim-only
+    p99=$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' <<<"$LAST")
+    [ "$p99" -gt "$worst" ] && worst=$p99
+    left=$(sql "SELECT count(*) FROM records WHERE expires_at < now() - interval '1 minute'")
+    note "expired rows left: $left"
+    [ "$left" -eq 0 ] && break
+    [ $(( $(date +%s) - s0 )) -gt 900 ] && { note "sweeper not done after 15 minutes"; break; }
+  done
+  echo "scale_sweep 1 deleted=$((before - left)) seconds=$(( $(date +%s) - s0 )) worst_p99_us=$worst" >>"$RESULTS"
+fi
+
+# ----------------------------------------------------------------- report
+say "writing the report"
+{
+  echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)"
+  hv=$(lscpu | sed -n 's/^Hypervisor vendor: *//p' | head -n 1)
+  echo "cores=$(nproc)${hv:+ ($hv guest)}"
+  echo "load=1-minute load average $LOAD0 before the run, $(cut -d' ' -f1 /proc/loadavg) at its end (other work on the machine adds noise)"
+  echo "kernel=$(uname -r)"
+  echo "idemd=$("$IDEMD_BIN" --version) (CMAKE_BUILD_TYPE=Release)"
+  echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- src migrations CMakeLists.txt 2>/dev/null || echo ' + uncommitted changes')"
+  echo "postgresql=$(sql 'SHOW server_version')"
+  echo "pgsettings=fsync $(sql 'SHOW fsync'), synchronous_commit $(sql 'SHOW synchronous_commit'), shared_buffers $(sql 'SHOW shared_buffers'), wal_sync_method $(sql 'SHOW wal_sync_method'), commit_delay $(sql 'SHOW commit_delay')"
+  echo "libmicrohttpd=$(pkg-config --modversion libmicrohttpd)"
+  echo "libpq=$(pkg-config --modversion libpq)"
+  echo "libsodium=$(pkg-config --modversion libsodium)"
+  echo "jansson=$(pkg-config --modversion jansson)"
+  echo "wrk=$(dpkg-query -W -f='${Version}' wrk)"
+  echo "pgbench=$("$PGBIN/pgbench" --version)"
+  echo "idemd_threads=$THREADS threads, pool_size ${BENCH_POOL_SIZE:-default}; baseline A: $THREADS threads, 4096 connections, timeout 30 s"
+  echo "gateway=$GATEWAY_NOTE"
+  echo "gateway_note=$GATEWAY_NOTE"
+  echo "runs=$RUNS"
+  echo "duration=$DUR"
+  echo "notes=idemd writes its access log (one JSON line per request) to a file, as in production | the first-submit scripts rely on idemd echoing X-Request-Id | total time of this run: $(( $(date +%s) - T0 )) s"
+} >"$INFO"
+OUT=$BENCH/results/latest.md
+[ "$SCALE" = 1 ] && OUT=$BENCH/results/scale.md
+python3 "$BENCH/benchlib.py" report "$RESULTS" "$OUT" $([ "$SCALE" = 1 ] && echo --scale) >/dev/null
+cat "$OUT"
+echo
+echo "run.sh: wrote ${OUT#"$ROOT"/} in $(( $(date +%s) - T0 )) s"

@@ -1,0 +1,98 @@
+/* CORS: origin check, preflight answers and the headers added to actual
+ * responses for configured browser origins. */
+#include "cors.h"
+
+#include <string.h>
+
+#include "problem.h"
+
+static char *const *cors_origins;
+static size_t cors_n_origins;
+
+void cors_init(char *const *origins, size_t n)
+{
+	cors_origins = origins;
+	cors_n_origins = n;
+}
+
+const char *cors_allowed(const char *origin)
+{
+	if (origin == NULL)
+		return NULL;
+	for (size_t i = 0; i < cors_n_origins; i++)
+		if (strcmp(origin, cors_origins[i]) == 0)
+			return cors_origins[i];
+	return NULL;
+}
+
+int cors_is_preflight(const char *method, const char *origin, const char *request_method)
+{
+	return strcmp(method, "OPTIONS") == 0 && origin != NULL && request_method != NULL;
+}
+
+static size_t cors_add(struct cors_header *out, size_t n, const char *name, const char *value)
+{
+	out[n].ch_name = name;
+	out[n].ch_value = value;
+	return n + 1;
+}
+
+size_t cors_preflight_headers(const char *origin, const char *methods,
+			      struct cors_header out[CORS_MAX_HEADERS])
+{
+	const char *allowed = cors_allowed(origin);
+	size_t n = 0;
+
+	if (allowed == NULL)
+		return 0;
+	n = cors_add(out, n, "Access-Control-Allow-Origin", allowed);
+	n = cors_add(out, n, "Access-Control-Allow-Credentials", "true");
+	n = cors_add(out, n, "Access-Control-Allow-Methods", methods);
+	n = cors_add(out, n, "Access-Control-Allow-Headers", CORS_ALLOW_HEADERS);
+	n = cors_add(out, n, "Access-Control-Max-Age", CORS_MAX_AGE_SECONDS);
+	n = cors_add(out, n, "Vary", "Origin");
+	return n;
+}
+
+size_t cors_response_headers(const char *origin, struct cors_header out[CORS_MAX_HEADERS])
+{
+	const char *allowed = cors_allowed(origin);
+	size_t n = 0;
+
+	if (origin == NULL || cors_n_origins == 0)
+		return 0;
+	n = cors_add(out, n, "Vary", "Origin");
+	if (allowed == NULL)
+		return n;
+	n = cors_add(out, n, "Access-Control-Allow-Origin", allowed);
+	n = cors_add(out, n, "Access-Control-Allow-Credentials", "true");
+	n = cors_add(out, n, "Access-Control-Expose-Headers", CORS_EXPOSE_HEADERS);
+	return n;
+}
+
+void cors_reply_preflight(struct request *req, const char *methods)
+{
+	struct cors_header h[CORS_MAX_HEADERS];
+	size_t n = cors_preflight_headers(http_header(req, "Origin"), methods, h);
+
+	if (n == 0) {
+		problem_reply(req, 403, "cors_origin_denied",
+			      "this origin is not listed in cors_origins");
+		return;
+	}
+	http_reply_empty(req, 204);
+	for (size_t i = 0; i < n; i++)
+		http_set_header(req, h[i].ch_name, h[i].ch_value);
+}
+
+void cors_decorate(struct MHD_Response *resp, const char *origin)
+{
+	struct cors_header h[CORS_MAX_HEADERS];
+
+	/* a preflight answer already carries its own set */
+	if (MHD_get_response_header(resp, "Access-Control-Allow-Origin") != NULL)
+		return;
+	size_t n = cors_response_headers(origin, h);
+	for (size_t i = 0; i < n; i++)
+		MHD_add_response_header(resp, h[i].ch_name, h[i].ch_value);
+}

@@ -1,0 +1,59 @@
+/*
+ * Gateway: the routes of config "routes". A request on a route carries a
+ * token in Idempotency-Key; idemd claims it (the claim table of the direct
+ * API), forwards the request to the route's upstream exactly once, stores
+ * the upstream's final answer (2xx-4xx) and replays it to duplicates.
+ *
+ * Threads: the token checks and the claim run on the HTTP thread that
+ * received the request; the connection is then suspended and the forward
+ * handed to one forwarder thread (a libcurl multi handle: any number of
+ * transfers at once, connections to the upstreams kept alive and reused).
+ * When a transfer ends, one of a few finisher threads stores or releases
+ * the claim, builds the reply and resumes the connection. A slow upstream
+ * therefore holds only its own connections, never an HTTP thread.
+ *
+ * Ownership: the route table lives from gateway_start() to gateway_stop();
+ * struct route pointers returned by gateway_match() are borrowed for that
+ * long. The config passed to gateway_start() must outlive the module.
+ */
+#ifndef IDEMD_GATEWAY_H
+#define IDEMD_GATEWAY_H
+
+#include <stddef.h>
+
+#include "common.h"
+
+struct config;
+struct route;
+
+/*
+ * Resolves each route's tenant name (the database must be reachable) and
+ * starts the forwarder and finisher threads. Returns -1 after logging when a
+ * route names an unknown tenant or a thread cannot start. An operation that
+ * does not exist yet is only warned about: operations are created through
+ * the running API, and a submit for it is refused 403 until then.
+ * Does nothing when the config has no routes.
+ */
+int gateway_start(const struct config *cfg) IDEMD_WUR;
+
+/*
+ * Lets every queued and running forward finish (each is bounded by its
+ * route's timeout), stores their outcomes, resumes their connections and
+ * stops the threads; the route table stays. Submits arriving afterwards are
+ * released and answered 503. Called by http_stop() before the daemon stops
+ * (no connection may stay suspended). Safe to call more than once.
+ */
+void gateway_drain(void);
+
+/* gateway_drain(), then frees the route table and libcurl's state: call it
+ * once no HTTP thread runs any more. Safe when not started and twice. */
+void gateway_stop(void);
+
+/*
+ * The gateway route for METHOD and PATH (exact path). NULL with *STATUS 404
+ * when PATH is no gateway path, or 405 with ALLOW set to the path's methods.
+ */
+const struct route *gateway_match(const char *method, const char *path, unsigned *status,
+				  char *allow, size_t allowlen);
+
+#endif

@@ -1,0 +1,277 @@
+/* Unit tests for API keys: generation, hashing, and auth_check with its
+ * cache.
+ *
+ * store_tenant_by_key is replaced at link time by a cmocka mock below:
+ * auth.o needs only that symbol from store.o, so the archive's store.o is
+ * never pulled in and no database is touched. A call the test did not
+ * queue a will_return() for fails the test, which is how "the database was
+ * not asked" is checked. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <sodium.h>
+
+#include "auth.h"
+#include "store.h"
+
+/* Valid-looking keys of the right length (fixed, so their cache slots are). */
+static const char key_a[] = "idk_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+static const char key_b[] = "idk_BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB";
+
+static int clear_cache(void **state);
+static void expect_lookup(const char *key, int rc, int found, uint32_t tenant);
+
+int
+store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tenant_id,
+		    int *found)
+{
+	check_expected(key_hash);
+	int rc = mock_type(int);
+	*found = mock_type(int);
+	uint32_t t = mock_type(uint32_t);
+	if (rc == 0 && *found)
+		*tenant_id = t;
+	return rc;
+}
+
+static int
+clear_cache(void **state)
+{
+	(void)state;
+	auth_cache_clear();
+	return 0;
+}
+
+/* The next store lookup must be for KEY's hash and answers RC, FOUND, TENANT. */
+static void
+expect_lookup(const char *key, int rc, int found, uint32_t tenant)
+{
+	static uint8_t hashes[8][32];
+	static size_t next;
+	uint8_t *h = hashes[next++ % 8];
+
+	auth_key_hash(key, strlen(key), h);
+	expect_memory(store_tenant_by_key, key_hash, h, 32);
+	will_return(store_tenant_by_key, rc);
+	will_return(store_tenant_by_key, found);
+	will_return(store_tenant_by_key, tenant);
+}
+
+static void
+test_generate_format(void **state)
+{
+	char key[AUTH_KEY_CHARS + 1];
+
+	(void)state;
+	assert_int_equal(sizeof(key_a) - 1, AUTH_KEY_CHARS);
+	for (int i = 0; i < 200; i++) {
+		memset(key, '#', sizeof(key));
+		auth_key_generate(key, sizeof(key));
+		assert_int_equal(strlen(key), AUTH_KEY_CHARS);
+		assert_memory_equal(key, AUTH_KEY_PREFIX, 4);
+		size_t alnum = strspn(key + 4, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+				      "0123456789-_");
+		assert_int_equal(alnum, AUTH_KEY_CHARS - 4);
+	}
+}
+
+/* The 43 characters decode back to 32 bytes. */
+static void
+test_generate_decodes(void **state)
+{
+	char key[AUTH_KEY_CHARS + 1];
+	unsigned char raw[32];
+	size_t len = 0;
+
+	(void)state;
+	auth_key_generate(key, sizeof(key));
+	assert_int_equal(sodium_base642bin(raw, sizeof(raw), key + 4, AUTH_KEY_CHARS - 4, NULL,
+					   &len, NULL, sodium_base64_VARIANT_URLSAFE_NO_PADDING), 0);
+	assert_int_equal(len, 32);
+}
+
+static void
+test_generate_unique(void **state)
+{
+	char keys[64][AUTH_KEY_CHARS + 1];
+
+	(void)state;
+	for (size_t i = 0; i < 64; i++) {
+		auth_key_generate(keys[i], sizeof(keys[i]));
+		for (size_t j = 0; j < i; j++)
+			assert_string_not_equal(keys[i], keys[j]);
+	}
+}
+
+/* A larger buffer is fine and still holds exactly one key. */
+static void
+test_generate_large_buffer(void **state)
+{
+	char key[128];
+
+	(void)state;
+	memset(key, '#', sizeof(key));
+	auth_key_generate(key, sizeof(key));
+	assert_int_equal(strlen(key), AUTH_KEY_CHARS);
+}
+
+static void
+test_hash(void **state)
+{
+	uint8_t h1[32], h2[32], h3[32], ref[32];
+
+	(void)state;
+	auth_key_hash(key_a, strlen(key_a), h1);
+	auth_key_hash(key_a, strlen(key_a), h2);
+	assert_memory_equal(h1, h2, 32);
+	/* it is BLAKE2b-256 of the key text, unkeyed */
+	assert_int_equal(crypto_generichash(ref, 32, (const unsigned char *)key_a, strlen(key_a),
+					    NULL, 0), 0);
+	assert_memory_equal(h1, ref, 32);
+	/* a different key, a different hash */
+	auth_key_hash(key_b, strlen(key_b), h3);
+	assert_memory_not_equal(h1, h3, 32);
+	/* only LEN bytes count */
+	auth_key_hash("abcdef", 3, h1);
+	auth_key_hash("abc", 3, h2);
+	assert_memory_equal(h1, h2, 32);
+	auth_key_hash("abd", 3, h3);
+	assert_memory_not_equal(h1, h3, 32);
+	/* the empty key has the well-known BLAKE2b-256("") digest */
+	static const uint8_t empty[32] = {
+		0x0e, 0x57, 0x51, 0xc0, 0x26, 0xe5, 0x43, 0xb2, 0xe8, 0xab, 0x2e, 0xb0,
+		0x60, 0x99, 0xda, 0xa1, 0xd1, 0xe5, 0xdf, 0x47, 0x77, 0x8f, 0x77, 0x87,
+		0xfa, 0xab, 0x45, 0xcd, 0xf1, 0x2f, 0xe3, 0xa8,
+	};
+	auth_key_hash("", 0, h1);
+	assert_memory_equal(h1, empty, 32);
+}
+
+/* Wrong lengths are refused before any lookup (the mock would fail). */
+static void
+test_check_wrong_length(void **state)
+{
+	char key[AUTH_KEY_CHARS + 2];
+	uint32_t tenant = 0xabcdef;
+
+	(void)state;
+	assert_int_equal(auth_check("", &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check("idk_", &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check("Bearer", &tenant), AUTH_DENIED);
+	memcpy(key, key_a, sizeof(key_a));
+	key[AUTH_KEY_CHARS - 1] = '\0';
+	assert_int_equal(auth_check(key, &tenant), AUTH_DENIED);
+	memcpy(key, key_a, sizeof(key_a));
+	key[AUTH_KEY_CHARS] = 'A';
+	key[AUTH_KEY_CHARS + 1] = '\0';
+	assert_int_equal(auth_check(key, &tenant), AUTH_DENIED);
+	assert_int_equal(tenant, 0xabcdef);
+}
+
+static void
+test_check_found_then_cached(void **state)
+{
+	uint32_t tenant = 0;
+
+	(void)state;
+	expect_lookup(key_a, 0, 1, 7);
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(tenant, 7);
+	/* second time from the cache: no lookup queued, none may happen */
+	tenant = 0;
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(tenant, 7);
+	/* a second key gets its own lookup and entry */
+	expect_lookup(key_b, 0, 1, 9);
+	assert_int_equal(auth_check(key_b, &tenant), AUTH_OK);
+	assert_int_equal(tenant, 9);
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(tenant, 7);
+	assert_int_equal(auth_check(key_b, &tenant), AUTH_OK);
+	assert_int_equal(tenant, 9);
+}
+
+/* Unknown keys are not cached: a key created later works at once. */
+static void
+test_check_unknown_not_cached(void **state)
+{
+	uint32_t tenant = 0x55;
+
+	(void)state;
+	expect_lookup(key_a, 0, 0, 0);
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_DENIED);
+	assert_int_equal(tenant, 0x55);
+	expect_lookup(key_a, 0, 1, 3);
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(tenant, 3);
+}
+
+/* A store failure is "unavailable", not "denied", and is not cached. */
+static void
+test_check_unavailable(void **state)
+{
+	uint32_t tenant = 0;
+
+	(void)state;
+	expect_lookup(key_a, -1, 0, 0);
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_UNAVAILABLE);
+	expect_lookup(key_a, 0, 1, 11);
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(tenant, 11);
+}
+
+/* A key that differs from a cached one in one character is looked up. */
+static void
+test_check_near_miss(void **state)
+{
+	char other[sizeof(key_a)];
+	uint32_t tenant = 0;
+
+	(void)state;
+	expect_lookup(key_a, 0, 1, 7);
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	memcpy(other, key_a, sizeof(key_a));
+	other[AUTH_KEY_CHARS - 1] = 'B';
+	expect_lookup(other, 0, 0, 0);
+	assert_int_equal(auth_check(other, &tenant), AUTH_DENIED);
+}
+
+static void
+test_cache_clear(void **state)
+{
+	uint32_t tenant = 0;
+
+	(void)state;
+	expect_lookup(key_a, 0, 1, 7);
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	auth_cache_clear();
+	expect_lookup(key_a, 0, 1, 8);
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(tenant, 8);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_generate_format),
+		cmocka_unit_test(test_generate_decodes),
+		cmocka_unit_test(test_generate_unique),
+		cmocka_unit_test(test_generate_large_buffer),
+		cmocka_unit_test(test_hash),
+		cmocka_unit_test_setup(test_check_wrong_length, clear_cache),
+		cmocka_unit_test_setup(test_check_found_then_cached, clear_cache),
+		cmocka_unit_test_setup(test_check_unknown_not_cached, clear_cache),
+		cmocka_unit_test_setup(test_check_unavailable, clear_cache),
+		cmocka_unit_test_setup(test_check_near_miss, clear_cache),
+		cmocka_unit_test_setup(test_cache_clear, clear_cache),
+	};
+
+	if (sodium_init() < 0)
+		return 1;
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
