@@ -302,16 +302,27 @@ static struct curl_slist *gateway_request_headers(struct request *req, const str
 
 /* ---------------------------------------------------------------- query */
 
-static int gateway_escape(struct gateway_buf *b, const char *s)
+/*
+ * Appends S, an argument as libmicrohttpd hands it over (not percent-decoded,
+ * http.c installs no unescaper, but with '+' turned into ' '), restoring the
+ * text as sent: ' ' back to '+'; bytes a request line cannot carry raw are
+ * percent-encoded for safety.
+ */
+static int gateway_query_text(struct gateway_buf *b, const char *s)
 {
 	static const char hexd[] = "0123456789ABCDEF";
 
 	for (; *s != '\0'; s++) {
 		unsigned char c = (unsigned char)*s;
 		char enc[3] = { '%', hexd[c >> 4], hexd[c & 15] };
-		int plain = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-			    (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' || c == '~';
-		if (gateway_buf_add(b, plain ? (const char *)s : enc, plain ? 1 : 3) < 0)
+		int rc;
+		if (c == ' ')
+			rc = gateway_buf_add(b, "+", 1);
+		else if (c > 0x20 && c < 0x7f)
+			rc = gateway_buf_add(b, s, 1);
+		else
+			rc = gateway_buf_add(b, enc, 3);
+		if (rc < 0)
 			return -1;
 	}
 	return 0;
@@ -328,16 +339,16 @@ static enum MHD_Result gateway_query_cb(void *cls, enum MHD_ValueKind kind,
 	struct gateway_query *g = cls;
 
 	(void)kind;
-	if ((g->q.gb_len > 0 && gateway_buf_str(&g->q, "&") < 0) || gateway_escape(&g->q, key) < 0 ||
-	    (value != NULL && (gateway_buf_str(&g->q, "=") < 0 || gateway_escape(&g->q, value) < 0)))
+	if ((g->q.gb_len > 0 && gateway_buf_str(&g->q, "&") < 0) || gateway_query_text(&g->q, key) < 0 ||
+	    (value != NULL && (gateway_buf_str(&g->q, "=") < 0 || gateway_query_text(&g->q, value) < 0)))
 		g->failed = 1;
 	return MHD_YES;
 }
 
 /*
- * The request's query string, percent-encoded again from libmicrohttpd's
- * decoded arguments (it does not keep the raw text): into *OUT as a new
- * string ("" when there is none, or NULL). 0 or -1.
+ * The request's query string rebuilt from libmicrohttpd's arguments (it
+ * keeps no raw copy): into *OUT as a new string ("" when there is none).
+ * 0 or -1.
  */
 static int gateway_query(struct request *req, char **out)
 {

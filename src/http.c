@@ -16,6 +16,8 @@
 
 #include "auth.h"
 #include "config.h"
+#include "cors.h"
+#include "gateway.h"
 #include "log.h"
 #include "metrics.h"
 #include "problem.h"
@@ -166,6 +168,38 @@ static const char *http_bearer(const struct request *req)
 	return *h != '\0' ? h : NULL;
 }
 
+void http_suspend(struct request *req)
+{
+	req->req_suspended = 1;
+	MHD_suspend_connection(req->req_conn);
+}
+
+void http_resume(struct request *req)
+{
+	MHD_resume_connection(req->req_conn);
+}
+
+/* A CORS preflight for a gateway or API path: 1 after replying. */
+static int http_preflight(struct request *req)
+{
+	char allow[64], *params[HTTP_MAX_PARAMS] = { NULL };
+	size_t lens[HTTP_MAX_PARAMS];
+	unsigned status = 404;
+
+	if (!cors_is_preflight(req->req_method, http_header(req, "Origin"),
+			       http_header(req, "Access-Control-Request-Method")))
+		return 0;
+	/* no route takes OPTIONS: 405 names the methods the path accepts */
+	if (gateway_match("OPTIONS", req->req_path, &status, allow, sizeof(allow)) == NULL &&
+	    status == 404)
+		(void)router_match("OPTIONS", req->req_path, params, lens, &status, allow,
+				   sizeof(allow));
+	if (status != 405)
+		return 0;
+	cors_reply_preflight(req, allow);
+	return 1;
+}
+
 /* Limits first, then route, then authentication, then the handler. */
 static void http_dispatch(struct request *req)
 {
@@ -177,13 +211,20 @@ static void http_dispatch(struct request *req)
 			      "the body exceeds %zu bytes", http_cfg->max_body_bytes);
 		return;
 	}
-	if (req->req_body_len > 0 && !http_is_json_type(http_header(req, "Content-Type"))) {
-		problem_reply(req, 415, "unsupported_media_type",
-			      "send the body as application/json");
+	if (http_preflight(req))
 		return;
+	/* gateway bodies are opaque: forwarded as sent, whatever their type */
+	req->req_route = gateway_match(req->req_method, req->req_path, &status, allow,
+				       sizeof(allow));
+	if (req->req_route == NULL && status == 404) {
+		if (req->req_body_len > 0 && !http_is_json_type(http_header(req, "Content-Type"))) {
+			problem_reply(req, 415, "unsupported_media_type",
+				      "send the body as application/json");
+			return;
+		}
+		req->req_route = router_match(req->req_method, req->req_path, req->req_params,
+					      req->req_param_lens, &status, allow, sizeof(allow));
 	}
-	req->req_route = router_match(req->req_method, req->req_path, req->req_params,
-				      req->req_param_lens, &status, allow, sizeof(allow));
 	if (req->req_route == NULL) {
 		if (status == 405) {
 			problem_reply(req, 405, "method_not_allowed",
@@ -209,7 +250,7 @@ static void http_dispatch(struct request *req)
 		}
 	}
 	req->req_route->handler(req);
-	if (req->rep_response == NULL)
+	if (req->rep_response == NULL && !req->req_suspended)
 		problem_reply(req, 500, "internal", "the request could not be answered");
 }
 
@@ -222,6 +263,7 @@ static enum MHD_Result http_send(struct request *req)
 					req->rep_headers[i][1]);
 	MHD_add_response_header(req->rep_response, "X-Request-Id", req->req_id);
 	MHD_add_response_header(req->rep_response, "Cache-Control", "no-store");
+	cors_decorate(req->rep_response, http_header(req, "Origin"));
 	return MHD_queue_response(req->req_conn, req->rep_status, req->rep_response);
 }
 
@@ -305,10 +347,17 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
 		body[req->req_body_len] = '\0';
 		return MHD_YES;
 	}
-	if (req->req_dispatched)
-		return MHD_YES;
+	if (req->req_dispatched) {
+		if (!req->req_suspended)
+			return MHD_YES;
+		/* called again after http_resume(): the reply is ready */
+		req->req_suspended = 0;
+		return http_send(req);
+	}
 	req->req_dispatched = 1;
 	http_dispatch(req);
+	if (req->req_suspended)
+		return MHD_YES;
 	return http_send(req);
 }
 
@@ -365,14 +414,65 @@ static void http_mhd_log(void *cls, const char *fmt, va_list ap)
 	log_warn("http: %s", msg);
 }
 
+/* Reads a PEM file (at most 1 MiB) into a new NUL-terminated string. */
+static char *http_read_pem(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	size_t n = 0;
+
+	if (f == NULL) {
+		log_error("http: cannot open %s: %s", path, strerror(errno));
+		return NULL;
+	}
+	buf = malloc(1024 * 1024 + 1);
+	if (buf != NULL) {
+		n = fread(buf, 1, 1024 * 1024, f);
+		buf[n] = '\0';
+		if (ferror(f) || n == 0) {
+			log_error("http: cannot read %s", path);
+			free(buf);
+			buf = NULL;
+		}
+	}
+	fclose(f);
+	return buf;
+}
+
+/* The TLS options of the daemon: MHD_OPTION_END alone for plain HTTP. */
+static int http_tls_options(const struct config *cfg, struct MHD_OptionItem opts[3],
+			    char **cert, char **key, unsigned *flags)
+{
+	opts[0] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
+	*cert = *key = NULL;
+	if (cfg->tls_cert_file == NULL)
+		return 0;
+	if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+		log_error("http: this libmicrohttpd has no TLS support");
+		return -1;
+	}
+	*cert = http_read_pem(cfg->tls_cert_file);
+	*key = http_read_pem(cfg->tls_key_file);
+	if (*cert == NULL || *key == NULL)
+		return -1;
+	opts[0] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, *cert };
+	opts[1] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, *key };
+	opts[2] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
+	*flags |= MHD_USE_TLS;
+	return 0;
+}
+
 int http_start(const struct config *cfg)
 {
 	struct addrinfo hints = { 0 }, *ai = NULL;
+	struct MHD_OptionItem tls[3];
+	char *cert = NULL, *key = NULL;
 	char port[8];
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
-			 MHD_USE_ERROR_LOG;
+			 MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
 
 	http_cfg = cfg;
+	cors_init(cfg->cors_origins, cfg->n_cors_origins);
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
@@ -385,6 +485,12 @@ int http_start(const struct config *cfg)
 	}
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
+	if (http_tls_options(cfg, tls, &cert, &key, &flags) < 0) {
+		freeaddrinfo(ai);
+		free(cert);
+		free(key);
+		return -1;
+	}
 	http_daemon = MHD_start_daemon(flags, cfg->listen_port, NULL, NULL, http_access, NULL,
 				       MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL,
 				       MHD_OPTION_SOCK_ADDR, ai->ai_addr,
@@ -396,14 +502,20 @@ int http_start(const struct config *cfg)
 				       MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
 				       MHD_OPTION_NOTIFY_COMPLETED, http_completed, NULL,
 				       MHD_OPTION_UNESCAPE_CALLBACK, http_no_unescape, NULL,
+				       MHD_OPTION_ARRAY, tls,
 				       MHD_OPTION_END);
 	freeaddrinfo(ai);
+	/* libmicrohttpd has parsed the PEM data by now; the key text is wiped */
+	if (key != NULL)
+		sodium_memzero(key, strlen(key));
+	free(key);
+	free(cert);
 	if (http_daemon == NULL) {
 		log_error("http: cannot listen on %s:%u", cfg->listen_host, cfg->listen_port);
 		return -1;
 	}
-	log_info("http: listening on %s:%u with %d threads", cfg->listen_host,
-		 cfg->listen_port, cfg->threads);
+	log_info("http: listening on %s:%u (%s) with %d threads", cfg->listen_host,
+		 cfg->listen_port, cfg->tls_cert_file ? "https" : "http", cfg->threads);
 	return 0;
 }
 
@@ -416,6 +528,11 @@ void http_stop(void)
 		close(fd);
 	/* in-flight requests finish; idle keep-alive connections do not hold us */
 	for (int i = 0; i < 300 && atomic_load(&http_active) > 0; i++)
+		usleep(100 * 1000);
+	/* forwards still running end by their own timeouts; no connection may
+	 * stay suspended when the daemon stops */
+	gateway_drain();
+	for (int i = 0; i < 50 && atomic_load(&http_active) > 0; i++)
 		usleep(100 * 1000);
 	MHD_stop_daemon(http_daemon);
 	http_daemon = NULL;

@@ -33,6 +33,7 @@ struct request {
 	uint32_t req_tenant_id;            /* set by authentication */
 	struct timespec req_start;
 	int req_dispatched;
+	int req_suspended;                 /* another thread builds the reply (http_suspend) */
 
 	/* the reply being built */
 	unsigned rep_status;
@@ -59,6 +60,16 @@ void http_reply_empty(struct request *req, unsigned status);
 
 /* Adds a header to the reply being built (copied). */
 void http_set_header(struct request *req, const char *name, const char *value);
+
+/*
+ * Hands the reply to another thread: call from a handler, which then returns
+ * without replying. The connection sleeps until that thread has built the
+ * reply with the helpers above and called http_resume(); from then on it
+ * must not touch REQ. The request context stays valid (and is freed by the
+ * completion callback as usual).
+ */
+void http_suspend(struct request *req);
+void http_resume(struct request *req);
 
 /* Parses the request body as a JSON object: returns a new reference, or
  * NULL after replying 400 invalid_request. An empty body parses as {}. */

@@ -9,6 +9,7 @@
 #include "auth.h"
 #include "config.h"
 #include "db.h"
+#include "gateway.h"
 #include "http.h"
 #include "janitor.h"
 #include "keys.h"
@@ -63,8 +64,10 @@ static int main_serve(const struct config *cfg)
 		goto pool;
 	}
 	tokenreq_init(cfg);
-	if (http_start(cfg) < 0)
+	if (gateway_start(cfg) < 0)
 		goto pool;
+	if (http_start(cfg) < 0)
+		goto gateway;
 	if (janitor_start(cfg) < 0) {
 		log_error("serve: cannot start the janitor thread");
 		goto http;
@@ -75,6 +78,8 @@ static int main_serve(const struct config *cfg)
 	janitor_stop();
 http:
 	http_stop();
+gateway:
+	gateway_stop();
 pool:
 	db_pool_close();
 keys:
