@@ -7,7 +7,8 @@
  * upstream of the gateway scenarios.
  *
  * usage: baseline_mhd --port N [--threads N] [--connections N]
- *                     [--timeout S] [--status CODE]
+ *                     [--timeout S] [--status CODE] [--memory KIB]
+ * --memory is the per-connection memory limit (default 64 KiB, as idemd).
  */
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -74,7 +75,7 @@ static unsigned bm_arg(const char *v, const char *name)
 
 int main(int argc, char **argv)
 {
-	unsigned port = 0, threads = 8, connections = 4096, timeout = 30;
+	unsigned port = 0, threads = 8, connections = 4096, timeout = 30, memory_kib = 64;
 	sigset_t set;
 	int sig;
 
@@ -87,6 +88,8 @@ int main(int argc, char **argv)
 			connections = bm_arg(argv[i + 1], "--connections");
 		else if (strcmp(argv[i], "--timeout") == 0)
 			timeout = bm_arg(argv[i + 1], "--timeout");
+		else if (strcmp(argv[i], "--memory") == 0)
+			memory_kib = bm_arg(argv[i + 1], "--memory");
 		else if (strcmp(argv[i], "--status") == 0)
 			bm_status = bm_arg(argv[i + 1], "--status");
 		else {
@@ -96,7 +99,7 @@ int main(int argc, char **argv)
 	}
 	if (port == 0 || port > 65535 || argc % 2 == 0) {
 		fprintf(stderr, "usage: baseline_mhd --port N [--threads N] [--connections N] "
-				"[--timeout S] [--status CODE]\n");
+				"[--timeout S] [--status CODE] [--memory KIB]\n");
 		return 2;
 	}
 	sigemptyset(&set);
@@ -123,7 +126,7 @@ int main(int argc, char **argv)
 		MHD_OPTION_THREAD_POOL_SIZE, threads,
 		MHD_OPTION_CONNECTION_LIMIT, connections,
 		MHD_OPTION_CONNECTION_TIMEOUT, timeout,
-		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)memory_kib * 1024,
 		MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
 		MHD_OPTION_NOTIFY_COMPLETED, bm_completed, NULL,
 		MHD_OPTION_END);
@@ -131,8 +134,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "baseline_mhd: cannot listen on port %u\n", port);
 		return 1;
 	}
-	fprintf(stderr, "baseline_mhd: port %u, %u threads, %u connections, status %u\n", port,
-		threads, connections, bm_status);
+	fprintf(stderr, "baseline_mhd: port %u, %u threads, %u connections, %u KiB each, status %u\n",
+		port, threads, connections, memory_kib, bm_status);
 	sigwait(&set, &sig);
 	MHD_stop_daemon(d);
 	MHD_destroy_response(bm_response);

@@ -191,6 +191,10 @@ TENANT_ID=$(sql "SELECT id FROM tenants WHERE name = 'bench'")
 OP_ID=$(sql "SELECT id FROM operations WHERE name = 'order.create'")
 GW_OP_ID=$(sql "SELECT id FROM operations WHERE name = 'gw.order.create'")
 pg psql "$PGDIR" -d idemd -q -f "$BENCH/pgbench_setup.sql"
+# database-only diagnostics (idemd's SQL functions driven by pgbench)
+DIAG=1 DIAG_DUR=$(( DUR < 5 ? DUR : 5 ))
+pg psql "$PGDIR" -d idemd -q -f "$BENCH/pgbench_db_setup.sql" >"$WORK/diag.log" 2>&1 || {
+  DIAG=0; note "database-only diagnostics skipped: $(head -c 200 "$WORK/diag.log")"; }
 
 THREADS=$(sed -n 's/.*listening on .* with \([0-9]*\) threads.*/\1/p' "$WORK/idemd.log" | tail -n 1)
 THREADS=${THREADS:-${BENCH_THREADS:-8}}
@@ -258,15 +262,23 @@ d = int(r["duration_us"]) / 1e6
 print(int((int(r["ops"]) or int(r["requests"])) / d))' "$LAST"
 }
 
-pgbench_run() {  # pgbench_run ROUND
-  local out=$RAW/baseline_b.$1.txt
-  "$PGBIN/pgbench" -h "$PSOCK" -U "$PROLE" -M prepared -n -c 8 -j 2 -T "$DUR" \
-    -f "$BENCH/pgbench_insert.sql" idemd >"$out" 2>&1 || { cat "$out" >&2; die "pgbench failed"; }
+# pgbench_run NAME ROUND SCRIPT DURATION [optional]: an optional run that
+# fails (a diagnostic whose SQL no longer fits the schema) is noted, not fatal
+pgbench_run() {
+  local name=$1 round=$2 script=$3 dur=$4 optional=${5:-}
+  local out=$RAW/$name.$round.txt
+  if ! "$PGBIN/pgbench" -h "$PSOCK" -U "$PROLE" -M prepared -n -c 8 -j 2 -T "$dur" \
+       -f "$BENCH/$script" idemd >"$out" 2>&1 || grep -q 'aborted' "$out"; then
+    [ -n "$optional" ] || { cat "$out" >&2; die "pgbench $name failed"; }
+    note "$name failed (see bench/results/raw/$name.$round.txt); skipped"
+    DIAG=0
+    return 0
+  fi
   local tps lat
   tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$out" | tail -n 1)
   lat=$(sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p' "$out" | tail -n 1)
-  echo "baseline_b $1 tps=$tps lat_avg_ms=$lat" >>"$RESULTS"
-  printf '    %-22s %-7s %9.0f tx/s   latency avg %s ms\n' baseline_b "$1" "$tps" "$lat"
+  echo "$name $round tps=$tps lat_avg_ms=$lat" >>"$RESULTS"
+  printf '    %-22s %-7s %9.0f tx/s   latency avg %s ms\n' "$name" "$round" "$tps" "$lat"
 }
 
 rss_sample() {  # rss_sample LABEL [extra key=value...]
@@ -332,7 +344,7 @@ rss_sample warmup
 for r in $(seq "$RUNS"); do
   say "round $r of $RUNS"
   wrk_run baseline_a_issue "r$r" "$BURL" issue.lua "$DUR" 16
-  pgbench_run "r$r"
+  pgbench_run baseline_b "r$r" pgbench_insert.sql "$DUR"
   wrk_run issue "r$r" "$URL" issue.lua "$DUR" 16
   f=$(gen_tokens order.create "$(size_for "$FS_RATE")")
   wrk_run first_submit "r$r" "$URL" first_submit.lua "$DUR" 16 "$f" 2
@@ -349,24 +361,36 @@ for r in $(seq "$RUNS"); do
     wrk_run baseline_a_gw_replay "r$r" "$BURL" gateway_replay.lua "$DUR" 16 "$GW_REPLAY" 2
     wrk_run gw_replay "r$r" "$URL" gateway_replay.lua "$DUR" 16 "$GW_REPLAY" 2
   fi
+  if [ "$DIAG" = 1 ]; then
+    pgbench_run db_first_submit "r$r" pgbench_db_first_submit.sql "$DIAG_DUR" optional
+    pgbench_run db_replay "r$r" pgbench_db_replay.sql "$DIAG_DUR" optional
+    pgbench_run db_select "r$r" pgbench_db_select.sql "$DIAG_DUR" optional
+  fi
   rss_sample "round$r"
 done
 
 say "2,000 concurrent keep-alive connections (GET /healthz)"
 C2K_DUR=8
-out=$RAW/c2000.1.txt
-BENCH_DIR=$BENCH wrk -t2 -c2000 -d"${C2K_DUR}s" --timeout 5s --latency -s "$BENCH/healthz.lua" \
-  "$URL" >"$out" 2>&1 &
-WRK_PID=$!
-sleep $((C2K_DUR - 3))
-EST=$(ss -Htn state established "( sport = :$PORT )" | wc -l)
-C2K_RSS=$(awk '/^VmRSS:/ {print $2}' "/proc/$IDEMD_PID/status")
-C2K_HWM=$(awk '/^VmHWM:/ {print $2}' "/proc/$IDEMD_PID/status")
-wait "$WRK_PID" || true
-line=$(sed -n 's/^BENCH_RESULT //p' "$out" | tail -n 1)
-[ -n "$line" ] || die "wrk -c2000 gave no result (see $out)"
-echo "c2000 1 $line established=$EST rss_kb=$C2K_RSS hwm_kb=$C2K_HWM" >>"$RESULTS"
-note "$EST connections established; VmRSS $((C2K_RSS / 1024)) MiB, VmHWM $((C2K_HWM / 1024)) MiB; $line"
+# c2000_run NAME URL PID: wrk -c2000; memory of PID read while all are open
+c2000_run() {
+  local name=$1 url=$2 pid=$3 port=${2##*:}
+  local out=$RAW/$name.1.txt
+  BENCH_DIR=$BENCH wrk -t2 -c2000 -d"${C2K_DUR}s" --timeout 5s --latency \
+    -s "$BENCH/healthz.lua" "$url" >"$out" 2>&1 &
+  local wpid=$!
+  sleep $((C2K_DUR - 3))
+  local est rss hwm line
+  est=$(ss -Htn state established "( sport = :$port )" | wc -l)
+  rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")
+  hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status")
+  wait "$wpid" || true
+  line=$(sed -n 's/^BENCH_RESULT //p' "$out" | tail -n 1)
+  [ -n "$line" ] || die "wrk -c2000 gave no result (see $out)"
+  echo "$name 1 $line established=$est rss_kb=$rss hwm_kb=$hwm" >>"$RESULTS"
+  note "$name: $est connections established; VmRSS $((rss / 1024)) MiB, VmHWM $((hwm / 1024)) MiB"
+}
+c2000_run c2000 "$URL" "$IDEMD_PID"
+c2000_run baseline_a_c2000 "$BURL" "$BASE_PID"
 sleep 1
 rss_sample after-c2000
 

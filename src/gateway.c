@@ -66,6 +66,7 @@ struct gateway_job {
 	CURLcode gj_code;
 	long gj_status;
 	int gj_sent;                       /* the request left for the upstream */
+	int gj_resend_refused;             /* libcurl wanted to send it a second time */
 	int gj_too_big;
 	json_t *gj_resp_headers;           /* the headers kept: lower-cased names */
 	struct gateway_buf gj_body;
@@ -564,6 +565,9 @@ static void gateway_finish(struct gateway_job *j)
 		} else if (j->gj_code == CURLE_OK) {
 			problem_reply(req, 502, "upstream_invalid",
 				      "the upstream answered with status %ld", j->gj_status);
+		} else if (j->gj_resend_refused) {
+			problem_reply(req, 502, "upstream_unavailable",
+				      "the upstream closed the connection without answering");
 		} else if (j->gj_code == CURLE_OPERATION_TIMEDOUT && j->gj_sent) {
 			problem_reply(req, 504, "upstream_timeout",
 				      "the upstream did not answer within %ld ms", j->gj_timeout_ms);
@@ -574,7 +578,9 @@ static void gateway_finish(struct gateway_job *j)
 		}
 		log_warn("gateway: request %s: %s %s: %s (request %s)", req->req_id,
 			 req->req_method, req->req_path,
-			 j->gj_too_big ? "answer too large" : curl_easy_strerror(j->gj_code),
+			 j->gj_too_big ? "answer too large" :
+			 j->gj_resend_refused ? "connection closed without an answer" :
+			 curl_easy_strerror(j->gj_code),
 			 j->gj_sent ? "sent" : "not sent");
 	}
 	gateway_job_free(j);
@@ -643,6 +649,13 @@ static int gateway_on_prereq(void *arg, char *primary_ip, char *local_ip, int pr
 	(void)local_ip;
 	(void)primary_port;
 	(void)local_port;
+	/* libcurl resends on a fresh connection when a reused one closes
+	 * without an answer; the upstream may have acted, so that second send
+	 * is the client's decision (same token, same Idempotency-Key), not ours */
+	if (j->gj_sent) {
+		j->gj_resend_refused = 1;
+		return CURL_PREREQFUNC_ABORT;
+	}
 	j->gj_sent = 1;
 	return CURL_PREREQFUNC_OK;
 }
@@ -677,6 +690,9 @@ static void gateway_transfer_start(struct gateway_job *j)
 	curl_easy_setopt(e, CURLOPT_URL, j->gj_url);
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	/* below the usual 5 s keep-alive of upstream servers, so that an idle
+	 * connection is not reused just as the upstream closes it */
+	curl_easy_setopt(e, CURLOPT_MAXAGE_CONN, 4L);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, r->connect_timeout_ms);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, j->gj_timeout_ms);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, j->gj_headers);
@@ -904,6 +920,19 @@ static char *gateway_target(const struct config_route *r)
 	return b.gb_data;
 }
 
+/* URL for log lines: any user:password in it replaced by "***". */
+static void gateway_url_for_log(const char *url, char *out, size_t outlen)
+{
+	const char *auth = strstr(url, "://") + 3;
+	size_t alen = strcspn(auth, "/?");
+	const char *at = memchr(auth, '@', alen);
+
+	if (at == NULL)
+		snprintf(out, outlen, "%s", url);
+	else
+		snprintf(out, outlen, "%.*s***%s", (int)(auth - url), url, at);
+}
+
 static void gateway_free_routes(void)
 {
 	for (size_t i = 0; i < gw.n_routes; i++)
@@ -924,6 +953,7 @@ static int gateway_load_routes(const struct config *cfg)
 		const struct config_route *r = &cfg->routes[i];
 		struct gateway_route *gr = &gw.routes[i];
 		struct operation op;
+		char shown[256];
 		int found;
 
 		gr->gr_route.method = r->method;
@@ -961,8 +991,9 @@ static int gateway_load_routes(const struct config *cfg)
 				log_warn("gateway: routes[%zu] (%s %s): store_headers \"%s\" is never "
 					 "stored (hop-by-hop, framing or set by idemd)", i, r->method,
 					 r->path, r->store_headers[k]);
+		gateway_url_for_log(gr->gr_target, shown, sizeof(shown));
 		log_info("gateway: %s %s -> %s (tenant %s, operation %s)", r->method, r->path,
-			 gr->gr_target, r->tenant, r->operation);
+			 shown, r->tenant, r->operation);
 	}
 	return 0;
 }

@@ -246,8 +246,8 @@ static int h_complete_parse(struct request *req, json_t *body, int64_t *attempt,
 		problem_reply(req, 400, "invalid_request", "send body or body_base64, not both");
 		return -1;
 	}
-	resp->sr_headers = json_dumps(headers ? headers : json_object(),
-				      JSON_COMPACT | JSON_SORT_KEYS);
+	resp->sr_headers = headers ? json_dumps(headers, JSON_COMPACT | JSON_SORT_KEYS)
+				   : strdup("{}");
 	if (b64 != NULL) {
 		size_t max = strlen(b64) + 1;
 		resp->sr_body = malloc(max);
