@@ -396,7 +396,7 @@ def cmd_report(path, out, scale=False):
 
     sweep = rep.of("scale_sweep")
     if sweep or scale:
-        w("## Scale (10M records)")
+        w("## Scale (%s records loaded, a tenth of them expired)" % info.get("scale_rows", "?"))
         w("")
         for key, label in (("claim", "claim of fresh tokens"), ("replay", "replay")):
             small = rep.rate(key)

@@ -17,7 +17,8 @@
 #   memory      2,000 keep-alive connections open; RSS after every round
 # Writes bench/results/latest.md (raw outputs in bench/results/raw/).
 #
-#   --scale    afterwards: 10 million records (1 million of them expired),
+#   --scale    afterwards: 10 million records (1 million of them expired;
+#              BENCH_SCALE_ROWS changes the total for a quick check),
 #              claim and replay again, then the sweeper deletes the expired
 #              million while claims are measured; writes results/scale.md
 #   --profile  afterwards: perf profiles of the direct first submit (idemd
@@ -180,6 +181,7 @@ write_config 0
 API_KEY=$("$IDEMD_BIN" --config "$CONF" tenant create bench \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["api_key"])')
 export API_KEY
+printf '%s\n' "$API_KEY" >"$WORK/api_key"   # for poking at a --keep folder by hand
 start_idemd
 for op in order.create gw.order.create; do
   code=$(curl -s -o "$WORK/op.out" -w '%{http_code}' -X PUT "$URL/v1/operations/$op" \
@@ -422,9 +424,11 @@ fi
 
 # ------------------------------------------------------------------ scale
 if [ "$SCALE" = 1 ]; then
-  say "scale: loading 9 million live and 1 million expired records"
+  ROWS=${BENCH_SCALE_ROWS:-10000000}
+  CH=$((ROWS / 10))
+  say "scale: loading $((CH * 9)) live and $CH expired records"
   for chunk in $(seq 0 9); do
-    lo=$((chunk * 1000000 + 1)) hi=$(((chunk + 1) * 1000000))
+    lo=$((chunk * CH + 1)) hi=$(((chunk + 1) * CH))
     if [ "$chunk" -lt 9 ]; then exp="now() + interval '2 days' + (g % 86400) * interval '1 second'"
     else exp="now() - interval '1 day' + (g % 3600) * interval '1 second'"; fi
     sql "INSERT INTO records (tenant_id, token_id, operation_id, subject, state, fingerprint,
@@ -490,6 +494,7 @@ say "writing the report"
   echo "idemd_threads=$THREADS threads, pool_size ${BENCH_POOL_SIZE:-default}; baseline A: $THREADS threads, 4096 connections, timeout 30 s"
   echo "gateway=$GATEWAY_NOTE"
   echo "gateway_note=$GATEWAY_NOTE"
+  [ "$SCALE" = 1 ] && printf 'scale_rows=%s\n' "$(printf "%'d" "$ROWS" 2>/dev/null || echo "$ROWS")"
   echo "runs=$RUNS"
   echo "duration=$DUR"
   echo "notes=idemd writes its access log (one JSON line per request) to a file, as in production | the first-submit scripts rely on idemd echoing X-Request-Id | total time of this run: $(( $(date +%s) - T0 )) s"

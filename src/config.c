@@ -150,6 +150,21 @@ static const struct cfg_key route_keys[] = {
 #define MAX_PATH_LEN 1024
 #define MAX_URL_LEN 2048
 
+/* Jansson's error text without the " near '...'" part, which quotes raw
+ * input (a password in database_url, control bytes), kept to printable
+ * ASCII. Writes into OUT. */
+static const char *json_error_text(const char *text, char *out, size_t outlen)
+{
+	size_t n = 0;
+	const char *near = strstr(text, " near '");
+	size_t len = near ? (size_t)(near - text) : strlen(text);
+
+	for (size_t i = 0; i < len && n + 1 < outlen; i++)
+		out[n++] = (text[i] >= 0x20 && text[i] <= 0x7e) ? text[i] : '?';
+	out[n] = '\0';
+	return out;
+}
+
 /* Writes "config: " and the message into ERR; returns -1. */
 static int
 fail(char *err, size_t errlen, const char *fmt, ...)
@@ -820,13 +835,14 @@ config_parse(struct config *cfg, const char *text, char *err, size_t errlen)
 {
 	struct config tmp = { 0 };
 	json_error_t jerr;
+	char etext[JSON_ERROR_TEXT_LENGTH];
 	json_t *root;
 	int ret = -1;
 
 	memset(cfg, 0, sizeof(*cfg));
 	if ((root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr)) == NULL)
 		return fail(err, errlen, "invalid JSON at line %d, column %d: %s",
-		    jerr.line, jerr.column, jerr.text);
+		    jerr.line, jerr.column, json_error_text(jerr.text, etext, sizeof(etext)));
 	if (load_root(&tmp, root, err, errlen) == -1 ||
 	    check_required(&tmp, err, errlen) == -1)
 		goto done;
@@ -844,6 +860,7 @@ config_load(struct config *cfg, const char *path, char *err, size_t errlen)
 {
 	struct config tmp = { 0 };
 	json_error_t jerr;
+	char etext[JSON_ERROR_TEXT_LENGTH];
 	json_t *root = NULL;
 	const char *env;
 	char *buf = NULL;
@@ -857,7 +874,7 @@ config_load(struct config *cfg, const char *path, char *err, size_t errlen)
 		root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
 		if (root == NULL) {
 			fail(err, errlen, "%s: invalid JSON at line %d, column %d: %s",
-			    path, jerr.line, jerr.column, jerr.text);
+			    path, jerr.line, jerr.column, json_error_text(jerr.text, etext, sizeof(etext)));
 			goto done;
 		}
 	} else if ((root = json_object()) == NULL) {

@@ -1,17 +1,17 @@
 /*
  * Gateway: route table, token checks and claim on the HTTP thread, the
- * forward on the forwarder thread (libcurl multi), and the outcome (store
- * or release, reply, resume) on the finisher threads.
+ * request sent upstream (upstream.c runs it), and the outcome (store or
+ * release, reply, resume) on the finisher threads.
  *
  * A job's life: gateway_submit() claims the token, builds the job and
- * suspends the connection; the forwarder runs the transfer; a finisher
- * writes the outcome, builds the reply into the request, frees the job and
- * resumes the connection, after which nothing here touches the request.
+ * suspends the connection; the upstream thread runs the call and hands the
+ * job to a finisher, which writes the outcome, builds the reply into the
+ * request, frees the job and resumes the connection. After that nothing
+ * here touches the request.
  */
 #include "gateway.h"
 
 #include <arpa/inet.h>
-#include <curl/curl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <sodium.h>
@@ -25,16 +25,16 @@
 #include "fingerprint.h"
 #include "http.h"
 #include "log.h"
+#include "metrics.h"
 #include "opcache.h"
 #include "problem.h"
 #include "router.h"
 #include "store.h"
 #include "token.h"
 #include "tokenreq.h"
+#include "upstream.h"
 
 #define GATEWAY_FINISHERS 4
-#define GATEWAY_HEADER_VALUE_MAX 8192
-#define GATEWAY_HEADER_NAME_MAX 128
 #define GATEWAY_LEASE_MARGIN_MS 500
 #define GATEWAY_MIN_TIMEOUT_MS 100
 
@@ -52,41 +52,25 @@ struct gateway_buf {
 };
 
 struct gateway_job {
-	struct gateway_job *gj_next;
+	struct upstream_call gj_call;      /* first member: the done callback gets it */
+	struct gateway_job *gj_next;       /* in the finishers' queue */
 	struct request *gj_req;            /* borrowed; suspended until the job ends */
 	const struct gateway_route *gj_route;
 	uint8_t gj_token_id[TOKEN_ID_BYTES];
 	int gj_attempt;
 	int gj_retention_seconds;
-	long gj_timeout_ms;
 	char *gj_url;
-	struct curl_slist *gj_headers;
 	int gj_stopped;                    /* refused: the gateway is stopping */
-	/* filled by the transfer */
-	CURLcode gj_code;
-	long gj_status;
-	int gj_sent;                       /* the request left for the upstream */
-	int gj_resend_refused;             /* libcurl wanted to send it a second time */
-	int gj_too_big;
-	json_t *gj_resp_headers;           /* the headers kept: lower-cased names */
-	struct gateway_buf gj_body;
 };
 
 static struct {
 	const struct config *cfg;
 	struct gateway_route *routes;
 	size_t n_routes;
-	int curl_ready;
-	int running;                       /* threads started and not yet drained */
 	pthread_mutex_t lock;
 	pthread_cond_t done_cond;
-	struct gateway_job *in_head, *in_tail;     /* for the forwarder */
 	struct gateway_job *done_head, *done_tail; /* for the finishers */
-	int stopping, finishers_stop;
-	CURLM *multi;
-	CURL **idle;                       /* easy handles kept for reuse (forwarder only) */
-	size_t n_idle, cap_idle;
-	pthread_t forwarder;
+	int finishers_stop;
 	pthread_t finishers[GATEWAY_FINISHERS];
 	int n_finishers;
 } gw = { .lock = PTHREAD_MUTEX_INITIALIZER, .done_cond = PTHREAD_COND_INITIALIZER };
@@ -95,18 +79,17 @@ static void gateway_submit(struct request *req);
 
 /* ---------------------------------------------------------------- headers */
 
-/* Request headers never forwarded: hop-by-hop ones (RFC 9110 7.6.1) and
- * those idemd sets itself. Proxy-* and the names listed in Connection too. */
+/* Request headers never forwarded besides the hop-by-hop ones: framing,
+ * those idemd sets itself, and Accept-Encoding (the answer is stored and
+ * replayed as it comes, so it should come unencoded). */
 static const char *const gateway_drop_request[] = {
-	"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade",
 	"host", "content-length", "expect", "accept-encoding",
 	"idempotency-key", "idempotency-subject", "x-forwarded-for", "x-request-id",
 };
 
-/* Response headers never stored: hop-by-hop ones, framing, and those idemd
- * owns (CORS, Idempotent-Replayed, X-Request-Id). */
+/* Answer headers never stored besides the hop-by-hop ones: framing, and
+ * those idemd owns (CORS, Idempotent-Replayed, X-Request-Id). */
 static const char *const gateway_drop_response[] = {
-	"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade",
 	"content-length", "idempotent-replayed", "x-request-id",
 };
 
@@ -121,14 +104,16 @@ static int gateway_in_list(const char *name, const char *const *list, size_t n)
 static int gateway_never_stored(const char *lname)
 {
 	return gateway_in_list(lname, gateway_drop_response, IDEMD_ARRAY_LEN(gateway_drop_response)) ||
-	       strncmp(lname, "proxy-", 6) == 0 || strncmp(lname, "access-control-", 15) == 0;
+	       upstream_hop_by_hop(lname, NULL) || strncmp(lname, "access-control-", 15) == 0;
 }
 
 /* Whether the upstream's header LNAME (lower case) is kept with the answer:
  * Content-Type and Content-Encoding always (the body means nothing without
  * them), plus the route's store_headers. */
-static int gateway_keeps(const struct gateway_route *gr, const char *lname)
+static int gateway_keeps(const void *arg, const char *lname)
 {
+	const struct gateway_route *gr = arg;
+
 	if (gateway_never_stored(lname))
 		return 0;
 	if (strcmp(lname, "content-type") == 0 || strcmp(lname, "content-encoding") == 0)
@@ -179,21 +164,6 @@ static enum MHD_Result gateway_connection_cb(void *cls, enum MHD_ValueKind kind,
 	return MHD_YES;
 }
 
-/* 1 when NAME is one of the comma-separated tokens of LIST. */
-static int gateway_listed(const char *list, const char *name)
-{
-	size_t n = strlen(name);
-
-	for (const char *p = list; *p != '\0';) {
-		p += strspn(p, ", \t");
-		size_t len = strcspn(p, ", \t");
-		if (len == n && strncasecmp(p, name, n) == 0)
-			return 1;
-		p += len;
-	}
-	return 0;
-}
-
 struct gateway_req_headers {
 	struct gateway_conn_names conn;
 	struct curl_slist *list;
@@ -218,7 +188,7 @@ static enum MHD_Result gateway_header_cb(void *cls, enum MHD_ValueKind kind,
 		return MHD_YES;
 	}
 	if (gateway_in_list(key, gateway_drop_request, IDEMD_ARRAY_LEN(gateway_drop_request)) ||
-	    strncasecmp(key, "proxy-", 6) == 0 || gateway_listed(h->conn.names, key))
+	    upstream_hop_by_hop(key, h->conn.names))
 		return MHD_YES;
 	if (strcasecmp(key, "Content-Type") == 0)
 		h->has_content_type = 1;
@@ -405,9 +375,8 @@ static void gateway_job_free(struct gateway_job *j)
 	if (j == NULL)
 		return;
 	free(j->gj_url);
-	curl_slist_free_all(j->gj_headers);
-	json_decref(j->gj_resp_headers);
-	free(j->gj_body.gb_data);
+	curl_slist_free_all(j->gj_call.uc_headers);
+	upstream_call_clear(&j->gj_call);
 	free(j);
 }
 
@@ -442,6 +411,8 @@ static void gateway_fingerprint(const struct request *req, const char *query,
 	crypto_generichash_final(&st, out, FINGERPRINT_BYTES);
 }
 
+static void gateway_on_done(struct upstream_call *c);
+
 /* Builds the job for a request that now holds the claim RES. NULL on OOM. */
 static struct gateway_job *gateway_job_new(struct request *req, const struct gateway_route *gr,
 					   const struct token *t, const struct operation *op,
@@ -457,11 +428,6 @@ static struct gateway_job *gateway_job_new(struct request *req, const struct gat
 	memcpy(j->gj_token_id, t->id, TOKEN_ID_BYTES);
 	j->gj_attempt = res->cr_attempt;
 	j->gj_retention_seconds = op->op_retention_seconds;
-	/* a forward never outlives its lease: past it, a duplicate may take over */
-	int64_t left = res->cr_lease_expires_at - gateway_now_ms() - GATEWAY_LEASE_MARGIN_MS;
-	j->gj_timeout_ms = gr->gr_cfg->timeout_ms;
-	if (left < j->gj_timeout_ms)
-		j->gj_timeout_ms = left > GATEWAY_MIN_TIMEOUT_MS ? (long)left : GATEWAY_MIN_TIMEOUT_MS;
 	if (gateway_buf_str(&url, gr->gr_target) < 0 ||
 	    (*query != '\0' && (gateway_buf_str(&url, strchr(gr->gr_target, '?') ? "&" : "?") < 0 ||
 				gateway_buf_str(&url, query) < 0))) {
@@ -470,9 +436,24 @@ static struct gateway_job *gateway_job_new(struct request *req, const struct gat
 		return NULL;
 	}
 	j->gj_url = url.gb_data;
-	j->gj_headers = gateway_request_headers(req, t);
-	j->gj_resp_headers = json_object();
-	if (j->gj_headers == NULL || j->gj_resp_headers == NULL) {
+
+	struct upstream_call *c = &j->gj_call;
+	c->uc_method = req->req_method;
+	c->uc_url = j->gj_url;
+	c->uc_body = req->req_body;
+	c->uc_body_len = req->req_body_len;
+	c->uc_headers = gateway_request_headers(req, t);
+	c->uc_connect_timeout_ms = gr->gr_cfg->connect_timeout_ms;
+	/* a forward never outlives its lease: past it, a duplicate may take over */
+	int64_t left = res->cr_lease_expires_at - gateway_now_ms() - GATEWAY_LEASE_MARGIN_MS;
+	c->uc_timeout_ms = gr->gr_cfg->timeout_ms;
+	if (left < c->uc_timeout_ms)
+		c->uc_timeout_ms = left > GATEWAY_MIN_TIMEOUT_MS ? (long)left : GATEWAY_MIN_TIMEOUT_MS;
+	c->uc_max_body = gw.cfg->max_body_bytes;
+	c->uc_keep = gateway_keeps;
+	c->uc_keep_arg = gr;
+	c->uc_done = gateway_on_done;
+	if (c->uc_headers == NULL) {
 		gateway_job_free(j);
 		return NULL;
 	}
@@ -480,32 +461,41 @@ static struct gateway_job *gateway_job_new(struct request *req, const struct gat
 }
 
 /* Gives the claim back so that the same token can be submitted again. */
-static void gateway_release(const struct gateway_job *j)
+static void gateway_release(const struct gateway_route *gr, const uint8_t *token_id,
+			    int attempt, const char *request_id)
 {
 	enum release_outcome outcome;
 
-	if (store_release(j->gj_route->gr_tenant_id, j->gj_token_id, j->gj_attempt, &outcome) < 0)
+	if (store_release(gr->gr_tenant_id, token_id, attempt, &outcome) < 0)
 		log_warn("gateway: request %s: the claim could not be released (database "
-			 "unavailable); it frees itself when its lease ends", j->gj_req->req_id);
+			 "unavailable); it frees itself when its lease ends", request_id);
 	else if (outcome != RELEASE_DONE)
-		log_warn("gateway: request %s: attempt %d no longer held the claim",
-			 j->gj_req->req_id, j->gj_attempt);
+		log_warn("gateway: request %s: attempt %d no longer held the claim", request_id,
+			 attempt);
+	else
+		metrics_add(METRIC_RELEASES, 1);
+}
+
+static void gateway_job_release(const struct gateway_job *j)
+{
+	gateway_release(j->gj_route, j->gj_token_id, j->gj_attempt, j->gj_req->req_id);
 }
 
 /* The upstream answered 2xx-4xx: store it, then answer with what was stored. */
 static void gateway_store(struct gateway_job *j)
 {
+	const struct upstream_call *c = &j->gj_call;
 	struct request *req = j->gj_req;
 	struct stored_response resp = { 0 }, stored = { 0 };
 	enum complete_outcome outcome;
 	int64_t expires_at;
 
-	resp.sr_status = (int)j->gj_status;
-	resp.sr_headers = json_dumps(j->gj_resp_headers, JSON_COMPACT | JSON_SORT_KEYS);
-	resp.sr_body = (unsigned char *)j->gj_body.gb_data;
-	resp.sr_body_len = j->gj_body.gb_len;
+	resp.sr_status = (int)c->uc_status;
+	resp.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT | JSON_SORT_KEYS);
+	resp.sr_body = (unsigned char *)c->uc_resp_body;
+	resp.sr_body_len = c->uc_resp_len;
 	if (resp.sr_headers == NULL) {
-		gateway_release(j);
+		gateway_job_release(j);
 		problem_unavailable(req);
 		return;
 	}
@@ -515,7 +505,8 @@ static void gateway_store(struct gateway_job *j)
 		 * its lease ends, then a retry forwards again with the same
 		 * Idempotency-Key, which the upstream must recognise */
 		log_warn("gateway: request %s: the upstream answered %ld but the outcome could "
-			 "not be stored (database unavailable)", req->req_id, j->gj_status);
+			 "not be stored (database unavailable)", req->req_id, c->uc_status);
+		metrics_add(METRIC_DB_UNAVAILABLE, 1);
 		problem_unavailable(req);
 		free(resp.sr_headers);
 		return;
@@ -524,6 +515,8 @@ static void gateway_store(struct gateway_job *j)
 	switch (outcome) {
 	case COMPLETE_STORED:
 	case COMPLETE_ALREADY:
+		if (outcome == COMPLETE_STORED)
+			metrics_add(METRIC_COMPLETIONS, 1);
 		gateway_reply_response(req, &stored, "false");
 		break;
 	case COMPLETE_LEASE_LOST:
@@ -538,243 +531,82 @@ static void gateway_store(struct gateway_job *j)
 	store_response_free(&stored);
 }
 
+/* Every outcome but a final answer gives the claim back, so the client may
+ * retry with the same token; a 5xx is passed through unstored. */
+static void gateway_not_final(struct gateway_job *j)
+{
+	const struct upstream_call *c = &j->gj_call;
+	struct request *req = j->gj_req;
+
+	gateway_job_release(j);
+	if (j->gj_stopped) {
+		problem_unavailable(req);
+		return;
+	}
+	switch (c->uc_result) {
+	case UPSTREAM_ANSWERED:
+		if (c->uc_status >= 500 && c->uc_status <= 599) {
+			struct stored_response pass = { (int)c->uc_status, NULL,
+				(unsigned char *)c->uc_resp_body, c->uc_resp_len, 0 };
+			pass.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT);
+			gateway_reply_response(req, &pass, NULL);
+			free(pass.sr_headers);
+			return;
+		}
+		problem_reply(req, 502, "upstream_invalid", "the upstream answered with status %ld",
+			      c->uc_status);
+		break;
+	case UPSTREAM_TOO_LARGE:
+		problem_reply(req, 502, "upstream_invalid", "the upstream's answer exceeds %zu bytes",
+			      c->uc_max_body);
+		break;
+	case UPSTREAM_UNREACHABLE:
+		problem_reply(req, 502, "upstream_unavailable", "the upstream could not be reached");
+		break;
+	case UPSTREAM_FAILED:
+		problem_reply(req, 502, "upstream_unavailable",
+			      "the connection to the upstream failed before it answered");
+		break;
+	case UPSTREAM_TIMEOUT:
+		problem_reply(req, 504, "upstream_timeout", "the upstream did not answer within %ld ms",
+			      c->uc_timeout_ms);
+		break;
+	}
+	log_warn("gateway: request %s: %s %s: %s (%s)", req->req_id, req->req_method,
+		 req->req_path, c->uc_error, c->uc_sent ? "request sent" : "request not sent");
+}
+
 /* Writes the outcome of a finished (or refused) forward and resumes. */
 static void gateway_finish(struct gateway_job *j)
 {
+	const struct upstream_call *c = &j->gj_call;
 	struct request *req = j->gj_req;
-	long max = (long)gw.cfg->max_body_bytes;
 
-	if (j->gj_stopped) {
-		gateway_release(j);
-		problem_unavailable(req);
-	} else if (j->gj_code == CURLE_OK && j->gj_status >= 200 && j->gj_status <= 499) {
+	if (!j->gj_stopped && c->uc_result == UPSTREAM_ANSWERED && c->uc_status >= 200 &&
+	    c->uc_status <= 499)
 		gateway_store(j);
-	} else if (j->gj_code == CURLE_OK && j->gj_status >= 500 && j->gj_status <= 599) {
-		/* passed through, not stored: the same token may try again */
-		gateway_release(j);
-		struct stored_response pass = { (int)j->gj_status, NULL,
-			(unsigned char *)j->gj_body.gb_data, j->gj_body.gb_len, 0 };
-		pass.sr_headers = json_dumps(j->gj_resp_headers, JSON_COMPACT);
-		gateway_reply_response(req, &pass, NULL);
-		free(pass.sr_headers);
-	} else {
-		gateway_release(j);
-		if (j->gj_too_big) {
-			problem_reply(req, 502, "upstream_invalid",
-				      "the upstream's answer exceeds %ld bytes", max);
-		} else if (j->gj_code == CURLE_OK) {
-			problem_reply(req, 502, "upstream_invalid",
-				      "the upstream answered with status %ld", j->gj_status);
-		} else if (j->gj_resend_refused) {
-			problem_reply(req, 502, "upstream_unavailable",
-				      "the upstream closed the connection without answering");
-		} else if (j->gj_code == CURLE_OPERATION_TIMEDOUT && j->gj_sent) {
-			problem_reply(req, 504, "upstream_timeout",
-				      "the upstream did not answer within %ld ms", j->gj_timeout_ms);
-		} else {
-			problem_reply(req, 502, "upstream_unavailable",
-				      "the upstream could not be reached: %s",
-				      curl_easy_strerror(j->gj_code));
-		}
-		log_warn("gateway: request %s: %s %s: %s (request %s)", req->req_id,
-			 req->req_method, req->req_path,
-			 j->gj_too_big ? "answer too large" :
-			 j->gj_resend_refused ? "connection closed without an answer" :
-			 curl_easy_strerror(j->gj_code),
-			 j->gj_sent ? "sent" : "not sent");
-	}
+	else
+		gateway_not_final(j);
 	gateway_job_free(j);
 	http_resume(req);
 }
 
-/* ---------------------------------------------------------------- forwarder */
+/* ---------------------------------------------------------------- finishers */
 
-static size_t gateway_on_body(char *data, size_t size, size_t n, void *arg)
+/* Upstream thread: queues the ended call's job for a finisher. */
+static void gateway_on_done(struct upstream_call *c)
 {
-	struct gateway_job *j = arg;
-	size_t len = size * n;
+	struct gateway_job *j = (struct gateway_job *)(void *)c;
 
-	if (j->gj_body.gb_len + len > gw.cfg->max_body_bytes) {
-		j->gj_too_big = 1;
-		return 0;
-	}
-	return gateway_buf_add(&j->gj_body, data, len) == 0 ? len : 0;
-}
-
-static size_t gateway_on_header(char *data, size_t size, size_t n, void *arg)
-{
-	struct gateway_job *j = arg;
-	size_t len = size * n;
-	char name[GATEWAY_HEADER_NAME_MAX + 1];
-
-	if (len >= 5 && memcmp(data, "HTTP/", 5) == 0) {
-		/* a new response (after 100 Continue): forget the previous one */
-		json_object_clear(j->gj_resp_headers);
-		return len;
-	}
-	const char *colon = memchr(data, ':', len);
-	size_t nlen = colon ? (size_t)(colon - data) : 0;
-	if (nlen == 0 || nlen > GATEWAY_HEADER_NAME_MAX || data[0] == ' ' || data[0] == '\t')
-		return len;
-	for (size_t i = 0; i < nlen; i++)
-		name[i] = (char)((data[i] >= 'A' && data[i] <= 'Z') ? data[i] - 'A' + 'a' : data[i]);
-	name[nlen] = '\0';
-	if (!gateway_keeps(j->gj_route, name))
-		return len;
-	const char *v = colon + 1, *end = data + len;
-	while (v < end && (*v == ' ' || *v == '\t'))
-		v++;
-	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
-		end--;
-	struct gateway_buf val = { 0 };
-	const char *prev = json_string_value(json_object_get(j->gj_resp_headers, name));
-	if ((prev == NULL || (gateway_buf_str(&val, prev) == 0 && gateway_buf_str(&val, ", ") == 0)) &&
-	    gateway_buf_add(&val, v, (size_t)(end - v)) == 0 && val.gb_data != NULL &&
-	    val.gb_len <= GATEWAY_HEADER_VALUE_MAX) {
-		json_t *s = json_stringn(val.gb_data, val.gb_len);
-		if (s == NULL || json_object_set_new(j->gj_resp_headers, name, s) < 0)
-			log_warn("gateway: request %s: upstream header %s dropped (not UTF-8)",
-				 j->gj_req->req_id, name);
-	}
-	free(val.gb_data);
-	return len;
-}
-
-static int gateway_on_prereq(void *arg, char *primary_ip, char *local_ip, int primary_port,
-			     int local_port)
-{
-	struct gateway_job *j = arg;
-
-	(void)primary_ip;
-	(void)local_ip;
-	(void)primary_port;
-	(void)local_port;
-	/* libcurl resends on a fresh connection when a reused one closes
-	 * without an answer; the upstream may have acted, so that second send
-	 * is the client's decision (same token, same Idempotency-Key), not ours */
-	if (j->gj_sent) {
-		j->gj_resend_refused = 1;
-		return CURL_PREREQFUNC_ABORT;
-	}
-	j->gj_sent = 1;
-	return CURL_PREREQFUNC_OK;
-}
-
-static void gateway_to_finishers(struct gateway_job *j)
-{
 	pthread_mutex_lock(&gw.lock);
+	j->gj_next = NULL;
 	if (gw.done_tail != NULL)
 		gw.done_tail->gj_next = j;
 	else
 		gw.done_head = j;
 	gw.done_tail = j;
-	j->gj_next = NULL;
 	pthread_cond_signal(&gw.done_cond);
 	pthread_mutex_unlock(&gw.lock);
-}
-
-/* Starts J's transfer on the multi handle (forwarder thread). */
-static void gateway_transfer_start(struct gateway_job *j)
-{
-	struct request *req = j->gj_req;
-	const struct config_route *r = j->gj_route->gr_cfg;
-	CURL *e = gw.n_idle > 0 ? gw.idle[--gw.n_idle] : curl_easy_init();
-
-	if (e == NULL) {
-		j->gj_code = CURLE_OUT_OF_MEMORY;
-		gateway_to_finishers(j);
-		return;
-	}
-	/* keeps the handle's live connections and DNS cache */
-	curl_easy_reset(e);
-	curl_easy_setopt(e, CURLOPT_URL, j->gj_url);
-	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	/* below the usual 5 s keep-alive of upstream servers, so that an idle
-	 * connection is not reused just as the upstream closes it */
-	curl_easy_setopt(e, CURLOPT_MAXAGE_CONN, 4L);
-	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, r->connect_timeout_ms);
-	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, j->gj_timeout_ms);
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, j->gj_headers);
-	curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, req->req_method);
-	if (req->req_body_len > 0 || strcmp(req->req_method, "POST") == 0 ||
-	    strcmp(req->req_method, "PUT") == 0 || strcmp(req->req_method, "PATCH") == 0) {
-		curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->req_body ? req->req_body : "");
-		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->req_body_len);
-	} else {
-		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
-	}
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, gateway_on_body);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, j);
-	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, gateway_on_header);
-	curl_easy_setopt(e, CURLOPT_HEADERDATA, j);
-	curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, gateway_on_prereq);
-	curl_easy_setopt(e, CURLOPT_PREREQDATA, j);
-	curl_easy_setopt(e, CURLOPT_PRIVATE, j);
-	if (curl_multi_add_handle(gw.multi, e) != CURLM_OK) {
-		curl_easy_cleanup(e);
-		j->gj_code = CURLE_OUT_OF_MEMORY;
-		gateway_to_finishers(j);
-	}
-}
-
-/* Moves finished transfers to the finishers; keeps their handles. */
-static void gateway_collect(void)
-{
-	CURLMsg *m;
-	int left;
-
-	while ((m = curl_multi_info_read(gw.multi, &left)) != NULL) {
-		if (m->msg != CURLMSG_DONE)
-			continue;
-		CURL *e = m->easy_handle;
-		CURLcode code = m->data.result;
-		char *p = NULL;
-		curl_easy_getinfo(e, CURLINFO_PRIVATE, &p);
-		struct gateway_job *j = (struct gateway_job *)(void *)p;
-		j->gj_code = code;
-		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &j->gj_status);
-		curl_multi_remove_handle(gw.multi, e);
-		if (gw.n_idle == gw.cap_idle) {
-			size_t cap = gw.cap_idle ? gw.cap_idle * 2 : 16;
-			CURL **idle = realloc(gw.idle, cap * sizeof(*idle));
-			if (idle != NULL) {
-				gw.idle = idle;
-				gw.cap_idle = cap;
-			}
-		}
-		if (gw.n_idle < gw.cap_idle)
-			gw.idle[gw.n_idle++] = e;
-		else
-			curl_easy_cleanup(e);
-		gateway_to_finishers(j);
-	}
-}
-
-static void *gateway_forwarder(void *arg)
-{
-	int running = 0;
-
-	(void)arg;
-	for (;;) {
-		pthread_mutex_lock(&gw.lock);
-		struct gateway_job *jobs = gw.in_head;
-		int stopping = gw.stopping;
-		gw.in_head = gw.in_tail = NULL;
-		pthread_mutex_unlock(&gw.lock);
-		while (jobs != NULL) {
-			struct gateway_job *next = jobs->gj_next;
-			gateway_transfer_start(jobs);
-			jobs = next;
-		}
-		curl_multi_perform(gw.multi, &running);
-		gateway_collect();
-		/* once stopping is seen no job can be queued any more */
-		if (stopping && running == 0)
-			break;
-		curl_multi_poll(gw.multi, NULL, 0, 1000, NULL);
-	}
-	return NULL;
 }
 
 static void *gateway_finisher(void *arg)
@@ -795,26 +627,6 @@ static void *gateway_finisher(void *arg)
 			return NULL;
 		gateway_finish(j);
 	}
-}
-
-/* Queues J for the forwarder; -1 when the gateway is stopping. */
-static int gateway_enqueue(struct gateway_job *j)
-{
-	pthread_mutex_lock(&gw.lock);
-	int ok = gw.running && !gw.stopping;
-	if (ok) {
-		j->gj_next = NULL;
-		if (gw.in_tail != NULL)
-			gw.in_tail->gj_next = j;
-		else
-			gw.in_head = j;
-		gw.in_tail = j;
-	}
-	pthread_mutex_unlock(&gw.lock);
-	if (!ok)
-		return -1;
-	curl_multi_wakeup(gw.multi);
-	return 0;
 }
 
 /* ---------------------------------------------------------------- submit */
@@ -883,14 +695,13 @@ static void gateway_submit(struct request *req)
 		goto done;
 	struct gateway_job *j = gateway_job_new(req, gr, &t, &op, &res, query);
 	if (j == NULL) {
-		struct gateway_job tmp = { .gj_req = req, .gj_route = gr, .gj_attempt = res.cr_attempt };
-		memcpy(tmp.gj_token_id, t.id, TOKEN_ID_BYTES);
-		gateway_release(&tmp);
+		gateway_release(gr, t.id, res.cr_attempt, req->req_id);
 		problem_unavailable(req);
 		goto done;
 	}
 	http_suspend(req);
-	if (gateway_enqueue(j) < 0) {
+	if (upstream_call(&j->gj_call) < 0) {
+		/* stopping: resumed at once with 503 */
 		j->gj_stopped = 1;
 		gateway_finish(j);
 	}
@@ -1032,28 +843,13 @@ int gateway_start(const struct config *cfg)
 	gw.cfg = cfg;
 	if (cfg->n_routes == 0)
 		return 0;
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-		log_error("gateway: libcurl could not be initialised");
-		return -1;
-	}
-	gw.curl_ready = 1;
-	if (gateway_load_routes(cfg) < 0)
+	if (gateway_load_routes(cfg) < 0 || upstream_start() < 0)
 		goto fail;
-	gw.multi = curl_multi_init();
-	if (gw.multi == NULL)
-		goto fail;
-	gw.stopping = 0;
 	gw.finishers_stop = 0;
-	if (pthread_create(&gw.forwarder, NULL, gateway_forwarder, NULL) != 0) {
-		log_error("gateway: cannot start the forwarder thread");
-		goto fail;
-	}
-	gw.running = 1;
 	for (int i = 0; i < GATEWAY_FINISHERS; i++) {
 		if (pthread_create(&gw.finishers[i], NULL, gateway_finisher, NULL) != 0) {
 			log_error("gateway: cannot start a finisher thread");
-			gateway_stop();
-			return -1;
+			goto fail;
 		}
 		gw.n_finishers++;
 	}
@@ -1065,14 +861,8 @@ fail:
 
 void gateway_drain(void)
 {
-	pthread_mutex_lock(&gw.lock);
-	int running = gw.running;
-	gw.stopping = 1;
-	pthread_mutex_unlock(&gw.lock);
-	if (!running)
-		return;
-	curl_multi_wakeup(gw.multi);
-	pthread_join(gw.forwarder, NULL);
+	/* every call ends, and with it is queued for the finishers */
+	upstream_drain();
 	pthread_mutex_lock(&gw.lock);
 	gw.finishers_stop = 1;
 	pthread_cond_broadcast(&gw.done_cond);
@@ -1080,24 +870,11 @@ void gateway_drain(void)
 	for (int i = 0; i < gw.n_finishers; i++)
 		pthread_join(gw.finishers[i], NULL);
 	gw.n_finishers = 0;
-	pthread_mutex_lock(&gw.lock);
-	gw.running = 0;
-	pthread_mutex_unlock(&gw.lock);
 }
 
 void gateway_stop(void)
 {
 	gateway_drain();
-	while (gw.n_idle > 0)
-		curl_easy_cleanup(gw.idle[--gw.n_idle]);
-	free(gw.idle);
-	gw.idle = NULL;
-	gw.cap_idle = 0;
-	if (gw.multi != NULL)
-		curl_multi_cleanup(gw.multi);
-	gw.multi = NULL;
+	upstream_stop();
 	gateway_free_routes();
-	if (gw.curl_ready)
-		curl_global_cleanup();
-	gw.curl_ready = 0;
 }

@@ -4,21 +4,24 @@
  * (If-Match: one strong ETag "N"), each checked against a reference
  * grammar, and router_match / router_decode on the method and raw path of
  * the request line (percent-decoding checked against a reference).
- * The input is split at NUL bytes (header values are C strings):
- * piece 0 is the header value, pieces 1 and 2 the method and the path.
- *
- * The gateway's header filtering (hop-by-hop removal, added
- * Idempotency-Key / Idempotency-Subject) is not covered yet: src/ has no
- * gateway module to call.
+ * The gateway's header filtering: upstream_hop_by_hop (which request and
+ * answer headers are never forwarded or stored), against a reference.
+ * The input is split at NUL bytes (header values are C strings): piece 0
+ * is the header value, pieces 1 and 2 the method and the path, pieces 3
+ * and 4 a header name and a Connection header value.
+ * The rest of the gateway's header handling is in static functions of
+ * gateway.c driven by libmicrohttpd callbacks, out of a driver's reach.
  */
 #include "fuzz.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <strings.h>
 
 #include "reqjson.h"
 #include "router.h"
 #include "token.h"
+#include "upstream.h"
 
 static int
 b64url_char(char c)
@@ -237,6 +240,46 @@ check_route(const char *method, const char *path, size_t allowlen)
 	free(allow);
 }
 
+/*
+ * Reference for upstream_hop_by_hop: the RFC 9110 7.6.1 list, Proxy-*,
+ * or a name listed in the Connection value (split at ", \t").
+ */
+static int
+hop_ref(const char *name, const char *connection)
+{
+	static const char *const hop[] = { "connection", "keep-alive", "te",
+	    "trailer", "transfer-encoding", "upgrade" };
+	size_t n = strlen(name);
+
+	for (size_t i = 0; i < sizeof(hop) / sizeof(hop[0]); i++)
+		if (strcasecmp(name, hop[i]) == 0)
+			return 1;
+	if (strncasecmp(name, "proxy-", 6) == 0)
+		return 1;
+	while (connection != NULL && *connection != '\0') {
+		size_t len = strcspn(connection, ", \t");
+
+		if (len > 0 && len == n && strncasecmp(connection, name, n) == 0)
+			return 1;
+		connection += len;
+		connection += strspn(connection, ", \t");
+	}
+	return 0;
+}
+
+static void
+check_hop(const char *name, const char *connection)
+{
+	/* Header names are never empty (an empty one matches a trailing ","). */
+	if (name[0] == '\0')
+		return;
+	FUZZ_CHECK(upstream_hop_by_hop(name, connection) == hop_ref(name, connection));
+	FUZZ_CHECK(upstream_hop_by_hop(name, NULL) == hop_ref(name, NULL));
+	/* Listing the name in Connection always makes it hop-by-hop. */
+	if (strpbrk(name, ", \t") == NULL)
+		FUZZ_CHECK(upstream_hop_by_hop(name, name) == 1);
+}
+
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -249,16 +292,17 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	char *piece[3];
+	char *piece[5];
 
-	fuzz_split(data, size, piece, 3);
+	fuzz_split(data, size, piece, 5);
 	check_token_header(piece[0]);
 	check_etag(piece[0]);
 	check_decode(piece[2]);
 	/* 64 is the buffer http.c passes; smaller ones test the bound. */
 	check_route(piece[1], piece[2], 64);
 	check_route(piece[1], piece[2], 1 + size % 24);
-	for (int i = 0; i < 3; i++)
+	check_hop(piece[3], piece[4]);
+	for (int i = 0; i < 5; i++)
 		free(piece[i]);
 	return 0;
 }

@@ -83,6 +83,28 @@ def run_workers(n, fn, deadline=None):
     return [e for e in errors if e is not None], time.monotonic() - t0
 
 
+def storm(n, fn):
+    """Runs fn(i) in N threads released together; returns (results, elapsed).
+    A connection error is a result too."""
+    barrier = threading.Barrier(n)
+    results = [None] * n
+
+    def run(i):
+        try:
+            barrier.wait(timeout=30)
+            results[i] = fn(i)
+        except Exception as e:  # noqa: B902 - reported to the test
+            results[i] = e
+
+    ts = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
+    t0 = time.monotonic()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    return results, time.monotonic() - t0
+
+
 class JobQueue:
     """A thread-safe list of jobs handed out in order."""
 
@@ -388,7 +410,7 @@ class PgBouncer:
     in front of the test cluster's unix socket. Under root it runs as the
     owner of the cluster's socket directory (pgbouncer refuses root)."""
 
-    def __init__(self, pool_size=4, max_client_conn=400):
+    def __init__(self, pool_size=4, max_client_conn=400, auth_type="trust", password=""):
         if not os.access(PGBOUNCER, os.X_OK):
             raise AssertionError(PGBOUNCER_MISSING)
         self.tmp = tempfile.mkdtemp(prefix="idemd-pgb-")
@@ -404,7 +426,7 @@ class PgBouncer:
         self.log = os.path.join(self.tmp, "pgbouncer.log")
         userlist = os.path.join(self.tmp, "userlist.txt")
         with open(userlist, "w") as f:
-            f.write('"%s" ""\n' % harness.PGUSER)
+            f.write('"%s" "%s"\n' % (harness.PGUSER, password))
         with open(self.ini, "w") as f:
             f.write("""[databases]
 * = host=%(host)s port=5432
@@ -413,7 +435,7 @@ class PgBouncer:
 listen_addr = 127.0.0.1
 listen_port = %(port)d
 unix_socket_dir =
-auth_type = trust
+auth_type = %(auth)s
 auth_file = %(userlist)s
 admin_users = %(user)s
 pool_mode = transaction
@@ -427,7 +449,7 @@ ignore_startup_parameters = extra_float_digits
 logfile = %(log)s
 pidfile = %(tmp)s/pgbouncer.pid
 """ % {"host": harness.PGHOST, "port": self.port, "userlist": userlist,
-       "user": harness.PGUSER, "pool": pool_size, "maxc": max_client_conn,
+       "user": harness.PGUSER, "pool": pool_size, "auth": auth_type, "maxc": max_client_conn,
        "log": self.log, "tmp": self.tmp})
         if self.user:
             for p in (self.ini, userlist):
@@ -450,8 +472,9 @@ pidfile = %(tmp)s/pgbouncer.pid
         raise AssertionError("pgbouncer not listening on %d after %.0fs:\n%s"
                              % (self.port, timeout, self.log_text()))
 
-    def conninfo(self, db):
-        return "host=127.0.0.1 port=%d dbname=%s user=%s" % (self.port, db, harness.PGUSER)
+    def conninfo(self, db, password=None):
+        ci = "host=127.0.0.1 port=%d dbname=%s user=%s" % (self.port, db, harness.PGUSER)
+        return ci + (" password=%s" % password if password is not None else "")
 
     def show(self, what):
         """Rows of SHOW WHAT on the admin console (list of lists)."""

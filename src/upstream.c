@@ -1,0 +1,365 @@
+/* Upstream: the libcurl multi thread that runs the gateway's forwards, its
+ * queue, the answer callbacks and the classification of how a call ended. */
+#include "upstream.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "log.h"
+
+#define UPSTREAM_HEADER_NAME_MAX 128
+#define UPSTREAM_HEADER_VALUE_MAX 8192
+/* below the usual 5 s keep-alive of upstream servers, so that an idle
+ * connection is not reused just as the upstream closes it */
+#define UPSTREAM_MAX_IDLE_SECONDS 4L
+
+static struct {
+	pthread_mutex_t lock;
+	struct upstream_call *in_head, *in_tail;
+	int running, stopping, curl_ready;
+	CURLM *multi;
+	CURL **idle;                       /* easy handles kept for reuse (thread only) */
+	size_t n_idle, cap_idle;
+	pthread_t thread;
+} up = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+int upstream_hop_by_hop(const char *name, const char *connection)
+{
+	static const char *const hop[] = { "connection", "keep-alive", "te", "trailer",
+		"transfer-encoding", "upgrade" };
+	size_t n = strlen(name);
+
+	for (size_t i = 0; i < IDEMD_ARRAY_LEN(hop); i++)
+		if (strcasecmp(name, hop[i]) == 0)
+			return 1;
+	if (strncasecmp(name, "proxy-", 6) == 0)
+		return 1;
+	for (const char *p = connection; p != NULL && *p != '\0';) {
+		p += strspn(p, ", \t");
+		size_t len = strcspn(p, ", \t");
+		if (len == n && strncasecmp(p, name, n) == 0)
+			return 1;
+		p += len;
+	}
+	return 0;
+}
+
+void upstream_call_clear(struct upstream_call *c)
+{
+	json_decref(c->uc_resp_headers);
+	free(c->uc_resp_body);
+	c->uc_resp_headers = NULL;
+	c->uc_resp_body = NULL;
+	c->uc_resp_len = c->uc_resp_cap = 0;
+}
+
+/* ---------------------------------------------------------------- callbacks */
+
+static size_t upstream_on_body(char *data, size_t size, size_t n, void *arg)
+{
+	struct upstream_call *c = arg;
+	size_t len = size * n;
+
+	if (c->uc_resp_len + len > c->uc_max_body) {
+		c->uc_too_large = 1;
+		return 0;
+	}
+	if (c->uc_resp_len + len + 1 > c->uc_resp_cap) {
+		size_t cap = c->uc_resp_cap ? c->uc_resp_cap : 1024;
+		while (cap < c->uc_resp_len + len + 1)
+			cap *= 2;
+		char *p = realloc(c->uc_resp_body, cap);
+		if (p == NULL)
+			return 0;
+		c->uc_resp_body = p;
+		c->uc_resp_cap = cap;
+	}
+	memcpy(c->uc_resp_body + c->uc_resp_len, data, len);
+	c->uc_resp_len += len;
+	c->uc_resp_body[c->uc_resp_len] = '\0';
+	return len;
+}
+
+/* Keeps the header line DATA if uc_keep wants it; repeated headers are
+ * joined with ", ". */
+static size_t upstream_on_header(char *data, size_t size, size_t n, void *arg)
+{
+	struct upstream_call *c = arg;
+	size_t len = size * n;
+	char name[UPSTREAM_HEADER_NAME_MAX + 1], *joined = NULL;
+
+	if (len >= 5 && memcmp(data, "HTTP/", 5) == 0) {
+		/* a new response (after 100 Continue): forget the previous one */
+		json_object_clear(c->uc_resp_headers);
+		return len;
+	}
+	const char *colon = memchr(data, ':', len);
+	size_t nlen = colon ? (size_t)(colon - data) : 0;
+	if (nlen == 0 || nlen > UPSTREAM_HEADER_NAME_MAX || data[0] == ' ' || data[0] == '\t')
+		return len;
+	for (size_t i = 0; i < nlen; i++)
+		name[i] = (char)((data[i] >= 'A' && data[i] <= 'Z') ? data[i] - 'A' + 'a' : data[i]);
+	name[nlen] = '\0';
+	if (c->uc_keep == NULL || !c->uc_keep(c->uc_keep_arg, name))
+		return len;
+	const char *v = colon + 1, *end = data + len;
+	while (v < end && (*v == ' ' || *v == '\t'))
+		v++;
+	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+	const char *prev = json_string_value(json_object_get(c->uc_resp_headers, name));
+	size_t plen = prev ? strlen(prev) + 2 : 0, vlen = (size_t)(end - v);
+	if (plen + vlen > UPSTREAM_HEADER_VALUE_MAX || (joined = malloc(plen + vlen + 1)) == NULL) {
+		log_warn("upstream: header %s dropped (over %d bytes)", name,
+			 UPSTREAM_HEADER_VALUE_MAX);
+		return len;
+	}
+	if (prev != NULL) {
+		memcpy(joined, prev, plen - 2);
+		memcpy(joined + plen - 2, ", ", 2);
+	}
+	memcpy(joined + plen, v, vlen);
+	json_t *s = json_stringn(joined, plen + vlen);
+	if (s == NULL || json_object_set_new(c->uc_resp_headers, name, s) < 0)
+		log_warn("upstream: header %s dropped (not UTF-8)", name);
+	free(joined);
+	return len;
+}
+
+static int upstream_on_prereq(void *arg, char *primary_ip, char *local_ip, int primary_port,
+			      int local_port)
+{
+	struct upstream_call *c = arg;
+
+	(void)primary_ip;
+	(void)local_ip;
+	(void)primary_port;
+	(void)local_port;
+	/* libcurl resends on a fresh connection when a reused one closed
+	 * without an answer; the upstream may have acted on the first copy */
+	if (c->uc_sent) {
+		c->uc_resend_refused = 1;
+		return CURL_PREREQFUNC_ABORT;
+	}
+	c->uc_sent = 1;
+	return CURL_PREREQFUNC_OK;
+}
+
+/* ---------------------------------------------------------------- the thread */
+
+/* Sorts how C ended from libcurl's CODE. */
+static void upstream_classify(struct upstream_call *c, CURLcode code)
+{
+	if (c->uc_too_large) {
+		c->uc_result = UPSTREAM_TOO_LARGE;
+		snprintf(c->uc_error, sizeof(c->uc_error), "answer over %zu bytes", c->uc_max_body);
+	} else if (code == CURLE_OK) {
+		c->uc_result = UPSTREAM_ANSWERED;
+	} else if (c->uc_resend_refused) {
+		c->uc_result = UPSTREAM_FAILED;
+		snprintf(c->uc_error, sizeof(c->uc_error), "connection closed without an answer");
+	} else if (!c->uc_sent) {
+		c->uc_result = UPSTREAM_UNREACHABLE;
+	} else {
+		c->uc_result = code == CURLE_OPERATION_TIMEDOUT ? UPSTREAM_TIMEOUT : UPSTREAM_FAILED;
+	}
+	if (c->uc_error[0] == '\0')
+		snprintf(c->uc_error, sizeof(c->uc_error), "%s", curl_easy_strerror(code));
+}
+
+static void upstream_end(struct upstream_call *c, CURLcode code)
+{
+	upstream_classify(c, code);
+	c->uc_done(c);
+}
+
+/* Starts C's transfer on the multi handle. */
+static void upstream_begin(struct upstream_call *c)
+{
+	CURL *e = up.n_idle > 0 ? up.idle[--up.n_idle] : curl_easy_init();
+
+	if (e == NULL) {
+		upstream_end(c, CURLE_OUT_OF_MEMORY);
+		return;
+	}
+	/* keeps the handle's DNS cache; connections live in the multi handle */
+	curl_easy_reset(e);
+	curl_easy_setopt(e, CURLOPT_URL, c->uc_url);
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_MAXAGE_CONN, UPSTREAM_MAX_IDLE_SECONDS);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, c->uc_connect_timeout_ms);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, c->uc_timeout_ms);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->uc_headers);
+	curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, c->uc_method);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->uc_error);
+	if (c->uc_body_len > 0 || strcmp(c->uc_method, "POST") == 0 ||
+	    strcmp(c->uc_method, "PUT") == 0 || strcmp(c->uc_method, "PATCH") == 0) {
+		curl_easy_setopt(e, CURLOPT_POSTFIELDS, c->uc_body ? c->uc_body : "");
+		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)c->uc_body_len);
+	} else {
+		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+	}
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, upstream_on_body);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, upstream_on_header);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
+	curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, upstream_on_prereq);
+	curl_easy_setopt(e, CURLOPT_PREREQDATA, c);
+	curl_easy_setopt(e, CURLOPT_PRIVATE, c);
+	if (curl_multi_add_handle(up.multi, e) != CURLM_OK) {
+		curl_easy_cleanup(e);
+		upstream_end(c, CURLE_OUT_OF_MEMORY);
+	}
+}
+
+/* Keeps E for the next call, or frees it. */
+static void upstream_recycle(CURL *e)
+{
+	/* drop every pointer into the call, which its owner frees next */
+	curl_easy_reset(e);
+	if (up.n_idle == up.cap_idle) {
+		size_t cap = up.cap_idle ? up.cap_idle * 2 : 16;
+		CURL **idle = realloc(up.idle, cap * sizeof(*idle));
+		if (idle != NULL) {
+			up.idle = idle;
+			up.cap_idle = cap;
+		}
+	}
+	if (up.n_idle < up.cap_idle)
+		up.idle[up.n_idle++] = e;
+	else
+		curl_easy_cleanup(e);
+}
+
+/* Ends every finished transfer. */
+static void upstream_collect(void)
+{
+	CURLMsg *m;
+	int left;
+
+	while ((m = curl_multi_info_read(up.multi, &left)) != NULL) {
+		if (m->msg != CURLMSG_DONE)
+			continue;
+		CURL *e = m->easy_handle;
+		CURLcode code = m->data.result;
+		char *p = NULL;
+		curl_easy_getinfo(e, CURLINFO_PRIVATE, &p);
+		struct upstream_call *c = (struct upstream_call *)(void *)p;
+		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &c->uc_status);
+		curl_multi_remove_handle(up.multi, e);
+		upstream_recycle(e);
+		upstream_end(c, code);
+	}
+}
+
+static void *upstream_thread(void *arg)
+{
+	int running = 0;
+
+	(void)arg;
+	for (;;) {
+		pthread_mutex_lock(&up.lock);
+		struct upstream_call *calls = up.in_head;
+		int stopping = up.stopping;
+		up.in_head = up.in_tail = NULL;
+		pthread_mutex_unlock(&up.lock);
+		while (calls != NULL) {
+			struct upstream_call *next = calls->uc_next;
+			upstream_begin(calls);
+			calls = next;
+		}
+		curl_multi_perform(up.multi, &running);
+		upstream_collect();
+		/* once stopping was seen under the lock, no call can be queued */
+		if (stopping && running == 0)
+			break;
+		curl_multi_poll(up.multi, NULL, 0, 1000, NULL);
+	}
+	return NULL;
+}
+
+int upstream_call(struct upstream_call *c)
+{
+	c->uc_result = UPSTREAM_FAILED;
+	c->uc_sent = c->uc_resend_refused = c->uc_too_large = 0;
+	c->uc_error[0] = '\0';
+	c->uc_status = 0;
+	upstream_call_clear(c);
+	c->uc_resp_headers = json_object();
+	if (c->uc_resp_headers == NULL)
+		return -1;
+	pthread_mutex_lock(&up.lock);
+	int ok = up.running && !up.stopping;
+	if (ok) {
+		c->uc_next = NULL;
+		if (up.in_tail != NULL)
+			up.in_tail->uc_next = c;
+		else
+			up.in_head = c;
+		up.in_tail = c;
+	}
+	pthread_mutex_unlock(&up.lock);
+	if (!ok)
+		return -1;
+	/* the multi handle lives until upstream_stop(), after every caller */
+	curl_multi_wakeup(up.multi);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- start, stop */
+
+int upstream_start(void)
+{
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		log_error("upstream: libcurl could not be initialised");
+		return -1;
+	}
+	up.curl_ready = 1;
+	up.multi = curl_multi_init();
+	if (up.multi == NULL) {
+		log_error("upstream: libcurl could not be initialised");
+		return -1;
+	}
+	up.stopping = 0;
+	if (pthread_create(&up.thread, NULL, upstream_thread, NULL) != 0) {
+		log_error("upstream: cannot start the upstream thread");
+		return -1;
+	}
+	up.running = 1;
+	return 0;
+}
+
+void upstream_drain(void)
+{
+	pthread_mutex_lock(&up.lock);
+	int running = up.running;
+	up.stopping = 1;
+	pthread_mutex_unlock(&up.lock);
+	if (!running)
+		return;
+	curl_multi_wakeup(up.multi);
+	pthread_join(up.thread, NULL);
+	pthread_mutex_lock(&up.lock);
+	up.running = 0;
+	pthread_mutex_unlock(&up.lock);
+}
+
+void upstream_stop(void)
+{
+	upstream_drain();
+	while (up.n_idle > 0)
+		curl_easy_cleanup(up.idle[--up.n_idle]);
+	free(up.idle);
+	up.idle = NULL;
+	up.cap_idle = 0;
+	if (up.multi != NULL)
+		curl_multi_cleanup(up.multi);
+	up.multi = NULL;
+	if (up.curl_ready)
+		curl_global_cleanup();
+	up.curl_ready = 0;
+}

@@ -1,0 +1,92 @@
+/*
+ * Upstream: the HTTP client the gateway forwards with. Calls run on one
+ * thread driving a libcurl multi handle, so any number are in flight at
+ * once without holding any other thread, and connections to each upstream
+ * are kept alive and reused (easy handles are recycled, the connection
+ * cache lives in the multi handle).
+ *
+ * A call sends its request at most once: libcurl's automatic resend after
+ * a reused connection closed without an answer is refused, because the
+ * upstream may have acted on the first copy; the call then ends
+ * UPSTREAM_FAILED with uc_sent set. Hop-by-hop headers are the caller's to
+ * drop (upstream_hop_by_hop); redirects are not followed.
+ *
+ * Ownership: the caller owns the struct upstream_call and everything its
+ * inputs point to until uc_done has run. The results (uc_resp_headers,
+ * uc_resp_body) are owned by the call and released by upstream_call_clear().
+ */
+#ifndef IDEMD_UPSTREAM_H
+#define IDEMD_UPSTREAM_H
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <stddef.h>
+
+#include "common.h"
+
+enum upstream_result {
+	UPSTREAM_ANSWERED,      /* uc_status, uc_resp_headers, uc_resp_body are set */
+	UPSTREAM_UNREACHABLE,   /* nothing was sent: no connection could be made */
+	UPSTREAM_TIMEOUT,       /* sent, but no whole answer within uc_timeout_ms */
+	UPSTREAM_FAILED,        /* sent, then the connection failed or closed */
+	UPSTREAM_TOO_LARGE,     /* the answer's body exceeds uc_max_body */
+};
+
+struct upstream_call {
+	/* set by the caller */
+	const char *uc_method;
+	const char *uc_url;
+	const char *uc_body;               /* NULL when uc_body_len is 0 */
+	size_t uc_body_len;
+	struct curl_slist *uc_headers;     /* "Name: value" lines sent as they are */
+	long uc_connect_timeout_ms;
+	long uc_timeout_ms;                /* the whole exchange */
+	size_t uc_max_body;
+	/* which answer headers to keep: NAME lower-cased; 1 keeps it */
+	int (*uc_keep)(const void *arg, const char *name);
+	const void *uc_keep_arg;
+	/* called once, on the upstream thread, when the call has ended */
+	void (*uc_done)(struct upstream_call *c);
+
+	/* results */
+	enum upstream_result uc_result;
+	int uc_sent;                       /* the request left for the upstream */
+	char uc_error[CURL_ERROR_SIZE];    /* what went wrong, for logs */
+	long uc_status;
+	json_t *uc_resp_headers;           /* kept headers, lower-cased names */
+	char *uc_resp_body;
+	size_t uc_resp_len;
+
+	/* private to upstream.c */
+	struct upstream_call *uc_next;
+	size_t uc_resp_cap;
+	int uc_resend_refused;
+	int uc_too_large;
+};
+
+/* Starts the upstream thread. -1 after logging. */
+int upstream_start(void) IDEMD_WUR;
+
+/* Queues C (its result fields are reset). -1 when stopping or not
+ * started: uc_done will not be called. Callable from any thread. */
+int upstream_call(struct upstream_call *c) IDEMD_WUR;
+
+/* Lets every queued and running call end, then stops the thread. New
+ * calls are refused from the start. Safe to call more than once. */
+void upstream_drain(void);
+
+/* upstream_drain(), then frees libcurl's state. Safe when not started. */
+void upstream_stop(void);
+
+/* Frees the results of C. */
+void upstream_call_clear(struct upstream_call *c);
+
+/*
+ * 1 when the header NAME is hop-by-hop (RFC 9110 7.6.1): Connection,
+ * Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade, any Proxy-*, or one
+ * of the names listed in CONNECTION (the Connection header's value, NULL:
+ * none). Case-insensitive.
+ */
+int upstream_hop_by_hop(const char *name, const char *connection);
+
+#endif
