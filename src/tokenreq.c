@@ -21,14 +21,16 @@
 
 static const struct config *tokenreq_cfg;
 
-static struct {
-	pthread_mutex_t lock;
-	struct {
-		uint32_t tenant_id;
-		double tokens;
-		double last;
-	} slots[TOKENREQ_RATE_SLOTS];
-} tokenreq_rate = { PTHREAD_MUTEX_INITIALIZER, { { 0, 0, 0 } } };
+/* One token bucket per tenant slot; tenants sharing a slot share a bucket
+ * only until the slot is re-keyed by the next of them. */
+struct tokenreq_bucket {
+	uint32_t tb_tenant_id;
+	double tb_tokens;
+	double tb_last;
+};
+
+static pthread_mutex_t tokenreq_rate_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tokenreq_bucket tokenreq_buckets[TOKENREQ_RATE_SLOTS];
 
 void tokenreq_init(const struct config *cfg)
 {
@@ -83,21 +85,20 @@ int tokenreq_rate_allow(struct request *req)
 	if (rate <= 0)
 		return 1;
 	double burst = tokenreq_cfg->issue_burst, now = tokenreq_now(), wait = 0;
-	pthread_mutex_lock(&tokenreq_rate.lock);
-	__typeof__(tokenreq_rate.slots[0]) *s =
-		&tokenreq_rate.slots[req->req_tenant_id % TOKENREQ_RATE_SLOTS];
-	if (s->tenant_id != req->req_tenant_id || s->last == 0) {
-		s->tenant_id = req->req_tenant_id;
-		s->tokens = burst;
-		s->last = now;
+	pthread_mutex_lock(&tokenreq_rate_lock);
+	struct tokenreq_bucket *s = &tokenreq_buckets[req->req_tenant_id % TOKENREQ_RATE_SLOTS];
+	if (s->tb_tenant_id != req->req_tenant_id || s->tb_last == 0) {
+		s->tb_tenant_id = req->req_tenant_id;
+		s->tb_tokens = burst;
+		s->tb_last = now;
 	}
-	s->tokens = fmin(burst, s->tokens + (now - s->last) * rate);
-	s->last = now;
-	if (s->tokens >= 1)
-		s->tokens -= 1;
+	s->tb_tokens = fmin(burst, s->tb_tokens + (now - s->tb_last) * rate);
+	s->tb_last = now;
+	if (s->tb_tokens >= 1)
+		s->tb_tokens -= 1;
 	else
-		wait = (1 - s->tokens) / rate;
-	pthread_mutex_unlock(&tokenreq_rate.lock);
+		wait = (1 - s->tb_tokens) / rate;
+	pthread_mutex_unlock(&tokenreq_rate_lock);
 	if (wait == 0)
 		return 1;
 	char after[16];

@@ -177,18 +177,27 @@ class CrashRestart(IdemdCase):
                 continue
             j = assert_status(self, c.get("/v1/tokens/%s" % toks[i]), 200)
             st = j["state"]
+            # a claim whose lease has run out shows as issued again, with
+            # the attempt that held it
+            if st == "issued" and j["attempt"] > 0:
+                st = "issued (lease ran out)"
             if i in claim_ack:
-                allowed = ("in_progress", "completed") if i in done_sent else ("in_progress",)
-                what = "claimed" + (", completion cut" if i in done_sent else "")
+                allowed = ["in_progress", "issued (lease ran out)"]
+                what = "claimed"
+                if i in done_sent:
+                    allowed.append("completed")
+                    what += ", completion cut"
             elif i in claim_sent:
-                allowed, what = ("issued", "in_progress"), "claim cut"
+                allowed, what = ("issued", "in_progress", "issued (lease ran out)"), "claim cut"
             else:
                 allowed, what = ("issued",), "never claimed"
             states["%s -> %s" % (what, st)] += 1
             self.assertIn(st, allowed, "token %d (%s) is %s: %r" % (i, what, st, j))
+            if i in claim_ack and st != "completed":
+                self.assertEqual(j["attempt"], claim_ack[i], "token %d: %r" % (i, j))
             if st == "completed":
                 self.assertEqual(j["response"], done_sent[i], "token %d" % i)
-            if st == "in_progress":
+            if st in ("in_progress", "issued (lease ran out)"):
                 in_progress[i] = j["attempt"]
         print("  after the restart: %s" % dict(sorted(states.items())))
         self.assertGreater(len(in_progress), 0, "no token was left in progress")
