@@ -76,7 +76,7 @@ void h_token_issue(struct request *req)
 	    reqjson_int(req, body, "ttl_seconds", 0, 1, KEYS_MAX_TOKEN_TTL_SECONDS, &ttl, &has_ttl) < 0 ||
 	    reqjson_int(req, body, "count", 0, 1, H_TOKENS_MAX_COUNT, &count, &has_count) < 0)
 		goto done;
-	if (!tokenreq_rate_allow(req))
+	if (!tokenreq_rate_allow(req, has_count ? (int)count : 1))
 		goto done;
 	if (opcache_by_name(req->req_tenant_id, opname, &op, &found) < 0) {
 		problem_unavailable(req);

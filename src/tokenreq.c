@@ -78,7 +78,7 @@ static double tokenreq_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-int tokenreq_rate_allow(struct request *req)
+int tokenreq_rate_allow(struct request *req, int n)
 {
 	double rate = tokenreq_cfg ? tokenreq_cfg->issue_rate_per_second : 0;
 
@@ -94,10 +94,11 @@ int tokenreq_rate_allow(struct request *req)
 	}
 	s->tb_tokens = fmin(burst, s->tb_tokens + (now - s->tb_last) * rate);
 	s->tb_last = now;
-	if (s->tb_tokens >= 1)
-		s->tb_tokens -= 1;
+	double need = fmin((double)n, burst);
+	if (s->tb_tokens >= need)
+		s->tb_tokens -= need;
 	else
-		wait = (1 - s->tb_tokens) / rate;
+		wait = (need - s->tb_tokens) / rate;
 	pthread_mutex_unlock(&tokenreq_rate_lock);
 	if (wait == 0)
 		return 1;
