@@ -230,13 +230,16 @@ PROLE=$(pg role "$PGDIR")
 wrk_run() {
   local name=$1 round=$2 url=$3 script=$4 dur=$5 conns=$6
   shift 6
-  local out=$RAW/$name.$round.txt
+  local out=$RAW/$name.$round.txt lsn0
+  lsn0=$(sql "SELECT pg_current_wal_insert_lsn()")
   BENCH_DIR=$BENCH BENCH_API_KEY=$API_KEY BENCH_OPERATION=order.create \
     wrk -t2 -c"$conns" -d"${dur}s" --timeout 5s --latency -s "$BENCH/$script" "$url" \
     -- "$@" >"$out" 2>&1 || true
   local line
   line=$(sed -n 's/^BENCH_RESULT //p' "$out" | tail -n 1)
   [ -n "$line" ] || { tail -n 5 "$out" >&2; die "wrk $name gave no result (see $out)"; }
+  # WAL written meanwhile: what the database had to make durable
+  line="$line wal_bytes=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$lsn0')::bigint")"
   [ "$round" = warmup ] || echo "$name $round $line" >>"$RESULTS"
   LAST=$line
   python3 - "$name" "$round" "$line" <<'EOF'
@@ -268,7 +271,8 @@ print(int((int(r["ops"]) or int(r["requests"])) / d))' "$LAST"
 # fails (a diagnostic whose SQL no longer fits the schema) is noted, not fatal
 pgbench_run() {
   local name=$1 round=$2 script=$3 dur=$4 optional=${5:-}
-  local out=$RAW/$name.$round.txt
+  local out=$RAW/$name.$round.txt lsn0
+  lsn0=$(sql "SELECT pg_current_wal_insert_lsn()")
   if ! "$PGBIN/pgbench" -h "$PSOCK" -U "$PROLE" -M prepared -n -c 8 -j 2 -T "$dur" \
        -f "$BENCH/$script" idemd >"$out" 2>&1 || grep -q 'aborted' "$out"; then
     [ -n "$optional" ] || { cat "$out" >&2; die "pgbench $name failed"; }
@@ -279,7 +283,10 @@ pgbench_run() {
   local tps lat
   tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$out" | tail -n 1)
   lat=$(sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p' "$out" | tail -n 1)
-  echo "$name $round tps=$tps lat_avg_ms=$lat" >>"$RESULTS"
+  local tx wal
+  tx=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$out" | tail -n 1)
+  wal=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$lsn0')::bigint")
+  echo "$name $round tps=$tps lat_avg_ms=$lat transactions=${tx:-0} wal_bytes=$wal" >>"$RESULTS"
   printf '    %-22s %-7s %9.0f tx/s   latency avg %s ms\n' "$name" "$round" "$tps" "$lat"
 }
 

@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libpq-dev
       libsodium-dev libjansson-dev libcmocka-dev libcurl4-openssl-dev
       postgresql-15 postgresql-client-15 python3 curl)
-test_pkgs=(clang libclang-rt-14-dev valgrind)
+test_pkgs=(clang libclang-rt-14-dev valgrind pgbouncer openssl chromium fonts-liberation)
 
 for arg in "$@"; do
   case "$arg" in
@@ -35,5 +35,17 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 echo "deps.sh: installing ${missing[*]}" >&2
+# idemd runs its own private clusters: keep the packages from creating and
+# starting a system PostgreSQL cluster or a pgbouncer service.
+if [ ! -e /etc/postgresql-common/createcluster.conf ]; then
+  mkdir -p /etc/postgresql-common
+  echo 'create_main_cluster = false' > /etc/postgresql-common/createcluster.conf
+fi
+policy=
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  policy=/usr/sbin/policy-rc.d
+  printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod 755 "$policy"
+fi
+trap '[ -z "$policy" ] || rm -f "$policy"' EXIT
 apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $cmd

@@ -83,8 +83,28 @@ if [ "$sanitize" = 1 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     suite sanitizer build-asan -DCMAKE_BUILD_TYPE=Debug -DIDEMD_WERROR=ON -DIDEMD_SANITIZE=ON
+
+  say "unit tests under valgrind"
+  vg_fail=0 vg_count=0
+  for t in build/test_*; do
+    [ -x "$t" ] || continue
+    vg_count=$((vg_count + 1))
+    if ! valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+         "$t" >"$TMP/valgrind.log" 2>&1; then
+      cat "$TMP/valgrind.log"; vg_fail=$((vg_fail + 1))
+    fi
+  done
+  results+=("valgrind: $((vg_count - vg_fail)) of $vg_count unit test programs clean")
+  if [ "$vg_fail" -ne 0 ] || [ "$vg_count" -eq 0 ]; then problems+=("valgrind"); fi
+
+  say "fuzzing (${IDEMD_FUZZ_SECONDS:-30} s per target)"
+  if bash tests/fuzz/run.sh "${IDEMD_FUZZ_SECONDS:-30}"; then
+    results+=("fuzz: ok")
+  else
+    results+=("fuzz: FAILED"); problems+=("fuzz")
+  fi
 else
-  results+=("sanitizer: skipped (use --sanitize)")
+  results+=("sanitizer, valgrind, fuzz: skipped (use --sanitize)")
 fi
 
 say "summary"
