@@ -310,8 +310,9 @@ gen_tokens() {  # gen_tokens OPERATION COUNT -> prints the file name
   echo "$f"
 }
 
-size_for() {  # tokens for one run at RATE ops/s (2.5x headroom, at least 10,000)
-  python3 -c 'import sys, math; r, d = int(sys.argv[1]), int(sys.argv[2]); print(max(10000, math.ceil(r * d * 2.5)))' "$1" "$DUR"
+size_for() {  # tokens for one run at RATE ops/s (5x headroom: the machine's speed
+              # swings; at least 40,000, which take about a second to issue)
+  python3 -c 'import sys, math; r, d = int(sys.argv[1]), int(sys.argv[2]); print(max(40000, math.ceil(r * d * 5)))' "$1" "$DUR"
 }
 
 completed_ids() {  # completed_ids OP_ID FILE

@@ -158,7 +158,7 @@ int tokenreq_claim_with(struct request *req, const struct token *t, const uint8_
 {
 	struct operation op;
 	struct claim_args a = { 0 };
-	char vkey[VERSIONKEY_MAX + 1], etag[32], after[16];
+	char vkey[VERSIONKEY_MAX + 1], etag[32];
 	int found, ret = 0;
 
 	memset(res, 0, sizeof(*res));
@@ -228,10 +228,12 @@ int tokenreq_claim_with(struct request *req, const struct token *t, const uint8_
 		break;
 	case CLAIM_IN_PROGRESS:
 		metrics_add(METRIC_CONFLICTS, 1);
-		snprintf(after, sizeof(after), "%d", res->cr_retry_after > 0 ? res->cr_retry_after : 1);
+		/* most first submits finish in far less than their lease: ask for a
+		 * retry in a second, and say when the lease would allow a takeover */
 		problem_reply(req, 409, "request_in_progress",
-			      "the first submit of this token is still in progress");
-		http_set_header(req, "Retry-After", after);
+			      "the first submit of this token is still in progress (its lease ends in %d s)",
+			      res->cr_retry_after);
+		http_set_header(req, "Retry-After", "1");
 		break;
 	case CLAIM_REVOKED:
 		problem_reply(req, 410, "token_revoked", "the token was revoked");

@@ -92,6 +92,8 @@ class Claims(IdemdCase):
         r = self.claim(tok, {"fingerprint": "x"})
         assert_problem(self, r, 409, "request_in_progress")
         assert_retry_after(self, r)
+        # a retry is asked for in a second, not when the (longer) lease ends
+        self.assertEqual(r.header("retry-after").strip(), "1", r.describe())
 
     # ---- fingerprints
 

@@ -267,8 +267,12 @@ class CrashRestart(IdemdCase):
         ts = [threading.Thread(target=run, args=(tok, i), daemon=True) for tok, _, i in cut]
         for t in ts:
             t.start()
-        self.assertTrue(self.up.wait_requests(n_before + DONE_FORWARDS + FORWARDS, 10),
-                        "the upstream did not receive every forward")
+        if not self.up.wait_requests(n_before + DONE_FORWARDS + FORWARDS, 10):
+            for t in ts:
+                t.join(5)
+            self.fail("the upstream received %d of %d forwards; the clients got: %s"
+                      % (len(self.up.requests) - n_before - DONE_FORWARDS, FORWARDS,
+                         faultkit.status_figures(list(results.values()))))
         server = self.restart(server)
         for t in ts:
             t.join(10)

@@ -16,7 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import Client, Idemd, IdemdCase, assert_status, free_port, psql  # noqa: E402
+from harness import Client, IdemdCase, assert_status, free_port, psql  # noqa: E402
 import faultkit  # noqa: E402
 from faultkit import status_figures as figures, storm  # noqa: E402
 

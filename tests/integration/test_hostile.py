@@ -17,8 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import (Client, IdemdCase, assert_problem, assert_status,  # noqa: E402
-                     free_port, uniq)
+from harness import Client, IdemdCase, assert_problem, assert_status, uniq  # noqa: E402
 import faultkit  # noqa: E402
 
 MAX_BODY = 65536     # max_body_bytes: deep nesting (60 KB) fits, 200 KB does not
