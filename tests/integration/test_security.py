@@ -423,6 +423,45 @@ class IssueRateLimit(IdemdCase):
         self.assertGreaterEqual(got, 4)
 
 
+class IssueRateLimitBatches(IdemdCase):
+    """A batch issue (count N) spends N tokens of the bucket: batches cannot
+    get round the configured rate."""
+    extra_config = {"issue_rate_per_second": 2, "issue_burst": 2}
+    tenant_names = ("acme",)
+
+    def test_batches_count_every_token(self):
+        op = self.put_operation()
+        time.sleep(1.1)
+        assert_status(self, self.issue_resp(op, count=2), 201)
+        r = self.issue_resp(op)
+        assert_problem(self, r, 429, "rate_limited")
+        time.sleep(1.1)
+        # a batch larger than the burst is allowed from a full bucket, and
+        # what it takes beyond the burst is paid back before the next issue
+        assert_status(self, self.issue_resp(op, count=6), 201)
+        r = self.issue_resp(op)
+        assert_problem(self, r, 429, "rate_limited")
+        ra = int(r.header("retry-after"))
+        # sustained batches: no more tokens than the rate allows (plus one
+        # batch of overshoot)
+        time.sleep(1.1)
+        t0 = time.monotonic()
+        got = 0
+        while time.monotonic() - t0 < 4.0:
+            r = self.issue_resp(op, count=10)
+            if r.status == 201:
+                got += len(r.json["tokens"])
+            else:
+                assert_problem(self, r, 429, "rate_limited")
+            time.sleep(0.05)
+        elapsed = time.monotonic() - t0
+        allowed = 2 * elapsed + 2 + 10
+        print("\n  rate 2/s, burst 2: after a batch of 6 the next issue waits %d s; batches of 10 "
+              "for %.1f s got %d tokens (the rate allows about %d)" % (ra, elapsed, got, allowed))
+        self.assertGreaterEqual(ra, 2, "a batch of 6 did not pay for its tokens beyond the burst")
+        self.assertLessEqual(got, allowed, "batches got round the issuance rate")
+
+
 def make_cert(tmp):
     cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
     p = subprocess.run([OPENSSL, "req", "-x509", "-newkey", "rsa:2048", "-nodes",
