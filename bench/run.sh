@@ -416,7 +416,7 @@ if [ "$PROFILE" = 1 ]; then
   perf report -i "$RAW/perf.idemd.data" --no-children --stdio --sort dso,sym \
     --percent-limit 0.5 -g none >"$RAW/perf.idemd.self.txt" 2>/dev/null || true
   perf report -i "$RAW/perf.idemd.data" --children --stdio --sort sym \
-    --percent-limit 2 -g caller,0.5,callee,function,percent >"$RAW/perf.idemd.children.txt" 2>/dev/null || true
+    --percent-limit 2 -g none 2>/dev/null | grep -v '\] 0x0000' >"$RAW/perf.idemd.children.txt" || true
   f=$(gen_tokens order.create "$(size_for "$FS_RATE")")
   perf record -F 499 -a -g -o "$RAW/perf.all.data" -- sleep 6 >>"$RAW/perf.record.txt" 2>&1 &
   PERF_PID=$!

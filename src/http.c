@@ -316,6 +316,16 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
 			if (errno != 0 || *end != '\0' || n > http_cfg->max_body_bytes)
 				req->req_body_too_large = 1;
 		}
+		/* two lengths, or a length beside chunked framing, make the end of
+		 * the body ambiguous (request smuggling): refuse and close */
+		if (http_header_count(req, "Content-Length") > 1 ||
+		    (cl != NULL && http_header(req, "Transfer-Encoding") != NULL)) {
+			req->req_dispatched = 1;
+			problem_reply(req, 400, "invalid_request",
+				      "conflicting Content-Length or Transfer-Encoding headers");
+			http_set_header(req, "Connection", "close");
+			return http_send(req);
+		}
 		if (req->req_body_too_large) {
 			/* answer before reading a byte of the body */
 			req->req_dispatched = 1;

@@ -17,12 +17,12 @@
 #include "reqjson.h"
 #include "versionkey.h"
 
-#define TOKENREQ_RATE_SLOTS 1024
+#define TOKENREQ_RATE_SLOTS 4096
+#define TOKENREQ_RATE_PROBES 8
 
 static const struct config *tokenreq_cfg;
 
-/* One token bucket per tenant slot; tenants sharing a slot share a bucket
- * only until the slot is re-keyed by the next of them. */
+/* One token bucket per tenant, in a table probed from the tenant's id. */
 struct tokenreq_bucket {
 	uint32_t tb_tenant_id;
 	double tb_tokens;
@@ -78,6 +78,24 @@ static double tokenreq_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* The tenant's bucket: its own if it has one among the probed slots, else a
+ * free slot, else the one idle longest (only then does a tenant's bucket
+ * start over). Called with the lock held. */
+static struct tokenreq_bucket *tokenreq_bucket_of(uint32_t tenant_id)
+{
+	struct tokenreq_bucket *pick = NULL;
+
+	for (size_t i = 0; i < TOKENREQ_RATE_PROBES; i++) {
+		struct tokenreq_bucket *b =
+			&tokenreq_buckets[(tenant_id + i) % TOKENREQ_RATE_SLOTS];
+		if (b->tb_last != 0 && b->tb_tenant_id == tenant_id)
+			return b;
+		if (pick == NULL || (pick->tb_last != 0 && b->tb_last < pick->tb_last))
+			pick = b;
+	}
+	return pick;
+}
+
 int tokenreq_rate_allow(struct request *req, int n)
 {
 	double rate = tokenreq_cfg ? tokenreq_cfg->issue_rate_per_second : 0;
@@ -86,7 +104,7 @@ int tokenreq_rate_allow(struct request *req, int n)
 		return 1;
 	double burst = tokenreq_cfg->issue_burst, now = tokenreq_now(), wait = 0;
 	pthread_mutex_lock(&tokenreq_rate_lock);
-	struct tokenreq_bucket *s = &tokenreq_buckets[req->req_tenant_id % TOKENREQ_RATE_SLOTS];
+	struct tokenreq_bucket *s = tokenreq_bucket_of(req->req_tenant_id);
 	if (s->tb_tenant_id != req->req_tenant_id || s->tb_last == 0) {
 		s->tb_tenant_id = req->req_tenant_id;
 		s->tb_tokens = burst;
@@ -94,9 +112,11 @@ int tokenreq_rate_allow(struct request *req, int n)
 	}
 	s->tb_tokens = fmin(burst, s->tb_tokens + (now - s->tb_last) * rate);
 	s->tb_last = now;
+	/* a batch larger than the burst goes from a full bucket and leaves it in
+	 * debt, so batches cannot get round the rate */
 	double need = fmin((double)n, burst);
 	if (s->tb_tokens >= need)
-		s->tb_tokens -= need;
+		s->tb_tokens -= (double)n;
 	else
 		wait = (need - s->tb_tokens) / rate;
 	pthread_mutex_unlock(&tokenreq_rate_lock);

@@ -44,7 +44,8 @@ int tokenreq_claim_with(struct request *req, const struct token *t, const uint8_
 int tokenreq_check_headers(struct request *req, json_t *headers, size_t max) IDEMD_WUR;
 
 /* Token issuance rate limit per tenant, N tokens at once (a request for
- * more than the burst needs a full bucket): 1 allowed, 0 after replying 429. */
+ * more than the burst needs a full bucket and leaves it in debt): 1 allowed,
+ * 0 after replying 429. */
 int tokenreq_rate_allow(struct request *req, int n);
 
 #endif
