@@ -28,6 +28,7 @@
 #include "metrics.h"
 #include "opcache.h"
 #include "problem.h"
+#include "replaycache.h"
 #include "router.h"
 #include "store.h"
 #include "token.h"
@@ -489,6 +490,8 @@ static void gateway_store(struct gateway_job *j)
 	struct stored_response resp = { 0 }, stored = { 0 };
 	enum complete_outcome outcome;
 	int64_t expires_at;
+	uint8_t fp[STORE_HASH_BYTES];
+	int has_fp;
 
 	resp.sr_status = (int)c->uc_status;
 	resp.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT | JSON_SORT_KEYS);
@@ -500,7 +503,7 @@ static void gateway_store(struct gateway_job *j)
 		return;
 	}
 	if (store_complete(j->gj_route->gr_tenant_id, j->gj_token_id, j->gj_attempt, &resp,
-			   j->gj_retention_seconds, &outcome, &stored, &expires_at) < 0) {
+			   j->gj_retention_seconds, &outcome, &stored, &expires_at, fp, &has_fp) < 0) {
 		/* the upstream acted but nothing is stored: the claim stays until
 		 * its lease ends, then a retry forwards again with the same
 		 * Idempotency-Key, which the upstream must recognise */
@@ -517,6 +520,8 @@ static void gateway_store(struct gateway_job *j)
 	case COMPLETE_ALREADY:
 		if (outcome == COMPLETE_STORED)
 			metrics_add(METRIC_COMPLETIONS, 1);
+		replaycache_put(j->gj_route->gr_tenant_id, j->gj_token_id, has_fp ? fp : NULL,
+				&stored, expires_at);
 		gateway_reply_response(req, &stored, "false");
 		break;
 	case COMPLETE_LEASE_LOST:

@@ -14,6 +14,7 @@
 #include "metrics.h"
 #include "opcache.h"
 #include "problem.h"
+#include "replaycache.h"
 #include "reqjson.h"
 #include "store.h"
 #include "tokenreq.h"
@@ -276,7 +277,8 @@ void h_token_complete(struct request *req)
 	struct stored_response resp = { 0 }, stored = { 0 };
 	enum complete_outcome outcome;
 	int64_t attempt, expires_at;
-	int found;
+	uint8_t fp[STORE_HASH_BYTES];
+	int found, has_fp;
 	json_t *body = NULL;
 
 	if (tokenreq_from_path(req, &t) < 0)
@@ -293,7 +295,7 @@ void h_token_complete(struct request *req)
 		goto done;
 	}
 	if (store_complete(req->req_tenant_id, t.id, (int)attempt, &resp,
-			   op.op_retention_seconds, &outcome, &stored, &expires_at) < 0) {
+			   op.op_retention_seconds, &outcome, &stored, &expires_at, fp, &has_fp) < 0) {
 		problem_unavailable(req);
 		goto done;
 	}
@@ -302,6 +304,8 @@ void h_token_complete(struct request *req)
 	case COMPLETE_ALREADY:
 		if (outcome == COMPLETE_STORED)
 			metrics_add(METRIC_COMPLETIONS, 1);
+		/* duplicates that follow are answered from memory */
+		replaycache_put(req->req_tenant_id, t.id, has_fp ? fp : NULL, &stored, expires_at);
 		http_reply_json(req, 200, json_pack("{s:s,s:o,s:o}", "state", "completed",
 						    "response", reqjson_response(&stored),
 						    "expires_at", reqjson_time(expires_at)));

@@ -384,16 +384,9 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
 	double ms = http_elapsed_ms(&req->req_start);
 	unsigned status = req->rep_response != NULL ? req->rep_status : 0;
 	metrics_request(status, ms);
-	json_t *line = json_pack("{s:s,s:s,s:s,s:i,s:f}", "request_id", req->req_id,
-				 "method", req->req_method,
-				 "route", req->req_route ? req->req_route->pattern : "unmatched",
-				 "status", (int)status, "duration_ms", ms);
-	if (line != NULL) {
-		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
-			json_object_set_new(line, "terminated", json_integer((int)toe));
-		log_json(LOG_LEVEL_INFO, line);
-		json_decref(line);
-	}
+	log_access(req->req_id, req->req_method,
+		   req->req_route ? req->req_route->pattern : "unmatched", status, ms,
+		   toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? (int)toe : 0);
 	http_clear_reply(req);
 	for (int i = 0; i < HTTP_MAX_PARAMS; i++)
 		free(req->req_params[i]);
@@ -508,7 +501,7 @@ int http_start(const struct config *cfg)
 				       MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
 				       MHD_OPTION_CONNECTION_TIMEOUT,
 				       (unsigned)cfg->connection_timeout_seconds,
-				       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+				       MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONNECTION_MEMORY,
 				       MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
 				       MHD_OPTION_NOTIFY_COMPLETED, http_completed, NULL,
 				       MHD_OPTION_UNESCAPE_CALLBACK, http_no_unescape, NULL,

@@ -16,6 +16,9 @@ struct route;
 #define HTTP_REQUEST_ID_MAX 128
 #define HTTP_MAX_PARAMS 2
 #define HTTP_MAX_HEADERS 16
+/* Per-connection buffer for the request line and headers (larger: 431),
+ * small so that thousands of open connections stay cheap. */
+#define HTTP_CONNECTION_MEMORY ((size_t)16 * 1024)
 
 /* One per request: created on the first callback, freed in the completion
  * callback (http.c), nowhere else. Strings are owned unless noted. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 enum log_level log_min_level = LOG_LEVEL_INFO;
 
@@ -60,4 +61,47 @@ void log_write(enum log_level level, const char *fmt, ...)
 		return;
 	log_json(level, fields);
 	json_decref(fields);
+}
+
+/* Appends S as a JSON string body (quotes excluded) to BUF at *N. */
+static void log_escape(char *buf, size_t len, size_t *n, const char *s)
+{
+	for (; *s != '\0' && *n + 7 < len; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\') {
+			buf[(*n)++] = '\\';
+			buf[(*n)++] = (char)c;
+		} else if (c < 0x20 || c >= 0x7f) {
+			*n += (size_t)snprintf(buf + *n, len - *n, "\\u%04x", c);
+		} else {
+			buf[(*n)++] = (char)c;
+		}
+	}
+}
+
+void log_access(const char *request_id, const char *method, const char *route,
+		unsigned status, double duration_ms, int terminated)
+{
+	char line[1024], when[40];
+	size_t n;
+
+	if (log_min_level > LOG_LEVEL_INFO)
+		return;
+	log_now(when, sizeof(when));
+	n = (size_t)snprintf(line, sizeof(line),
+			     "{\"time\":\"%s\",\"level\":\"info\",\"request_id\":\"", when);
+	log_escape(line, sizeof(line), &n, request_id);
+	n += (size_t)snprintf(line + n, sizeof(line) - n, "\",\"method\":\"");
+	log_escape(line, sizeof(line) - 200, &n, method);
+	n += (size_t)snprintf(line + n, sizeof(line) - n, "\",\"route\":\"");
+	log_escape(line, sizeof(line) - 100, &n, route);
+	n += (size_t)snprintf(line + n, sizeof(line) - n,
+			      "\",\"status\":%u,\"duration_ms\":%.3f", status, duration_ms);
+	if (terminated > 0)
+		n += (size_t)snprintf(line + n, sizeof(line) - n, ",\"terminated\":%d", terminated);
+	n += (size_t)snprintf(line + n, sizeof(line) - n, "}\n");
+	if (n > sizeof(line))
+		n = sizeof(line);
+	ssize_t w = write(STDERR_FILENO, line, n);
+	(void)w; /* nowhere to report a failed log write */
 }

@@ -11,6 +11,12 @@ extern enum log_level log_min_level;
 void log_write(enum log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* The access log line of one request, built without allocating and written
+ * with one write(2): time, request id, method, route, status, duration and,
+ * when the request ended abnormally, how (TERMINATED > 0). */
+void log_access(const char *request_id, const char *method, const char *route,
+		unsigned status, double duration_ms, int terminated);
+
 /* Writes FIELDS (borrowed) as one JSON line with "time" and "level" added. */
 void log_json(enum log_level level, json_t *fields);
 

@@ -61,7 +61,7 @@ static const struct db_stmt st_claim = { ST_CLAIM, "claim",
 	"to_timestamp($6), $7, $8, $9, $10)", 10 };
 static const struct db_stmt st_complete = { ST_COMPLETE, "complete",
 	"SELECT outcome, resp_status, resp_headers, resp_body, resp_is_json, " MS("expires_at")
-	" FROM idemd_complete($1, $2, $3, $4, $5, $6, $7, $8)", 8 };
+	", fingerprint FROM idemd_complete($1, $2, $3, $4, $5, $6, $7, $8)", 8 };
 static const struct db_stmt st_release = { ST_RELEASE, "release",
 	"SELECT idemd_release($1, $2, $3)", 3 };
 static const struct db_stmt st_revoke = { ST_REVOKE, "revoke",
@@ -410,7 +410,8 @@ done:
 int store_complete(uint32_t tenant_id, const uint8_t *token_id, int attempt,
 		   const struct stored_response *resp, int retention_seconds,
 		   enum complete_outcome *outcome, struct stored_response *stored,
-		   int64_t *expires_at)
+		   int64_t *expires_at, uint8_t fingerprint[STORE_HASH_BYTES],
+		   int *has_fingerprint)
 {
 	char tenant[16], att[16], status[16], ret[16];
 
@@ -443,6 +444,19 @@ int store_complete(uint32_t tenant_id, const uint8_t *token_id, int attempt,
 	if ((*outcome == COMPLETE_STORED || *outcome == COMPLETE_ALREADY) &&
 	    store_read_response(r, 1, stored) < 0)
 		goto done;
+	*has_fingerprint = 0;
+	if (!PQgetisnull(r, 0, 6)) {
+		size_t n;
+		unsigned char *fp = store_bytea(r, 0, 6, &n);
+		if (fp == NULL) {
+			store_response_free(stored);
+			goto done;
+		}
+		*has_fingerprint = n == STORE_HASH_BYTES;
+		if (*has_fingerprint)
+			memcpy(fingerprint, fp, STORE_HASH_BYTES);
+		free(fp);
+	}
 	rc = 0;
 done:
 	PQclear(r);

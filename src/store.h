@@ -109,7 +109,8 @@ enum complete_outcome {
 int store_complete(uint32_t tenant_id, const uint8_t *token_id, int attempt,
 		   const struct stored_response *resp, int retention_seconds,
 		   enum complete_outcome *outcome, struct stored_response *stored,
-		   int64_t *expires_at) IDEMD_WUR;
+		   int64_t *expires_at, uint8_t fingerprint[STORE_HASH_BYTES],
+		   int *has_fingerprint) IDEMD_WUR;
 
 enum release_outcome { RELEASE_DONE, RELEASE_LEASE_LOST, RELEASE_NOT_IN_PROGRESS };
 int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt,

@@ -161,7 +161,8 @@ class Hostile(IdemdCase):
         head = (b"GET /v1/operations HTTP/1.1\r\nHost: t\r\n" + self.auth() * 200 + b"\r\n")
         rs, _, raw = exchange(self.server.port, head)
         self.assertTrue(rs, raw[:200])
-        self.assertTrue(rs[0][0] in (200, 400, 401), rs[0])
+        # 200 repeated keys outgrow the 16 KiB header buffer: 431 is a clear answer too
+        self.assertTrue(rs[0][0] in (200, 400, 401, 431), rs[0])
         self.alive()
 
     # ------------------------------------------------------------ bodies
