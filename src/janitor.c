@@ -3,6 +3,7 @@
  * transaction-scoped advisory lock keeps it to one instance at a time. */
 #include "janitor.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -41,7 +42,7 @@ long janitor_sweep_now(void)
 
 static void *janitor_main(void *arg)
 {
-	time_t last_keys = time(NULL), last_sweep = time(NULL);
+	time_t last_keys = time(NULL), last_sweep = time(NULL), last_trim = time(NULL);
 
 	(void)arg;
 	pthread_mutex_lock(&janitor.lock);
@@ -62,6 +63,11 @@ static void *janitor_main(void *arg)
 		if (now - last_sweep >= janitor.sweep_interval) {
 			last_sweep = now;
 			(void)janitor_sweep_now();
+		}
+		if (now - last_trim >= JANITOR_TRIM_INTERVAL_SECONDS) {
+			/* give memory freed after a burst of connections back */
+			last_trim = now;
+			malloc_trim(0);
 		}
 		pthread_mutex_lock(&janitor.lock);
 	}

@@ -1,5 +1,5 @@
 /* Janitor: one background thread for periodic maintenance — picking up
- * rotated signing keys and sweeping expired records. */
+ * rotated signing keys, sweeping expired records, returning freed memory. */
 #ifndef IDEMD_JANITOR_H
 #define IDEMD_JANITOR_H
 
@@ -9,6 +9,7 @@ struct config;
 
 #define JANITOR_KEYS_INTERVAL_SECONDS 5
 #define JANITOR_SWEEP_BATCH 1000
+#define JANITOR_TRIM_INTERVAL_SECONDS 30
 
 int janitor_start(const struct config *cfg) IDEMD_WUR;
 void janitor_stop(void);

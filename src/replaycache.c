@@ -1,5 +1,5 @@
-/* Replay cache: a direct-mapped table of owned response copies under
- * striped mutexes; a collision simply evicts. */
+/* Replay cache: a set-associative table of owned response copies under
+ * striped mutexes; a full set evicts the entry that expires first. */
 #include "replaycache.h"
 
 #include <pthread.h>
@@ -26,13 +26,15 @@ static pthread_mutex_t replaycache_locks[REPLAYCACHE_STRIPES] = {
 	[0 ... REPLAYCACHE_STRIPES - 1] = PTHREAD_MUTEX_INITIALIZER
 };
 
-static size_t replaycache_slot(uint32_t tenant_id, const uint8_t id[16])
+/* First slot of the set that (TENANT, ID) maps to. */
+static size_t replaycache_set(uint32_t tenant_id, const uint8_t id[16])
 {
 	uint64_t h;
 
 	/* token ids are uniformly random */
 	memcpy(&h, id, sizeof(h));
-	return (size_t)((h ^ tenant_id) % REPLAYCACHE_SLOTS);
+	return (size_t)((h ^ tenant_id) % (REPLAYCACHE_SLOTS / REPLAYCACHE_WAYS)) *
+	       REPLAYCACHE_WAYS;
 }
 
 static int64_t replaycache_now_ms(void)
@@ -92,11 +94,22 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 	fresh.re_expires_at = expires_at;
 	fresh.re_used = 1;
 
-	size_t slot = replaycache_slot(tenant_id, id);
-	pthread_mutex_t *lock = &replaycache_locks[slot % REPLAYCACHE_STRIPES];
+	size_t set = replaycache_set(tenant_id, id);
+	pthread_mutex_t *lock = &replaycache_locks[(set / REPLAYCACHE_WAYS) % REPLAYCACHE_STRIPES];
 	pthread_mutex_lock(lock);
-	replaycache_drop(&replaycache_slots[slot]);
-	replaycache_slots[slot] = fresh;
+	struct replaycache_entry *victim = &replaycache_slots[set];
+	for (size_t w = 0; w < REPLAYCACHE_WAYS; w++) {
+		struct replaycache_entry *e = &replaycache_slots[set + w];
+		if (!e->re_used ||
+		    (e->re_tenant_id == tenant_id && memcmp(e->re_id, id, 16) == 0)) {
+			victim = e;
+			break;
+		}
+		if (e->re_expires_at < victim->re_expires_at)
+			victim = e;
+	}
+	replaycache_drop(victim);
+	*victim = fresh;
 	atomic_fetch_add(&replaycache_bytes, replaycache_size(&fresh.re_resp));
 	pthread_mutex_unlock(lock);
 }
@@ -104,13 +117,15 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 int replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 		    struct stored_response *out)
 {
-	size_t slot = replaycache_slot(tenant_id, id);
-	pthread_mutex_t *lock = &replaycache_locks[slot % REPLAYCACHE_STRIPES];
+	size_t set = replaycache_set(tenant_id, id);
+	pthread_mutex_t *lock = &replaycache_locks[(set / REPLAYCACHE_WAYS) % REPLAYCACHE_STRIPES];
 	int ret = 0;
 
 	pthread_mutex_lock(lock);
-	struct replaycache_entry *e = &replaycache_slots[slot];
-	if (e->re_used && e->re_tenant_id == tenant_id && memcmp(e->re_id, id, 16) == 0) {
+	for (size_t w = 0; w < REPLAYCACHE_WAYS; w++) {
+		struct replaycache_entry *e = &replaycache_slots[set + w];
+		if (!e->re_used || e->re_tenant_id != tenant_id || memcmp(e->re_id, id, 16) != 0)
+			continue;
 		if (e->re_expires_at <= replaycache_now_ms())
 			replaycache_drop(e);
 		else if (e->re_has_fp != (fp != NULL) ||
@@ -118,6 +133,7 @@ int replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 			ret = 2;
 		else
 			ret = replaycache_copy(out, &e->re_resp) == 0 ? 1 : 0;
+		break;
 	}
 	pthread_mutex_unlock(lock);
 	return ret;
@@ -126,7 +142,8 @@ int replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 void replaycache_clear(void)
 {
 	for (size_t i = 0; i < REPLAYCACHE_SLOTS; i++) {
-		pthread_mutex_t *lock = &replaycache_locks[i % REPLAYCACHE_STRIPES];
+		pthread_mutex_t *lock =
+			&replaycache_locks[(i / REPLAYCACHE_WAYS) % REPLAYCACHE_STRIPES];
 		pthread_mutex_lock(lock);
 		replaycache_drop(&replaycache_slots[i]);
 		pthread_mutex_unlock(lock);

@@ -1,0 +1,151 @@
+/* Unit tests for the replay cache: hits, tenant separation, fingerprints,
+ * expiry, and eviction within a full set. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "replaycache.h"
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static char headers_text[] = "{\"location\":\"/o/1\"}";
+static unsigned char body_text[64];
+
+/* A response whose body is BODY (copied into a static buffer). */
+static struct stored_response response(const char *body)
+{
+	struct stored_response r = { 0 };
+
+	r.sr_status = 201;
+	r.sr_headers = headers_text;
+	r.sr_body_len = strlen(body);
+	memcpy(body_text, body, r.sr_body_len);
+	r.sr_body = body_text;
+	r.sr_is_json = 1;
+	return r;
+}
+
+static void id_of(uint8_t id[16], unsigned n)
+{
+	memset(id, 0, 16);
+	memcpy(id, &n, sizeof(n));
+	id[15] = (uint8_t)n;
+}
+
+static void test_hit_is_a_copy(void **state)
+{
+	uint8_t id[16], fp[STORE_HASH_BYTES];
+	struct stored_response r = response("{\"id\":1}"), out;
+
+	(void)state;
+	replaycache_clear();
+	id_of(id, 1);
+	memset(fp, 7, sizeof(fp));
+	replaycache_put(5, id, fp, &r, now_ms() + 60000);
+	assert_int_equal(replaycache_get(5, id, fp, &out), 1);
+	assert_int_equal(out.sr_status, 201);
+	assert_string_equal(out.sr_headers, "{\"location\":\"/o/1\"}");
+	assert_int_equal(out.sr_body_len, 8);
+	assert_memory_equal(out.sr_body, "{\"id\":1}", 8);
+	assert_true(out.sr_is_json);
+	assert_ptr_not_equal(out.sr_body, r.sr_body);
+	store_response_free(&out);
+}
+
+static void test_other_tenant_never_served(void **state)
+{
+	uint8_t id[16];
+	struct stored_response r = response("{}"), out = { 0 };
+
+	(void)state;
+	replaycache_clear();
+	id_of(id, 2);
+	replaycache_put(5, id, NULL, &r, now_ms() + 60000);
+	assert_int_equal(replaycache_get(6, id, NULL, &out), 0);
+	assert_int_equal(replaycache_get(5, id, NULL, &out), 1);
+	store_response_free(&out);
+}
+
+static void test_fingerprint_mismatch(void **state)
+{
+	uint8_t id[16], fp[STORE_HASH_BYTES], other[STORE_HASH_BYTES];
+	struct stored_response r = response("{}"), out = { 0 };
+
+	(void)state;
+	replaycache_clear();
+	id_of(id, 3);
+	memset(fp, 1, sizeof(fp));
+	memset(other, 2, sizeof(other));
+	replaycache_put(5, id, fp, &r, now_ms() + 60000);
+	assert_int_equal(replaycache_get(5, id, other, &out), 2);
+	assert_int_equal(replaycache_get(5, id, NULL, &out), 2);
+	/* stored without a fingerprint: a submit with one is a mismatch too */
+	id_of(id, 4);
+	replaycache_put(5, id, NULL, &r, now_ms() + 60000);
+	assert_int_equal(replaycache_get(5, id, fp, &out), 2);
+}
+
+static void test_expired_not_served(void **state)
+{
+	uint8_t id[16];
+	struct stored_response r = response("{}"), out = { 0 };
+
+	(void)state;
+	replaycache_clear();
+	id_of(id, 5);
+	replaycache_put(5, id, NULL, &r, now_ms() - 1);
+	assert_int_equal(replaycache_get(5, id, NULL, &out), 0);
+}
+
+static void test_many_entries_and_eviction(void **state)
+{
+	uint8_t id[16];
+	struct stored_response r = response("{\"n\":12345}"), out = { 0 };
+	int hits = 0;
+
+	(void)state;
+	replaycache_clear();
+	for (unsigned i = 0; i < 3 * REPLAYCACHE_SLOTS; i++) {
+		id_of(id, 1000 + i);
+		replaycache_put(9, id, NULL, &r, now_ms() + 60000 + i);
+	}
+	for (unsigned i = 0; i < 3 * REPLAYCACHE_SLOTS; i++) {
+		id_of(id, 1000 + i);
+		if (replaycache_get(9, id, NULL, &out) == 1) {
+			assert_memory_equal(out.sr_body, "{\"n\":12345}", 11);
+			store_response_free(&out);
+			hits++;
+		}
+	}
+	/* bounded by the table, and the newest entries are kept */
+	assert_true(hits > 0 && hits <= REPLAYCACHE_SLOTS);
+	id_of(id, 1000 + 3 * REPLAYCACHE_SLOTS - 1);
+	assert_int_equal(replaycache_get(9, id, NULL, &out), 1);
+	store_response_free(&out);
+	replaycache_clear();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hit_is_a_copy),
+		cmocka_unit_test(test_other_tenant_never_served),
+		cmocka_unit_test(test_fingerprint_mismatch),
+		cmocka_unit_test(test_expired_not_served),
+		cmocka_unit_test(test_many_entries_and_eviction),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
