@@ -1,5 +1,5 @@
 /* Replay cache: a set-associative table of owned response copies under
- * striped mutexes; a full set evicts the entry that expires first. */
+ * striped mutexes; a full set evicts its least recently used entry. */
 #include "replaycache.h"
 
 #include <pthread.h>
@@ -16,12 +16,14 @@ struct replaycache_entry {
 	int re_has_fp;
 	uint8_t re_fp[STORE_HASH_BYTES];
 	int64_t re_expires_at;
+	uint64_t re_tick;               /* last use, for least-recently-used eviction */
 	struct stored_response re_resp; /* sr_body from malloc here */
 	int re_used;
 };
 
 static struct replaycache_entry replaycache_slots[REPLAYCACHE_SLOTS];
 static atomic_size_t replaycache_bytes; /* bodies and headers held */
+static atomic_uint_fast64_t replaycache_clock;
 static pthread_mutex_t replaycache_locks[REPLAYCACHE_STRIPES] = {
 	[0 ... REPLAYCACHE_STRIPES - 1] = PTHREAD_MUTEX_INITIALIZER
 };
@@ -92,6 +94,7 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 	if (fp != NULL)
 		memcpy(fresh.re_fp, fp, sizeof(fresh.re_fp));
 	fresh.re_expires_at = expires_at;
+	fresh.re_tick = atomic_fetch_add(&replaycache_clock, 1);
 	fresh.re_used = 1;
 
 	size_t set = replaycache_set(tenant_id, id);
@@ -105,7 +108,7 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 			victim = e;
 			break;
 		}
-		if (e->re_expires_at < victim->re_expires_at)
+		if (e->re_tick < victim->re_tick)
 			victim = e;
 	}
 	replaycache_drop(victim);
@@ -131,8 +134,10 @@ int replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 		else if (e->re_has_fp != (fp != NULL) ||
 			 (fp != NULL && memcmp(e->re_fp, fp, STORE_HASH_BYTES) != 0))
 			ret = 2;
-		else
-			ret = replaycache_copy(out, &e->re_resp) == 0 ? 1 : 0;
+		else if (replaycache_copy(out, &e->re_resp) == 0) {
+			e->re_tick = atomic_fetch_add(&replaycache_clock, 1);
+			ret = 1;
+		}
 		break;
 	}
 	pthread_mutex_unlock(lock);

@@ -60,12 +60,13 @@ parse_ok(struct config *cfg, const char *members)
 {
 	char err[512] = "", *text = with_db(members);
 
-	if (config_parse(cfg, text, err, sizeof(err)) != 0) {
+	int rc = config_parse(cfg, text, err, sizeof(err));
+
+	if (rc != 0)
 		print_error("unexpected error for %s: %s\n", text, err);
-		free(text);
-		fail();
-	}
 	free(text);
+	if (rc != 0)
+		fail();
 }
 
 /* Parses TEXT as is; expects failure with exactly WANT and a zeroed CFG. */
