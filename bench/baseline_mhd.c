@@ -8,7 +8,7 @@
  *
  * usage: baseline_mhd --port N [--threads N] [--connections N]
  *                     [--timeout S] [--status CODE] [--memory KIB]
- * --memory is the per-connection memory limit (default 64 KiB, as idemd).
+ * --memory is the per-connection memory limit (default 16 KiB, as idemd).
  */
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -75,7 +75,7 @@ static unsigned bm_arg(const char *v, const char *name)
 
 int main(int argc, char **argv)
 {
-	unsigned port = 0, threads = 8, connections = 4096, timeout = 30, memory_kib = 64;
+	unsigned port = 0, threads = 8, connections = 4096, timeout = 30, memory_kib = 16;
 	sigset_t set;
 	int sig;
 
