@@ -208,6 +208,8 @@ BEGIN
         v_existing := FOUND;
 
         IF v_existing THEN
+            -- the fast path above saw no final record, but one may have
+            -- become final since: check again under the lock
             IF r.state = 'revoked' THEN
                 outcome := 'revoked';
                 RETURN NEXT; RETURN;
