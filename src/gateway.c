@@ -21,6 +21,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "batcher.h"
 #include "config.h"
 #include "fingerprint.h"
 #include "http.h"
@@ -487,11 +488,13 @@ static void gateway_store(struct gateway_job *j)
 {
 	const struct upstream_call *c = &j->gj_call;
 	struct request *req = j->gj_req;
-	struct stored_response resp = { 0 }, stored = { 0 };
-	enum complete_outcome outcome;
-	int64_t expires_at;
-	uint8_t fp[STORE_HASH_BYTES];
-	int has_fp;
+	struct stored_response resp = { 0 };
+	struct complete_result res;
+	struct complete_args a = { .tenant_id = j->gj_route->gr_tenant_id,
+				   .token_id = j->gj_token_id, .attempt = j->gj_attempt,
+				   .resp = &resp, .retention_seconds = j->gj_retention_seconds };
+	struct batcher_job bj = { .bj_kind = BATCHER_COMPLETE, .bj_complete = &a,
+				  .bj_complete_result = &res };
 
 	resp.sr_status = (int)c->uc_status;
 	resp.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT | JSON_SORT_KEYS);
@@ -502,8 +505,8 @@ static void gateway_store(struct gateway_job *j)
 		problem_unavailable(req);
 		return;
 	}
-	if (store_complete(j->gj_route->gr_tenant_id, j->gj_token_id, j->gj_attempt, &resp,
-			   j->gj_retention_seconds, &outcome, &stored, &expires_at, fp, &has_fp) < 0) {
+	/* in a batch with other finishers' and requests' completes */
+	if (batcher_run(&bj) < 0) {
 		/* the upstream acted but nothing is stored: the claim stays until
 		 * its lease ends, then a retry forwards again with the same
 		 * Idempotency-Key, which the upstream must recognise */
@@ -515,14 +518,15 @@ static void gateway_store(struct gateway_job *j)
 		return;
 	}
 	free(resp.sr_headers);
-	switch (outcome) {
+	switch (res.cpr_outcome) {
 	case COMPLETE_STORED:
 	case COMPLETE_ALREADY:
-		if (outcome == COMPLETE_STORED)
+		if (res.cpr_outcome == COMPLETE_STORED)
 			metrics_add(METRIC_COMPLETIONS, 1);
-		replaycache_put(j->gj_route->gr_tenant_id, j->gj_token_id, has_fp ? fp : NULL,
-				&stored, expires_at);
-		gateway_reply_response(req, &stored, "false");
+		replaycache_put(j->gj_route->gr_tenant_id, j->gj_token_id,
+				res.cpr_has_fingerprint ? res.cpr_fingerprint : NULL,
+				&res.cpr_stored, res.cpr_expires_at);
+		gateway_reply_response(req, &res.cpr_stored, "false");
 		break;
 	case COMPLETE_LEASE_LOST:
 		problem_reply(req, 409, "lease_lost",
@@ -533,7 +537,7 @@ static void gateway_store(struct gateway_job *j)
 			      j->gj_attempt);
 		break;
 	}
-	store_response_free(&stored);
+	store_response_free(&res.cpr_stored);
 }
 
 /* Every outcome but a final answer gives the claim back, so the client may

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "batcher.h"
 #include "fingerprint.h"
 #include "handlers.h"
 #include "keys.h"
@@ -186,6 +187,16 @@ void h_token_revoke(struct request *req)
 	http_reply_empty(req, 204);
 }
 
+/* A claim went through: 201 with the attempt and its lease. */
+static int h_token_claimed(struct request *req, const struct claim_result *res, void *arg)
+{
+	(void)arg;
+	http_reply_json(req, 201, json_pack("{s:s,s:i,s:o}", "state", "in_progress", "attempt",
+					    res->cr_attempt, "lease_expires_at",
+					    reqjson_time(res->cr_lease_expires_at)));
+	return 0;
+}
+
 void h_token_claim(struct request *req)
 {
 	static const char *const allowed[] = { "fingerprint", "request", NULL };
@@ -213,11 +224,9 @@ void h_token_claim(struct request *req)
 		}
 		has_fp = 1;
 	}
-	struct claim_result res;
-	if (tokenreq_claim(req, &t, has_fp ? fp : NULL, &res) == 1)
-		http_reply_json(req, 201, json_pack("{s:s,s:i,s:o}", "state", "in_progress",
-						    "attempt", res.cr_attempt, "lease_expires_at",
-						    reqjson_time(res.cr_lease_expires_at)));
+	if (tokenreq_claim_async(req, &t, has_fp ? fp : NULL, NULL, h_token_claimed, NULL) == 1) {
+		/* suspended: the batcher thread answers */
+	}
 done:
 	json_decref(body);
 }
@@ -270,21 +279,81 @@ static int h_complete_parse(struct request *req, json_t *body, int64_t *attempt,
 	return 0;
 }
 
+/* A complete on its way through the database. */
+struct h_complete {
+	struct batcher_job hc_job;
+	struct request *hc_req;
+	struct token hc_token;
+	int64_t hc_attempt;
+	struct stored_response hc_resp;
+	struct complete_args hc_args;
+	struct complete_result hc_res;
+};
+
+static void h_complete_free(struct h_complete *c)
+{
+	store_response_free(&c->hc_res.cpr_stored);
+	store_response_free(&c->hc_resp);
+	free(c);
+}
+
+/* Batcher thread: the complete is committed (or refused); answer, resume. */
+static void h_token_completed(struct batcher_job *j)
+{
+	struct h_complete *c = (struct h_complete *)(void *)j;
+	struct request *req = c->hc_req;
+	struct complete_result *res = &c->hc_res;
+
+	if (j->bj_rc < 0) {
+		problem_unavailable(req);
+		goto done;
+	}
+	switch (res->cpr_outcome) {
+	case COMPLETE_STORED:
+	case COMPLETE_ALREADY:
+		if (res->cpr_outcome == COMPLETE_STORED)
+			metrics_add(METRIC_COMPLETIONS, 1);
+		/* duplicates that follow are answered from memory */
+		replaycache_put(req->req_tenant_id, c->hc_token.id,
+				res->cpr_has_fingerprint ? res->cpr_fingerprint : NULL,
+				&res->cpr_stored, res->cpr_expires_at);
+		http_reply_json(req, 200, json_pack("{s:s,s:o,s:o}", "state", "completed",
+						    "response", reqjson_response(&res->cpr_stored),
+						    "expires_at", reqjson_time(res->cpr_expires_at)));
+		break;
+	case COMPLETE_LEASE_LOST:
+		problem_reply(req, 409, "lease_lost",
+			      "attempt %" PRId64 " is no longer the current attempt", c->hc_attempt);
+		break;
+	case COMPLETE_NOT_IN_PROGRESS:
+		problem_reply(req, 409, "not_in_progress", "the token is not claimed by attempt %" PRId64,
+			      c->hc_attempt);
+		break;
+	}
+done:
+	h_complete_free(c);
+	http_resume(req);
+}
+
 void h_token_complete(struct request *req)
 {
 	struct token t;
 	struct operation op;
-	struct stored_response resp = { 0 }, stored = { 0 };
-	enum complete_outcome outcome;
-	int64_t attempt, expires_at;
-	uint8_t fp[STORE_HASH_BYTES];
-	int found, has_fp;
+	struct h_complete *c = NULL;
+	int found;
 	json_t *body = NULL;
 
 	if (tokenreq_from_path(req, &t) < 0)
 		return;
 	body = http_body_object(req);
-	if (body == NULL || h_complete_parse(req, body, &attempt, &resp) < 0)
+	if (body == NULL)
+		return;
+	c = calloc(1, sizeof(*c));
+	if (c == NULL) {
+		problem_unavailable(req);
+		goto done;
+	}
+	if (h_complete_parse(req, body, &c->hc_attempt, &c->hc_resp) < 0)
 		goto done;
 	if (opcache_by_id(t.operation_id, &op, &found) < 0) {
 		problem_unavailable(req);
@@ -294,37 +363,23 @@ void h_token_complete(struct request *req)
 		problem_reply(req, 422, "operation_unknown", "the token's operation no longer exists");
 		goto done;
 	}
-	if (store_complete(req->req_tenant_id, t.id, (int)attempt, &resp,
-			   op.op_retention_seconds, &outcome, &stored, &expires_at, fp, &has_fp) < 0) {
-		problem_unavailable(req);
-		goto done;
-	}
-	switch (outcome) {
-	case COMPLETE_STORED:
-	case COMPLETE_ALREADY:
-		if (outcome == COMPLETE_STORED)
-			metrics_add(METRIC_COMPLETIONS, 1);
-		/* duplicates that follow are answered from memory */
-		replaycache_put(req->req_tenant_id, t.id, has_fp ? fp : NULL, &stored, expires_at);
-		http_reply_json(req, 200, json_pack("{s:s,s:o,s:o}", "state", "completed",
-						    "response", reqjson_response(&stored),
-						    "expires_at", reqjson_time(expires_at)));
-		break;
-	case COMPLETE_LEASE_LOST:
-		problem_reply(req, 409, "lease_lost",
-			      "attempt %" PRId64 " is no longer the current attempt", attempt);
-		break;
-	case COMPLETE_NOT_IN_PROGRESS:
-		problem_reply(req, 409, "not_in_progress", "the token is not claimed by attempt %" PRId64,
-			      attempt);
-		break;
-	}
+	c->hc_req = req;
+	c->hc_token = t;
+	c->hc_args.tenant_id = req->req_tenant_id;
+	c->hc_args.token_id = c->hc_token.id;
+	c->hc_args.attempt = (int)c->hc_attempt;
+	c->hc_args.resp = &c->hc_resp;
+	c->hc_args.retention_seconds = op.op_retention_seconds;
+	c->hc_job.bj_kind = BATCHER_COMPLETE;
+	c->hc_job.bj_complete = &c->hc_args;
+	c->hc_job.bj_complete_result = &c->hc_res;
+	c->hc_job.bj_done = h_token_completed;
+	http_suspend(req);
+	batcher_submit(&c->hc_job);
+	c = NULL;
 done:
-	store_response_free(&stored);
-	free(resp.sr_headers);
-	free(resp.sr_body);
-	resp.sr_headers = NULL;
-	resp.sr_body = NULL;
+	if (c != NULL)
+		h_complete_free(c);
 	json_decref(body);
 }
 

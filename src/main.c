@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "batcher.h"
 #include "config.h"
 #include "db.h"
 #include "gateway.h"
@@ -64,8 +65,11 @@ static int main_serve(const struct config *cfg)
 		goto pool;
 	}
 	tokenreq_init(cfg);
-	if (gateway_start(cfg) < 0)
+	/* two batches in flight: one commits while the next gathers */
+	if (batcher_start(cfg->pool_size < 2 ? 1 : 2) < 0)
 		goto pool;
+	if (gateway_start(cfg) < 0)
+		goto batcher;
 	if (http_start(cfg) < 0)
 		goto gateway;
 	if (janitor_start(cfg) < 0) {
@@ -80,6 +84,8 @@ http:
 	http_stop();
 gateway:
 	gateway_stop();
+batcher:
+	batcher_stop();
 pool:
 	db_pool_close();
 keys:

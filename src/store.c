@@ -15,7 +15,7 @@ enum {
 	ST_OP_PUT, ST_OP_GET, ST_OP_BY_ID, ST_OP_LIST,
 	ST_KEYS_LOAD, ST_KEYS_NEWEST, ST_KEY_INSERT, ST_KEY_FIRST, ST_KEYS_PRUNE,
 	ST_CLAIM, ST_COMPLETE, ST_RELEASE, ST_REVOKE, ST_RECORD_GET,
-	ST_VERSION_GET, ST_VERSION_BUMP, ST_SWEEP,
+	ST_VERSION_GET, ST_VERSION_BUMP, ST_SWEEP, ST_CLAIM_MANY, ST_COMPLETE_MANY,
 };
 
 #define OP_COLUMNS "id, tenant_id, name, token_ttl_seconds, retention_seconds, " \
@@ -62,6 +62,24 @@ static const struct db_stmt st_claim = { ST_CLAIM, "claim",
 static const struct db_stmt st_complete = { ST_COMPLETE, "complete",
 	"SELECT outcome, resp_status, resp_headers, resp_body, resp_is_json, " MS("expires_at")
 	", fingerprint FROM idemd_complete($1, $2, $3, $4, $5, $6, $7, $8)", 8 };
+/* The same functions over arrays, one call per element in array order, in
+ * one statement: one transaction and one commit for a whole batch. */
+static const struct db_stmt st_claim_many = { ST_CLAIM_MANY, "claim_many",
+	"SELECT c.outcome, c.attempt, " MS("c.lease_expires_at") ", c.retry_after, c.resp_status, "
+	"c.resp_headers, c.resp_body, c.resp_is_json, c.current_version, u.i "
+	"FROM unnest($1::int[], $2::bytea[], $3::int[], $4::text[], $5::bytea[], $6::bigint[], "
+	"$7::int[], $8::text[], $9::bigint[], $10::boolean[]) WITH ORDINALITY "
+	"AS u(tenant, token, op, subject, fp, expires, lease, vkey, expected, required, i) "
+	"CROSS JOIN LATERAL idemd_claim(u.tenant, u.token, u.op, u.subject, u.fp, "
+	"to_timestamp(u.expires), u.lease, u.vkey, u.expected, u.required) c ORDER BY u.i", 10 };
+static const struct db_stmt st_complete_many = { ST_COMPLETE_MANY, "complete_many",
+	"SELECT c.outcome, c.resp_status, c.resp_headers, c.resp_body, c.resp_is_json, "
+	MS("c.expires_at") ", c.fingerprint, u.i "
+	"FROM unnest($1::int[], $2::bytea[], $3::int[], $4::int[], $5::jsonb[], $6::bytea[], "
+	"$7::boolean[], $8::int[]) WITH ORDINALITY "
+	"AS u(tenant, token, attempt, status, headers, body, is_json, retention, i) "
+	"CROSS JOIN LATERAL idemd_complete(u.tenant, u.token, u.attempt, u.status, u.headers, "
+	"u.body, u.is_json, u.retention) c ORDER BY u.i", 8 };
 static const struct db_stmt st_release = { ST_RELEASE, "release",
 	"SELECT idemd_release($1, $2, $3)", 3 };
 static const struct db_stmt st_revoke = { ST_REVOKE, "revoke",
@@ -130,16 +148,16 @@ static unsigned char *store_bytea(const PGresult *r, int row, int col, size_t *l
 	return out;
 }
 
-/* Reads status, headers, body, is_json starting at column COL. */
-static int store_read_response(const PGresult *r, int col, struct stored_response *out)
+/* Reads status, headers, body, is_json of ROW starting at column COL. */
+static int store_read_response(const PGresult *r, int row, int col, struct stored_response *out)
 {
 	memset(out, 0, sizeof(*out));
-	if (PQgetisnull(r, 0, col))
+	if (PQgetisnull(r, row, col))
 		return 0;
-	out->sr_status = (int)store_i64(r, 0, col);
-	out->sr_headers = strdup(PQgetisnull(r, 0, col + 1) ? "{}" : PQgetvalue(r, 0, col + 1));
-	out->sr_body = store_bytea(r, 0, col + 2, &out->sr_body_len);
-	out->sr_is_json = store_bool(r, 0, col + 3);
+	out->sr_status = (int)store_i64(r, row, col);
+	out->sr_headers = strdup(PQgetisnull(r, row, col + 1) ? "{}" : PQgetvalue(r, row, col + 1));
+	out->sr_body = store_bytea(r, row, col + 2, &out->sr_body_len);
+	out->sr_is_json = store_bool(r, row, col + 3);
 	if (out->sr_headers == NULL || out->sr_body == NULL) {
 		store_response_free(out);
 		return -1;
@@ -364,6 +382,30 @@ static const struct {
 	{ "version_required", CLAIM_VERSION_REQUIRED },
 };
 
+/* Fills RES from ROW of a claim result (columns as st_claim). 0 or -1. */
+static int store_claim_row(const PGresult *r, int row, struct claim_result *res)
+{
+	const char *outcome = PQgetvalue(r, row, 0);
+	size_t i;
+
+	memset(res, 0, sizeof(*res));
+	for (i = 0; i < IDEMD_ARRAY_LEN(store_claim_outcomes); i++)
+		if (strcmp(outcome, store_claim_outcomes[i].name) == 0)
+			break;
+	if (i == IDEMD_ARRAY_LEN(store_claim_outcomes))
+		return -1;
+	res->cr_outcome = store_claim_outcomes[i].outcome;
+	res->cr_attempt = (int)store_i64(r, row, 1);
+	res->cr_lease_expires_at = store_i64(r, row, 2);
+	res->cr_record_expires_at = res->cr_outcome == CLAIM_REPLAY ? res->cr_lease_expires_at : 0;
+	res->cr_retry_after = (int)store_i64(r, row, 3);
+	res->cr_current_version = store_i64(r, row, 8);
+	if (res->cr_outcome == CLAIM_REPLAY &&
+	    store_read_response(r, row, 4, &res->cr_response) < 0)
+		return -1;
+	return 0;
+}
+
 int store_claim(const struct claim_args *a, struct claim_result *res)
 {
 	char tenant[16], op[16], expires[24], lease[16], expected[24];
@@ -383,44 +425,55 @@ int store_claim(const struct claim_args *a, struct claim_result *res)
 	PGresult *r = store_run(&st_claim, v, len, fmt);
 	if (r == NULL)
 		return -1;
-	int rc = -1;
-	if (PQntuples(r) != 1)
-		goto done;
-	const char *outcome = PQgetvalue(r, 0, 0);
-	size_t i;
-	for (i = 0; i < IDEMD_ARRAY_LEN(store_claim_outcomes); i++)
-		if (strcmp(outcome, store_claim_outcomes[i].name) == 0)
-			break;
-	if (i == IDEMD_ARRAY_LEN(store_claim_outcomes))
-		goto done;
-	res->cr_outcome = store_claim_outcomes[i].outcome;
-	res->cr_attempt = (int)store_i64(r, 0, 1);
-	res->cr_lease_expires_at = store_i64(r, 0, 2);
-	res->cr_record_expires_at = res->cr_outcome == CLAIM_REPLAY ? res->cr_lease_expires_at : 0;
-	res->cr_retry_after = (int)store_i64(r, 0, 3);
-	res->cr_current_version = store_i64(r, 0, 8);
-	if (res->cr_outcome == CLAIM_REPLAY && store_read_response(r, 4, &res->cr_response) < 0)
-		goto done;
-	rc = 0;
-done:
+	int rc = PQntuples(r) == 1 ? store_claim_row(r, 0, res) : -1;
 	PQclear(r);
 	return rc;
 }
 
-int store_complete(uint32_t tenant_id, const uint8_t *token_id, int attempt,
-		   const struct stored_response *resp, int retention_seconds,
-		   enum complete_outcome *outcome, struct stored_response *stored,
-		   int64_t *expires_at, uint8_t fingerprint[STORE_HASH_BYTES],
-		   int *has_fingerprint)
+/* Fills RES from ROW of a complete result (columns as st_complete). 0 or -1. */
+static int store_complete_row(const PGresult *r, int row, struct complete_result *res)
+{
+	const char *o = PQgetvalue(r, row, 0);
+
+	memset(res, 0, sizeof(*res));
+	if (strcmp(o, "completed") == 0)
+		res->cpr_outcome = COMPLETE_STORED;
+	else if (strcmp(o, "already_completed") == 0)
+		res->cpr_outcome = COMPLETE_ALREADY;
+	else if (strcmp(o, "lease_lost") == 0)
+		res->cpr_outcome = COMPLETE_LEASE_LOST;
+	else
+		res->cpr_outcome = COMPLETE_NOT_IN_PROGRESS;
+	res->cpr_expires_at = store_i64(r, row, 5);
+	if ((res->cpr_outcome == COMPLETE_STORED || res->cpr_outcome == COMPLETE_ALREADY) &&
+	    store_read_response(r, row, 1, &res->cpr_stored) < 0)
+		return -1;
+	if (!PQgetisnull(r, row, 6)) {
+		size_t n;
+		unsigned char *fp = store_bytea(r, row, 6, &n);
+		if (fp == NULL) {
+			store_response_free(&res->cpr_stored);
+			return -1;
+		}
+		res->cpr_has_fingerprint = n == STORE_HASH_BYTES;
+		if (res->cpr_has_fingerprint)
+			memcpy(res->cpr_fingerprint, fp, STORE_HASH_BYTES);
+		free(fp);
+	}
+	return 0;
+}
+
+int store_complete(const struct complete_args *a, struct complete_result *res)
 {
 	char tenant[16], att[16], status[16], ret[16];
+	const struct stored_response *resp = a->resp;
 
-	memset(stored, 0, sizeof(*stored));
-	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
-	snprintf(att, sizeof(att), "%d", attempt);
+	memset(res, 0, sizeof(*res));
+	snprintf(tenant, sizeof(tenant), "%" PRIu32, a->tenant_id);
+	snprintf(att, sizeof(att), "%d", a->attempt);
 	snprintf(status, sizeof(status), "%d", resp->sr_status);
-	snprintf(ret, sizeof(ret), "%d", retention_seconds);
-	const char *v[] = { tenant, (const char *)token_id, att, status, resp->sr_headers,
+	snprintf(ret, sizeof(ret), "%d", a->retention_seconds);
+	const char *v[] = { tenant, (const char *)a->token_id, att, status, resp->sr_headers,
 			    resp->sr_body ? (const char *)resp->sr_body : "",
 			    resp->sr_is_json ? "true" : "false", ret };
 	const int len[] = { 0, 16, 0, 0, 0, (int)resp->sr_body_len, 0, 0 };
@@ -428,38 +481,232 @@ int store_complete(uint32_t tenant_id, const uint8_t *token_id, int attempt,
 	PGresult *r = store_run(&st_complete, v, len, fmt);
 	if (r == NULL)
 		return -1;
-	int rc = -1;
-	if (PQntuples(r) != 1)
-		goto done;
-	const char *o = PQgetvalue(r, 0, 0);
-	if (strcmp(o, "completed") == 0)
-		*outcome = COMPLETE_STORED;
-	else if (strcmp(o, "already_completed") == 0)
-		*outcome = COMPLETE_ALREADY;
-	else if (strcmp(o, "lease_lost") == 0)
-		*outcome = COMPLETE_LEASE_LOST;
-	else
-		*outcome = COMPLETE_NOT_IN_PROGRESS;
-	*expires_at = store_i64(r, 0, 5);
-	if ((*outcome == COMPLETE_STORED || *outcome == COMPLETE_ALREADY) &&
-	    store_read_response(r, 1, stored) < 0)
-		goto done;
-	*has_fingerprint = 0;
-	if (!PQgetisnull(r, 0, 6)) {
-		size_t n;
-		unsigned char *fp = store_bytea(r, 0, 6, &n);
-		if (fp == NULL) {
-			store_response_free(stored);
-			goto done;
+	int rc = PQntuples(r) == 1 ? store_complete_row(r, 0, res) : -1;
+	PQclear(r);
+	return rc;
+}
+
+/* ------------------------------------------------------------ array literals */
+
+/* A PostgreSQL array literal being built: {e1,e2,...}. */
+struct store_array {
+	char *sa_buf;
+	size_t sa_len, sa_cap;
+	int sa_failed;
+};
+
+static void store_array_put(struct store_array *a, const char *s, size_t n)
+{
+	if (a->sa_failed)
+		return;
+	if (a->sa_len + n + 1 > a->sa_cap) {
+		size_t cap = a->sa_cap ? a->sa_cap : 256;
+		while (cap < a->sa_len + n + 1)
+			cap *= 2;
+		char *b = realloc(a->sa_buf, cap);
+		if (b == NULL) {
+			a->sa_failed = 1;
+			return;
 		}
-		*has_fingerprint = n == STORE_HASH_BYTES;
-		if (*has_fingerprint)
-			memcpy(fingerprint, fp, STORE_HASH_BYTES);
-		free(fp);
+		a->sa_buf = b;
+		a->sa_cap = cap;
 	}
-	rc = 0;
+	memcpy(a->sa_buf + a->sa_len, s, n);
+	a->sa_len += n;
+	a->sa_buf[a->sa_len] = '\0';
+}
+
+/* Starts the next element: '{' before the first, ',' before the others. */
+static void store_array_next(struct store_array *a)
+{
+	store_array_put(a, a->sa_len == 0 ? "{" : ",", 1);
+}
+
+static void store_array_i64(struct store_array *a, int64_t v)
+{
+	char num[24];
+
+	store_array_next(a);
+	store_array_put(a, num, (size_t)snprintf(num, sizeof(num), "%" PRId64, v));
+}
+
+static void store_array_null(struct store_array *a)
+{
+	store_array_next(a);
+	store_array_put(a, "NULL", 4);
+}
+
+/* A quoted element; '"' and '\' are escaped with '\'. */
+static void store_array_text(struct store_array *a, const char *s, size_t n)
+{
+	store_array_next(a);
+	store_array_put(a, "\"", 1);
+	for (size_t i = 0; i < n; i++) {
+		size_t run = i;
+		while (run < n && s[run] != '"' && s[run] != '\\')
+			run++;
+		store_array_put(a, s + i, run - i);
+		if (run == n)
+			break;
+		store_array_put(a, "\\", 1);
+		store_array_put(a, s + run, 1);
+		i = run;
+	}
+	store_array_put(a, "\"", 1);
+}
+
+/* A bytea element in hex input form: "\\x0a1b..." (the backslash escaped). */
+static void store_array_bytea(struct store_array *a, const uint8_t *p, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	char chunk[128];
+
+	store_array_next(a);
+	store_array_put(a, "\"\\\\x", 4);
+	for (size_t i = 0; i < n;) {
+		size_t k = 0;
+		for (; i < n && k < sizeof(chunk); i++) {
+			chunk[k++] = hex[p[i] >> 4];
+			chunk[k++] = hex[p[i] & 15];
+		}
+		store_array_put(a, chunk, k);
+	}
+	store_array_put(a, "\"", 1);
+}
+
+static void store_array_bool(struct store_array *a, int v)
+{
+	store_array_next(a);
+	store_array_put(a, v ? "t" : "f", 1);
+}
+
+/* Closes every array of ARRS; -1 if building any of them failed. */
+static int store_arrays_close(struct store_array *arrs, size_t n)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		store_array_put(&arrs[i], "}", 1);
+		if (arrs[i].sa_failed)
+			rc = -1;
+	}
+	return rc;
+}
+
+static void store_arrays_free(struct store_array *arrs, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(arrs[i].sa_buf);
+}
+
+/* Runs STMT with the arrays as text parameters; the result must have N rows
+ * whose last column counts 1..N. */
+static PGresult *store_run_arrays(const struct db_stmt *stmt, struct store_array *arrs,
+				  size_t n)
+{
+	const char *v[16];
+	PGresult *r;
+
+	for (int i = 0; i < stmt->nparams; i++)
+		v[i] = arrs[i].sa_buf;
+	r = store_run(stmt, v, NULL, NULL);
+	if (r == NULL)
+		return NULL;
+	if ((size_t)PQntuples(r) != n) {
+		PQclear(r);
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (store_i64(r, (int)i, PQnfields(r) - 1) != (int64_t)i + 1) {
+			PQclear(r);
+			return NULL;
+		}
+	return r;
+}
+
+int store_claim_many(const struct claim_args *const *a, struct claim_result *const *res,
+		     size_t n)
+{
+	struct store_array arrs[10] = { { 0 } };
+	PGresult *r = NULL;
+	int rc = -1;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct claim_args *c = a[i];
+		store_array_i64(&arrs[0], c->tenant_id);
+		store_array_bytea(&arrs[1], c->token_id, 16);
+		store_array_i64(&arrs[2], c->operation_id);
+		store_array_text(&arrs[3], c->subject, strlen(c->subject));
+		if (c->fingerprint != NULL)
+			store_array_bytea(&arrs[4], c->fingerprint, STORE_HASH_BYTES);
+		else
+			store_array_null(&arrs[4]);
+		store_array_i64(&arrs[5], c->token_expires_at);
+		store_array_i64(&arrs[6], c->lease_seconds);
+		if (c->version_key != NULL)
+			store_array_text(&arrs[7], c->version_key, strlen(c->version_key));
+		else
+			store_array_null(&arrs[7]);
+		if (c->has_expected)
+			store_array_i64(&arrs[8], c->expected);
+		else
+			store_array_null(&arrs[8]);
+		store_array_bool(&arrs[9], c->require_version);
+	}
+	if (n == 0 || store_arrays_close(arrs, 10) < 0 ||
+	    (r = store_run_arrays(&st_claim_many, arrs, n)) == NULL)
+		goto done;
+	size_t i;
+	for (i = 0; i < n; i++)
+		if (store_claim_row(r, (int)i, res[i]) < 0)
+			break;
+	if (i == n) {
+		rc = 0;
+	} else {
+		while (i-- > 0)
+			store_response_free(&res[i]->cr_response);
+	}
 done:
 	PQclear(r);
+	store_arrays_free(arrs, 10);
+	return rc;
+}
+
+int store_complete_many(const struct complete_args *const *a, struct complete_result *const *res,
+			size_t n)
+{
+	struct store_array arrs[8] = { { 0 } };
+	PGresult *r = NULL;
+	int rc = -1;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct complete_args *c = a[i];
+		const struct stored_response *resp = c->resp;
+		store_array_i64(&arrs[0], c->tenant_id);
+		store_array_bytea(&arrs[1], c->token_id, 16);
+		store_array_i64(&arrs[2], c->attempt);
+		store_array_i64(&arrs[3], resp->sr_status);
+		store_array_text(&arrs[4], resp->sr_headers, strlen(resp->sr_headers));
+		store_array_bytea(&arrs[5], resp->sr_body, resp->sr_body ? resp->sr_body_len : 0);
+		store_array_bool(&arrs[6], resp->sr_is_json);
+		store_array_i64(&arrs[7], c->retention_seconds);
+	}
+	if (n == 0 || store_arrays_close(arrs, 8) < 0 ||
+	    (r = store_run_arrays(&st_complete_many, arrs, n)) == NULL)
+		goto done;
+	size_t i;
+	for (i = 0; i < n; i++)
+		if (store_complete_row(r, (int)i, res[i]) < 0)
+			break;
+	if (i == n) {
+		rc = 0;
+	} else {
+		while (i-- > 0)
+			store_response_free(&res[i]->cpr_stored);
+	}
+done:
+	PQclear(r);
+	store_arrays_free(arrs, 8);
 	return rc;
 }
 
@@ -522,7 +769,7 @@ int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_
 		rv->rv_attempt = (int)store_i64(r, 0, 1);
 		rv->rv_lease_expires_at = store_i64(r, 0, 2);
 		rv->rv_expires_at = store_i64(r, 0, 3);
-		rc = store_read_response(r, 4, &rv->rv_response);
+		rc = store_read_response(r, 0, 4, &rv->rv_response);
 	}
 	PQclear(r);
 	return rc;

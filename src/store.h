@@ -106,11 +106,36 @@ int store_claim(const struct claim_args *a, struct claim_result *r) IDEMD_WUR;
 enum complete_outcome {
 	COMPLETE_STORED, COMPLETE_ALREADY, COMPLETE_LEASE_LOST, COMPLETE_NOT_IN_PROGRESS
 };
-int store_complete(uint32_t tenant_id, const uint8_t *token_id, int attempt,
-		   const struct stored_response *resp, int retention_seconds,
-		   enum complete_outcome *outcome, struct stored_response *stored,
-		   int64_t *expires_at, uint8_t fingerprint[STORE_HASH_BYTES],
-		   int *has_fingerprint) IDEMD_WUR;
+
+struct complete_args {
+	uint32_t tenant_id;
+	const uint8_t *token_id;             /* 16 bytes */
+	int attempt;
+	const struct stored_response *resp;
+	int retention_seconds;
+};
+
+struct complete_result {
+	enum complete_outcome cpr_outcome;
+	struct stored_response cpr_stored;   /* STORED and ALREADY: as the record holds it */
+	int64_t cpr_expires_at;              /* unix ms: end of retention */
+	int cpr_has_fingerprint;
+	uint8_t cpr_fingerprint[STORE_HASH_BYTES];
+};
+
+int store_complete(const struct complete_args *a, struct complete_result *r) IDEMD_WUR;
+
+/*
+ * The same for N claims (completes) in one statement, so in one transaction
+ * with one commit. Elements run in array order; the caller sorts them by
+ * token so that concurrent batches lock records in the same order. Returns
+ * 0 with every result filled, or -1 when the statement failed as a whole
+ * (nothing was written; the caller may run the elements one by one).
+ */
+int store_claim_many(const struct claim_args *const *a, struct claim_result *const *r,
+		     size_t n) IDEMD_WUR;
+int store_complete_many(const struct complete_args *const *a, struct complete_result *const *r,
+			size_t n) IDEMD_WUR;
 
 enum release_outcome { RELEASE_DONE, RELEASE_LEASE_LOST, RELEASE_NOT_IN_PROGRESS };
 int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt,

@@ -3,11 +3,13 @@
 #include "tokenreq.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
+#include "batcher.h"
 #include "config.h"
 #include "keys.h"
 #include "metrics.h"
@@ -167,27 +169,40 @@ static void tokenreq_replay(struct request *req, const struct stored_response *r
 	http_set_header(req, "Idempotent-Replayed", "true");
 }
 
-int tokenreq_claim(struct request *req, const struct token *t, const uint8_t *fp,
-		   struct claim_result *res)
-{
-	return tokenreq_claim_with(req, t, fp, tokenreq_replay, res);
-}
+/* A claim on its way through the database. */
+struct tokenreq_claim {
+	struct batcher_job tc_job;
+	struct request *tc_req;
+	struct token tc_token;
+	int tc_has_fp;
+	uint8_t tc_fp[STORE_HASH_BYTES];
+	char tc_vkey[VERSIONKEY_MAX + 1];
+	struct claim_args tc_args;
+	struct claim_result tc_res;
+	tokenreq_replay_fn tc_replay;
+	tokenreq_claimed_fn tc_claimed;
+	void *tc_arg;
+};
 
-int tokenreq_claim_with(struct request *req, const struct token *t, const uint8_t *fp,
-			tokenreq_replay_fn replay, struct claim_result *res)
+/*
+ * Everything before the database: the replay cache, the operation, the
+ * version precondition. Returns 1 with C's claim arguments filled, or 0
+ * after replying. C must not move afterwards (the arguments point into it).
+ */
+static int tokenreq_claim_prepare(struct request *req, struct tokenreq_claim *c)
 {
+	const struct token *t = &c->tc_token;
+	const uint8_t *fp = c->tc_has_fp ? c->tc_fp : NULL;
+	struct claim_args *a = &c->tc_args;
 	struct operation op;
-	struct claim_args a = { 0 };
-	char vkey[VERSIONKEY_MAX + 1], etag[32];
-	int found, ret = 0;
+	int found;
 
-	memset(res, 0, sizeof(*res));
 	/* a completed submit never changes: answer duplicates from memory */
-	int cached = replaycache_get(t->tenant_id, t->id, fp, &res->cr_response);
+	int cached = replaycache_get(t->tenant_id, t->id, fp, &c->tc_res.cr_response);
 	if (cached == 1) {
 		metrics_add(METRIC_REPLAYS, 1);
-		replay(req, &res->cr_response);
-		store_response_free(&res->cr_response);
+		c->tc_replay(req, &c->tc_res.cr_response);
+		store_response_free(&c->tc_res.cr_response);
 		return 0;
 	}
 	if (cached == 2) {
@@ -203,35 +218,49 @@ int tokenreq_claim_with(struct request *req, const struct token *t, const uint8_
 		problem_reply(req, 422, "operation_unknown", "the token's operation no longer exists");
 		return 0;
 	}
-	a.tenant_id = t->tenant_id;
-	a.token_id = t->id;
-	a.operation_id = t->operation_id;
-	a.subject = t->subject;
-	a.fingerprint = fp;
-	a.token_expires_at = t->expires_at;
-	a.lease_seconds = op.op_lease_seconds;
+	memset(a, 0, sizeof(*a));
+	a->tenant_id = t->tenant_id;
+	a->token_id = t->id;
+	a->operation_id = t->operation_id;
+	a->subject = t->subject;
+	a->fingerprint = fp;
+	a->token_expires_at = t->expires_at;
+	a->lease_seconds = op.op_lease_seconds;
 	if (op.op_has_version_key) {
-		if (versionkey_expand(op.op_version_key, t->subject, vkey, sizeof(vkey)) < 0) {
+		if (versionkey_expand(op.op_version_key, t->subject, c->tc_vkey,
+				      sizeof(c->tc_vkey)) < 0) {
 			problem_reply(req, 400, "invalid_request",
 				      "the token's subject cannot form the operation's version key");
 			return 0;
 		}
-		a.version_key = vkey;
-		a.require_version = op.op_require_version;
+		a->version_key = c->tc_vkey;
+		a->require_version = op.op_require_version;
 		const char *im = http_header(req, "If-Match");
 		if (im != NULL) {
-			if (reqjson_etag(im, &a.expected) < 0) {
+			if (reqjson_etag(im, &a->expected) < 0) {
 				problem_reply(req, 400, "invalid_request",
 					      "If-Match must be one strong ETag like \"7\"");
 				return 0;
 			}
-			a.has_expected = 1;
+			a->has_expected = 1;
 		} else if (t->has_version) {
-			a.expected = (int64_t)t->version;
-			a.has_expected = 1;
+			a->expected = (int64_t)t->version;
+			a->has_expected = 1;
 		}
 	}
-	if (store_claim(&a, res) < 0) {
+	return 1;
+}
+
+/* Answers every outcome of the database step but CLAIM_CLAIMED: returns 1
+ * for that one (nothing replied), else 0 after replying. */
+static int tokenreq_claim_answer(struct request *req, struct tokenreq_claim *c, int rc)
+{
+	const struct token *t = &c->tc_token;
+	struct claim_result *res = &c->tc_res;
+	char etag[32];
+	int ret = 0;
+
+	if (rc < 0) {
 		metrics_add(METRIC_DB_UNAVAILABLE, 1);
 		problem_unavailable(req);
 		return 0;
@@ -243,8 +272,9 @@ int tokenreq_claim_with(struct request *req, const struct token *t, const uint8_
 		break;
 	case CLAIM_REPLAY:
 		metrics_add(METRIC_REPLAYS, 1);
-		replaycache_put(t->tenant_id, t->id, fp, &res->cr_response, res->cr_record_expires_at);
-		replay(req, &res->cr_response);
+		replaycache_put(t->tenant_id, t->id, c->tc_has_fp ? c->tc_fp : NULL,
+				&res->cr_response, res->cr_record_expires_at);
+		c->tc_replay(req, &res->cr_response);
 		break;
 	case CLAIM_IN_PROGRESS:
 		metrics_add(METRIC_CONFLICTS, 1);
@@ -279,4 +309,84 @@ int tokenreq_claim_with(struct request *req, const struct token *t, const uint8_
 	}
 	store_response_free(&res->cr_response);
 	return ret;
+}
+
+static struct tokenreq_claim *tokenreq_claim_new(struct request *req, const struct token *t,
+						 const uint8_t *fp, tokenreq_replay_fn replay)
+{
+	struct tokenreq_claim *c = calloc(1, sizeof(*c));
+
+	if (c == NULL) {
+		problem_unavailable(req);
+		return NULL;
+	}
+	c->tc_req = req;
+	c->tc_token = *t;
+	c->tc_has_fp = fp != NULL;
+	if (fp != NULL)
+		memcpy(c->tc_fp, fp, STORE_HASH_BYTES);
+	c->tc_replay = replay != NULL ? replay : tokenreq_replay;
+	c->tc_job.bj_kind = BATCHER_CLAIM;
+	c->tc_job.bj_claim = &c->tc_args;
+	c->tc_job.bj_claim_result = &c->tc_res;
+	return c;
+}
+
+int tokenreq_claim(struct request *req, const struct token *t, const uint8_t *fp,
+		   struct claim_result *res)
+{
+	return tokenreq_claim_with(req, t, fp, tokenreq_replay, res);
+}
+
+int tokenreq_claim_with(struct request *req, const struct token *t, const uint8_t *fp,
+			tokenreq_replay_fn replay, struct claim_result *res)
+{
+	struct tokenreq_claim *c = tokenreq_claim_new(req, t, fp, replay);
+	int ret = 0;
+
+	memset(res, 0, sizeof(*res));
+	if (c == NULL)
+		return 0;
+	if (tokenreq_claim_prepare(req, c) == 1) {
+		int rc = batcher_run(&c->tc_job);
+		if (tokenreq_claim_answer(req, c, rc) == 1) {
+			*res = c->tc_res;
+			ret = 1;
+		}
+	}
+	free(c);
+	return ret;
+}
+
+/* Batcher thread: the claim's result is committed; answer and resume. */
+static void tokenreq_claim_done(struct batcher_job *j)
+{
+	struct tokenreq_claim *c = (struct tokenreq_claim *)(void *)j;
+	struct request *req = c->tc_req;
+	int keep = 0;
+
+	if (tokenreq_claim_answer(req, c, j->bj_rc) == 1)
+		keep = c->tc_claimed(req, &c->tc_res, c->tc_arg);
+	free(c);
+	if (!keep)
+		http_resume(req);
+}
+
+int tokenreq_claim_async(struct request *req, const struct token *t, const uint8_t *fp,
+			 tokenreq_replay_fn replay, tokenreq_claimed_fn claimed, void *arg)
+{
+	struct tokenreq_claim *c = tokenreq_claim_new(req, t, fp, replay);
+
+	if (c == NULL)
+		return 0;
+	if (tokenreq_claim_prepare(req, c) == 0) {
+		free(c);
+		return 0;
+	}
+	c->tc_claimed = claimed;
+	c->tc_arg = arg;
+	c->tc_job.bj_done = tokenreq_claim_done;
+	http_suspend(req);
+	batcher_submit(&c->tc_job);
+	return 1;
 }

@@ -40,6 +40,23 @@ typedef void (*tokenreq_replay_fn)(struct request *req, const struct stored_resp
 int tokenreq_claim_with(struct request *req, const struct token *t, const uint8_t *fp,
 			tokenreq_replay_fn replay, struct claim_result *res) IDEMD_WUR;
 
+/* Called on a batcher thread when an asynchronous claim succeeded, with the
+ * connection still suspended: builds the reply (or starts more work).
+ * Returns 0 to have the connection resumed now, 1 when it takes over
+ * resuming it (http_resume) itself. RES is borrowed for the call. */
+typedef int (*tokenreq_claimed_fn)(struct request *req, const struct claim_result *res,
+				   void *arg);
+
+/*
+ * tokenreq_claim_with() without blocking the request thread: the database
+ * step runs on a batcher thread (in a batch with other claims) while the
+ * connection is suspended, and every outcome is answered there; a
+ * successful claim calls CLAIMED. REPLAY NULL: the direct API's envelope. Returns 1 when the request is suspended,
+ * 0 after replying at once (replay cache, validation).
+ */
+int tokenreq_claim_async(struct request *req, const struct token *t, const uint8_t *fp,
+			 tokenreq_replay_fn replay, tokenreq_claimed_fn claimed, void *arg) IDEMD_WUR;
+
 /* Checks a headers object: at most MAX string values with token names. */
 int tokenreq_check_headers(struct request *req, json_t *headers, size_t max) IDEMD_WUR;
 

@@ -1,0 +1,40 @@
+/* Batcher: group commit for claims and completes. Requests hand their claim
+ * or complete to a queue; a few batcher threads each take whatever has
+ * queued up meanwhile and run it as one statement (one transaction, one
+ * commit), so that concurrent requests share the cost of a durable commit
+ * instead of weakening it. Nothing is acknowledged before its commit. */
+#ifndef IDEMD_BATCHER_H
+#define IDEMD_BATCHER_H
+
+#include "common.h"
+#include "store.h"
+
+enum batcher_kind { BATCHER_CLAIM, BATCHER_COMPLETE };
+
+struct batcher_job {
+	enum batcher_kind bj_kind;
+	const struct claim_args *bj_claim;         /* BATCHER_CLAIM, borrowed */
+	struct claim_result *bj_claim_result;
+	const struct complete_args *bj_complete;   /* BATCHER_COMPLETE, borrowed */
+	struct complete_result *bj_complete_result;
+	int bj_rc;                                 /* 0, or -1: the database did not answer */
+	/* Called on a batcher thread once the result is known (committed). */
+	void (*bj_done)(struct batcher_job *j);
+	void *bj_arg;
+	struct batcher_job *bj_next;               /* queue link, the batcher's own */
+};
+
+/* Starts THREADS batcher threads. 0 or -1. */
+int batcher_start(int threads) IDEMD_WUR;
+/* Runs everything still queued, then stops the threads. */
+void batcher_stop(void);
+
+/* Queues J; its bj_done runs later on a batcher thread. After
+ * batcher_stop() (or when not started) J runs at once on this thread. */
+void batcher_submit(struct batcher_job *j);
+
+/* Runs J through the queue and waits for it: the blocking form, for
+ * callers that are not request threads. Returns bj_rc. */
+int batcher_run(struct batcher_job *j) IDEMD_WUR;
+
+#endif
