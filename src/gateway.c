@@ -653,14 +653,49 @@ static int gateway_header_safe(const char *s)
 	return 1;
 }
 
+/* What a gateway submit needs once its claim went through. */
+struct gateway_pending {
+	const struct gateway_route *gp_route;
+	struct token gp_token;
+	struct operation gp_op;
+	char *gp_query;
+};
+
+/* Batcher thread: the claim is answered. When it succeeded, the forward
+ * starts (the connection stays suspended until gateway_finish). */
+static int gateway_claimed(struct request *req, const struct claim_result *res, void *arg)
+{
+	struct gateway_pending *p = arg;
+	int keep = 0;
+
+	if (res != NULL) {
+		struct gateway_job *j = gateway_job_new(req, p->gp_route, &p->gp_token, &p->gp_op,
+							res, p->gp_query);
+		if (j == NULL) {
+			gateway_release(p->gp_route, p->gp_token.id, res->cr_attempt, req->req_id);
+			problem_unavailable(req);
+		} else {
+			keep = 1;
+			if (upstream_call(&j->gj_call) < 0) {
+				/* stopping: resumed at once with 503 */
+				j->gj_stopped = 1;
+				gateway_finish(j);
+			}
+		}
+	}
+	free(p->gp_query);
+	free(p);
+	return keep;
+}
+
 static void gateway_submit(struct request *req)
 {
 	const struct gateway_route *gr = (const struct gateway_route *)req->req_route;
 	char text[TOKEN_MAX_CHARS + 1], *query = NULL;
 	uint8_t fp[FINGERPRINT_BYTES];
+	struct gateway_pending *p = NULL;
 	struct token t;
 	struct operation op;
-	struct claim_result res;
 	int found, n = http_header_count(req, "Idempotency-Key");
 
 	if (n == 0) {
@@ -700,21 +735,24 @@ static void gateway_submit(struct request *req)
 		return;
 	}
 	gateway_fingerprint(req, query, fp);
-	if (tokenreq_claim_with(req, &t, fp, gateway_replay, &res) != 1)
-		goto done;
-	struct gateway_job *j = gateway_job_new(req, gr, &t, &op, &res, query);
-	if (j == NULL) {
-		gateway_release(gr, t.id, res.cr_attempt, req->req_id);
+	p = calloc(1, sizeof(*p));
+	if (p == NULL) {
 		problem_unavailable(req);
 		goto done;
 	}
-	http_suspend(req);
-	if (upstream_call(&j->gj_call) < 0) {
-		/* stopping: resumed at once with 503 */
-		j->gj_stopped = 1;
-		gateway_finish(j);
-	}
+	p->gp_route = gr;
+	p->gp_token = t;
+	p->gp_op = op;
+	p->gp_query = query;
+	query = NULL;
+	/* the claim runs in a batch; gateway_claimed() goes on from there */
+	if (tokenreq_claim_async(req, &t, fp, gateway_replay, gateway_claimed, p) == 1)
+		p = NULL;
 done:
+	if (p != NULL) {
+		free(p->gp_query);
+		free(p);
+	}
 	free(query);
 }
 

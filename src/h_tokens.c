@@ -191,6 +191,8 @@ void h_token_revoke(struct request *req)
 static int h_token_claimed(struct request *req, const struct claim_result *res, void *arg)
 {
 	(void)arg;
+	if (res == NULL)
+		return 0;
 	http_reply_json(req, 201, json_pack("{s:s,s:i,s:o}", "state", "in_progress", "attempt",
 					    res->cr_attempt, "lease_expires_at",
 					    reqjson_time(res->cr_lease_expires_at)));

@@ -367,6 +367,8 @@ static void tokenreq_claim_done(struct batcher_job *j)
 
 	if (tokenreq_claim_answer(req, c, j->bj_rc) == 1)
 		keep = c->tc_claimed(req, &c->tc_res, c->tc_arg);
+	else
+		(void)c->tc_claimed(req, NULL, c->tc_arg);
 	free(c);
 	if (!keep)
 		http_resume(req);

@@ -40,10 +40,12 @@ typedef void (*tokenreq_replay_fn)(struct request *req, const struct stored_resp
 int tokenreq_claim_with(struct request *req, const struct token *t, const uint8_t *fp,
 			tokenreq_replay_fn replay, struct claim_result *res) IDEMD_WUR;
 
-/* Called on a batcher thread when an asynchronous claim succeeded, with the
- * connection still suspended: builds the reply (or starts more work).
- * Returns 0 to have the connection resumed now, 1 when it takes over
- * resuming it (http_resume) itself. RES is borrowed for the call. */
+/* Called on a batcher thread when an asynchronous claim has its answer,
+ * with the connection still suspended. RES is the successful claim
+ * (borrowed for the call): build the reply or start more work, and return
+ * 0 to have the connection resumed now or 1 when the callee takes over
+ * resuming it (http_resume). RES is NULL when the claim was answered
+ * otherwise (409, 410, replay...): only release ARG, and return 0. */
 typedef int (*tokenreq_claimed_fn)(struct request *req, const struct claim_result *res,
 				   void *arg);
 
