@@ -1,6 +1,7 @@
 /* Janitor. Sweeping deletes in small batches, each its own short
- * transaction that skips locked rows, so claims never wait behind it; a
- * transaction-scoped advisory lock keeps it to one instance at a time. */
+ * transaction that skips locked rows, so claims never wait behind it, with
+ * a rest after each batch so that a large backlog does not crowd claims out;
+ * a transaction-scoped advisory lock keeps it to one instance at a time. */
 #include "janitor.h"
 
 #include <malloc.h>
@@ -22,16 +23,49 @@ static struct {
 	int sweep_interval;
 } janitor = { .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
 
-long janitor_sweep_now(void)
+static double janitor_ms_since(const struct timespec *t0)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double)(now.tv_sec - t0->tv_sec) * 1e3 + (double)(now.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* Waits MS milliseconds unless the janitor is told to stop: 1 when told. */
+static int janitor_rest(double ms)
+{
+	struct timespec until;
+	int stop;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	long ns = until.tv_nsec + (long)(ms * 1e6);
+	until.tv_sec += ns / 1000000000L;
+	until.tv_nsec = ns % 1000000000L;
+	pthread_mutex_lock(&janitor.lock);
+	if (!janitor.stop)
+		pthread_cond_timedwait(&janitor.wake, &janitor.lock, &until);
+	stop = janitor.stop;
+	pthread_mutex_unlock(&janitor.lock);
+	return stop;
+}
+
+long janitor_sweep_now(int paced)
 {
 	long total = 0;
 	int deleted;
 
 	do {
+		struct timespec t0;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		if (store_sweep(JANITOR_SWEEP_BATCH, &deleted) < 0)
 			return -1;
 		if (deleted > 0)
 			total += deleted;
+		if (deleted == JANITOR_SWEEP_BATCH && paced) {
+			double rest = 2 * janitor_ms_since(&t0);
+			if (janitor_rest(rest < 1000 ? rest : 1000))
+				break;
+		}
 	} while (deleted == JANITOR_SWEEP_BATCH);
 	if (total > 0) {
 		metrics_add(METRIC_SWEPT, total);
@@ -62,7 +96,7 @@ static void *janitor_main(void *arg)
 		}
 		if (now - last_sweep >= janitor.sweep_interval) {
 			last_sweep = now;
-			(void)janitor_sweep_now();
+			(void)janitor_sweep_now(1);
 		}
 		if (now - last_trim >= JANITOR_TRIM_INTERVAL_SECONDS) {
 			/* give memory freed after a burst of connections back */

@@ -8,14 +8,18 @@
 struct config;
 
 #define JANITOR_KEYS_INTERVAL_SECONDS 5
-#define JANITOR_SWEEP_BATCH 1000
+#define JANITOR_SWEEP_BATCH 500
 #define JANITOR_TRIM_INTERVAL_SECONDS 30
 
 int janitor_start(const struct config *cfg) IDEMD_WUR;
 void janitor_stop(void);
 
 /* Runs sweep batches until nothing expired is left or another instance
- * holds the sweep lock; returns the number of records deleted or -1. */
-long janitor_sweep_now(void);
+ * holds the sweep lock; returns the number of records deleted or -1. With
+ * PACED, rests after each batch for twice as long as it took (so a large
+ * backlog takes at most a third of one database connection's time and
+ * foreground claims keep their latency), and stops early when the janitor
+ * is asked to stop. */
+long janitor_sweep_now(int paced);
 
 #endif

@@ -120,5 +120,28 @@ class Instances(unittest.TestCase):
         self.assertTrue(swept, "no instance logged a sweep")
 
 
+    def test_sweeper_works_through_a_backlog_in_paced_batches(self):
+        # 1,234 expired records: several sweep batches with rests between them
+        tenant = psql("SELECT id FROM tenants ORDER BY id LIMIT 1", db=self.idemd.db).strip()
+        psql("INSERT INTO records (tenant_id, token_id, operation_id, subject, state, attempt, "
+             "response_status, token_expires_at, expires_at) "
+             "SELECT %s, decode(md5('backlog' || i), 'hex'), 0, 's', 'completed', 1, 200, "
+             "now() - interval '1 hour', now() - interval '1 hour' "
+             "FROM generate_series(1, 1234) i" % tenant, db=self.idemd.db)
+        live = self.issue(self.ca)
+        assert_status(self, self.ca.post("/v1/tokens/%s/claim" % live, {}), 201)
+        count = "SELECT count(*) FROM records WHERE subject = 's' AND operation_id = 0"
+        t0 = time.monotonic()
+        left = None
+        while time.monotonic() - t0 < 30 and left != "0":
+            time.sleep(0.5)
+            left = psql(count, db=self.idemd.db).strip()
+        print("\n  sweeper removed a backlog of 1,234 records within %.1f s"
+              % (time.monotonic() - t0), end="")
+        self.assertEqual(left, "0", "the backlog was not swept")
+        r = self.ca.get("/v1/tokens/" + live)
+        self.assertEqual(assert_status(self, r, 200)["state"], "in_progress")
+
+
 if __name__ == "__main__":
     harness.main()
