@@ -342,3 +342,183 @@ BEGIN
     RETURN NEXT; RETURN;
 END;
 $$;
+
+-- ------------------------------------------------------- idemd_claim_batch
+--
+-- idemd_claim for every element of the arrays, in one transaction (idemd's
+-- batcher sends the claims that arrived together, sorted by token).  The
+-- common case, a fresh token without a counter, is one set-based INSERT
+-- for the whole batch; every other element (a record exists, a counter,
+-- an expired token, the second occurrence of a token in the batch) then
+-- goes through idemd_claim one by one, and sees the rows inserted first.
+-- Rows come back with i, the element's 1-based position, in any order.
+CREATE FUNCTION idemd_claim_batch(
+    p_tenant          int[],
+    p_token           bytea[],
+    p_operation       int[],
+    p_subject         text[],
+    p_fingerprint     bytea[],
+    p_token_expires   bigint[],
+    p_lease_seconds   int[],
+    p_version_key     text[],
+    p_expected        bigint[],
+    p_require_version boolean[])
+RETURNS TABLE (
+    i                int,
+    outcome          text,
+    attempt          int,
+    lease_expires_at timestamptz,
+    retry_after      int,
+    resp_status      int,
+    resp_headers     jsonb,
+    resp_body        bytea,
+    resp_is_json     boolean,
+    current_version  bigint)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now  timestamptz := now();
+    v_done int[];
+BEGIN
+    WITH u AS (
+        SELECT x.*, row_number() OVER (PARTITION BY x.tenant, x.token ORDER BY x.i) AS nth
+          FROM unnest(p_tenant, p_token, p_operation, p_subject, p_fingerprint,
+                      p_token_expires, p_lease_seconds, p_version_key)
+               WITH ORDINALITY
+               AS x(tenant, token, op, subject, fp, expires, lease, vkey, i)
+    ), fresh AS (
+        SELECT u.*, v_now + make_interval(secs => u.lease) AS lease_end
+          FROM u
+         WHERE u.nth = 1 AND u.vkey IS NULL AND u.lease > 0
+           AND to_timestamp(u.expires) > v_now
+    ), ins AS (
+        INSERT INTO records AS rec
+               (tenant_id, token_id, operation_id, subject, state,
+                fingerprint, attempt, lease_expires_at, version_claimed,
+                token_expires_at, expires_at, created_at, updated_at)
+        SELECT f.tenant, f.token, f.op, f.subject, 'in_progress',
+               f.fp, 1, f.lease_end, NULL,
+               to_timestamp(f.expires), greatest(to_timestamp(f.expires), f.lease_end),
+               v_now, v_now
+          FROM fresh f
+         ORDER BY f.i
+        ON CONFLICT (tenant_id, token_id) DO NOTHING
+        RETURNING rec.tenant_id, rec.token_id
+    )
+    SELECT coalesce(array_agg(f.i::int), '{}')
+      INTO v_done
+      FROM fresh f JOIN ins ON ins.tenant_id = f.tenant AND ins.token_id = f.token;
+
+    RETURN QUERY
+    SELECT x.i::int, 'claimed'::text, 1,
+           v_now + make_interval(secs => x.lease), NULL::int, NULL::int, NULL::jsonb,
+           NULL::bytea, NULL::boolean, NULL::bigint
+      FROM unnest(p_lease_seconds) WITH ORDINALITY AS x(lease, i)
+     WHERE x.i = ANY (v_done);
+
+    RETURN QUERY
+    SELECT x.i::int, c.*
+      FROM unnest(p_tenant, p_token, p_operation, p_subject, p_fingerprint,
+                  p_token_expires, p_lease_seconds, p_version_key, p_expected,
+                  p_require_version)
+           WITH ORDINALITY
+           AS x(tenant, token, op, subject, fp, expires, lease, vkey, expected, required, i)
+     CROSS JOIN LATERAL idemd_claim(x.tenant, x.token, x.op, x.subject, x.fp,
+                                    to_timestamp(x.expires), x.lease, x.vkey, x.expected,
+                                    x.required) c
+     WHERE x.i <> ALL (v_done)
+     ORDER BY x.i;
+END;
+$$;
+
+-- ---------------------------------------------------- idemd_complete_batch
+--
+-- idemd_complete for every element, in one transaction: one set-based
+-- UPDATE stores every current in-progress attempt; the elements it did
+-- not store (refusals, a token completed twice in the batch) go through
+-- idemd_complete one by one for their answer.  Rows come back with i, the
+-- element's 1-based position, in any order.
+CREATE FUNCTION idemd_complete_batch(
+    p_tenant            int[],
+    p_token             bytea[],
+    p_attempt           int[],
+    p_status            int[],
+    p_headers           jsonb[],
+    p_body              bytea[],
+    p_is_json           boolean[],
+    p_retention_seconds int[])
+RETURNS TABLE (
+    i            int,
+    outcome      text,
+    resp_status  int,
+    resp_headers jsonb,
+    resp_body    bytea,
+    resp_is_json boolean,
+    expires_at   timestamptz,
+    fingerprint  bytea)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now     timestamptz := now();
+    v_done    int[];
+    v_status  int[];
+    v_headers jsonb[];
+    v_body    bytea[];
+    v_is_json boolean[];
+    v_expires timestamptz[];
+    v_fp      bytea[];
+BEGIN
+    IF EXISTS (SELECT 1 FROM unnest(p_status) s WHERE s IS NULL OR s NOT BETWEEN 100 AND 599)
+       OR EXISTS (SELECT 1 FROM unnest(p_retention_seconds) r WHERE r IS NULL OR r < 0) THEN
+        RAISE EXCEPTION 'idemd_complete_batch: status must be 100..599, retention >= 0'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    WITH u AS (
+        SELECT x.*, row_number() OVER (PARTITION BY x.tenant, x.token ORDER BY x.i) AS nth
+          FROM unnest(p_tenant, p_token, p_attempt, p_status, p_headers, p_body, p_is_json,
+                      p_retention_seconds)
+               WITH ORDINALITY
+               AS x(tenant, token, attempt, status, headers, body, is_json, retention, i)
+    ), upd AS (
+        UPDATE records rec
+           SET state            = 'completed',
+               lease_expires_at = NULL,
+               response_status  = u.status,
+               response_headers = u.headers,
+               response_body    = u.body,
+               response_is_json = coalesce(u.is_json, false),
+               expires_at       = greatest(v_now + make_interval(secs => u.retention),
+                                           rec.token_expires_at),
+               updated_at       = v_now
+          FROM u
+         WHERE u.nth = 1 AND rec.tenant_id = u.tenant AND rec.token_id = u.token
+           AND rec.state = 'in_progress' AND rec.attempt = u.attempt
+        RETURNING u.i, rec.response_status, rec.response_headers, rec.response_body,
+                  rec.response_is_json, rec.expires_at, rec.fingerprint
+    )
+    SELECT coalesce(array_agg(upd.i::int), '{}'), array_agg(upd.response_status),
+           array_agg(upd.response_headers), array_agg(upd.response_body),
+           array_agg(upd.response_is_json), array_agg(upd.expires_at),
+           array_agg(upd.fingerprint)
+      INTO v_done, v_status, v_headers, v_body, v_is_json, v_expires, v_fp
+      FROM upd;
+
+    RETURN QUERY
+    SELECT d.i, 'completed'::text, d.status, d.headers, d.body, d.is_json, d.expires, d.fp
+      FROM unnest(v_done, v_status, v_headers, v_body, v_is_json, v_expires, v_fp)
+           AS d(i, status, headers, body, is_json, expires, fp)
+     WHERE d.i IS NOT NULL;
+
+    RETURN QUERY
+    SELECT x.i::int, c.*
+      FROM unnest(p_tenant, p_token, p_attempt, p_status, p_headers, p_body, p_is_json,
+                  p_retention_seconds)
+           WITH ORDINALITY
+           AS x(tenant, token, attempt, status, headers, body, is_json, retention, i)
+     CROSS JOIN LATERAL idemd_complete(x.tenant, x.token, x.attempt, x.status, x.headers,
+                                       x.body, x.is_json, x.retention) c
+     WHERE x.i <> ALL (v_done)
+     ORDER BY x.i;
+END;
+$$;

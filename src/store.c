@@ -62,24 +62,17 @@ static const struct db_stmt st_claim = { ST_CLAIM, "claim",
 static const struct db_stmt st_complete = { ST_COMPLETE, "complete",
 	"SELECT outcome, resp_status, resp_headers, resp_body, resp_is_json, " MS("expires_at")
 	", fingerprint FROM idemd_complete($1, $2, $3, $4, $5, $6, $7, $8)", 8 };
-/* The same functions over arrays, one call per element in array order, in
- * one statement: one transaction and one commit for a whole batch. */
+/* The same over arrays: one statement, one transaction and one commit for a
+ * whole batch (migrations/0002); rows sorted back into array order. */
 static const struct db_stmt st_claim_many = { ST_CLAIM_MANY, "claim_many",
-	"SELECT c.outcome, c.attempt, " MS("c.lease_expires_at") ", c.retry_after, c.resp_status, "
-	"c.resp_headers, c.resp_body, c.resp_is_json, c.current_version, u.i "
-	"FROM unnest($1::int[], $2::bytea[], $3::int[], $4::text[], $5::bytea[], $6::bigint[], "
-	"$7::int[], $8::text[], $9::bigint[], $10::boolean[]) WITH ORDINALITY "
-	"AS u(tenant, token, op, subject, fp, expires, lease, vkey, expected, required, i) "
-	"CROSS JOIN LATERAL idemd_claim(u.tenant, u.token, u.op, u.subject, u.fp, "
-	"to_timestamp(u.expires), u.lease, u.vkey, u.expected, u.required) c ORDER BY u.i", 10 };
+	"SELECT outcome, attempt, " MS("lease_expires_at") ", retry_after, resp_status, "
+	"resp_headers, resp_body, resp_is_json, current_version, i FROM idemd_claim_batch("
+	"$1::int[], $2::bytea[], $3::int[], $4::text[], $5::bytea[], $6::bigint[], $7::int[], "
+	"$8::text[], $9::bigint[], $10::boolean[]) ORDER BY i", 10 };
 static const struct db_stmt st_complete_many = { ST_COMPLETE_MANY, "complete_many",
-	"SELECT c.outcome, c.resp_status, c.resp_headers, c.resp_body, c.resp_is_json, "
-	MS("c.expires_at") ", c.fingerprint, u.i "
-	"FROM unnest($1::int[], $2::bytea[], $3::int[], $4::int[], $5::jsonb[], $6::bytea[], "
-	"$7::boolean[], $8::int[]) WITH ORDINALITY "
-	"AS u(tenant, token, attempt, status, headers, body, is_json, retention, i) "
-	"CROSS JOIN LATERAL idemd_complete(u.tenant, u.token, u.attempt, u.status, u.headers, "
-	"u.body, u.is_json, u.retention) c ORDER BY u.i", 8 };
+	"SELECT outcome, resp_status, resp_headers, resp_body, resp_is_json, " MS("expires_at")
+	", fingerprint, i FROM idemd_complete_batch($1::int[], $2::bytea[], $3::int[], $4::int[], "
+	"$5::jsonb[], $6::bytea[], $7::boolean[], $8::int[]) ORDER BY i", 8 };
 static const struct db_stmt st_release = { ST_RELEASE, "release",
 	"SELECT idemd_release($1, $2, $3)", 3 };
 static const struct db_stmt st_revoke = { ST_REVOKE, "revoke",
