@@ -12,8 +12,9 @@
 #   baseline A  trivial MHD server, idemd's threading settings, same wrk load
 #   baseline B  pgbench -M prepared -c 8 -j 2: one-row INSERT ... ON CONFLICT
 #   idemd       issue; direct first submit (claim + complete of a fresh
-#               token = one operation); claim alone; replay; gateway first
-#               submit and gateway replay (when the source has a gateway)
+#               token = one operation) at 16 and at 64 connections; claim
+#               alone; replay; gateway first submit (16 and 64 connections)
+#               and gateway replay (when the source has a gateway)
 #   memory      2,000 keep-alive connections open; RSS after every round
 # Writes bench/results/latest.md (raw outputs in bench/results/raw/).
 #
@@ -332,6 +333,9 @@ REPLAY=$WORK/replay.txt
 n=$(python3 "$BENCH/benchlib.py" pick "$f" --ids "$WORK/ids.txt" --out "$REPLAY" --max 20000)
 note "replay set: $n completed tokens"
 [ "$n" -gt 0 ] || { tail -n 5 "$WORK/idemd.log" >&2; die "no token was completed in the warm-up"; }
+f=$(gen_tokens order.create 40000)
+wrk_run first_submit_c64 warmup "$URL" first_submit.lua 3 64 "$f" 2
+FS64_RATE=$(last_rate)
 f=$(gen_tokens order.create 20000)
 wrk_run claim warmup "$URL" first_submit.lua 3 16 "$f" 2 claim-only
 CL_RATE=$(last_rate)
@@ -339,6 +343,9 @@ if [ "$GATEWAY" = 1 ]; then
   f=$(gen_tokens gw.order.create 10000)
   wrk_run gw_first warmup "$URL" gateway_first.lua 3 16 "$f" 2
   GW_RATE=$(last_rate)
+  f=$(gen_tokens gw.order.create 20000)
+  wrk_run gw_first_c64 warmup "$URL" gateway_first.lua 3 64 "$f" 2
+  GW64_RATE=$(last_rate)
   completed_ids "$GW_OP_ID" "$WORK/gwids.txt"
   GW_REPLAY=$WORK/gw_replay.txt
   n=$(python3 "$BENCH/benchlib.py" pick "$f" --ids "$WORK/gwids.txt" --out "$GW_REPLAY" --max 20000)
@@ -359,6 +366,9 @@ for r in $(seq "$RUNS"); do
   f=$(gen_tokens order.create "$(size_for "$FS_RATE")")
   wrk_run first_submit "r$r" "$URL" first_submit.lua "$DUR" 16 "$f" 2
   FS_RATE=$(( $(last_rate) > FS_RATE ? $(last_rate) : FS_RATE ))
+  f=$(gen_tokens order.create "$(size_for "$FS64_RATE")")
+  wrk_run first_submit_c64 "r$r" "$URL" first_submit.lua "$DUR" 64 "$f" 2
+  FS64_RATE=$(( $(last_rate) > FS64_RATE ? $(last_rate) : FS64_RATE ))
   f=$(gen_tokens order.create "$(size_for "$CL_RATE")")
   wrk_run claim "r$r" "$URL" first_submit.lua "$DUR" 16 "$f" 2 claim-only
   CL_RATE=$(( $(last_rate) > CL_RATE ? $(last_rate) : CL_RATE ))
@@ -368,6 +378,9 @@ for r in $(seq "$RUNS"); do
     f=$(gen_tokens gw.order.create "$(size_for "$GW_RATE")")
     wrk_run gw_first "r$r" "$URL" gateway_first.lua "$DUR" 16 "$f" 2
     GW_RATE=$(( $(last_rate) > GW_RATE ? $(last_rate) : GW_RATE ))
+    f=$(gen_tokens gw.order.create "$(size_for "$GW64_RATE")")
+    wrk_run gw_first_c64 "r$r" "$URL" gateway_first.lua "$DUR" 64 "$f" 2
+    GW64_RATE=$(( $(last_rate) > GW64_RATE ? $(last_rate) : GW64_RATE ))
     wrk_run baseline_a_gw_replay "r$r" "$BURL" gateway_replay.lua "$DUR" 16 "$GW_REPLAY" 2
     wrk_run gw_replay "r$r" "$URL" gateway_replay.lua "$DUR" 16 "$GW_REPLAY" 2
   fi

@@ -52,9 +52,10 @@ typedef int (*tokenreq_claimed_fn)(struct request *req, const struct claim_resul
 /*
  * tokenreq_claim_with() without blocking the request thread: the database
  * step runs on a batcher thread (in a batch with other claims) while the
- * connection is suspended, and every outcome is answered there; a
- * successful claim calls CLAIMED. REPLAY NULL: the direct API's envelope. Returns 1 when the request is suspended,
- * 0 after replying at once (replay cache, validation).
+ * connection is suspended, every outcome is answered there, and CLAIMED is
+ * called in every case. REPLAY NULL: the direct API's envelope. Returns 1
+ * when the request is suspended, 0 after replying at once (replay cache,
+ * validation; CLAIMED is not called and ARG stays the caller's).
  */
 int tokenreq_claim_async(struct request *req, const struct token *t, const uint8_t *fp,
 			 tokenreq_replay_fn replay, tokenreq_claimed_fn claimed, void *arg) IDEMD_WUR;
