@@ -14,6 +14,7 @@
 #include "metrics.h"
 #include "opcache.h"
 #include "problem.h"
+#include "randpool.h"
 #include "replaycache.h"
 #include "reqjson.h"
 #include "store.h"
@@ -41,7 +42,7 @@ static json_t *h_token_make(const struct operation *op, const char *subject, int
 
 	t.tenant_id = op->op_tenant_id;
 	t.operation_id = op->op_id;
-	randombytes_buf(t.id, sizeof(t.id));
+	randpool_buf(t.id, sizeof(t.id));
 	t.issued_at = (uint32_t)(now / 1000);
 	t.expires_at = (uint32_t)(now / 1000 + ttl);
 	t.has_version = has_version;
