@@ -196,7 +196,7 @@ void h_token_claim(struct request *req)
 	int has_fp = 0;
 	json_t *body = NULL;
 
-	if (tokenreq_from_path(req, &t) < 0)
+	if (tokenreq_from_path(req, &t) < 0 || tokenreq_replay_raw(req, &t))
 		return;
 	body = http_body_object(req);
 	if (body == NULL)
