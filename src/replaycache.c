@@ -1,6 +1,7 @@
-/* Replay cache: a set-associative table of owned response copies (and,
- * once asked for, the rendered direct API reply) under striped mutexes; a
- * full set evicts its least recently used entry. */
+/* Replay cache: a 16-way set-associative table of owned response copies
+ * (and, once asked for, the rendered direct API reply) under striped
+ * mutexes, with a tag array for cheap lookups; a full set evicts its least
+ * recently used entry. */
 #include "replaycache.h"
 
 #include <pthread.h>
@@ -28,6 +29,9 @@ struct replaycache_entry {
 };
 
 static struct replaycache_entry replaycache_slots[REPLAYCACHE_SLOTS];
+/* A short tag of each slot's key (0: empty), so that a lookup reads one
+ * cache line of tags per set instead of every entry of the set. */
+static _Alignas(64) uint32_t replaycache_tags[REPLAYCACHE_SLOTS];
 static atomic_size_t replaycache_bytes; /* bodies and headers held */
 static atomic_uint_fast64_t replaycache_clock;
 static pthread_mutex_t replaycache_locks[REPLAYCACHE_STRIPES] = {
@@ -43,6 +47,15 @@ static size_t replaycache_set(uint32_t tenant_id, const uint8_t id[16])
 	memcpy(&h, id, sizeof(h));
 	return (size_t)((h ^ tenant_id) % (REPLAYCACHE_SLOTS / REPLAYCACHE_WAYS)) *
 	       REPLAYCACHE_WAYS;
+}
+
+/* The tag of (TENANT, ID): bits of the id the set index does not use. */
+static uint32_t replaycache_tag(uint32_t tenant_id, const uint8_t id[16])
+{
+	uint32_t t;
+
+	memcpy(&t, id + 8, sizeof(t));
+	return (t ^ (tenant_id * 0x9e3779b1u)) | 1u;
 }
 
 static int64_t replaycache_now_ms(void)
@@ -67,7 +80,11 @@ static void replaycache_drop(struct replaycache_entry *e)
 	free(e->re_resp.sr_headers);
 	free(e->re_resp.sr_body);
 	memset(e, 0, sizeof(*e));
+	replaycache_tags[e - replaycache_slots] = 0;
 }
+
+static struct replaycache_entry *replaycache_find(size_t set, uint32_t tenant_id,
+						  const uint8_t id[16]);
 
 /* Copies SRC into DST with freshly allocated buffers. 0 or -1. */
 static int replaycache_copy(struct stored_response *dst, const struct stored_response *src)
@@ -108,19 +125,20 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 	size_t set = replaycache_set(tenant_id, id);
 	pthread_mutex_t *lock = &replaycache_locks[(set / REPLAYCACHE_WAYS) % REPLAYCACHE_STRIPES];
 	pthread_mutex_lock(lock);
-	struct replaycache_entry *victim = &replaycache_slots[set];
-	for (size_t w = 0; w < REPLAYCACHE_WAYS; w++) {
-		struct replaycache_entry *e = &replaycache_slots[set + w];
-		if (!e->re_used ||
-		    (e->re_tenant_id == tenant_id && memcmp(e->re_id, id, 16) == 0)) {
-			victim = e;
-			break;
-		}
-		if (e->re_tick < victim->re_tick)
-			victim = e;
+	/* the key's own entry, else a free slot, else the least recently used */
+	struct replaycache_entry *victim = replaycache_find(set, tenant_id, id);
+	for (size_t w = 0; victim == NULL && w < REPLAYCACHE_WAYS; w++)
+		if (replaycache_tags[set + w] == 0)
+			victim = &replaycache_slots[set + w];
+	if (victim == NULL) {
+		victim = &replaycache_slots[set];
+		for (size_t w = 1; w < REPLAYCACHE_WAYS; w++)
+			if (replaycache_slots[set + w].re_tick < victim->re_tick)
+				victim = &replaycache_slots[set + w];
 	}
 	replaycache_drop(victim);
 	*victim = fresh;
+	replaycache_tags[victim - replaycache_slots] = replaycache_tag(tenant_id, id);
 	atomic_fetch_add(&replaycache_bytes, replaycache_size(&fresh.re_resp));
 	pthread_mutex_unlock(lock);
 }
@@ -130,7 +148,11 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 static struct replaycache_entry *replaycache_find(size_t set, uint32_t tenant_id,
 						  const uint8_t id[16])
 {
+	uint32_t tag = replaycache_tag(tenant_id, id);
+
 	for (size_t w = 0; w < REPLAYCACHE_WAYS; w++) {
+		if (replaycache_tags[set + w] != tag)
+			continue;
 		struct replaycache_entry *e = &replaycache_slots[set + w];
 		if (!e->re_used || e->re_tenant_id != tenant_id || memcmp(e->re_id, id, 16) != 0)
 			continue;

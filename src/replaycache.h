@@ -12,7 +12,7 @@
 #include "store.h"
 
 #define REPLAYCACHE_SLOTS 32768
-#define REPLAYCACHE_WAYS 4
+#define REPLAYCACHE_WAYS 16
 #define REPLAYCACHE_MAX_BODY (64 * 1024)
 /* bound on everything held, so memory stays small whatever the traffic */
 #define REPLAYCACHE_MAX_BYTES (8 * 1024 * 1024)

@@ -232,6 +232,49 @@ static void test_raw_key_rules(void **state)
 	replaycache_clear();
 }
 
+/* Keys of one set: all REPLAYCACHE_WAYS are kept; one more evicts the
+ * least recently used, and the rest stay. */
+static void test_full_set(void **state)
+{
+	const uint64_t sets = REPLAYCACHE_SLOTS / REPLAYCACHE_WAYS;
+	uint8_t id[REPLAYCACHE_WAYS + 1][16];
+	struct stored_response r = response("{\"s\":1}"), out;
+
+	(void)state;
+	replaycache_clear();
+	for (unsigned k = 0; k <= REPLAYCACHE_WAYS; k++) {
+		uint64_t h = (k + 1) * sets + 5; /* same set index for every k */
+		memset(id[k], 0, 16);
+		memcpy(id[k], &h, sizeof(h));
+		id[k][12] = (uint8_t)k;
+	}
+	for (unsigned k = 0; k < REPLAYCACHE_WAYS; k++)
+		replaycache_put(3, id[k], NULL, &r, now_ms() + 60000);
+	for (unsigned k = 0; k < REPLAYCACHE_WAYS; k++) {
+		assert_int_equal(replaycache_get(3, id[k], NULL, &out), 1);
+		store_response_free(&out);
+	}
+	/* id[1] is now the least recently used */
+	assert_int_equal(replaycache_get(3, id[0], NULL, &out), 1);
+	store_response_free(&out);
+	replaycache_put(3, id[REPLAYCACHE_WAYS], NULL, &r, now_ms() + 60000);
+	for (unsigned k = 0; k <= REPLAYCACHE_WAYS; k++) {
+		int got = replaycache_get(3, id[k], NULL, &out);
+		assert_int_equal(got, k == 1 ? 0 : 1);
+		if (got == 1)
+			store_response_free(&out);
+	}
+	/* putting a cached key again replaces it in place */
+	replaycache_put(3, id[0], NULL, &r, now_ms() + 60000);
+	for (unsigned k = 0; k <= REPLAYCACHE_WAYS; k++) {
+		int got = replaycache_get(3, id[k], NULL, &out);
+		assert_int_equal(got, k == 1 ? 0 : 1);
+		if (got == 1)
+			store_response_free(&out);
+	}
+	replaycache_clear();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -240,6 +283,7 @@ int main(void)
 		cmocka_unit_test(test_fingerprint_mismatch),
 		cmocka_unit_test(test_expired_not_served),
 		cmocka_unit_test(test_many_entries_and_eviction),
+		cmocka_unit_test(test_full_set),
 		cmocka_unit_test(test_reply_and_raw_key),
 		cmocka_unit_test(test_raw_key_rules),
 	};
