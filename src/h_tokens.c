@@ -15,6 +15,7 @@
 #include "metrics.h"
 #include "opcache.h"
 #include "problem.h"
+#include "randpool.h"
 #include "replaycache.h"
 #include "reqjson.h"
 #include "store.h"
@@ -32,17 +33,28 @@ static int64_t h_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Issues one token for OP and SUBJECT; returns its JSON (new) or NULL. */
-static json_t *h_token_make(const struct operation *op, const char *subject, int64_t ttl,
-			    int has_version, int64_t version)
+/* The longest JSON object of one issued token (h_token_make). */
+#define H_TOKEN_TEXT_MAX (96 /* names, quotes, commas, braces */ + TOKEN_MAX_CHARS + \
+			  2 * TOKEN_ID_BYTES + 6 * STORE_NAME_MAX + 6 * TOKEN_SUBJECT_MAX + \
+			  REQJSON_TIME_MAX + 24 /* version */)
+
+/* Appends the literal S at *P. */
+#define H_PUT(p, s) do { memcpy(p, s, sizeof(s) - 1); p += sizeof(s) - 1; } while (0)
+
+/* Issues one token for OP and SUBJECT and writes its JSON object, as
+ * json_dumps would write it, at OUT (H_TOKEN_TEXT_MAX bytes); returns the
+ * length, or 0 on failure. */
+static size_t h_token_make(const struct operation *op, const char *subject, int64_t ttl,
+			   int has_version, int64_t version, char *out)
 {
 	struct token t = { 0 };
 	char text[TOKEN_MAX_CHARS + 1], hex[2 * TOKEN_ID_BYTES + 1];
 	int64_t now = h_now_ms();
+	char *p = out;
 
 	t.tenant_id = op->op_tenant_id;
 	t.operation_id = op->op_id;
-	randombytes_buf(t.id, sizeof(t.id));
+	randpool_buf(t.id, sizeof(t.id));
 	t.issued_at = (uint32_t)(now / 1000);
 	t.expires_at = (uint32_t)(now / 1000 + ttl);
 	t.has_version = has_version;
@@ -50,14 +62,27 @@ static json_t *h_token_make(const struct operation *op, const char *subject, int
 	t.subject_len = strlen(subject);
 	memcpy(t.subject, subject, t.subject_len + 1);
 	if (keys_sign_token(&t, text, sizeof(text)) < 0)
-		return NULL;
+		return 0;
 	token_id_hex(t.id, hex);
-	json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:o}", "token", text, "id", hex,
-			      "operation", op->op_name, "subject", subject,
-			      "expires_at", reqjson_time((int64_t)t.expires_at * 1000));
-	if (o != NULL && has_version)
-		json_object_set_new(o, "version", json_integer((json_int_t)version));
-	return o;
+	/* token, id and the time need no escaping: base64url, hex, digits */
+	H_PUT(p, "{\"token\":\"");
+	size_t n = strlen(text);
+	memcpy(p, text, n);
+	p += n;
+	H_PUT(p, "\",\"id\":\"");
+	memcpy(p, hex, 2 * TOKEN_ID_BYTES);
+	p += 2 * TOKEN_ID_BYTES;
+	H_PUT(p, "\",\"operation\":\"");
+	p += reqjson_escape(p, op->op_name, strnlen(op->op_name, STORE_NAME_MAX));
+	H_PUT(p, "\",\"subject\":\"");
+	p += reqjson_escape(p, subject, t.subject_len);
+	H_PUT(p, "\",\"expires_at\":\"");
+	p += reqjson_time_text((int64_t)t.expires_at * 1000, p);
+	H_PUT(p, "\"");
+	if (has_version)
+		p += snprintf(p, 32, ",\"version\":%" PRId64, version);
+	H_PUT(p, "}");
+	return (size_t)(p - out);
 }
 
 void h_token_issue(struct request *req)
@@ -67,8 +92,8 @@ void h_token_issue(struct request *req)
 	const char *opname, *subject;
 	int64_t ttl, count, version = 0;
 	int has_ttl, has_count, found;
-	char vkey[VERSIONKEY_MAX + 1];
-	json_t *body = http_body_object(req), *list = NULL;
+	char vkey[VERSIONKEY_MAX + 1], one[H_TOKEN_TEXT_MAX], *list = NULL;
+	json_t *body = http_body_object(req);
 
 	if (body == NULL)
 		return;
@@ -107,25 +132,39 @@ void h_token_issue(struct request *req)
 			goto done;
 		}
 	}
-	list = json_array();
-	for (int64_t i = 0; list != NULL && i < (has_count ? count : 1); i++) {
-		json_t *one = h_token_make(&op, subject, ttl, op.op_has_version_key, version);
-		if (one == NULL || json_array_append_new(list, one) < 0) {
+	if (!has_count) {
+		size_t n = h_token_make(&op, subject, ttl, op.op_has_version_key, version, one);
+		if (n == 0) {
 			problem_unavailable(req);
 			goto done;
 		}
+		metrics_add(METRIC_TOKENS_ISSUED, 1);
+		http_reply_bytes(req, 201, "application/json", one, n);
+		goto done;
 	}
+	/* {"tokens":[...]} */
+	list = malloc((size_t)count * (H_TOKEN_TEXT_MAX + 1) + 16);
 	if (list == NULL) {
 		problem_unavailable(req);
 		goto done;
 	}
-	metrics_add(METRIC_TOKENS_ISSUED, (long)json_array_size(list));
-	if (has_count)
-		http_reply_json(req, 201, json_pack("{s:O}", "tokens", list));
-	else
-		http_reply_json(req, 201, json_incref(json_array_get(list, 0)));
+	char *p = list;
+	H_PUT(p, "{\"tokens\":[");
+	for (int64_t i = 0; i < count; i++) {
+		size_t n = h_token_make(&op, subject, ttl, op.op_has_version_key, version, p);
+		if (n == 0) {
+			problem_unavailable(req);
+			goto done;
+		}
+		p += n;
+		if (i + 1 < count)
+			H_PUT(p, ",");
+	}
+	H_PUT(p, "]}");
+	metrics_add(METRIC_TOKENS_ISSUED, (long)count);
+	http_reply_bytes(req, 201, "application/json", list, (size_t)(p - list));
 done:
-	json_decref(list);
+	free(list);
 	json_decref(body);
 }
 
@@ -208,7 +247,7 @@ void h_token_claim(struct request *req)
 	int has_fp = 0;
 	json_t *body = NULL;
 
-	if (tokenreq_from_path(req, &t) < 0)
+	if (tokenreq_from_path(req, &t) < 0 || tokenreq_replay_raw(req, &t))
 		return;
 	body = http_body_object(req);
 	if (body == NULL)

@@ -21,6 +21,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "problem.h"
+#include "randpool.h"
 #include "router.h"
 
 static struct MHD_Daemon *http_daemon;
@@ -283,7 +284,7 @@ static struct request *http_request_new(struct MHD_Connection *conn, const char 
 		snprintf(req->req_id, sizeof(req->req_id), "%s", id);
 	} else {
 		unsigned char raw[16];
-		randombytes_buf(raw, sizeof(raw));
+		randpool_buf(raw, sizeof(raw));
 		sodium_bin2hex(req->req_id, sizeof(req->req_id), raw, sizeof(raw));
 	}
 	if (req->req_path == NULL) {

@@ -37,6 +37,8 @@ struct request {
 	struct timespec req_start;
 	int req_dispatched;
 	int req_suspended;                 /* another thread builds the reply (http_suspend) */
+	int req_has_body_key;              /* req_body_key is set (tokenreq_replay_raw) */
+	uint8_t req_body_key[32];          /* keyed hash of the body as sent */
 
 	/* the reply being built */
 	unsigned rep_status;

@@ -11,11 +11,16 @@ extern enum log_level log_min_level;
 void log_write(enum log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-/* The access log line of one request, built without allocating and written
- * with one write(2): time, request id, method, route, status, duration and,
- * when the request ended abnormally, how (TERMINATED > 0). */
+/* The access log line of one request, built without allocating: time,
+ * request id, method, route, status, duration and, when the request ended
+ * abnormally, how (TERMINATED > 0). Lines are gathered per thread and
+ * written whole, in order per thread, within about 60 ms, before any other
+ * log line, and at exit (log_flush). */
 void log_access(const char *request_id, const char *method, const char *route,
 		unsigned status, double duration_ms, int terminated);
+
+/* Writes out every gathered access line now. */
+void log_flush(void);
 
 /* Writes FIELDS (borrowed) as one JSON line with "time" and "level" added. */
 void log_json(enum log_level level, json_t *fields);

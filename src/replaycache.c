@@ -1,8 +1,11 @@
-/* Replay cache: a set-associative table of owned response copies under
- * striped mutexes; a full set evicts its least recently used entry. */
+/* Replay cache: a 16-way set-associative table of owned response copies
+ * (and, once asked for, the rendered direct API reply) under striped
+ * mutexes, with a tag array for cheap lookups; a full set evicts its least
+ * recently used entry. */
 #include "replaycache.h"
 
 #include <pthread.h>
+#include <sodium.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,10 +21,17 @@ struct replaycache_entry {
 	int64_t re_expires_at;
 	uint64_t re_tick;               /* last use, for least-recently-used eviction */
 	struct stored_response re_resp; /* sr_body from malloc here */
+	char *re_reply;                 /* rendered direct API reply, or NULL */
+	size_t re_reply_len;
+	int re_has_raw;                 /* re_raw: key of a request body that gave re_fp */
+	uint8_t re_raw[REPLAYCACHE_RAW_BYTES];
 	int re_used;
 };
 
 static struct replaycache_entry replaycache_slots[REPLAYCACHE_SLOTS];
+/* A short tag of each slot's key (0: empty), so that a lookup reads one
+ * cache line of tags per set instead of every entry of the set. */
+static _Alignas(64) uint32_t replaycache_tags[REPLAYCACHE_SLOTS];
 static atomic_size_t replaycache_bytes; /* bodies and headers held */
 static atomic_uint_fast64_t replaycache_clock;
 static pthread_mutex_t replaycache_locks[REPLAYCACHE_STRIPES] = {
@@ -37,6 +47,15 @@ static size_t replaycache_set(uint32_t tenant_id, const uint8_t id[16])
 	memcpy(&h, id, sizeof(h));
 	return (size_t)((h ^ tenant_id) % (REPLAYCACHE_SLOTS / REPLAYCACHE_WAYS)) *
 	       REPLAYCACHE_WAYS;
+}
+
+/* The tag of (TENANT, ID): bits of the id the set index does not use. */
+static uint32_t replaycache_tag(uint32_t tenant_id, const uint8_t id[16])
+{
+	uint32_t t;
+
+	memcpy(&t, id + 8, sizeof(t));
+	return (t ^ (tenant_id * 0x9e3779b1u)) | 1u;
 }
 
 static int64_t replaycache_now_ms(void)
@@ -55,11 +74,17 @@ static size_t replaycache_size(const struct stored_response *r)
 static void replaycache_drop(struct replaycache_entry *e)
 {
 	if (e->re_used)
-		atomic_fetch_sub(&replaycache_bytes, replaycache_size(&e->re_resp));
+		atomic_fetch_sub(&replaycache_bytes,
+				 replaycache_size(&e->re_resp) + e->re_reply_len);
+	free(e->re_reply);
 	free(e->re_resp.sr_headers);
 	free(e->re_resp.sr_body);
 	memset(e, 0, sizeof(*e));
+	replaycache_tags[e - replaycache_slots] = 0;
 }
+
+static struct replaycache_entry *replaycache_find(size_t set, uint32_t tenant_id,
+						  const uint8_t id[16]);
 
 /* Copies SRC into DST with freshly allocated buffers. 0 or -1. */
 static int replaycache_copy(struct stored_response *dst, const struct stored_response *src)
@@ -100,48 +125,153 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 	size_t set = replaycache_set(tenant_id, id);
 	pthread_mutex_t *lock = &replaycache_locks[(set / REPLAYCACHE_WAYS) % REPLAYCACHE_STRIPES];
 	pthread_mutex_lock(lock);
-	struct replaycache_entry *victim = &replaycache_slots[set];
-	for (size_t w = 0; w < REPLAYCACHE_WAYS; w++) {
-		struct replaycache_entry *e = &replaycache_slots[set + w];
-		if (!e->re_used ||
-		    (e->re_tenant_id == tenant_id && memcmp(e->re_id, id, 16) == 0)) {
-			victim = e;
-			break;
-		}
-		if (e->re_tick < victim->re_tick)
-			victim = e;
+	/* the key's own entry, else a free slot, else the least recently used */
+	struct replaycache_entry *victim = replaycache_find(set, tenant_id, id);
+	for (size_t w = 0; victim == NULL && w < REPLAYCACHE_WAYS; w++)
+		if (replaycache_tags[set + w] == 0)
+			victim = &replaycache_slots[set + w];
+	if (victim == NULL) {
+		victim = &replaycache_slots[set];
+		for (size_t w = 1; w < REPLAYCACHE_WAYS; w++)
+			if (replaycache_slots[set + w].re_tick < victim->re_tick)
+				victim = &replaycache_slots[set + w];
 	}
 	replaycache_drop(victim);
 	*victim = fresh;
+	replaycache_tags[victim - replaycache_slots] = replaycache_tag(tenant_id, id);
 	atomic_fetch_add(&replaycache_bytes, replaycache_size(&fresh.re_resp));
 	pthread_mutex_unlock(lock);
+}
+
+/* The live entry for (TENANT, ID) in its set, or NULL; drops it if it has
+ * expired. Called with the set's lock held. */
+static struct replaycache_entry *replaycache_find(size_t set, uint32_t tenant_id,
+						  const uint8_t id[16])
+{
+	uint32_t tag = replaycache_tag(tenant_id, id);
+
+	for (size_t w = 0; w < REPLAYCACHE_WAYS; w++) {
+		if (replaycache_tags[set + w] != tag)
+			continue;
+		struct replaycache_entry *e = &replaycache_slots[set + w];
+		if (!e->re_used || e->re_tenant_id != tenant_id || memcmp(e->re_id, id, 16) != 0)
+			continue;
+		if (e->re_expires_at <= replaycache_now_ms()) {
+			replaycache_drop(e);
+			return NULL;
+		}
+		return e;
+	}
+	return NULL;
+}
+
+static int replaycache_fp_equal(const struct replaycache_entry *e, const uint8_t *fp)
+{
+	return e->re_has_fp == (fp != NULL) &&
+	       (fp == NULL || memcmp(e->re_fp, fp, STORE_HASH_BYTES) == 0);
+}
+
+static pthread_mutex_t *replaycache_lock_of(size_t set)
+{
+	return &replaycache_locks[(set / REPLAYCACHE_WAYS) % REPLAYCACHE_STRIPES];
+}
+
+/* A new copy of LEN bytes at S plus a NUL, or NULL. */
+static char *replaycache_dup(const char *s, size_t len)
+{
+	char *d = malloc(len + 1);
+
+	if (d != NULL) {
+		memcpy(d, s, len);
+		d[len] = '\0';
+	}
+	return d;
+}
+
+int replaycache_lookup(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
+		       struct stored_response *out, char **reply, size_t *reply_len)
+{
+	size_t set = replaycache_set(tenant_id, id);
+	pthread_mutex_t *lock = replaycache_lock_of(set);
+	int ret = 0;
+
+	memset(out, 0, sizeof(*out));
+	if (reply != NULL)
+		*reply = NULL;
+	pthread_mutex_lock(lock);
+	struct replaycache_entry *e = replaycache_find(set, tenant_id, id);
+	if (e == NULL) {
+		ret = 0;
+	} else if (!replaycache_fp_equal(e, fp)) {
+		ret = 2;
+	} else if (reply != NULL && e->re_reply != NULL) {
+		*reply = replaycache_dup(e->re_reply, e->re_reply_len);
+		*reply_len = e->re_reply_len;
+		ret = *reply != NULL;
+	} else if (replaycache_copy(out, &e->re_resp) == 0) {
+		ret = 1;
+	}
+	if (ret == 1)
+		e->re_tick = atomic_fetch_add(&replaycache_clock, 1);
+	pthread_mutex_unlock(lock);
+	return ret;
 }
 
 int replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 		    struct stored_response *out)
 {
+	return replaycache_lookup(tenant_id, id, fp, out, NULL, NULL);
+}
+
+int replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16],
+			const uint8_t raw[REPLAYCACHE_RAW_BYTES], char **reply, size_t *reply_len)
+{
 	size_t set = replaycache_set(tenant_id, id);
-	pthread_mutex_t *lock = &replaycache_locks[(set / REPLAYCACHE_WAYS) % REPLAYCACHE_STRIPES];
+	pthread_mutex_t *lock = replaycache_lock_of(set);
 	int ret = 0;
 
+	*reply = NULL;
 	pthread_mutex_lock(lock);
-	for (size_t w = 0; w < REPLAYCACHE_WAYS; w++) {
-		struct replaycache_entry *e = &replaycache_slots[set + w];
-		if (!e->re_used || e->re_tenant_id != tenant_id || memcmp(e->re_id, id, 16) != 0)
-			continue;
-		if (e->re_expires_at <= replaycache_now_ms())
-			replaycache_drop(e);
-		else if (e->re_has_fp != (fp != NULL) ||
-			 (fp != NULL && memcmp(e->re_fp, fp, STORE_HASH_BYTES) != 0))
-			ret = 2;
-		else if (replaycache_copy(out, &e->re_resp) == 0) {
+	struct replaycache_entry *e = replaycache_find(set, tenant_id, id);
+	if (e != NULL && e->re_has_raw && e->re_reply != NULL &&
+	    sodium_memcmp(e->re_raw, raw, REPLAYCACHE_RAW_BYTES) == 0) {
+		*reply = replaycache_dup(e->re_reply, e->re_reply_len);
+		*reply_len = e->re_reply_len;
+		if (*reply != NULL) {
 			e->re_tick = atomic_fetch_add(&replaycache_clock, 1);
 			ret = 1;
 		}
-		break;
 	}
 	pthread_mutex_unlock(lock);
 	return ret;
+}
+
+void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
+			   const uint8_t *raw, const char *reply, size_t reply_len)
+{
+	size_t set = replaycache_set(tenant_id, id);
+	pthread_mutex_t *lock = replaycache_lock_of(set);
+	char *copy = NULL;
+
+	pthread_mutex_lock(lock);
+	struct replaycache_entry *e = replaycache_find(set, tenant_id, id);
+	if (e == NULL || !replaycache_fp_equal(e, fp))
+		goto out;
+	if (e->re_reply == NULL) {
+		if (reply_len > REPLAYCACHE_MAX_REPLY ||
+		    atomic_load(&replaycache_bytes) + reply_len > REPLAYCACHE_MAX_BYTES ||
+		    (copy = replaycache_dup(reply, reply_len)) == NULL)
+			goto out;
+		e->re_reply = copy;
+		e->re_reply_len = reply_len;
+		atomic_fetch_add(&replaycache_bytes, reply_len);
+	}
+	if (raw != NULL) {
+		memcpy(e->re_raw, raw, REPLAYCACHE_RAW_BYTES);
+		e->re_has_raw = 1;
+	}
+out:
+	pthread_mutex_unlock(lock);
 }
 
 void replaycache_clear(void)

@@ -12,10 +12,14 @@
 #include "store.h"
 
 #define REPLAYCACHE_SLOTS 32768
-#define REPLAYCACHE_WAYS 4
+#define REPLAYCACHE_WAYS 16
 #define REPLAYCACHE_MAX_BODY (64 * 1024)
 /* bound on everything held, so memory stays small whatever the traffic */
 #define REPLAYCACHE_MAX_BYTES (8 * 1024 * 1024)
+/* largest rendered reply kept (a body of REPLAYCACHE_MAX_BODY in base64) */
+#define REPLAYCACHE_MAX_REPLY (96 * 1024)
+/* size of a request body's key (replaycache_get_raw) */
+#define REPLAYCACHE_RAW_BYTES 32
 
 /* Stores a copy of R for (TENANT, ID) with fingerprint FP (NULL: none)
  * until EXPIRES_AT (unix ms). Large bodies are not cached. */
@@ -30,6 +34,32 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
  */
 int replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 		    struct stored_response *out);
+
+/*
+ * replaycache_get() that, when REPLY is not NULL and the entry holds a
+ * rendered reply, returns a new copy of that (NUL-terminated, free with
+ * free) in *REPLY and *REPLY_LEN instead of filling OUT. Otherwise *REPLY
+ * is NULL and OUT is filled as by replaycache_get().
+ */
+int replaycache_lookup(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
+		       struct stored_response *out, char **reply, size_t *reply_len);
+
+/*
+ * Attaches to the live entry of (TENANT, ID), if its fingerprint is FP, the
+ * rendered reply REPLY (copied, kept only if the entry has none) and RAW
+ * (may be NULL): the key of a request body known to give fingerprint FP.
+ */
+void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
+			   const uint8_t *raw, const char *reply, size_t reply_len);
+
+/*
+ * The rendered reply of (TENANT, ID) for a request whose body has key RAW:
+ * 1 with a new copy in *REPLY when a live entry holds a reply and RAW equals
+ * the key last attached to it; 0 otherwise (go the full way). The same body
+ * gives the same fingerprint, so a hit answers as the full way would.
+ */
+int replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16],
+			const uint8_t raw[REPLAYCACHE_RAW_BYTES], char **reply, size_t *reply_len);
 
 void replaycache_clear(void);
 

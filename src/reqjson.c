@@ -77,17 +77,101 @@ int reqjson_string(struct request *req, json_t *obj, const char *name, int requi
 	return 0;
 }
 
+/* Writes the 2 decimal digits of V (0..99) at P. */
+static char *reqjson_2digits(char *p, unsigned v)
+{
+	*p++ = (char)('0' + v / 10);
+	*p++ = (char)('0' + v % 10);
+	return p;
+}
+
+size_t reqjson_time_text(int64_t unix_ms, char out[REQJSON_TIME_MAX])
+{
+	int64_t ms = ((unix_ms % 1000) + 1000) % 1000;
+	int64_t secs = (unix_ms - ms) / 1000;
+	int64_t days = secs / 86400, rem = secs % 86400;
+
+	if (rem < 0) {
+		rem += 86400;
+		days--;
+	}
+	/* civil date of a day count (proleptic Gregorian, eras of 400 years) */
+	int64_t z = days + 719468;
+	int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+	int64_t doe = z - era * 146097;
+	int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+	int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+	int64_t mp = (5 * doy + 2) / 153;
+	int64_t day = doy - (153 * mp + 2) / 5 + 1;
+	int64_t month = mp < 10 ? mp + 3 : mp - 9;
+	int64_t year = yoe + era * 400 + (month <= 2);
+
+	if (year < 1000 || year > 9999) {
+		/* not four digits: as strftime prints them */
+		struct tm tm;
+		time_t t = (time_t)secs;
+		gmtime_r(&t, &tm);
+		size_t n = strftime(out, REQJSON_TIME_MAX, "%Y-%m-%dT%H:%M:%S", &tm);
+		snprintf(out + n, REQJSON_TIME_MAX - n, ".%03dZ", (int)ms);
+		return strlen(out);
+	}
+	char *p = out;
+	p = reqjson_2digits(p, (unsigned)(year / 100));
+	p = reqjson_2digits(p, (unsigned)(year % 100));
+	*p++ = '-';
+	p = reqjson_2digits(p, (unsigned)month);
+	*p++ = '-';
+	p = reqjson_2digits(p, (unsigned)day);
+	*p++ = 'T';
+	p = reqjson_2digits(p, (unsigned)(rem / 3600));
+	*p++ = ':';
+	p = reqjson_2digits(p, (unsigned)(rem / 60 % 60));
+	*p++ = ':';
+	p = reqjson_2digits(p, (unsigned)(rem % 60));
+	*p++ = '.';
+	*p++ = (char)('0' + ms / 100);
+	p = reqjson_2digits(p, (unsigned)(ms % 100));
+	*p++ = 'Z';
+	*p = '\0';
+	return (size_t)(p - out);
+}
+
 json_t *reqjson_time(int64_t unix_ms)
 {
-	char buf[40];
-	struct tm tm;
-	int64_t ms = ((unix_ms % 1000) + 1000) % 1000;
-	time_t secs = (time_t)((unix_ms - ms) / 1000);
+	char buf[REQJSON_TIME_MAX];
 
-	gmtime_r(&secs, &tm);
-	size_t n = strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(buf + n, sizeof(buf) - n, ".%03dZ", (int)ms);
+	reqjson_time_text(unix_ms, buf);
 	return json_string(buf);
+}
+
+size_t reqjson_escape(char *out, const char *s, size_t len)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	char *p = out;
+
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c >= 0x20 && c != '"' && c != '\\') {
+			*p++ = (char)c;
+			continue;
+		}
+		*p++ = '\\';
+		switch (c) {
+		case '"': *p++ = '"'; break;
+		case '\\': *p++ = '\\'; break;
+		case '\b': *p++ = 'b'; break;
+		case '\f': *p++ = 'f'; break;
+		case '\n': *p++ = 'n'; break;
+		case '\r': *p++ = 'r'; break;
+		case '\t': *p++ = 't'; break;
+		default:
+			memcpy(p, "u00", 3);
+			p[3] = hex[c >> 4];
+			p[4] = hex[c & 15];
+			p += 5;
+		}
+	}
+	return (size_t)(p - out);
 }
 
 json_t *reqjson_response(const struct stored_response *r)

@@ -27,6 +27,18 @@ int reqjson_string(struct request *req, json_t *obj, const char *name, int requi
 /* RFC 3339 UTC time of unix milliseconds (new reference). */
 json_t *reqjson_time(int64_t unix_ms);
 
+/* Room for reqjson_time_text()'s text and its NUL. */
+#define REQJSON_TIME_MAX 40
+
+/* The text of reqjson_time(), "2024-01-02T03:04:05.678Z", into OUT; returns
+ * its length. Needs no lock (gmtime_r takes the time zone lock). */
+size_t reqjson_time_text(int64_t unix_ms, char out[REQJSON_TIME_MAX]);
+
+/* Writes the UTF-8 string S[0..LEN) as the body of a JSON string (quotes
+ * excluded) the way jansson's json_dumps does, into OUT, which must hold
+ * 6 * LEN bytes; returns the length written (no NUL). */
+size_t reqjson_escape(char *out, const char *s, size_t len);
+
 /* {"status","headers","body"|"body_base64"} of a stored response (new). */
 json_t *reqjson_response(const struct stored_response *r);
 

@@ -88,27 +88,67 @@ token_encode(const struct token *t, const uint8_t key[TOKEN_KEY_BYTES],
 	return 0;
 }
 
+/* One more than the value of each base64url digit, 0 for every other
+ * byte. */
+static const uint8_t token_b64_value[256] = {
+	['A'] = 1, ['B'] = 2, ['C'] = 3, ['D'] = 4, ['E'] = 5, ['F'] = 6, ['G'] = 7,
+	['H'] = 8, ['I'] = 9, ['J'] = 10, ['K'] = 11, ['L'] = 12, ['M'] = 13, ['N'] = 14,
+	['O'] = 15, ['P'] = 16, ['Q'] = 17, ['R'] = 18, ['S'] = 19, ['T'] = 20, ['U'] = 21,
+	['V'] = 22, ['W'] = 23, ['X'] = 24, ['Y'] = 25, ['Z'] = 26, ['a'] = 27, ['b'] = 28,
+	['c'] = 29, ['d'] = 30, ['e'] = 31, ['f'] = 32, ['g'] = 33, ['h'] = 34, ['i'] = 35,
+	['j'] = 36, ['k'] = 37, ['l'] = 38, ['m'] = 39, ['n'] = 40, ['o'] = 41, ['p'] = 42,
+	['q'] = 43, ['r'] = 44, ['s'] = 45, ['t'] = 46, ['u'] = 47, ['v'] = 48, ['w'] = 49,
+	['x'] = 50, ['y'] = 51, ['z'] = 52, ['0'] = 53, ['1'] = 54, ['2'] = 55, ['3'] = 56,
+	['4'] = 57, ['5'] = 58, ['6'] = 59, ['7'] = 60, ['8'] = 61, ['9'] = 62, ['-'] = 63,
+	['_'] = 64,
+};
+
+int
+token_b64url_decode(const char *s, size_t len, uint8_t *out, size_t outmax,
+    size_t *n)
+{
+	uint32_t acc = 0;
+	unsigned bits = 0;
+	size_t k = 0;
+
+	/* a lone digit in the last group carries fewer than 8 bits */
+	if (len % 4 == 1)
+		return -1;
+	for (size_t i = 0; i < len; i++) {
+		uint32_t v = token_b64_value[(unsigned char)s[i]];
+		if (v == 0)
+			return -1;
+		acc = (acc << 6) | (v - 1);
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			if (k == outmax)
+				return -1;
+			out[k++] = (uint8_t)(acc >> bits);
+		}
+	}
+	/* canonical: the bits left over after the last byte are zero */
+	if ((acc & ((1u << bits) - 1)) != 0)
+		return -1;
+	*n = k;
+	return 0;
+}
+
 /*
  * Decodes s into buf and checks everything but the tag. Only the canonical
- * encoding is accepted (re-encoding must give s back byte for byte), so any
- * altered character changes the decoded bytes and cannot slip past the MAC.
- * The re-encoding also catches bytes >= 0x80, which some libsodium releases'
- * decoder maps to base64 digits instead of rejecting.
+ * encoding is accepted (token_b64url_decode: it alone re-encodes to s byte
+ * for byte), so any altered character changes the decoded bytes and cannot
+ * slip past the MAC.
  */
 static int
 token_decode(const char *s, size_t len, uint8_t buf[TOKEN_DECODE_BYTES],
     size_t *n)
 {
-	char canon[TOKEN_MAX_CHARS + 1];
 	size_t hdr;
 
 	if (s == NULL || len == 0 || len > TOKEN_MAX_CHARS)
 		return TOKEN_MALFORMED;
-	if (sodium_base642bin(buf, TOKEN_DECODE_BYTES, s, len, NULL, n, NULL,
-	    TOKEN_B64) != 0)
-		return TOKEN_MALFORMED;
-	sodium_bin2base64(canon, sizeof(canon), buf, *n, TOKEN_B64);
-	if (strlen(canon) != len || memcmp(canon, s, len) != 0)
+	if (token_b64url_decode(s, len, buf, TOKEN_DECODE_BYTES, n) != 0)
 		return TOKEN_MALFORMED;
 
 	if (*n < TOKEN_MIN_BYTES || buf[0] != TOKEN_FORMAT_VERSION ||

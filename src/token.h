@@ -67,6 +67,15 @@ IDEMD_WUR int token_parse(const char *s, size_t len, struct token *t);
 IDEMD_WUR int token_verify(const char *s, size_t len,
     const uint8_t key[TOKEN_KEY_BYTES]);
 
+/*
+ * Strict base64url (no padding) decoder: only the canonical encoding of
+ * some bytes is accepted, that is only digits of the URL-safe alphabet, no
+ * length of 1 mod 4, and zero bits after the last byte. Writes at most
+ * outmax bytes to out and their number to *n. Returns 0, or -1.
+ */
+IDEMD_WUR int token_b64url_decode(const char *s, size_t len, uint8_t *out,
+    size_t outmax, size_t *n);
+
 /* Writes id as 32 lowercase hex characters plus NUL. */
 void token_id_hex(const uint8_t id[TOKEN_ID_BYTES],
     char out[2 * TOKEN_ID_BYTES + 1]);

@@ -3,9 +3,10 @@
 #include "tokenreq.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <pthread.h>
+#include <sodium.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -161,12 +162,91 @@ int tokenreq_check_headers(struct request *req, json_t *headers, size_t max)
 	return 0;
 }
 
+/* The direct API's reply to a duplicate of a completed claim (new text,
+ * free with free), or NULL. */
+static char *tokenreq_replay_text(const struct stored_response *r)
+{
+	json_t *o = json_pack("{s:s,s:o}", "state", "completed", "response", reqjson_response(r));
+	char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) : NULL;
+
+	json_decref(o);
+	return text;
+}
+
+/* Sends TEXT (LEN bytes; NULL: 500) as the reply to a duplicate. */
+static void tokenreq_replay_send(struct request *req, const char *text, size_t len)
+{
+	if (text != NULL)
+		http_reply_bytes(req, 200, "application/json", text, len);
+	else
+		http_reply_empty(req, 500);
+	http_set_header(req, "Idempotent-Replayed", "true");
+}
+
 /* Replays a completed response to a duplicate. */
 static void tokenreq_replay(struct request *req, const struct stored_response *r)
 {
-	http_reply_json(req, 200, json_pack("{s:s,s:o}", "state", "completed",
-					    "response", reqjson_response(r)));
-	http_set_header(req, "Idempotent-Replayed", "true");
+	char *text = tokenreq_replay_text(r);
+
+	tokenreq_replay_send(req, text, text ? strlen(text) : 0);
+	free(text);
+}
+
+/* A replay cache hit of the direct API: sends REPLY (the rendered reply,
+ * or NULL to render R), and keeps the rendered reply and the key of this
+ * request's body in the entry, so that the same body next time is answered
+ * by tokenreq_replay_raw(). */
+static void tokenreq_replay_cached(struct request *req, const struct token *t,
+				   const uint8_t *fp, const struct stored_response *r,
+				   char *reply, size_t reply_len)
+{
+	char *text = reply;
+
+	if (text == NULL) {
+		text = tokenreq_replay_text(r);
+		reply_len = text ? strlen(text) : 0;
+	}
+	tokenreq_replay_send(req, text, reply_len);
+	if (text != NULL)
+		replaycache_set_reply(t->tenant_id, t->id, fp,
+				      req->req_has_body_key ? req->req_body_key : NULL, text,
+				      reply_len);
+	if (text != reply)
+		free(text);
+}
+
+_Static_assert(sizeof(((struct request *)0)->req_body_key) == REPLAYCACHE_RAW_BYTES,
+	       "a body key fits the replay cache's");
+
+static uint8_t tokenreq_body_hash_key[crypto_generichash_KEYBYTES];
+static pthread_once_t tokenreq_body_hash_once = PTHREAD_ONCE_INIT;
+
+static void tokenreq_body_hash_init(void)
+{
+	randombytes_buf(tokenreq_body_hash_key, sizeof(tokenreq_body_hash_key));
+}
+
+void tokenreq_body_key(const void *body, size_t len, uint8_t out[REPLAYCACHE_RAW_BYTES])
+{
+	pthread_once(&tokenreq_body_hash_once, tokenreq_body_hash_init);
+	(void)crypto_generichash(out, REPLAYCACHE_RAW_BYTES, body, len, tokenreq_body_hash_key,
+				 sizeof(tokenreq_body_hash_key));
+}
+
+int tokenreq_replay_raw(struct request *req, const struct token *t)
+{
+	char *reply;
+	size_t len;
+
+	tokenreq_body_key(req->req_body ? req->req_body : "", req->req_body_len,
+			  req->req_body_key);
+	req->req_has_body_key = 1;
+	if (replaycache_get_raw(t->tenant_id, t->id, req->req_body_key, &reply, &len) != 1)
+		return 0;
+	metrics_add(METRIC_REPLAYS, 1);
+	tokenreq_replay_send(req, reply, len);
+	free(reply);
+	return 1;
 }
 
 /* A claim on its way through the database. */
@@ -195,13 +275,20 @@ static int tokenreq_claim_prepare(struct request *req, struct tokenreq_claim *c)
 	const uint8_t *fp = c->tc_has_fp ? c->tc_fp : NULL;
 	struct claim_args *a = &c->tc_args;
 	struct operation op;
-	int found;
+	char *reply = NULL;
+	size_t reply_len = 0;
+	int found, direct = c->tc_replay == tokenreq_replay;
 
 	/* a completed submit never changes: answer duplicates from memory */
-	int cached = replaycache_get(t->tenant_id, t->id, fp, &c->tc_res.cr_response);
+	int cached = replaycache_lookup(t->tenant_id, t->id, fp, &c->tc_res.cr_response,
+					direct ? &reply : NULL, &reply_len);
 	if (cached == 1) {
 		metrics_add(METRIC_REPLAYS, 1);
-		c->tc_replay(req, &c->tc_res.cr_response);
+		if (direct)
+			tokenreq_replay_cached(req, t, fp, &c->tc_res.cr_response, reply, reply_len);
+		else
+			c->tc_replay(req, &c->tc_res.cr_response);
+		free(reply);
 		store_response_free(&c->tc_res.cr_response);
 		return 0;
 	}

@@ -60,6 +60,18 @@ typedef int (*tokenreq_claimed_fn)(struct request *req, const struct claim_resul
 int tokenreq_claim_async(struct request *req, const struct token *t, const uint8_t *fp,
 			 tokenreq_replay_fn replay, tokenreq_claimed_fn claimed, void *arg) IDEMD_WUR;
 
+/* The keyed hash (per-process random key) of a request body as sent. */
+void tokenreq_body_key(const void *body, size_t len, uint8_t out[32]);
+
+/*
+ * Answers a claim of T from the replay cache without parsing the body:
+ * when a cached completed response of T was last matched by a body with
+ * these exact bytes, the body would give the same fingerprint, so the
+ * answer is the same. Returns 1 after replying, 0 when the full way must
+ * run (the body's key is then kept in REQ for it).
+ */
+int tokenreq_replay_raw(struct request *req, const struct token *t) IDEMD_WUR;
+
 /* Checks a headers object: at most MAX string values with token names. */
 int tokenreq_check_headers(struct request *req, json_t *headers, size_t max) IDEMD_WUR;
 

@@ -1,5 +1,5 @@
 /* Unit tests for the replay cache: hits, tenant separation, fingerprints,
- * expiry, and eviction within a full set. */
+ * expiry, eviction within a full set, rendered replies and body keys. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -137,6 +137,144 @@ static void test_many_entries_and_eviction(void **state)
 	replaycache_clear();
 }
 
+/* The rendered reply and a body key: lookup returns the reply instead of
+ * the response, and the raw path hits only for that key, tenant and id. */
+static void test_reply_and_raw_key(void **state)
+{
+	uint8_t id[16], other[16], fp[STORE_HASH_BYTES], raw[REPLAYCACHE_RAW_BYTES],
+		raw2[REPLAYCACHE_RAW_BYTES];
+	struct stored_response r = response("{\"id\":1}"), out;
+	char *reply;
+	size_t len;
+
+	(void)state;
+	replaycache_clear();
+	id_of(id, 1);
+	id_of(other, 2);
+	memset(fp, 7, sizeof(fp));
+	memset(raw, 1, sizeof(raw));
+	memset(raw2, 2, sizeof(raw2));
+	replaycache_put(5, id, fp, &r, now_ms() + 60000);
+	/* no reply yet: the response, and no raw hit */
+	assert_int_equal(replaycache_lookup(5, id, fp, &out, &reply, &len), 1);
+	assert_null(reply);
+	assert_int_equal(out.sr_body_len, 8);
+	store_response_free(&out);
+	assert_int_equal(replaycache_get_raw(5, id, raw, &reply, &len), 0);
+	assert_null(reply);
+
+	replaycache_set_reply(5, id, fp, raw, "{\"state\":\"completed\"}", 21);
+	assert_int_equal(replaycache_lookup(5, id, fp, &out, &reply, &len), 1);
+	assert_non_null(reply);
+	assert_int_equal(len, 21);
+	assert_string_equal(reply, "{\"state\":\"completed\"}");
+	assert_null(out.sr_body);
+	free(reply);
+	/* replaycache_get still gives the response */
+	assert_int_equal(replaycache_get(5, id, fp, &out), 1);
+	assert_int_equal(out.sr_body_len, 8);
+	store_response_free(&out);
+
+	assert_int_equal(replaycache_get_raw(5, id, raw, &reply, &len), 1);
+	assert_string_equal(reply, "{\"state\":\"completed\"}");
+	free(reply);
+	assert_int_equal(replaycache_get_raw(5, id, raw2, &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(6, id, raw, &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(5, other, raw, &reply, &len), 0);
+
+	/* another key that gave the same fingerprint replaces the first; the
+	 * reply stays the one first rendered */
+	replaycache_set_reply(5, id, fp, raw2, "{\"other\":1}", 11);
+	assert_int_equal(replaycache_get_raw(5, id, raw, &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(5, id, raw2, &reply, &len), 1);
+	assert_string_equal(reply, "{\"state\":\"completed\"}");
+	free(reply);
+
+	/* a fresh put of the same key forgets reply and body key */
+	replaycache_put(5, id, fp, &r, now_ms() + 60000);
+	assert_int_equal(replaycache_get_raw(5, id, raw2, &reply, &len), 0);
+}
+
+/* A reply or key is attached only under the entry's own fingerprint, and
+ * never outlives the entry's expiry. */
+static void test_raw_key_rules(void **state)
+{
+	uint8_t id[16], fp[STORE_HASH_BYTES], fp2[STORE_HASH_BYTES], raw[REPLAYCACHE_RAW_BYTES];
+	struct stored_response r = response("{\"id\":1}"), out;
+	char *reply;
+	size_t len;
+
+	(void)state;
+	replaycache_clear();
+	id_of(id, 3);
+	memset(fp, 7, sizeof(fp));
+	memset(fp2, 8, sizeof(fp2));
+	memset(raw, 1, sizeof(raw));
+	replaycache_put(5, id, fp, &r, now_ms() + 60000);
+	replaycache_set_reply(5, id, fp2, raw, "x", 1);
+	replaycache_set_reply(5, id, NULL, raw, "x", 1);
+	assert_int_equal(replaycache_get_raw(5, id, raw, &reply, &len), 0);
+	assert_int_equal(replaycache_lookup(5, id, fp2, &out, &reply, &len), 2);
+	assert_null(reply);
+
+	/* without a fingerprint: only a lookup without one matches */
+	replaycache_put(5, id, NULL, &r, now_ms() + 60000);
+	replaycache_set_reply(5, id, NULL, raw, "y", 1);
+	assert_int_equal(replaycache_get_raw(5, id, raw, &reply, &len), 1);
+	free(reply);
+	assert_int_equal(replaycache_lookup(5, id, fp, &out, &reply, &len), 2);
+
+	/* expired: nothing, and attaching does not revive it */
+	replaycache_put(5, id, fp, &r, now_ms() - 1);
+	replaycache_set_reply(5, id, fp, raw, "z", 1);
+	assert_int_equal(replaycache_get_raw(5, id, raw, &reply, &len), 0);
+	assert_int_equal(replaycache_lookup(5, id, fp, &out, &reply, &len), 0);
+	replaycache_clear();
+}
+
+/* Keys of one set: all REPLAYCACHE_WAYS are kept; one more evicts the
+ * least recently used, and the rest stay. */
+static void test_full_set(void **state)
+{
+	const uint64_t sets = REPLAYCACHE_SLOTS / REPLAYCACHE_WAYS;
+	uint8_t id[REPLAYCACHE_WAYS + 1][16];
+	struct stored_response r = response("{\"s\":1}"), out;
+
+	(void)state;
+	replaycache_clear();
+	for (unsigned k = 0; k <= REPLAYCACHE_WAYS; k++) {
+		uint64_t h = (k + 1) * sets + 5; /* same set index for every k */
+		memset(id[k], 0, 16);
+		memcpy(id[k], &h, sizeof(h));
+		id[k][12] = (uint8_t)k;
+	}
+	for (unsigned k = 0; k < REPLAYCACHE_WAYS; k++)
+		replaycache_put(3, id[k], NULL, &r, now_ms() + 60000);
+	for (unsigned k = 0; k < REPLAYCACHE_WAYS; k++) {
+		assert_int_equal(replaycache_get(3, id[k], NULL, &out), 1);
+		store_response_free(&out);
+	}
+	/* id[1] is now the least recently used */
+	assert_int_equal(replaycache_get(3, id[0], NULL, &out), 1);
+	store_response_free(&out);
+	replaycache_put(3, id[REPLAYCACHE_WAYS], NULL, &r, now_ms() + 60000);
+	for (unsigned k = 0; k <= REPLAYCACHE_WAYS; k++) {
+		int got = replaycache_get(3, id[k], NULL, &out);
+		assert_int_equal(got, k == 1 ? 0 : 1);
+		if (got == 1)
+			store_response_free(&out);
+	}
+	/* putting a cached key again replaces it in place */
+	replaycache_put(3, id[0], NULL, &r, now_ms() + 60000);
+	for (unsigned k = 0; k <= REPLAYCACHE_WAYS; k++) {
+		int got = replaycache_get(3, id[k], NULL, &out);
+		assert_int_equal(got, k == 1 ? 0 : 1);
+		if (got == 1)
+			store_response_free(&out);
+	}
+	replaycache_clear();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -145,6 +283,9 @@ int main(void)
 		cmocka_unit_test(test_fingerprint_mismatch),
 		cmocka_unit_test(test_expired_not_served),
 		cmocka_unit_test(test_many_entries_and_eviction),
+		cmocka_unit_test(test_full_set),
+		cmocka_unit_test(test_reply_and_raw_key),
+		cmocka_unit_test(test_raw_key_rules),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

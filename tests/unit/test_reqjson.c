@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -564,6 +565,87 @@ test_response_order(void **state)
 	json_decref(out);
 }
 
+/* reqjson_time_text agrees with gmtime_r and strftime, around leap days,
+ * century rules, the epoch, negative times and far years. */
+static void test_time_text_matches_strftime(void **state)
+{
+	static const int64_t fixed[] = { 0, -1, 1, 999, -999, -1000, 951782400000,
+		951868799999, 4107542400000, 253402300799999, 253402300800000,
+		-62167219200000, -62167219200001, 1709164800123, INT64_C(32503680000000) };
+	char a[REQJSON_TIME_MAX], b[64];
+	uint32_t seed = 12345;
+
+	(void)state;
+	for (size_t i = 0; i < 200000 + sizeof(fixed) / sizeof(fixed[0]); i++) {
+		int64_t t;
+		if (i < sizeof(fixed) / sizeof(fixed[0])) {
+			t = fixed[i];
+		} else {
+			seed = seed * 1103515245u + 12345u;
+			uint64_t r = ((uint64_t)seed << 32) ^ (seed * 2654435761u);
+			/* years about 1 to 9999 and a little beyond */
+			t = (int64_t)(r % UINT64_C(320000000000000)) - INT64_C(63000000000000);
+		}
+		int64_t ms = ((t % 1000) + 1000) % 1000;
+		time_t secs = (time_t)((t - ms) / 1000);
+		struct tm tm;
+		gmtime_r(&secs, &tm);
+		size_t n = strftime(b, sizeof(b), "%Y-%m-%dT%H:%M:%S", &tm);
+		snprintf(b + n, sizeof(b) - n, ".%03dZ", (int)ms);
+		size_t len = reqjson_time_text(t, a);
+		assert_string_equal(a, b);
+		assert_int_equal(len, strlen(b));
+	}
+}
+
+/* The text jansson writes for the string S (without the quotes). */
+static char *jansson_escaped(const char *s, size_t len)
+{
+	json_t *v = json_stringn(s, len);
+	char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+	size_t n = strlen(text);
+
+	json_decref(v);
+	memmove(text, text + 1, n - 2);
+	text[n - 2] = '\0';
+	return text;
+}
+
+/* reqjson_escape writes the bytes json_dumps does: every byte below 0x80
+ * alone, and random strings of ASCII and multi-byte UTF-8. */
+static void test_escape_matches_jansson(void **state)
+{
+	static const char *const pieces[] = { "a", "\"", "\\", "/", "\x7f", "\t", "\x01",
+		"\x1f", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", " ", "\n", "u" };
+	char s[256], out[6 * 256 + 1];
+	uint32_t seed = 99;
+
+	(void)state;
+	for (int c = 1; c < 0x80; c++) {
+		s[0] = (char)c;
+		char *want = jansson_escaped(s, 1);
+		size_t n = reqjson_escape(out, s, 1);
+		out[n] = '\0';
+		assert_string_equal(out, want);
+		free(want);
+	}
+	for (int round = 0; round < 20000; round++) {
+		size_t len = 0;
+		seed = seed * 1103515245u + 12345u;
+		for (unsigned k = seed % 40; k > 0; k--) {
+			seed = seed * 1103515245u + 12345u;
+			const char *p = pieces[(seed >> 8) % (sizeof(pieces) / sizeof(pieces[0]))];
+			memcpy(s + len, p, strlen(p));
+			len += strlen(p);
+		}
+		char *want = jansson_escaped(s, len);
+		size_t n = reqjson_escape(out, s, len);
+		out[n] = '\0';
+		assert_string_equal(out, want);
+		free(want);
+	}
+}
+
 int
 main(void)
 {
@@ -575,6 +657,8 @@ main(void)
 		cmocka_unit_test(test_etag_format),
 		cmocka_unit_test(test_valid_name),
 		cmocka_unit_test(test_time),
+		cmocka_unit_test(test_time_text_matches_strftime),
+		cmocka_unit_test(test_escape_matches_jansson),
 		cmocka_unit_test(test_response_json),
 		cmocka_unit_test(test_response_base64),
 		cmocka_unit_test(test_response_empty),

@@ -1,0 +1,147 @@
+/* Unit tests for the access log: lines from many threads arrive whole and
+ * in order per thread, within the age bound, and all of them by log_flush. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <time.h>
+#include <unistd.h>
+#include <pthread.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "log.h"
+
+#define THREADS 6
+#define LINES 3000
+
+static char log_path[] = "/tmp/idemd-test-log.XXXXXX";
+static int saved_stderr = -1;
+
+static int setup(void **state)
+{
+	(void)state;
+	int fd = mkstemp(log_path);
+	if (fd < 0)
+		return -1;
+	saved_stderr = dup(STDERR_FILENO);
+	dup2(fd, STDERR_FILENO);
+	close(fd);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	log_flush();
+	dup2(saved_stderr, STDERR_FILENO);
+	close(saved_stderr);
+	unlink(log_path);
+	return 0;
+}
+
+static char *read_log(size_t *len)
+{
+	FILE *f = fopen(log_path, "rb");
+	char *buf = malloc(16 * 1024 * 1024);
+
+	assert_non_null(f);
+	assert_non_null(buf);
+	*len = fread(buf, 1, 16 * 1024 * 1024 - 1, f);
+	buf[*len] = '\0';
+	fclose(f);
+	return buf;
+}
+
+static void *writer(void *arg)
+{
+	int t = (int)(intptr_t)arg;
+	char id[32];
+
+	for (int i = 0; i < LINES; i++) {
+		snprintf(id, sizeof(id), "t%d-%d", t, i);
+		log_access(id, "POST", "/v1/tokens/{}/claim", 200, 0.0125 * i, i % 7 == 0 ? 3 : 0);
+	}
+	return NULL;
+}
+
+/* Every line parses, carries its fields, and each thread's lines come in
+ * the order written. */
+static void test_threads_whole_lines(void **state)
+{
+	pthread_t th[THREADS];
+	int next[THREADS] = { 0 };
+	size_t len;
+
+	(void)state;
+	for (int t = 0; t < THREADS; t++)
+		assert_int_equal(pthread_create(&th[t], NULL, writer, (void *)(intptr_t)t), 0);
+	for (int t = 0; t < THREADS; t++)
+		pthread_join(th[t], NULL);
+	log_flush();
+	char *text = read_log(&len), *save = NULL;
+	int count = 0;
+	for (char *ln = strtok_r(text, "\n", &save); ln != NULL; ln = strtok_r(NULL, "\n", &save)) {
+		json_error_t err;
+		json_t *v = json_loads(ln, 0, &err);
+		assert_non_null(v);
+		const char *rid = json_string_value(json_object_get(v, "request_id"));
+		int t, i;
+		assert_int_equal(sscanf(rid, "t%d-%d", &t, &i), 2);
+		assert_int_equal(i, next[t]);
+		next[t]++;
+		assert_int_equal(json_integer_value(json_object_get(v, "status")), 200);
+		/* milliseconds with three decimals */
+		json_t *d = json_object_get(v, "duration_ms");
+		assert_true(json_is_real(d));
+		assert_true(fabs(json_real_value(d) - 0.0125 * i) <= 0.0005 + 1e-9);
+		const char *num = strstr(ln, "\"duration_ms\":") + strlen("\"duration_ms\":");
+		const char *dot = strchr(num, '.');
+		assert_non_null(dot);
+		assert_int_equal(strspn(num, "0123456789"), (size_t)(dot - num));
+		assert_int_equal(strspn(dot + 1, "0123456789"), 3);
+		assert_true(dot[4] == ',' || dot[4] == '}');
+		assert_int_equal(json_object_get(v, "terminated") != NULL, i % 7 == 0);
+		json_decref(v);
+		count++;
+	}
+	assert_int_equal(count, THREADS * LINES);
+	free(text);
+}
+
+/* A lone line from a thread that then does nothing is written by the
+ * flusher well within 100 ms. */
+static void test_idle_line_written_soon(void **state)
+{
+	size_t before, after;
+	struct timespec wait = { 0, 5 * 1000000L };
+
+	(void)state;
+	free(read_log(&before));
+	log_access("lone", "GET", "/healthz", 200, 0.5, 0);
+	int waited = 0;
+	for (; waited < 100; waited += 5) {
+		char *text = read_log(&after);
+		int found = strstr(text, "\"request_id\":\"lone\"") != NULL;
+		free(text);
+		if (found)
+			break;
+		nanosleep(&wait, NULL);
+	}
+	assert_true(waited < 100);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_threads_whole_lines),
+		cmocka_unit_test(test_idle_line_written_soon),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
