@@ -746,7 +746,7 @@ static void gateway_submit(struct request *req)
 	p->gp_query = query;
 	query = NULL;
 	/* the claim runs in a batch; gateway_claimed() goes on from there */
-	if (tokenreq_claim_async(req, &t, fp, gateway_replay, gateway_claimed, p) == 1)
+	if (tokenreq_claim_async(req, &t, fp, gateway_replay, gateway_claimed, 1, p) == 1)
 		p = NULL;
 done:
 	if (p != NULL) {

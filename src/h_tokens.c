@@ -265,7 +265,7 @@ void h_token_claim(struct request *req)
 		}
 		has_fp = 1;
 	}
-	if (tokenreq_claim_async(req, &t, has_fp ? fp : NULL, NULL, h_token_claimed, NULL) == 1) {
+	if (tokenreq_claim_async(req, &t, has_fp ? fp : NULL, NULL, h_token_claimed, 0, NULL) == 1) {
 		/* suspended: the batcher thread answers */
 	}
 done:
@@ -338,14 +338,13 @@ static void h_complete_free(struct h_complete *c)
 	free(c);
 }
 
-/* Batcher thread: the complete is committed (or refused); answer, resume. */
-static void h_token_completed(struct batcher_job *j)
+/* The complete's answer, built on the request's thread after the resume. */
+static void h_token_complete_answer(struct request *req, void *arg)
 {
-	struct h_complete *c = (struct h_complete *)(void *)j;
-	struct request *req = c->hc_req;
+	struct h_complete *c = arg;
 	struct complete_result *res = &c->hc_res;
 
-	if (j->bj_rc < 0) {
+	if (c->hc_job.bj_rc < 0) {
 		problem_unavailable(req);
 		goto done;
 	}
@@ -373,7 +372,14 @@ static void h_token_completed(struct batcher_job *j)
 	}
 done:
 	h_complete_free(c);
-	http_resume(req);
+}
+
+/* Batcher thread: the complete is committed (or refused); resume at once. */
+static void h_token_completed(struct batcher_job *j)
+{
+	struct h_complete *c = (struct h_complete *)(void *)j;
+
+	http_resume_then(c->hc_req, h_token_complete_answer, c);
 }
 
 void h_token_complete(struct request *req)

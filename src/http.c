@@ -180,6 +180,14 @@ void http_resume(struct request *req)
 	MHD_resume_connection(req->req_conn);
 }
 
+void http_resume_then(struct request *req, void (*fn)(struct request *req, void *arg),
+		      void *arg)
+{
+	req->req_on_resume = fn;
+	req->req_on_resume_arg = arg;
+	MHD_resume_connection(req->req_conn);
+}
+
 /* A CORS preflight for a gateway or API path: 1 after replying. */
 static int http_preflight(struct request *req)
 {
@@ -361,8 +369,14 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
 	if (req->req_dispatched) {
 		if (!req->req_suspended)
 			return MHD_YES;
-		/* called again after http_resume(): the reply is ready */
+		/* called again after http_resume(): the reply is ready, or is
+		 * built now (http_resume_then) */
 		req->req_suspended = 0;
+		if (req->req_on_resume != NULL) {
+			void (*fn)(struct request *, void *) = req->req_on_resume;
+			req->req_on_resume = NULL;
+			fn(req, req->req_on_resume_arg);
+		}
 		return http_send(req);
 	}
 	req->req_dispatched = 1;
@@ -382,6 +396,12 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
 	(void)conn;
 	if (req == NULL)
 		return;
+	if (req->req_on_resume != NULL) {
+		/* the connection ended before its reply was built: let the
+		 * builder release what it holds (its reply is dropped) */
+		req->req_on_resume(req, req->req_on_resume_arg);
+		req->req_on_resume = NULL;
+	}
 	double ms = http_elapsed_ms(&req->req_start);
 	unsigned status = req->rep_response != NULL ? req->rep_status : 0;
 	metrics_request(status, ms);

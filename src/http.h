@@ -37,6 +37,9 @@ struct request {
 	struct timespec req_start;
 	int req_dispatched;
 	int req_suspended;                 /* another thread builds the reply (http_suspend) */
+	/* set by http_resume_then(): builds the reply on the request's thread */
+	void (*req_on_resume)(struct request *req, void *arg);
+	void *req_on_resume_arg;
 	int req_has_body_key;              /* req_body_key is set (tokenreq_replay_raw) */
 	uint8_t req_body_key[32];          /* keyed hash of the body as sent */
 
@@ -75,6 +78,12 @@ void http_set_header(struct request *req, const char *name, const char *value);
  */
 void http_suspend(struct request *req);
 void http_resume(struct request *req);
+
+/* http_resume(), with the reply left to build: FN(REQ, ARG) runs on the
+ * request's own thread when it picks the connection up again, so the thread
+ * that resumes spends no time on it. */
+void http_resume_then(struct request *req, void (*fn)(struct request *req, void *arg),
+		      void *arg);
 
 /* Parses the request body as a JSON object: returns a new reference, or
  * NULL after replying 400 invalid_request. An empty body parses as {}. */

@@ -262,6 +262,7 @@ struct tokenreq_claim {
 	tokenreq_replay_fn tc_replay;
 	tokenreq_claimed_fn tc_claimed;
 	void *tc_arg;
+	int tc_answer_later;        /* CLAIMED never keeps the connection */
 };
 
 /*
@@ -445,13 +446,32 @@ int tokenreq_claim_with(struct request *req, const struct token *t, const uint8_
 	return ret;
 }
 
-/* Batcher thread: the claim's result is committed; answer and resume. */
+/* The claim's answer, built on the thread that then sends it. */
+static void tokenreq_claim_finish(struct request *req, void *arg)
+{
+	struct tokenreq_claim *c = arg;
+
+	if (tokenreq_claim_answer(req, c, c->tc_job.bj_rc) == 1)
+		(void)c->tc_claimed(req, &c->tc_res, c->tc_arg);
+	else
+		(void)c->tc_claimed(req, NULL, c->tc_arg);
+	free(c);
+}
+
+/* Batcher thread: the claim's result is committed. A claim whose CLAIMED
+ * may keep the connection (the gateway's forward) is answered here; every
+ * other is resumed at once and answered on its request thread, so that the
+ * batcher is free for the next batch sooner. */
 static void tokenreq_claim_done(struct batcher_job *j)
 {
 	struct tokenreq_claim *c = (struct tokenreq_claim *)(void *)j;
 	struct request *req = c->tc_req;
 	int keep = 0;
 
+	if (c->tc_answer_later) {
+		http_resume_then(req, tokenreq_claim_finish, c);
+		return;
+	}
 	if (tokenreq_claim_answer(req, c, j->bj_rc) == 1)
 		keep = c->tc_claimed(req, &c->tc_res, c->tc_arg);
 	else
@@ -462,7 +482,8 @@ static void tokenreq_claim_done(struct batcher_job *j)
 }
 
 int tokenreq_claim_async(struct request *req, const struct token *t, const uint8_t *fp,
-			 tokenreq_replay_fn replay, tokenreq_claimed_fn claimed, void *arg)
+			 tokenreq_replay_fn replay, tokenreq_claimed_fn claimed, int keeps,
+			 void *arg)
 {
 	struct tokenreq_claim *c = tokenreq_claim_new(req, t, fp, replay);
 
@@ -474,6 +495,7 @@ int tokenreq_claim_async(struct request *req, const struct token *t, const uint8
 	}
 	c->tc_claimed = claimed;
 	c->tc_arg = arg;
+	c->tc_answer_later = keeps == 0;
 	c->tc_job.bj_done = tokenreq_claim_done;
 	http_suspend(req);
 	batcher_submit(&c->tc_job);

@@ -52,13 +52,17 @@ typedef int (*tokenreq_claimed_fn)(struct request *req, const struct claim_resul
 /*
  * tokenreq_claim_with() without blocking the request thread: the database
  * step runs on a batcher thread (in a batch with other claims) while the
- * connection is suspended, every outcome is answered there, and CLAIMED is
- * called in every case. REPLAY NULL: the direct API's envelope. Returns 1
+ * connection is suspended, every outcome is answered, and CLAIMED is called
+ * in every case. With KEEPS 0 (CLAIMED always returns 0) the answer is
+ * built on the request's own thread after the resume; with KEEPS 1 on the
+ * batcher thread, where CLAIMED may keep the connection suspended.
+ * REPLAY NULL: the direct API's envelope. Returns 1
  * when the request is suspended, 0 after replying at once (replay cache,
  * validation; CLAIMED is not called and ARG stays the caller's).
  */
 int tokenreq_claim_async(struct request *req, const struct token *t, const uint8_t *fp,
-			 tokenreq_replay_fn replay, tokenreq_claimed_fn claimed, void *arg) IDEMD_WUR;
+			 tokenreq_replay_fn replay, tokenreq_claimed_fn claimed, int keeps,
+			 void *arg) IDEMD_WUR;
 
 /* The keyed hash (per-process random key) of a request body as sent. */
 void tokenreq_body_key(const void *body, size_t len, uint8_t out[32]);
