@@ -137,6 +137,39 @@ static void test_many_entries_and_eviction(void **state)
 	replaycache_clear();
 }
 
+/* At the byte bound the cache keeps taking the newest responses (evicting
+ * in their sets) and never holds more than the bound. */
+static void test_byte_bound_turns_over(void **state)
+{
+	static unsigned char big[60 * 1024];
+	uint8_t id[16];
+	struct stored_response r = { .sr_status = 200, .sr_headers = headers_text,
+				     .sr_body = big, .sr_body_len = sizeof(big) }, out;
+	unsigned n = 3 * (REPLAYCACHE_MAX_BYTES / sizeof(big)), hits = 0;
+
+	(void)state;
+	replaycache_clear();
+	memset(big, 'x', sizeof(big));
+	for (unsigned i = 0; i < n; i++) {
+		id_of(id, 50000 + i);
+		replaycache_put(3, id, NULL, &r, now_ms() + 60000);
+		/* the response just stored is served */
+		assert_int_equal(replaycache_get(3, id, NULL, &out), 1);
+		assert_int_equal(out.sr_body_len, sizeof(big));
+		store_response_free(&out);
+	}
+	for (unsigned i = 0; i < n; i++) {
+		id_of(id, 50000 + i);
+		if (replaycache_get(3, id, NULL, &out) == 1) {
+			store_response_free(&out);
+			hits++;
+		}
+	}
+	assert_true(hits > 0);
+	assert_true(hits * sizeof(big) <= REPLAYCACHE_MAX_BYTES);
+	replaycache_clear();
+}
+
 /* The rendered reply and a body key: lookup returns the reply instead of
  * the response, and the raw path hits only for that key, tenant and id. */
 static void test_reply_and_raw_key(void **state)
@@ -236,29 +269,31 @@ static void test_raw_key_rules(void **state)
  * least recently used, and the rest stay. */
 static void test_full_set(void **state)
 {
+	/* keys that share both of their sets: 2 x WAYS slots between them */
+	enum { N = 2 * REPLAYCACHE_WAYS };
 	const uint64_t sets = REPLAYCACHE_SLOTS / REPLAYCACHE_WAYS;
-	uint8_t id[REPLAYCACHE_WAYS + 1][16];
+	uint8_t id[N + 1][16];
 	struct stored_response r = response("{\"s\":1}"), out;
 
 	(void)state;
 	replaycache_clear();
-	for (unsigned k = 0; k <= REPLAYCACHE_WAYS; k++) {
-		uint64_t h = (k + 1) * sets + 5; /* same set index for every k */
-		memset(id[k], 0, 16);
+	for (unsigned k = 0; k <= N; k++) {
+		uint64_t h = (k + 1) * sets + 5; /* same first set for every k */
+		memset(id[k], 0, 16);            /* same second set (bytes 8..15) */
 		memcpy(id[k], &h, sizeof(h));
-		id[k][12] = (uint8_t)k;
 	}
-	for (unsigned k = 0; k < REPLAYCACHE_WAYS; k++)
+	for (unsigned k = 0; k < N; k++)
 		replaycache_put(3, id[k], NULL, &r, now_ms() + 60000);
-	for (unsigned k = 0; k < REPLAYCACHE_WAYS; k++) {
+	/* both sets are used before anything is evicted */
+	for (unsigned k = 0; k < N; k++) {
 		assert_int_equal(replaycache_get(3, id[k], NULL, &out), 1);
 		store_response_free(&out);
 	}
-	/* id[1] is now the least recently used */
+	/* id[1] is now the least recently used of the two sets */
 	assert_int_equal(replaycache_get(3, id[0], NULL, &out), 1);
 	store_response_free(&out);
-	replaycache_put(3, id[REPLAYCACHE_WAYS], NULL, &r, now_ms() + 60000);
-	for (unsigned k = 0; k <= REPLAYCACHE_WAYS; k++) {
+	replaycache_put(3, id[N], NULL, &r, now_ms() + 60000);
+	for (unsigned k = 0; k <= N; k++) {
 		int got = replaycache_get(3, id[k], NULL, &out);
 		assert_int_equal(got, k == 1 ? 0 : 1);
 		if (got == 1)
@@ -266,7 +301,7 @@ static void test_full_set(void **state)
 	}
 	/* putting a cached key again replaces it in place */
 	replaycache_put(3, id[0], NULL, &r, now_ms() + 60000);
-	for (unsigned k = 0; k <= REPLAYCACHE_WAYS; k++) {
+	for (unsigned k = 0; k <= N; k++) {
 		int got = replaycache_get(3, id[k], NULL, &out);
 		assert_int_equal(got, k == 1 ? 0 : 1);
 		if (got == 1)
@@ -284,6 +319,7 @@ int main(void)
 		cmocka_unit_test(test_expired_not_served),
 		cmocka_unit_test(test_many_entries_and_eviction),
 		cmocka_unit_test(test_full_set),
+		cmocka_unit_test(test_byte_bound_turns_over),
 		cmocka_unit_test(test_reply_and_raw_key),
 		cmocka_unit_test(test_raw_key_rules),
 	};
