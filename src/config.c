@@ -98,8 +98,9 @@ static const struct cfg_key config_keys[] = {
 	  .off = CFG_FIELD(database_url), .flags = CFG_NONEMPTY },
 	{ .name = "pool_size", .set = set_int, .off = CFG_FIELD(pool_size),
 	  .def = "8", .min = 1, .max = 256 },
+	/* no default here: one thread per core, see load_root() */
 	{ .name = "threads", .set = set_int, .off = CFG_FIELD(threads),
-	  .def = "8", .min = 1, .max = 256 },
+	  .min = 1, .max = 256 },
 	{ .name = "max_body_bytes", .set = set_size, .off = CFG_FIELD(max_body_bytes),
 	  .def = "1048576", .min = 1024, .max = 67108864 },
 	{ .name = "sweep_interval_seconds", .set = set_int,
@@ -772,7 +773,20 @@ load_root(struct config *cfg, json_t *root, char *err, size_t errlen)
 	if ((cfg->tls_cert_file == NULL) != (cfg->tls_key_file == NULL))
 		return fail(err, errlen,
 		    "\"tls_cert_file\" and \"tls_key_file\" must be set together");
+	if (cfg->threads == 0)
+		cfg->threads = config_default_threads();
 	return 0;
+}
+
+int
+config_default_threads(void)
+{
+	/* request threads never wait for the database (claims and completes
+	 * go through the batcher), so one per core keeps every core busy
+	 * without paying for switches between more threads than cores */
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 2 ? 2 : n > 256 ? 256 : (int)n;
 }
 
 /* What must hold once the file and the environment are both applied. */

@@ -39,7 +39,7 @@ struct config {
 	uint16_t listen_port;        /* 1..65535 */
 	char *database_url;          /* required; secret (may hold a password) */
 	int pool_size;               /* default 8, 1..256 */
-	int threads;                 /* default 8, 1..256 */
+	int threads;                 /* default: one per core (at least 2), 1..256 */
 	size_t max_body_bytes;       /* default 1 MiB, 1024..64 MiB */
 	int sweep_interval_seconds;  /* default 60, 1..86400 */
 	char *master_key_file;       /* default "idemd.key" */
@@ -77,5 +77,8 @@ int config_parse(struct config *cfg, const char *text, char *err, size_t errlen)
 
 /* Frees everything CFG owns and zeroes it; safe on a zeroed CFG and twice. */
 void config_free(struct config *cfg);
+
+/* The default of "threads": the number of online cores, at least 2. */
+int config_default_threads(void);
 
 #endif

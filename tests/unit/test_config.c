@@ -174,7 +174,8 @@ test_defaults(void **state)
 	assert_int_equal(cfg.listen_port, 8080);
 	assert_string_equal(cfg.database_url, DB);
 	assert_int_equal(cfg.pool_size, 8);
-	assert_int_equal(cfg.threads, 8);
+	assert_int_equal(cfg.threads, config_default_threads());
+	assert_true(cfg.threads >= 2);
 	assert_int_equal(cfg.max_body_bytes, 1048576);
 	assert_int_equal(cfg.sweep_interval_seconds, 60);
 	assert_string_equal(cfg.master_key_file, "idemd.key");
