@@ -63,6 +63,11 @@ struct gateway_job {
 	int gj_retention_seconds;
 	char *gj_url;
 	int gj_stopped;                    /* refused: the gateway is stopping */
+	/* storing a final answer (gateway_store) */
+	struct batcher_job gj_bj;
+	struct stored_response gj_resp;    /* headers owned, body borrowed from gj_call */
+	struct complete_args gj_cargs;
+	struct complete_result gj_cres;
 };
 
 static struct {
@@ -483,50 +488,32 @@ static void gateway_job_release(const struct gateway_job *j)
 	gateway_release(j->gj_route, j->gj_token_id, j->gj_attempt, j->gj_req->req_id);
 }
 
-/* The upstream answered 2xx-4xx: store it, then answer with what was stored. */
-static void gateway_store(struct gateway_job *j)
+/* Request thread, after the batch with the job's complete committed:
+ * answers with what was stored, then frees the job. */
+static void gateway_store_answer(struct request *req, void *arg)
 {
-	const struct upstream_call *c = &j->gj_call;
-	struct request *req = j->gj_req;
-	struct stored_response resp = { 0 };
-	struct complete_result res;
-	struct complete_args a = { .tenant_id = j->gj_route->gr_tenant_id,
-				   .token_id = j->gj_token_id, .attempt = j->gj_attempt,
-				   .resp = &resp, .retention_seconds = j->gj_retention_seconds };
-	struct batcher_job bj = { .bj_kind = BATCHER_COMPLETE, .bj_complete = &a,
-				  .bj_complete_result = &res };
+	struct gateway_job *j = arg;
+	struct complete_result *res = &j->gj_cres;
 
-	resp.sr_status = (int)c->uc_status;
-	resp.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT | JSON_SORT_KEYS);
-	resp.sr_body = (unsigned char *)c->uc_resp_body;
-	resp.sr_body_len = c->uc_resp_len;
-	if (resp.sr_headers == NULL) {
-		gateway_job_release(j);
-		problem_unavailable(req);
-		return;
-	}
-	/* in a batch with other finishers' and requests' completes */
-	if (batcher_run(&bj) < 0) {
+	if (j->gj_bj.bj_rc < 0) {
 		/* the upstream acted but nothing is stored: the claim stays until
 		 * its lease ends, then a retry forwards again with the same
 		 * Idempotency-Key, which the upstream must recognise */
 		log_warn("gateway: request %s: the upstream answered %ld but the outcome could "
-			 "not be stored (database unavailable)", req->req_id, c->uc_status);
+			 "not be stored (database unavailable)", req->req_id, j->gj_call.uc_status);
 		metrics_add(METRIC_DB_UNAVAILABLE, 1);
 		problem_unavailable(req);
-		free(resp.sr_headers);
-		return;
+		goto done;
 	}
-	free(resp.sr_headers);
-	switch (res.cpr_outcome) {
+	switch (res->cpr_outcome) {
 	case COMPLETE_STORED:
 	case COMPLETE_ALREADY:
-		if (res.cpr_outcome == COMPLETE_STORED)
+		if (res->cpr_outcome == COMPLETE_STORED)
 			metrics_add(METRIC_COMPLETIONS, 1);
 		replaycache_put(j->gj_route->gr_tenant_id, j->gj_token_id,
-				res.cpr_has_fingerprint ? res.cpr_fingerprint : NULL,
-				&res.cpr_stored, res.cpr_expires_at);
-		gateway_reply_response(req, &res.cpr_stored, "false");
+				res->cpr_has_fingerprint ? res->cpr_fingerprint : NULL,
+				&res->cpr_stored, res->cpr_expires_at);
+		gateway_reply_response(req, &res->cpr_stored, "false");
 		break;
 	case COMPLETE_LEASE_LOST:
 		problem_reply(req, 409, "lease_lost",
@@ -537,7 +524,48 @@ static void gateway_store(struct gateway_job *j)
 			      j->gj_attempt);
 		break;
 	}
-	store_response_free(&res.cpr_stored);
+done:
+	free(j->gj_resp.sr_headers);
+	store_response_free(&res->cpr_stored);
+	gateway_job_free(j);
+}
+
+/* Batcher thread: the complete has its answer; resume at once. */
+static void gateway_stored(struct batcher_job *bj)
+{
+	struct gateway_job *j = bj->bj_arg;
+
+	http_resume_then(j->gj_req, gateway_store_answer, j);
+}
+
+/* The upstream answered 2xx-4xx: queue the complete (in a batch with other
+ * completes); gateway_store_answer() answers once it committed. Returns 1
+ * when queued (the job is no longer the caller's), 0 after answering. */
+static int gateway_store(struct gateway_job *j)
+{
+	const struct upstream_call *c = &j->gj_call;
+
+	j->gj_resp.sr_status = (int)c->uc_status;
+	j->gj_resp.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT | JSON_SORT_KEYS);
+	j->gj_resp.sr_body = (unsigned char *)c->uc_resp_body;
+	j->gj_resp.sr_body_len = c->uc_resp_len;
+	if (j->gj_resp.sr_headers == NULL) {
+		gateway_job_release(j);
+		problem_unavailable(j->gj_req);
+		return 0;
+	}
+	j->gj_cargs.tenant_id = j->gj_route->gr_tenant_id;
+	j->gj_cargs.token_id = j->gj_token_id;
+	j->gj_cargs.attempt = j->gj_attempt;
+	j->gj_cargs.resp = &j->gj_resp;
+	j->gj_cargs.retention_seconds = j->gj_retention_seconds;
+	j->gj_bj.bj_kind = BATCHER_COMPLETE;
+	j->gj_bj.bj_complete = &j->gj_cargs;
+	j->gj_bj.bj_complete_result = &j->gj_cres;
+	j->gj_bj.bj_done = gateway_stored;
+	j->gj_bj.bj_arg = j;
+	batcher_submit(&j->gj_bj);
+	return 1;
 }
 
 /* Every outcome but a final answer gives the claim back, so the client may
@@ -592,10 +620,12 @@ static void gateway_finish(struct gateway_job *j)
 	struct request *req = j->gj_req;
 
 	if (!j->gj_stopped && c->uc_result == UPSTREAM_ANSWERED && c->uc_status >= 200 &&
-	    c->uc_status <= 499)
-		gateway_store(j);
-	else
+	    c->uc_status <= 499) {
+		if (gateway_store(j) == 1)
+			return;
+	} else {
 		gateway_not_final(j);
+	}
 	gateway_job_free(j);
 	http_resume(req);
 }
