@@ -452,7 +452,9 @@ if [ "$SCALE" = 1 ]; then
   for chunk in $(seq 0 9); do
     lo=$((chunk * CH + 1)) hi=$(((chunk + 1) * CH))
     if [ "$chunk" -lt 9 ]; then exp="now() + interval '2 days' + (g % 86400) * interval '1 second'"
-    else exp="now() - interval '1 day' + (g % 3600) * interval '1 second'"; fi
+    # the expired million in the order it was written (records expire in
+    # about the order they were created), an hour apart first to last
+    else exp="now() - interval '1 day' + (g - $lo) * interval '3.6 milliseconds'"; fi
     sql "INSERT INTO records (tenant_id, token_id, operation_id, subject, state, fingerprint,
            attempt, lease_expires_at, version_claimed, response_status, response_headers,
            response_body, response_is_json, token_expires_at, expires_at, created_at, updated_at)

@@ -1,10 +1,11 @@
 -- 0002: shorter paths for the common case of each state-machine step.
 --
--- idemd_claim: a fresh token (no record yet, not expired, no version
--- counter) is claimed by one INSERT ... ON CONFLICT DO NOTHING instead of
--- two reads and then the insert; a token that has a record, or that needs
--- the expiry or counter checks, takes the unchanged full path, which the
--- body below keeps verbatim from 0001 after the new first step.
+-- idemd_claim: after the lock-free read that answers duplicates of final
+-- records (unchanged), a fresh token (no record yet, not expired, no
+-- version counter) is claimed by one INSERT ... ON CONFLICT DO NOTHING
+-- instead of a locking read and then the insert; a token that has a
+-- record, or that needs the expiry or counter checks, takes the unchanged
+-- full path, kept verbatim from 0001.
 --
 -- idemd_complete: the current attempt of an in-progress record is stored by
 -- one UPDATE guarded by state and attempt; only when that touches nothing
@@ -55,26 +56,6 @@ BEGIN
     END IF;
     v_lease := v_now + make_interval(secs => p_lease_seconds);
 
-    -- Fresh token, the first submit's case: take the slot at once.  With a
-    -- record in place this inserts nothing (and writes nothing), and the
-    -- full path below decides.
-    IF p_version_key IS NULL AND p_token_expires > v_now THEN
-        INSERT INTO records AS rec
-               (tenant_id, token_id, operation_id, subject, state,
-                fingerprint, attempt, lease_expires_at, version_claimed,
-                token_expires_at, expires_at, created_at, updated_at)
-        VALUES (p_tenant, p_token, p_operation, p_subject, 'in_progress',
-                p_fingerprint, 1, v_lease, NULL,
-                p_token_expires, greatest(p_token_expires, v_lease),
-                v_now, v_now)
-        ON CONFLICT (tenant_id, token_id) DO NOTHING;
-        IF FOUND THEN
-            outcome          := 'claimed';
-            attempt          := 1;
-            lease_expires_at := v_lease;
-            RETURN NEXT; RETURN;
-        END IF;
-    END IF;
     -- Fast path, no lock: completed and revoked are final states (only the
     -- sweeper removes such a record), so their duplicates are answered by a
     -- plain read that writes nothing and waits for nobody.
@@ -97,6 +78,27 @@ BEGIN
             resp_is_json     := r.response_is_json;
         END IF;
         RETURN NEXT; RETURN;
+    END IF;
+
+    -- No final record: a fresh token (the first submit's case) takes the
+    -- slot at once.  With a record in place this inserts nothing (and
+    -- writes nothing), and the full path below decides.
+    IF p_version_key IS NULL AND p_token_expires > v_now THEN
+        INSERT INTO records AS rec
+               (tenant_id, token_id, operation_id, subject, state,
+                fingerprint, attempt, lease_expires_at, version_claimed,
+                token_expires_at, expires_at, created_at, updated_at)
+        VALUES (p_tenant, p_token, p_operation, p_subject, 'in_progress',
+                p_fingerprint, 1, v_lease, NULL,
+                p_token_expires, greatest(p_token_expires, v_lease),
+                v_now, v_now)
+        ON CONFLICT (tenant_id, token_id) DO NOTHING;
+        IF FOUND THEN
+            outcome          := 'claimed';
+            attempt          := 1;
+            lease_expires_at := v_lease;
+            RETURN NEXT; RETURN;
+        END IF;
     END IF;
 
     LOOP

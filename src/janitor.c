@@ -62,8 +62,8 @@ long janitor_sweep_now(int paced)
 		if (deleted > 0)
 			total += deleted;
 		if (deleted == JANITOR_SWEEP_BATCH && paced) {
-			double rest = 2 * janitor_ms_since(&t0);
-			if (janitor_rest(rest < 1000 ? rest : 1000))
+			double rest = janitor_ms_since(&t0);
+			if (janitor_rest(rest < 500 ? rest : 500))
 				break;
 		}
 	} while (deleted == JANITOR_SWEEP_BATCH);

@@ -16,9 +16,9 @@ void janitor_stop(void);
 
 /* Runs sweep batches until nothing expired is left or another instance
  * holds the sweep lock; returns the number of records deleted or -1. With
- * PACED, rests after each batch for twice as long as it took (so a large
- * backlog takes at most a third of one database connection's time and
- * foreground claims keep their latency), and stops early when the janitor
+ * PACED, rests after each batch as long as it took (at most 0.5 s), so a
+ * large backlog takes at most half of one database connection's time and
+ * foreground claims keep their latency, and stops early when the janitor
  * is asked to stop. */
 long janitor_sweep_now(int paced);
 
