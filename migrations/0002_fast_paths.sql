@@ -524,3 +524,41 @@ BEGIN
      ORDER BY x.i;
 END;
 $$;
+
+-- ------------------------------------------------------- idemd_sweep_after
+--
+-- idemd_sweep for one batch of a pass that goes on from P_AFTER, the
+-- latest expiry the pass's previous batch deleted (NULL: from the start).
+-- The index entries of rows deleted by earlier batches stay in
+-- records_expires_at_idx until vacuum; scanning past them again made every
+-- batch of a large backlog slower than the one before.  Rows skipped (a
+-- claim held them) are found by the next pass, which starts over.
+-- deleted = -1 when another instance is sweeping (advisory lock).
+CREATE FUNCTION idemd_sweep_after(p_limit int, p_after timestamptz)
+RETURNS TABLE (deleted int, last_expiry timestamptz)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(7428137) THEN
+        deleted := -1;
+        RETURN NEXT; RETURN;
+    END IF;
+    WITH victims AS (
+        SELECT rec.tenant_id, rec.token_id
+          FROM records rec
+         WHERE rec.expires_at < now()
+           AND rec.expires_at >= coalesce(p_after, '-infinity')
+         ORDER BY rec.expires_at
+         LIMIT greatest(p_limit, 0)
+           FOR UPDATE SKIP LOCKED
+    ), gone AS (
+        DELETE FROM records d
+         USING victims v
+         WHERE d.tenant_id = v.tenant_id AND d.token_id = v.token_id
+           AND d.expires_at < now()
+        RETURNING d.expires_at
+    )
+    SELECT count(*)::int, max(g.expires_at) INTO deleted, last_expiry FROM gone g;
+    RETURN NEXT; RETURN;
+END;
+$$;

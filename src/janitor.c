@@ -52,12 +52,13 @@ static int janitor_rest(double ms)
 long janitor_sweep_now(int paced)
 {
 	long total = 0;
+	int64_t after = 0; /* each batch goes on where the last one stopped */
 	int deleted;
 
 	do {
 		struct timespec t0;
 		clock_gettime(CLOCK_MONOTONIC, &t0);
-		if (store_sweep(JANITOR_SWEEP_BATCH, &deleted) < 0)
+		if (store_sweep(JANITOR_SWEEP_BATCH, &after, &deleted) < 0)
 			return -1;
 		if (deleted > 0)
 			total += deleted;

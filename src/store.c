@@ -86,7 +86,8 @@ static const struct db_stmt st_version_get = { ST_VERSION_GET, "version_get",
 static const struct db_stmt st_version_bump = { ST_VERSION_BUMP, "version_bump",
 	"SELECT ok, version FROM idemd_version_bump($1, $2, $3)", 3 };
 static const struct db_stmt st_sweep = { ST_SWEEP, "sweep",
-	"SELECT CASE WHEN pg_try_advisory_xact_lock(7428137) THEN idemd_sweep($1) ELSE -1 END", 1 };
+	"SELECT deleted, coalesce(floor(extract(epoch from last_expiry) * 1000)::bigint, $2::bigint) "
+	"FROM idemd_sweep_after($1::int, CASE WHEN $2::bigint > 0 THEN to_timestamp($2::bigint / 1000.0) END)", 2 };
 
 /* Runs STMT on a pooled connection; the connection goes back at once. */
 static PGresult *store_run(const struct db_stmt *stmt, const char *const *values,
@@ -802,16 +803,18 @@ int store_version_bump(uint32_t tenant_id, const char *key, int64_t expected, in
 	return rc;
 }
 
-int store_sweep(int limit, int *deleted)
+int store_sweep(int limit, int64_t *after_ms, int *deleted)
 {
-	char lim[16];
+	char lim[16], after[24];
 
 	snprintf(lim, sizeof(lim), "%d", limit);
-	const char *v[] = { lim };
+	snprintf(after, sizeof(after), "%" PRId64, *after_ms);
+	const char *v[] = { lim, after };
 	PGresult *r = store_run(&st_sweep, v, NULL, NULL);
 	if (r == NULL)
 		return -1;
 	*deleted = (int)store_i64(r, 0, 0);
+	*after_ms = store_i64(r, 0, 1);
 	PQclear(r);
 	return 0;
 }

@@ -160,8 +160,10 @@ int store_version_get(uint32_t tenant_id, const char *key, int64_t *version) IDE
 int store_version_bump(uint32_t tenant_id, const char *key, int64_t expected, int *ok,
 		       int64_t *version) IDEMD_WUR;
 
-/* Deletes at most LIMIT expired records when no other instance is sweeping;
+/* Deletes at most LIMIT expired records, from expiry *AFTER_MS (unix ms; 0:
+ * from the oldest) on, when no other instance is sweeping; *AFTER_MS
+ * becomes the latest expiry deleted, where the pass's next batch starts.
  * *deleted = -1 when another instance holds the sweep lock. */
-int store_sweep(int limit, int *deleted) IDEMD_WUR;
+int store_sweep(int limit, int64_t *after_ms, int *deleted) IDEMD_WUR;
 
 #endif
