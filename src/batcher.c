@@ -191,36 +191,3 @@ void batcher_submit(struct batcher_job *j)
 	pthread_cond_signal(&bt.queued);
 	pthread_mutex_unlock(&bt.lock);
 }
-
-/* batcher_run(): the waiting caller's side. */
-struct batcher_wait {
-	pthread_mutex_t bw_lock;
-	pthread_cond_t bw_done_cond;
-	int bw_done;
-};
-
-static void batcher_wake(struct batcher_job *j)
-{
-	struct batcher_wait *w = j->bj_arg;
-
-	pthread_mutex_lock(&w->bw_lock);
-	w->bw_done = 1;
-	pthread_cond_signal(&w->bw_done_cond);
-	pthread_mutex_unlock(&w->bw_lock);
-}
-
-int batcher_run(struct batcher_job *j)
-{
-	struct batcher_wait w = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
-
-	j->bj_done = batcher_wake;
-	j->bj_arg = &w;
-	batcher_submit(j);
-	pthread_mutex_lock(&w.bw_lock);
-	while (!w.bw_done)
-		pthread_cond_wait(&w.bw_done_cond, &w.bw_lock);
-	pthread_mutex_unlock(&w.bw_lock);
-	pthread_mutex_destroy(&w.bw_lock);
-	pthread_cond_destroy(&w.bw_done_cond);
-	return j->bj_rc;
-}

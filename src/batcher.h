@@ -33,8 +33,4 @@ void batcher_stop(void);
  * batcher_stop() (or when not started) J runs at once on this thread. */
 void batcher_submit(struct batcher_job *j);
 
-/* Runs J through the queue and waits for it: the blocking form, for
- * callers that are not request threads. Returns bj_rc. */
-int batcher_run(struct batcher_job *j) IDEMD_WUR;
-
 #endif

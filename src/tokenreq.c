@@ -420,32 +420,6 @@ static struct tokenreq_claim *tokenreq_claim_new(struct request *req, const stru
 	return c;
 }
 
-int tokenreq_claim(struct request *req, const struct token *t, const uint8_t *fp,
-		   struct claim_result *res)
-{
-	return tokenreq_claim_with(req, t, fp, tokenreq_replay, res);
-}
-
-int tokenreq_claim_with(struct request *req, const struct token *t, const uint8_t *fp,
-			tokenreq_replay_fn replay, struct claim_result *res)
-{
-	struct tokenreq_claim *c = tokenreq_claim_new(req, t, fp, replay);
-	int ret = 0;
-
-	memset(res, 0, sizeof(*res));
-	if (c == NULL)
-		return 0;
-	if (tokenreq_claim_prepare(req, c) == 1) {
-		int rc = batcher_run(&c->tc_job);
-		if (tokenreq_claim_answer(req, c, rc) == 1) {
-			*res = c->tc_res;
-			ret = 1;
-		}
-	}
-	free(c);
-	return ret;
-}
-
 /* The claim's answer, built on the thread that then sends it. */
 static void tokenreq_claim_finish(struct request *req, void *arg)
 {

@@ -23,22 +23,9 @@ int tokenreq_verify(struct request *req, const char *text, struct token *t) IDEM
 /* tokenreq_verify() on the {token} path segment. */
 int tokenreq_from_path(struct request *req, struct token *t) IDEMD_WUR;
 
-/*
- * Claims T with fingerprint FP (NULL: none), honouring If-Match. Returns 1
- * when this request now holds the claim (nothing replied; RES filled), 0
- * after replying to every other outcome (replay, conflicts, errors).
- */
-int tokenreq_claim(struct request *req, const struct token *t, const uint8_t *fp,
-		   struct claim_result *res) IDEMD_WUR;
-
 /* Answers a duplicate of a completed claim from its stored response R
  * (borrowed for the call). */
 typedef void (*tokenreq_replay_fn)(struct request *req, const struct stored_response *r);
-
-/* tokenreq_claim() with the replay answered by REPLAY instead of the direct
- * API's JSON envelope (gateway routes replay the stored response itself). */
-int tokenreq_claim_with(struct request *req, const struct token *t, const uint8_t *fp,
-			tokenreq_replay_fn replay, struct claim_result *res) IDEMD_WUR;
 
 /* Called on a batcher thread when an asynchronous claim has its answer,
  * with the connection still suspended. RES is the successful claim
@@ -50,9 +37,11 @@ typedef int (*tokenreq_claimed_fn)(struct request *req, const struct claim_resul
 				   void *arg);
 
 /*
- * tokenreq_claim_with() without blocking the request thread: the database
- * step runs on a batcher thread (in a batch with other claims) while the
- * connection is suspended, every outcome is answered, and CLAIMED is called
+ * Claims T with fingerprint FP (NULL: none), honouring If-Match, without
+ * blocking the request thread: the replay cache and the checks run now;
+ * the database step runs on a batcher thread (in a batch with other
+ * claims) while the connection is suspended, every outcome is answered
+ * (REPLAY answers a duplicate of a completed claim), and CLAIMED is called
  * in every case. With KEEPS 0 (CLAIMED always returns 0) the answer is
  * built on the request's own thread after the resume; with KEEPS 1 on the
  * batcher thread, where CLAIMED may keep the connection suspended.

@@ -1,6 +1,6 @@
 /* Unit tests for the batcher: which queued jobs share a batch, their order,
- * the one-by-one rerun of a failed batch, draining on stop and the blocking
- * form. The store functions are stand-ins that record their calls. */
+ * the one-by-one rerun of a failed batch, draining on stop and running
+ * inline once stopped. The store functions are stand-ins that record their calls. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -298,24 +298,25 @@ static void test_stop_drains_the_queue(void **state)
 		assert_int_equal(f[i].job.bj_rc, 0);
 }
 
-/* The blocking form waits for its job; without threads jobs run inline. */
-static void test_run_waits_and_runs_inline_when_stopped(void **state)
+/* A single job runs on its own; without threads (after stop) a job runs
+ * inline, its callback before batcher_submit() returns. */
+static void test_single_job_and_inline_when_stopped(void **state)
 {
 	struct fixture_job f;
 
 	(void)state;
 	reset();
 	assert_int_equal(batcher_start(2), 0);
-	make_job(&f, BATCHER_CLAIM, 0x07, NULL);
-	assert_int_equal(batcher_run(&f.job), 0);
-	assert_int_equal(f.claim_res.cr_attempt, 107);
 	make_job(&f, BATCHER_CLAIM, 0xee, NULL);
-	assert_int_equal(batcher_run(&f.job), -1);
+	batcher_submit(&f.job);
+	wait_done(1);
+	assert_int_equal(f.job.bj_rc, -1);
+	assert_string_equal(st.calls[0].what, "claim");
 	batcher_stop();
 
 	make_job(&f, BATCHER_COMPLETE, 0x08, NULL);
 	batcher_submit(&f.job);
-	assert_int_equal(st.done, 1);
+	assert_int_equal(st.done, 2);
 	assert_int_equal(f.job.bj_rc, 0);
 	assert_int_equal(f.complete_res.cpr_outcome, COMPLETE_STORED);
 	assert_int_equal(batcher_start(0), -1);
@@ -327,7 +328,7 @@ int main(void)
 		cmocka_unit_test(test_queued_jobs_share_a_batch),
 		cmocka_unit_test(test_failed_batch_runs_one_by_one),
 		cmocka_unit_test(test_stop_drains_the_queue),
-		cmocka_unit_test(test_run_waits_and_runs_inline_when_stopped),
+		cmocka_unit_test(test_single_job_and_inline_when_stopped),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
