@@ -173,13 +173,15 @@ static char *tokenreq_replay_text(const struct stored_response *r)
 	return text;
 }
 
-/* Sends TEXT (LEN bytes; NULL: 500) as the reply to a duplicate. */
+/* Sends TEXT (LEN bytes) as the reply to a duplicate; NULL (out of memory
+ * while rendering it): 503, which the client retries like any other. */
 static void tokenreq_replay_send(struct request *req, const char *text, size_t len)
 {
-	if (text != NULL)
-		http_reply_bytes(req, 200, "application/json", text, len);
-	else
-		http_reply_empty(req, 500);
+	if (text == NULL) {
+		problem_unavailable(req);
+		return;
+	}
+	http_reply_bytes(req, 200, "application/json", text, len);
 	http_set_header(req, "Idempotent-Replayed", "true");
 }
 
