@@ -226,20 +226,20 @@ int keys_sign_token(struct token *t, char *out, size_t outlen)
 	return ret;
 }
 
+/* The signing key with id KEY_ID, or NULL; called with keys.lock held. */
+static const uint8_t *keys_by_id(uint32_t key_id, void *arg)
+{
+	(void)arg;
+	for (size_t i = 0; i < keys.n; i++)
+		if (keys.entries[i].ke_id == key_id)
+			return keys.entries[i].ke_key;
+	return NULL;
+}
+
 int keys_verify_token(const char *s, size_t len, struct token *t)
 {
-	int rc = token_parse(s, len, t);
-
-	if (rc != TOKEN_OK)
-		return rc;
-	rc = TOKEN_BAD_SIGNATURE;
 	pthread_rwlock_rdlock(&keys.lock);
-	for (size_t i = 0; i < keys.n; i++) {
-		if (keys.entries[i].ke_id == t->key_id) {
-			rc = token_verify(s, len, keys.entries[i].ke_key);
-			break;
-		}
-	}
+	int rc = token_open(s, len, t, keys_by_id, NULL);
 	pthread_rwlock_unlock(&keys.lock);
 	return rc;
 }

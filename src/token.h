@@ -68,6 +68,14 @@ IDEMD_WUR int token_verify(const char *s, size_t len,
     const uint8_t key[TOKEN_KEY_BYTES]);
 
 /*
+ * token_parse() and token_verify() with one decoding: fills t, then checks
+ * the tag under the key that key_of(t->key_id, arg) returns (NULL: no such
+ * key, TOKEN_BAD_SIGNATURE). The key is used before token_open returns.
+ */
+IDEMD_WUR int token_open(const char *s, size_t len, struct token *t,
+    const uint8_t *(*key_of)(uint32_t key_id, void *arg), void *arg);
+
+/*
  * Strict base64url (no padding) decoder: only the canonical encoding of
  * some bytes is accepted, that is only digits of the URL-safe alphabet, no
  * length of 1 mod 4, and zero bits after the last byte. Writes at most

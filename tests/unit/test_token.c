@@ -52,14 +52,29 @@ encode_ok(const struct token *t, char out[TOKEN_MAX_CHARS + 1])
 	assert_true(strlen(out) <= TOKEN_MAX_CHARS);
 }
 
-/* Would a server accept s under the right key? */
+static const uint8_t *
+key_of(uint32_t key_id, void *arg)
+{
+	(void)arg;
+	return key_id == 7 ? key : NULL;
+}
+
+/* Would a server accept s under the right key? token_open must say the
+ * same as token_parse and token_verify together. */
 static int
 accepted(const char *s, size_t len)
 {
-	struct token t;
-
-	return token_parse(s, len, &t) == TOKEN_OK &&
+	struct token t, o;
+	int ok = token_parse(s, len, &t) == TOKEN_OK &&
 	    token_verify(s, len, key) == TOKEN_OK;
+
+	if (ok && t.key_id == 7) {
+		assert_int_equal(token_open(s, len, &o, key_of, NULL), TOKEN_OK);
+		assert_same_token(&t, &o);
+	} else {
+		assert_int_not_equal(token_open(s, len, &o, key_of, NULL), TOKEN_OK);
+	}
+	return ok;
 }
 
 static void
@@ -113,6 +128,46 @@ round_trip(int has_version, size_t subject_len)
 	assert_int_equal(token_parse(s, strlen(s), &out), TOKEN_OK);
 	assert_int_equal(token_verify(s, strlen(s), key), TOKEN_OK);
 	assert_same_token(&in, &out);
+	assert_int_equal(token_open(s, strlen(s), &out, key_of, NULL), TOKEN_OK);
+	assert_same_token(&in, &out);
+}
+
+/* The table encoder writes what libsodium's base64url writes, for every
+ * length a token can have. */
+static void
+test_encode_matches_libsodium(void **state)
+{
+	struct token t;
+	char s[TOKEN_MAX_CHARS + 1], ref[TOKEN_MAX_CHARS + 1];
+	uint8_t bin[256];
+	size_t n;
+
+	(void)state;
+	for (int v = 0; v <= 1; v++)
+		for (size_t len = 1; len <= TOKEN_SUBJECT_MAX; len++) {
+			make_token(&t, v, len);
+			randombytes_buf(t.id, sizeof(t.id));
+			encode_ok(&t, s);
+			decode_raw(s, bin, &n);
+			sodium_bin2base64(ref, sizeof(ref), bin, n,
+			    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+			assert_string_equal(s, ref);
+		}
+}
+
+/* An unknown key id is a bad signature, not a malformed token. */
+static void
+test_open_unknown_key(void **state)
+{
+	struct token t;
+	char s[TOKEN_MAX_CHARS + 1];
+
+	(void)state;
+	make_token(&t, 0, 5);
+	t.key_id = 8;
+	encode_ok(&t, s);
+	assert_int_equal(token_open(s, strlen(s), &t, key_of, NULL),
+	    TOKEN_BAD_SIGNATURE);
 }
 
 static void
@@ -501,6 +556,8 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test(test_encode_matches_libsodium),
+		cmocka_unit_test(test_open_unknown_key),
 		cmocka_unit_test(test_utf8_subject),
 		cmocka_unit_test(test_max_length),
 		cmocka_unit_test(test_every_truncation_rejected),
