@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <sodium.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "store.h"
@@ -20,6 +21,7 @@ struct auth_entry {
 
 static struct auth_entry auth_cache[AUTH_CACHE_SLOTS];
 static pthread_rwlock_t auth_lock = PTHREAD_RWLOCK_INITIALIZER;
+static atomic_uint auth_gen = 1; /* bumped by auth_cache_clear() */
 
 void auth_key_generate(char *out, size_t outlen)
 {
@@ -78,9 +80,44 @@ int auth_check(const char *key, uint32_t *tenant_id)
 	return AUTH_OK;
 }
 
+int auth_check_memo(const char *key, struct auth_memo *memo, uint32_t *tenant_id)
+{
+	unsigned gen = atomic_load(&auth_gen);
+
+	if (memo == NULL)
+		return auth_check(key, tenant_id);
+	unsigned char padded[sizeof(memo->am_key)] = { 0 };
+	_Static_assert(AUTH_KEY_CHARS < sizeof(padded), "a key fits the memo");
+
+	if (memo->am_gen == gen && strnlen(key, AUTH_KEY_CHARS + 1) == AUTH_KEY_CHARS) {
+		memcpy(padded, key, AUTH_KEY_CHARS);
+		int same = crypto_verify_64(memo->am_key, padded) == 0;
+		sodium_memzero(padded, sizeof(padded));
+		if (same) {
+			*tenant_id = memo->am_tenant_id;
+			return AUTH_OK;
+		}
+	}
+	int rc = auth_check(key, tenant_id);
+	if (rc == AUTH_OK) {
+		/* auth_check accepts only keys of exactly AUTH_KEY_CHARS */
+		memset(memo->am_key, 0, sizeof(memo->am_key));
+		memcpy(memo->am_key, key, AUTH_KEY_CHARS);
+		memo->am_tenant_id = *tenant_id;
+		memo->am_gen = gen;
+	}
+	return rc;
+}
+
+void auth_memo_wipe(struct auth_memo *memo)
+{
+	sodium_memzero(memo, sizeof(*memo));
+}
+
 void auth_cache_clear(void)
 {
 	pthread_rwlock_wrlock(&auth_lock);
 	sodium_memzero(auth_cache, sizeof(auth_cache));
+	atomic_fetch_add(&auth_gen, 1);
 	pthread_rwlock_unlock(&auth_lock);
 }

@@ -23,6 +23,22 @@ void auth_key_hash(const char *key, size_t len, uint8_t out[32]);
 /* Resolves KEY to its tenant: AUTH_OK, AUTH_DENIED or AUTH_UNAVAILABLE. */
 int auth_check(const char *key, uint32_t *tenant_id);
 
+/*
+ * What one connection last authenticated with, so that its next request
+ * with the same key skips the hash and the cache. It holds the key text:
+ * auth_memo_wipe() it when the connection ends. Zeroed is empty.
+ */
+struct auth_memo {
+	unsigned char am_key[64]; /* the key, zero-padded for crypto_verify_64 */
+	uint32_t am_tenant_id;
+	unsigned am_gen; /* auth_cache_clear() generation it was filled in; 0: empty */
+};
+
+/* auth_check() through MEMO (NULL: none). */
+int auth_check_memo(const char *key, struct auth_memo *memo, uint32_t *tenant_id);
+void auth_memo_wipe(struct auth_memo *memo);
+
+/* Forgets every known key (and makes every memo stale). */
 void auth_cache_clear(void);
 
 #endif

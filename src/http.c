@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <stddef.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -23,6 +24,11 @@
 #include "problem.h"
 #include "randpool.h"
 #include "router.h"
+
+/* What outlives one request on a connection. */
+struct http_conn {
+	struct auth_memo hc_auth; /* the API key it last authenticated with */
+};
 
 static struct MHD_Daemon *http_daemon;
 static const struct config *http_cfg;
@@ -67,6 +73,41 @@ int http_header_count(const struct request *req, const char *name)
 	return c.n;
 }
 
+/* The headers http_scan_header() picks out, and where each goes. */
+static const struct {
+	const char *name;
+	size_t len, off;
+} http_scanned[] = {
+#define HTTP_SCANNED(name, field) { name, sizeof(name) - 1, offsetof(struct request, field) }
+	HTTP_SCANNED("Content-Length", req_h_content_length),
+	HTTP_SCANNED("Authorization", req_h_authorization),
+	HTTP_SCANNED("Content-Type", req_h_content_type),
+	HTTP_SCANNED("Origin", req_h_origin),
+	HTTP_SCANNED("X-Request-Id", req_h_request_id),
+	HTTP_SCANNED("Transfer-Encoding", req_h_transfer_encoding),
+#undef HTTP_SCANNED
+};
+
+static enum MHD_Result http_scan_header(void *cls, enum MHD_ValueKind kind,
+					const char *key, const char *value)
+{
+	struct request *req = cls;
+	size_t n = strlen(key);
+
+	(void)kind;
+	for (size_t i = 0; i < sizeof(http_scanned) / sizeof(http_scanned[0]); i++) {
+		if (n != http_scanned[i].len || strcasecmp(key, http_scanned[i].name) != 0)
+			continue;
+		const char **slot = (const char **)(void *)((char *)req + http_scanned[i].off);
+		if (*slot == NULL)
+			*slot = value;
+		if (i == 0)
+			req->req_n_content_length++;
+		break;
+	}
+	return MHD_YES;
+}
+
 static void http_clear_reply(struct request *req)
 {
 	if (req->rep_response != NULL)
@@ -86,6 +127,18 @@ void http_reply_bytes(struct request *req, unsigned status, const char *content_
 	/* libmicrohttpd copies the buffer; the cast is its API's, not a write */
 	req->rep_response = MHD_create_response_from_buffer(len, (void *)(uintptr_t)data,
 							    MHD_RESPMEM_MUST_COPY);
+	req->rep_status = status;
+	if (req->rep_response != NULL && content_type != NULL)
+		MHD_add_response_header(req->rep_response, "Content-Type", content_type);
+}
+
+void http_reply_take(struct request *req, unsigned status, const char *content_type,
+		     char *data, size_t len)
+{
+	http_clear_reply(req);
+	req->rep_response = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+	if (req->rep_response == NULL)
+		free(data);
 	req->rep_status = status;
 	if (req->rep_response != NULL && content_type != NULL)
 		MHD_add_response_header(req->rep_response, "Content-Type", content_type);
@@ -159,7 +212,7 @@ static int http_is_json_type(const char *ct)
 /* Bearer token from the Authorization header, or NULL. */
 static const char *http_bearer(const struct request *req)
 {
-	const char *h = http_header(req, "Authorization");
+	const char *h = req->req_h_authorization;
 
 	if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
 		return NULL;
@@ -195,7 +248,7 @@ static int http_preflight(struct request *req)
 	size_t lens[HTTP_MAX_PARAMS];
 	unsigned status = 404;
 
-	if (!cors_is_preflight(req->req_method, http_header(req, "Origin"),
+	if (!cors_is_preflight(req->req_method, req->req_h_origin,
 			       http_header(req, "Access-Control-Request-Method")))
 		return 0;
 	/* no route takes OPTIONS: 405 names the methods the path accepts */
@@ -226,7 +279,7 @@ static void http_dispatch(struct request *req)
 	req->req_route = gateway_match(req->req_method, req->req_path, &status, allow,
 				       sizeof(allow));
 	if (req->req_route == NULL && status == 404) {
-		if (req->req_body_len > 0 && !http_is_json_type(http_header(req, "Content-Type"))) {
+		if (req->req_body_len > 0 && !http_is_json_type(req->req_h_content_type)) {
 			problem_reply(req, 415, "unsupported_media_type",
 				      "send the body as application/json");
 			return;
@@ -246,7 +299,8 @@ static void http_dispatch(struct request *req)
 	}
 	if (req->req_route->auth == ROUTE_API_KEY) {
 		const char *key = http_bearer(req);
-		int rc = key ? auth_check(key, &req->req_tenant_id) : AUTH_DENIED;
+		struct auth_memo *memo = req->req_conn_ctx ? &req->req_conn_ctx->hc_auth : NULL;
+		int rc = key ? auth_check_memo(key, memo, &req->req_tenant_id) : AUTH_DENIED;
 		if (rc == AUTH_UNAVAILABLE) {
 			problem_unavailable(req);
 			return;
@@ -272,7 +326,7 @@ static enum MHD_Result http_send(struct request *req)
 					req->rep_headers[i][1]);
 	MHD_add_response_header(req->rep_response, "X-Request-Id", req->req_id);
 	MHD_add_response_header(req->rep_response, "Cache-Control", "no-store");
-	cors_decorate(req->rep_response, http_header(req, "Origin"));
+	cors_decorate(req->rep_response, req->req_h_origin);
 	return MHD_queue_response(req->req_conn, req->rep_status, req->rep_response);
 }
 
@@ -287,13 +341,22 @@ static struct request *http_request_new(struct MHD_Connection *conn, const char 
 	req->req_method = method;
 	req->req_path = strdup(url);
 	clock_gettime(CLOCK_MONOTONIC, &req->req_start);
-	const char *id = http_header(req, "X-Request-Id");
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	req->req_conn_ctx = ci != NULL ? ci->socket_context : NULL;
+	MHD_get_connection_values(conn, MHD_HEADER_KIND, http_scan_header, req);
+	const char *id = req->req_h_request_id;
 	if (id != NULL && http_valid_request_id(id)) {
 		snprintf(req->req_id, sizeof(req->req_id), "%s", id);
 	} else {
 		unsigned char raw[16];
+		static const char hex[] = "0123456789abcdef";
 		randpool_buf(raw, sizeof(raw));
-		sodium_bin2hex(req->req_id, sizeof(req->req_id), raw, sizeof(raw));
+		for (size_t i = 0; i < sizeof(raw); i++) {
+			req->req_id[2 * i] = hex[raw[i] >> 4];
+			req->req_id[2 * i + 1] = hex[raw[i] & 15];
+		}
+		req->req_id[2 * sizeof(raw)] = '\0';
 	}
 	if (req->req_path == NULL) {
 		free(req);
@@ -317,7 +380,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
 		if (req == NULL)
 			return MHD_NO;
 		*con_cls = req;
-		const char *cl = http_header(req, "Content-Length");
+		const char *cl = req->req_h_content_length;
 		if (cl != NULL) {
 			char *end;
 			errno = 0;
@@ -327,8 +390,8 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
 		}
 		/* two lengths, or a length beside chunked framing, make the end of
 		 * the body ambiguous (request smuggling): refuse and close */
-		if (http_header_count(req, "Content-Length") > 1 ||
-		    (cl != NULL && http_header(req, "Transfer-Encoding") != NULL)) {
+		if (req->req_n_content_length > 1 ||
+		    (cl != NULL && req->req_h_transfer_encoding != NULL)) {
 			req->req_dispatched = 1;
 			problem_reply(req, 400, "invalid_request",
 				      "conflicting Content-Length or Transfer-Encoding headers");
@@ -416,6 +479,26 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
 	free(req);
 	*con_cls = NULL;
 	atomic_fetch_sub(&http_active, 1);
+}
+
+/* A connection opens (its state is made) or closes (the state is wiped). */
+static void http_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+			    enum MHD_ConnectionNotificationCode toe)
+{
+	struct http_conn *c = *socket_context;
+
+	(void)cls;
+	(void)conn;
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		/* NULL when out of memory: requests then go without a memo */
+		*socket_context = calloc(1, sizeof(struct http_conn));
+		return;
+	}
+	if (c != NULL) {
+		auth_memo_wipe(&c->hc_auth);
+		free(c);
+	}
+	*socket_context = NULL;
 }
 
 /* Keeps the URL as sent: the router splits the raw path and decodes each
@@ -525,6 +608,7 @@ int http_start(const struct config *cfg)
 				       MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONNECTION_MEMORY,
 				       MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
 				       MHD_OPTION_NOTIFY_COMPLETED, http_completed, NULL,
+				       MHD_OPTION_NOTIFY_CONNECTION, http_connection, NULL,
 				       MHD_OPTION_UNESCAPE_CALLBACK, http_no_unescape, NULL,
 				       MHD_OPTION_ARRAY, tls,
 				       MHD_OPTION_END);

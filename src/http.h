@@ -24,6 +24,7 @@ struct route;
  * callback (http.c), nowhere else. Strings are owned unless noted. */
 struct request {
 	struct MHD_Connection *req_conn;   /* borrowed */
+	struct http_conn *req_conn_ctx;    /* borrowed: the connection's own state, or NULL */
 	const char *req_method;            /* borrowed from libmicrohttpd */
 	char *req_path;                    /* path as sent (not percent-decoded) */
 	char req_id[HTTP_REQUEST_ID_MAX + 1];
@@ -33,6 +34,11 @@ struct request {
 	const struct route *req_route;     /* borrowed from the route table */
 	char *req_params[HTTP_MAX_PARAMS]; /* path segments matched by {}, percent-decoded */
 	size_t req_param_lens[HTTP_MAX_PARAMS]; /* decoded lengths: a NUL inside shows as strlen < len */
+	/* the headers the core reads for every request, found in one pass
+	 * over them (the first of each name; borrowed from libmicrohttpd) */
+	const char *req_h_authorization, *req_h_content_length, *req_h_content_type,
+		*req_h_origin, *req_h_request_id, *req_h_transfer_encoding;
+	int req_n_content_length;          /* how many Content-Length headers */
 	uint32_t req_tenant_id;            /* set by authentication */
 	struct timespec req_start;
 	int req_dispatched;
@@ -40,8 +46,6 @@ struct request {
 	/* set by http_resume_then(): builds the reply on the request's thread */
 	void (*req_on_resume)(struct request *req, void *arg);
 	void *req_on_resume_arg;
-	int req_has_body_key;              /* req_body_key is set (tokenreq_replay_raw) */
-	uint8_t req_body_key[32];          /* keyed hash of the body as sent */
 
 	/* the reply being built */
 	unsigned rep_status;
@@ -65,6 +69,9 @@ void http_reply_json(struct request *req, unsigned status, json_t *body);
 void http_reply_bytes(struct request *req, unsigned status, const char *content_type,
 		      const void *data, size_t len);
 void http_reply_empty(struct request *req, unsigned status);
+/* http_reply_bytes() that takes DATA (from malloc) instead of copying it. */
+void http_reply_take(struct request *req, unsigned status, const char *content_type,
+		     char *data, size_t len);
 
 /* Adds a header to the reply being built (copied). */
 void http_set_header(struct request *req, const char *name, const char *value);

@@ -282,21 +282,23 @@ void log_write(enum log_level level, const char *fmt, ...)
 static void log_escape(char *buf, size_t len, size_t *n, const char *s)
 {
 	static const char hex[] = "0123456789abcdef";
+	size_t k = *n; /* a local: stores through BUF cannot change it */
 
-	for (; *s != '\0' && *n + 7 < len; s++) {
+	for (; *s != '\0' && k + 7 < len; s++) {
 		unsigned char c = (unsigned char)*s;
 		if (c == '"' || c == '\\') {
-			buf[(*n)++] = '\\';
-			buf[(*n)++] = (char)c;
+			buf[k++] = '\\';
+			buf[k++] = (char)c;
 		} else if (c < 0x20 || c >= 0x7f) {
-			memcpy(buf + *n, "\\u00", 4);
-			buf[*n + 4] = hex[c >> 4];
-			buf[*n + 5] = hex[c & 15];
-			*n += 6;
+			memcpy(buf + k, "\\u00", 4);
+			buf[k + 4] = hex[c >> 4];
+			buf[k + 5] = hex[c & 15];
+			k += 6;
 		} else {
-			buf[(*n)++] = (char)c;
+			buf[k++] = (char)c;
 		}
 	}
+	*n = k;
 }
 
 /* Appends the literal S to BUF at *N if it fits in LEN. */

@@ -7,7 +7,6 @@
 #include "replaycache.h"
 
 #include <pthread.h>
-#include <sodium.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +24,8 @@ struct replaycache_entry {
 	struct stored_response re_resp; /* sr_body from malloc here */
 	char *re_reply;                 /* rendered direct API reply, or NULL */
 	size_t re_reply_len;
-	int re_has_raw;                 /* re_raw: key of a request body that gave re_fp */
-	uint8_t re_raw[REPLAYCACHE_RAW_BYTES];
+	char *re_raw;                   /* a request body as sent that gave re_fp, or NULL */
+	size_t re_raw_len;
 	int re_used;
 };
 
@@ -114,12 +113,17 @@ static size_t replaycache_size(const struct stored_response *r)
 	return r->sr_body_len + (r->sr_headers ? strlen(r->sr_headers) : 0);
 }
 
+/* Bytes E holds, as counted against REPLAYCACHE_MAX_BYTES. */
+static size_t replaycache_entry_bytes(const struct replaycache_entry *e)
+{
+	return e->re_used ? replaycache_size(&e->re_resp) + e->re_reply_len + e->re_raw_len : 0;
+}
+
 static void replaycache_drop(struct replaycache_entry *e)
 {
-	if (e->re_used)
-		atomic_fetch_sub(&replaycache_bytes,
-				 replaycache_size(&e->re_resp) + e->re_reply_len);
+	atomic_fetch_sub(&replaycache_bytes, replaycache_entry_bytes(e));
 	free(e->re_reply);
+	free(e->re_raw);
 	free(e->re_resp.sr_headers);
 	free(e->re_resp.sr_body);
 	memset(e, 0, sizeof(*e));
@@ -218,7 +222,7 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 				if (replaycache_slots[p.rp_set[k] + w].re_tick < victim->re_tick)
 					victim = &replaycache_slots[p.rp_set[k] + w];
 	}
-	size_t freed = victim->re_used ? replaycache_size(&victim->re_resp) + victim->re_reply_len : 0;
+	size_t freed = replaycache_entry_bytes(victim);
 	if (atomic_load(&replaycache_bytes) - freed + need > REPLAYCACHE_MAX_BYTES) {
 		/* even the eviction would not make room: keep what is there */
 		replaycache_pair_unlock(&p);
@@ -318,8 +322,8 @@ int replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 	return replaycache_lookup(tenant_id, id, fp, out, NULL, NULL);
 }
 
-int replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16],
-			const uint8_t raw[REPLAYCACHE_RAW_BYTES], char **reply, size_t *reply_len)
+int replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], const void *raw,
+			size_t raw_len, char **reply, size_t *reply_len)
 {
 	struct replaycache_pair p;
 	int ret = 0;
@@ -327,8 +331,8 @@ int replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16],
 	*reply = NULL;
 	replaycache_pair_lock(&p, tenant_id, id);
 	struct replaycache_entry *e = replaycache_find2(&p, tenant_id, id);
-	if (e != NULL && e->re_has_raw && e->re_reply != NULL &&
-	    sodium_memcmp(e->re_raw, raw, REPLAYCACHE_RAW_BYTES) == 0) {
+	if (e != NULL && e->re_raw != NULL && e->re_reply != NULL && e->re_raw_len == raw_len &&
+	    memcmp(e->re_raw, raw, raw_len) == 0) {
 		*reply = replaycache_dup(e->re_reply, e->re_reply_len);
 		*reply_len = e->re_reply_len;
 		if (*reply != NULL) {
@@ -341,7 +345,7 @@ int replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16],
 }
 
 void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
-			   const uint8_t *raw, const char *reply, size_t reply_len)
+			   const void *raw, size_t raw_len, const char *reply, size_t reply_len)
 {
 	struct replaycache_pair p;
 	char *copy = NULL;
@@ -359,9 +363,16 @@ void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8
 		e->re_reply_len = reply_len;
 		atomic_fetch_add(&replaycache_bytes, reply_len);
 	}
-	if (raw != NULL) {
-		memcpy(e->re_raw, raw, REPLAYCACHE_RAW_BYTES);
-		e->re_has_raw = 1;
+	if (raw != NULL && raw_len <= REPLAYCACHE_MAX_RAW &&
+	    (e->re_raw == NULL || e->re_raw_len != raw_len ||
+	     memcmp(e->re_raw, raw, raw_len) != 0) &&
+	    atomic_load(&replaycache_bytes) + raw_len <= REPLAYCACHE_MAX_BYTES &&
+	    (copy = replaycache_dup(raw, raw_len)) != NULL) {
+		atomic_fetch_sub(&replaycache_bytes, e->re_raw_len);
+		free(e->re_raw);
+		e->re_raw = copy;
+		e->re_raw_len = raw_len;
+		atomic_fetch_add(&replaycache_bytes, raw_len);
 	}
 out:
 	replaycache_pair_unlock(&p);

@@ -18,8 +18,9 @@
 #define REPLAYCACHE_MAX_BYTES (8 * 1024 * 1024)
 /* largest rendered reply kept (a body of REPLAYCACHE_MAX_BODY in base64) */
 #define REPLAYCACHE_MAX_REPLY (96 * 1024)
-/* size of a request body's key (replaycache_get_raw) */
-#define REPLAYCACHE_RAW_BYTES 32
+/* largest request body kept to answer the same body again without
+ * parsing it (replaycache_get_raw) */
+#define REPLAYCACHE_MAX_RAW 1024
 
 /* Stores a copy of R for (TENANT, ID) with fingerprint FP (NULL: none)
  * until EXPIRES_AT (unix ms). Large bodies are not cached. */
@@ -47,19 +48,21 @@ int replaycache_lookup(uint32_t tenant_id, const uint8_t id[16], const uint8_t *
 /*
  * Attaches to the live entry of (TENANT, ID), if its fingerprint is FP, the
  * rendered reply REPLY (copied, kept only if the entry has none) and RAW
- * (may be NULL): the key of a request body known to give fingerprint FP.
+ * (RAW_LEN bytes, copied; NULL or longer than REPLAYCACHE_MAX_RAW: none):
+ * a request body as sent that gave fingerprint FP.
  */
 void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
-			   const uint8_t *raw, const char *reply, size_t reply_len);
+			   const void *raw, size_t raw_len, const char *reply, size_t reply_len);
 
 /*
- * The rendered reply of (TENANT, ID) for a request whose body has key RAW:
- * 1 with a new copy in *REPLY when a live entry holds a reply and RAW equals
- * the key last attached to it; 0 otherwise (go the full way). The same body
- * gives the same fingerprint, so a hit answers as the full way would.
+ * The rendered reply of (TENANT, ID) for a request whose body is RAW
+ * (RAW_LEN bytes): 1 with a new copy in *REPLY when a live entry holds a
+ * reply and RAW equals the body last attached to it byte for byte; 0
+ * otherwise (go the full way). The same body gives the same fingerprint, so
+ * a hit answers as the full way would.
  */
-int replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16],
-			const uint8_t raw[REPLAYCACHE_RAW_BYTES], char **reply, size_t *reply_len);
+int replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], const void *raw,
+			size_t raw_len, char **reply, size_t *reply_len);
 
 void replaycache_clear(void);
 

@@ -4,7 +4,6 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,9 +194,9 @@ static void tokenreq_replay(struct request *req, const struct stored_response *r
 }
 
 /* A replay cache hit of the direct API: sends REPLY (the rendered reply,
- * or NULL to render R), and keeps the rendered reply and the key of this
- * request's body in the entry, so that the same body next time is answered
- * by tokenreq_replay_raw(). */
+ * or NULL to render R), and keeps the rendered reply and this request's
+ * body in the entry, so that the same body next time is answered by
+ * tokenreq_replay_raw(). */
 static void tokenreq_replay_cached(struct request *req, const struct token *t,
 				   const uint8_t *fp, const struct stored_response *r,
 				   char *reply, size_t reply_len)
@@ -210,29 +209,10 @@ static void tokenreq_replay_cached(struct request *req, const struct token *t,
 	}
 	tokenreq_replay_send(req, text, reply_len);
 	if (text != NULL)
-		replaycache_set_reply(t->tenant_id, t->id, fp,
-				      req->req_has_body_key ? req->req_body_key : NULL, text,
-				      reply_len);
+		replaycache_set_reply(t->tenant_id, t->id, fp, req->req_body ? req->req_body : "",
+				      req->req_body_len, text, reply_len);
 	if (text != reply)
 		free(text);
-}
-
-_Static_assert(sizeof(((struct request *)0)->req_body_key) == REPLAYCACHE_RAW_BYTES,
-	       "a body key fits the replay cache's");
-
-static uint8_t tokenreq_body_hash_key[crypto_generichash_KEYBYTES];
-static pthread_once_t tokenreq_body_hash_once = PTHREAD_ONCE_INIT;
-
-static void tokenreq_body_hash_init(void)
-{
-	randombytes_buf(tokenreq_body_hash_key, sizeof(tokenreq_body_hash_key));
-}
-
-void tokenreq_body_key(const void *body, size_t len, uint8_t out[REPLAYCACHE_RAW_BYTES])
-{
-	pthread_once(&tokenreq_body_hash_once, tokenreq_body_hash_init);
-	(void)crypto_generichash(out, REPLAYCACHE_RAW_BYTES, body, len, tokenreq_body_hash_key,
-				 sizeof(tokenreq_body_hash_key));
 }
 
 int tokenreq_replay_raw(struct request *req, const struct token *t)
@@ -240,14 +220,12 @@ int tokenreq_replay_raw(struct request *req, const struct token *t)
 	char *reply;
 	size_t len;
 
-	tokenreq_body_key(req->req_body ? req->req_body : "", req->req_body_len,
-			  req->req_body_key);
-	req->req_has_body_key = 1;
-	if (replaycache_get_raw(t->tenant_id, t->id, req->req_body_key, &reply, &len) != 1)
+	if (replaycache_get_raw(t->tenant_id, t->id, req->req_body ? req->req_body : "",
+				req->req_body_len, &reply, &len) != 1)
 		return 0;
 	metrics_add(METRIC_REPLAYS, 1);
-	tokenreq_replay_send(req, reply, len);
-	free(reply);
+	http_reply_take(req, 200, "application/json", reply, len);
+	http_set_header(req, "Idempotent-Replayed", "true");
 	return 1;
 }
 

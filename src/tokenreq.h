@@ -53,15 +53,12 @@ int tokenreq_claim_async(struct request *req, const struct token *t, const uint8
 			 tokenreq_replay_fn replay, tokenreq_claimed_fn claimed, int keeps,
 			 void *arg) IDEMD_WUR;
 
-/* The keyed hash (per-process random key) of a request body as sent. */
-void tokenreq_body_key(const void *body, size_t len, uint8_t out[32]);
-
 /*
  * Answers a claim of T from the replay cache without parsing the body:
  * when a cached completed response of T was last matched by a body with
  * these exact bytes, the body would give the same fingerprint, so the
  * answer is the same. Returns 1 after replying, 0 when the full way must
- * run (the body's key is then kept in REQ for it).
+ * run.
  */
 int tokenreq_replay_raw(struct request *req, const struct token *t) IDEMD_WUR;
 

@@ -188,6 +188,36 @@ class HttpCore(IdemdCase):
         r = self.anon.get("/v1/operations", headers={"Authorization": "bearer " + self.api_key})
         assert_status(self, r, 200)
 
+    def test_keys_change_on_one_connection(self):
+        # a connection remembers the key it last authenticated with: the next
+        # request with another key, a wrong one or none must not ride on it
+        import http.client
+        op_a = self.put_operation()
+        op_b = self.put_operation(client=self.other)
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=15)
+
+        def names(key):
+            conn.request("GET", "/v1/operations",
+                         headers={"Authorization": "Bearer " + key} if key else {})
+            r = conn.getresponse()
+            body = r.read()
+            if r.status != 200:
+                return r.status
+            return {o["name"] for o in json.loads(body)["operations"]}
+
+        try:
+            self.assertIn(op_a, names(self.api_key))
+            got = names(self.keys[self.tenant_names[1]])
+            self.assertIn(op_b, got)
+            self.assertNotIn(op_a, got)
+            self.assertEqual(names(self.api_key[:-1] + ("A" if self.api_key[-1] != "A" else "B")), 401)
+            self.assertEqual(names(None), 401)
+            got = names(self.api_key)
+            self.assertIn(op_a, got)
+            self.assertNotIn(op_b, got)
+        finally:
+            conn.close()
+
     def test_tenant_created_while_serving_can_authenticate(self):
         key = self.idemd.tenant_create(uniq("late"))
         r = self.client.with_key(key).get("/v1/operations")

@@ -254,6 +254,46 @@ test_cache_clear(void **state)
 	assert_int_equal(tenant, 8);
 }
 
+/* A memo answers its own key without the cache; another key, a denied
+ * one, or a cleared cache goes the full way; wiping empties it. */
+static void
+test_memo(void **state)
+{
+	struct auth_memo memo = { 0 };
+	char other[sizeof(key_a)];
+	uint32_t tenant = 0;
+
+	(void)state;
+	expect_lookup(key_a, 0, 1, 7);
+	assert_int_equal(auth_check_memo(key_a, &memo, &tenant), AUTH_OK);
+	assert_int_equal(tenant, 7);
+	assert_memory_equal(memo.am_key, key_a, AUTH_KEY_CHARS);
+	/* the next request with the key is answered by the memo itself */
+	memo.am_tenant_id = 99;
+	tenant = 0;
+	assert_int_equal(auth_check_memo(key_a, &memo, &tenant), AUTH_OK);
+	assert_int_equal(tenant, 99);
+	/* one character off: looked up, denied, memo kept for key_a */
+	memcpy(other, key_a, sizeof(key_a));
+	other[AUTH_KEY_CHARS - 1] = 'B';
+	expect_lookup(other, 0, 0, 0);
+	assert_int_equal(auth_check_memo(other, &memo, &tenant), AUTH_DENIED);
+	/* a longer text that starts with the key is no match */
+	char longer[AUTH_KEY_CHARS + 2];
+	memcpy(longer, key_a, AUTH_KEY_CHARS);
+	longer[AUTH_KEY_CHARS] = 'x';
+	longer[AUTH_KEY_CHARS + 1] = '\0';
+	assert_int_equal(auth_check_memo(longer, &memo, &tenant), AUTH_DENIED);
+	/* clearing the cache makes the memo stale: the database is asked */
+	auth_cache_clear();
+	expect_lookup(key_a, 0, 1, 8);
+	assert_int_equal(auth_check_memo(key_a, &memo, &tenant), AUTH_OK);
+	assert_int_equal(tenant, 8);
+	auth_memo_wipe(&memo);
+	assert_int_equal(memo.am_gen, 0);
+	assert_int_equal(memo.am_key[0], 0);
+}
+
 int
 main(void)
 {
@@ -269,6 +309,7 @@ main(void)
 		cmocka_unit_test_setup(test_check_unavailable, clear_cache),
 		cmocka_unit_test_setup(test_check_near_miss, clear_cache),
 		cmocka_unit_test_setup(test_cache_clear, clear_cache),
+		cmocka_unit_test_setup(test_memo, clear_cache),
 	};
 
 	if (sodium_init() < 0)

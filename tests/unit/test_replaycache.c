@@ -170,12 +170,13 @@ static void test_byte_bound_turns_over(void **state)
 	replaycache_clear();
 }
 
-/* The rendered reply and a body key: lookup returns the reply instead of
- * the response, and the raw path hits only for that key, tenant and id. */
+/* The rendered reply and a request body: lookup returns the reply instead
+ * of the response, and the raw path hits only for that body (byte for
+ * byte), tenant and id. */
 static void test_reply_and_raw_key(void **state)
 {
-	uint8_t id[16], other[16], fp[STORE_HASH_BYTES], raw[REPLAYCACHE_RAW_BYTES],
-		raw2[REPLAYCACHE_RAW_BYTES];
+	uint8_t id[16], other[16], fp[STORE_HASH_BYTES];
+	char raw[40], raw2[40];
 	struct stored_response r = response("{\"id\":1}"), out;
 	char *reply;
 	size_t len;
@@ -193,10 +194,10 @@ static void test_reply_and_raw_key(void **state)
 	assert_null(reply);
 	assert_int_equal(out.sr_body_len, 8);
 	store_response_free(&out);
-	assert_int_equal(replaycache_get_raw(5, id, raw, &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(5, id, raw, sizeof(raw), &reply, &len), 0);
 	assert_null(reply);
 
-	replaycache_set_reply(5, id, fp, raw, "{\"state\":\"completed\"}", 21);
+	replaycache_set_reply(5, id, fp, raw, sizeof(raw), "{\"state\":\"completed\"}", 21);
 	assert_int_equal(replaycache_lookup(5, id, fp, &out, &reply, &len), 1);
 	assert_non_null(reply);
 	assert_int_equal(len, 21);
@@ -208,31 +209,38 @@ static void test_reply_and_raw_key(void **state)
 	assert_int_equal(out.sr_body_len, 8);
 	store_response_free(&out);
 
-	assert_int_equal(replaycache_get_raw(5, id, raw, &reply, &len), 1);
+	assert_int_equal(replaycache_get_raw(5, id, raw, sizeof(raw), &reply, &len), 1);
 	assert_string_equal(reply, "{\"state\":\"completed\"}");
 	free(reply);
-	assert_int_equal(replaycache_get_raw(5, id, raw2, &reply, &len), 0);
-	assert_int_equal(replaycache_get_raw(6, id, raw, &reply, &len), 0);
-	assert_int_equal(replaycache_get_raw(5, other, raw, &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(5, id, raw2, sizeof(raw2), &reply, &len), 0);
+	/* a prefix, or one byte more, is another body */
+	assert_int_equal(replaycache_get_raw(5, id, raw, sizeof(raw) - 1, &reply, &len), 0);
+	char longer[sizeof(raw) + 1];
+	memcpy(longer, raw, sizeof(raw));
+	longer[sizeof(raw)] = 1;
+	assert_int_equal(replaycache_get_raw(5, id, longer, sizeof(longer), &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(6, id, raw, sizeof(raw), &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(5, other, raw, sizeof(raw), &reply, &len), 0);
 
 	/* another key that gave the same fingerprint replaces the first; the
 	 * reply stays the one first rendered */
-	replaycache_set_reply(5, id, fp, raw2, "{\"other\":1}", 11);
-	assert_int_equal(replaycache_get_raw(5, id, raw, &reply, &len), 0);
-	assert_int_equal(replaycache_get_raw(5, id, raw2, &reply, &len), 1);
+	replaycache_set_reply(5, id, fp, raw2, sizeof(raw2), "{\"other\":1}", 11);
+	assert_int_equal(replaycache_get_raw(5, id, raw, sizeof(raw), &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(5, id, raw2, sizeof(raw2), &reply, &len), 1);
 	assert_string_equal(reply, "{\"state\":\"completed\"}");
 	free(reply);
 
 	/* a fresh put of the same key forgets reply and body key */
 	replaycache_put(5, id, fp, &r, now_ms() + 60000);
-	assert_int_equal(replaycache_get_raw(5, id, raw2, &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(5, id, raw2, sizeof(raw2), &reply, &len), 0);
 }
 
 /* A reply or key is attached only under the entry's own fingerprint, and
  * never outlives the entry's expiry. */
 static void test_raw_key_rules(void **state)
 {
-	uint8_t id[16], fp[STORE_HASH_BYTES], fp2[STORE_HASH_BYTES], raw[REPLAYCACHE_RAW_BYTES];
+	uint8_t id[16], fp[STORE_HASH_BYTES], fp2[STORE_HASH_BYTES];
+	char raw[40];
 	struct stored_response r = response("{\"id\":1}"), out;
 	char *reply;
 	size_t len;
@@ -244,23 +252,23 @@ static void test_raw_key_rules(void **state)
 	memset(fp2, 8, sizeof(fp2));
 	memset(raw, 1, sizeof(raw));
 	replaycache_put(5, id, fp, &r, now_ms() + 60000);
-	replaycache_set_reply(5, id, fp2, raw, "x", 1);
-	replaycache_set_reply(5, id, NULL, raw, "x", 1);
-	assert_int_equal(replaycache_get_raw(5, id, raw, &reply, &len), 0);
+	replaycache_set_reply(5, id, fp2, raw, sizeof(raw), "x", 1);
+	replaycache_set_reply(5, id, NULL, raw, sizeof(raw), "x", 1);
+	assert_int_equal(replaycache_get_raw(5, id, raw, sizeof(raw), &reply, &len), 0);
 	assert_int_equal(replaycache_lookup(5, id, fp2, &out, &reply, &len), 2);
 	assert_null(reply);
 
 	/* without a fingerprint: only a lookup without one matches */
 	replaycache_put(5, id, NULL, &r, now_ms() + 60000);
-	replaycache_set_reply(5, id, NULL, raw, "y", 1);
-	assert_int_equal(replaycache_get_raw(5, id, raw, &reply, &len), 1);
+	replaycache_set_reply(5, id, NULL, raw, sizeof(raw), "y", 1);
+	assert_int_equal(replaycache_get_raw(5, id, raw, sizeof(raw), &reply, &len), 1);
 	free(reply);
 	assert_int_equal(replaycache_lookup(5, id, fp, &out, &reply, &len), 2);
 
 	/* expired: nothing, and attaching does not revive it */
 	replaycache_put(5, id, fp, &r, now_ms() - 1);
-	replaycache_set_reply(5, id, fp, raw, "z", 1);
-	assert_int_equal(replaycache_get_raw(5, id, raw, &reply, &len), 0);
+	replaycache_set_reply(5, id, fp, raw, sizeof(raw), "z", 1);
+	assert_int_equal(replaycache_get_raw(5, id, raw, sizeof(raw), &reply, &len), 0);
 	assert_int_equal(replaycache_lookup(5, id, fp, &out, &reply, &len), 0);
 	replaycache_clear();
 }
