@@ -85,24 +85,82 @@ static size_t h_token_make(const struct operation *op, const char *subject, int6
 	return (size_t)(p - out);
 }
 
-void h_token_issue(struct request *req)
+/* The members of an issue request. */
+struct h_issue {
+	char opname[STORE_NAME_MAX + 1];
+	char subject[TOKEN_SUBJECT_MAX + 1];
+	int64_t ttl, count;
+	int has_ttl, has_count;
+};
+
+/* The fast way for a simple body (reqjson_flat) with every member valid: 1
+ * with A filled; 0 to go the full way, which answers everything else. */
+static int h_issue_fast(const struct request *req, struct h_issue *a)
+{
+	struct reqjson_field f[4] = {
+		{ .rf_name = "operation", .rf_type = REQJSON_STRING },
+		{ .rf_name = "subject", .rf_type = REQJSON_STRING },
+		{ .rf_name = "ttl_seconds", .rf_type = REQJSON_UINT },
+		{ .rf_name = "count", .rf_type = REQJSON_UINT },
+	};
+
+	if (!reqjson_flat(req->req_body ? req->req_body : "", req->req_body_len, f, 4) ||
+	    !f[0].rf_present || f[0].rf_len < 1 || f[0].rf_len > STORE_NAME_MAX ||
+	    !f[1].rf_present || f[1].rf_len < 1 || f[1].rf_len > TOKEN_SUBJECT_MAX ||
+	    (f[2].rf_present && (f[2].rf_num < 1 || f[2].rf_num > KEYS_MAX_TOKEN_TTL_SECONDS)) ||
+	    (f[3].rf_present && (f[3].rf_num < 1 || f[3].rf_num > H_TOKENS_MAX_COUNT)))
+		return 0;
+	memcpy(a->opname, f[0].rf_str, f[0].rf_len);
+	a->opname[f[0].rf_len] = '\0';
+	memcpy(a->subject, f[1].rf_str, f[1].rf_len);
+	a->subject[f[1].rf_len] = '\0';
+	a->has_ttl = f[2].rf_present;
+	a->ttl = f[2].rf_num;
+	a->has_count = f[3].rf_present;
+	a->count = f[3].rf_num;
+	return 1;
+}
+
+/* The full way: jansson and the field checks. 0, or -1 after replying. */
+static int h_issue_parse(struct request *req, struct h_issue *a)
 {
 	static const char *const allowed[] = { "operation", "subject", "ttl_seconds", "count", NULL };
-	struct operation op;
 	const char *opname, *subject;
-	int64_t ttl, count, version = 0;
-	int has_ttl, has_count, found;
-	char vkey[VERSIONKEY_MAX + 1], one[H_TOKEN_TEXT_MAX], *list = NULL;
 	json_t *body = http_body_object(req);
+	int rc = -1;
 
 	if (body == NULL)
-		return;
+		return -1;
 	if (reqjson_only(req, body, allowed) < 0 ||
 	    reqjson_string(req, body, "operation", 1, 1, STORE_NAME_MAX, &opname) < 0 ||
 	    reqjson_string(req, body, "subject", 1, 1, TOKEN_SUBJECT_MAX, &subject) < 0 ||
-	    reqjson_int(req, body, "ttl_seconds", 0, 1, KEYS_MAX_TOKEN_TTL_SECONDS, &ttl, &has_ttl) < 0 ||
-	    reqjson_int(req, body, "count", 0, 1, H_TOKENS_MAX_COUNT, &count, &has_count) < 0)
+	    reqjson_int(req, body, "ttl_seconds", 0, 1, KEYS_MAX_TOKEN_TTL_SECONDS, &a->ttl,
+			&a->has_ttl) < 0 ||
+	    reqjson_int(req, body, "count", 0, 1, H_TOKENS_MAX_COUNT, &a->count, &a->has_count) < 0)
 		goto done;
+	snprintf(a->opname, sizeof(a->opname), "%s", opname);
+	snprintf(a->subject, sizeof(a->subject), "%s", subject);
+	rc = 0;
+done:
+	json_decref(body);
+	return rc;
+}
+
+void h_token_issue(struct request *req)
+{
+	struct h_issue a;
+	struct operation op;
+	const char *opname = a.opname, *subject = a.subject;
+	int64_t ttl, count, version = 0;
+	int has_ttl, has_count, found;
+	char vkey[VERSIONKEY_MAX + 1], one[H_TOKEN_TEXT_MAX], *list = NULL;
+
+	if (!h_issue_fast(req, &a) && h_issue_parse(req, &a) < 0)
+		return;
+	ttl = a.ttl;
+	count = a.count;
+	has_ttl = a.has_ttl;
+	has_count = a.has_count;
 	if (!tokenreq_rate_allow(req, has_count ? (int)count : 1))
 		goto done;
 	if (opcache_by_name(req->req_tenant_id, opname, &op, &found) < 0) {
@@ -165,7 +223,6 @@ void h_token_issue(struct request *req)
 	http_reply_bytes(req, 201, "application/json", list, (size_t)(p - list));
 done:
 	free(list);
-	json_decref(body);
 }
 
 void h_token_get(struct request *req)

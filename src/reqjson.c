@@ -77,6 +77,88 @@ int reqjson_string(struct request *req, json_t *obj, const char *name, int requi
 	return 0;
 }
 
+static const char *reqjson_ws(const char *p, const char *end)
+{
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+		p++;
+	return p;
+}
+
+/* A string of printable ASCII without escapes at P (on its opening quote):
+ * its characters in *STR, *LEN; the position after the closing quote, or
+ * NULL. */
+static const char *reqjson_flat_string(const char *p, const char *end, const char **str,
+				       size_t *len)
+{
+	const char *q = ++p;
+
+	while (q < end && *q != '"') {
+		if (*q < 0x20 || *q > 0x7e || *q == '\\')
+			return NULL;
+		q++;
+	}
+	if (q == end)
+		return NULL;
+	*str = p;
+	*len = (size_t)(q - p);
+	return q + 1;
+}
+
+int reqjson_flat(const char *s, size_t len, struct reqjson_field *fields, size_t n)
+{
+	const char *p = s, *end = s + len, *name;
+	size_t name_len;
+
+	for (size_t i = 0; i < n; i++)
+		fields[i].rf_present = 0;
+	p = reqjson_ws(p, end);
+	if (p == end || *p++ != '{')
+		return 0;
+	p = reqjson_ws(p, end);
+	if (p < end && *p == '}')
+		return reqjson_ws(p + 1, end) == end;
+	for (;;) {
+		if (p == end || *p != '"' || (p = reqjson_flat_string(p, end, &name, &name_len)) == NULL)
+			return 0;
+		struct reqjson_field *f = NULL;
+		for (size_t i = 0; i < n && f == NULL; i++)
+			if (strlen(fields[i].rf_name) == name_len &&
+			    memcmp(fields[i].rf_name, name, name_len) == 0)
+				f = &fields[i];
+		if (f == NULL || f->rf_present)
+			return 0;
+		p = reqjson_ws(p, end);
+		if (p == end || *p++ != ':')
+			return 0;
+		p = reqjson_ws(p, end);
+		if (p == end)
+			return 0;
+		if (f->rf_type == REQJSON_STRING) {
+			if (*p != '"' || (p = reqjson_flat_string(p, end, &f->rf_str, &f->rf_len)) == NULL)
+				return 0;
+		} else {
+			const char *d = p;
+			int64_t v = 0;
+			while (p < end && *p >= '0' && *p <= '9' && p - d < 16)
+				v = v * 10 + (*p++ - '0');
+			/* no leading zero, at most 15 digits, nothing like ".5" or "e3" after */
+			if (p == d || (*d == '0' && p - d > 1) || p - d > 15 ||
+			    (p < end && (*p == '.' || *p == 'e' || *p == 'E' || (*p >= '0' && *p <= '9'))))
+				return 0;
+			f->rf_num = v;
+		}
+		f->rf_present = 1;
+		p = reqjson_ws(p, end);
+		if (p == end)
+			return 0;
+		if (*p == '}')
+			return reqjson_ws(p + 1, end) == end;
+		if (*p++ != ',')
+			return 0;
+		p = reqjson_ws(p, end);
+	}
+}
+
 /* Writes the 2 decimal digits of V (0..99) at P. */
 static char *reqjson_2digits(char *p, unsigned v)
 {

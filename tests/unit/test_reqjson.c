@@ -613,6 +613,87 @@ static char *jansson_escaped(const char *s, size_t len)
 
 /* reqjson_escape writes the bytes json_dumps does: every byte below 0x80
  * alone, and random strings of ASCII and multi-byte UTF-8. */
+/* reqjson_flat takes only simple bodies, and each one it takes parses with
+ * jansson to the same members and values. */
+static void test_flat(void **state)
+{
+	static const struct {
+		const char *body;
+		int taken;
+	} cases[] = {
+		{ "{\"operation\":\"order.create\",\"subject\":\"user-42\"}", 1 },
+		{ " {\r\n\t\"subject\" : \"u\" , \"count\":100 ,\"ttl_seconds\":0}\n ", 1 },
+		{ "{}", 1 },
+		{ "{ }", 1 },
+		{ "{\"count\":999999999999999}", 1 },
+		{ "{\"count\":1000000000000000}", 0 },   /* 16 digits */
+		{ "{\"count\":01}", 0 },
+		{ "{\"count\":-1}", 0 },
+		{ "{\"count\":1.0}", 0 },
+		{ "{\"count\":1e3}", 0 },
+		{ "{\"count\":\"1\"}", 0 },
+		{ "{\"subject\":1}", 0 },
+		{ "{\"subject\":\"a\\\"b\"}", 0 },    /* an escape */
+		{ "{\"subject\":\"caf\xc3\xa9\"}", 0 }, /* not ASCII */
+		{ "{\"subject\":\"a\tb\"}", 0 },       /* a control character */
+		{ "{\"subject\":\"a\",\"subject\":\"b\"}", 0 },
+		{ "{\"other\":\"a\"}", 0 },
+		{ "{\"subject\":\"a\",}", 0 },
+		{ "{\"subject\":\"a\"", 0 },
+		{ "{\"subject\":\"a\"}}", 0 },
+		{ "{\"subject\":\"a\"} x", 0 },
+		{ "{\"subject\" \"a\"}", 0 },
+		{ "{\"subject\":}", 0 },
+		{ "{\"subject\":null}", 0 },
+		{ "[]", 0 },
+		{ "", 0 },
+		{ "{\"subj", 0 },
+	};
+	(void)state;
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		struct reqjson_field f[3] = {
+			{ .rf_name = "operation", .rf_type = REQJSON_STRING },
+			{ .rf_name = "subject", .rf_type = REQJSON_STRING },
+			{ .rf_name = "count", .rf_type = REQJSON_UINT },
+		};
+		const char *b = cases[c].body;
+		f[2].rf_name = strstr(b, "ttl_seconds") ? "ttl_seconds" : "count";
+		int taken = reqjson_flat(b, strlen(b), f, 3);
+		if (strstr(b, "ttl_seconds") != NULL) {
+			/* both integer names in one body: a fourth field */
+			struct reqjson_field g[4] = {
+				f[0], f[1], { .rf_name = "ttl_seconds", .rf_type = REQJSON_UINT },
+				{ .rf_name = "count", .rf_type = REQJSON_UINT },
+			};
+			taken = reqjson_flat(b, strlen(b), g, 4);
+			assert_int_equal(g[2].rf_num, 0);
+			assert_int_equal(g[3].rf_num, 100);
+			memcpy(f, g, sizeof(f));
+		}
+		if (taken != cases[c].taken)
+			fail_msg("body %s: taken %d", b, taken);
+		if (!taken)
+			continue;
+		json_t *j = json_loadb(b, strlen(b), JSON_REJECT_DUPLICATES, NULL);
+		assert_non_null(j);
+		for (size_t i = 0; i < 3; i++) {
+			json_t *v = json_object_get(j, f[i].rf_name);
+			assert_int_equal(f[i].rf_present, v != NULL);
+			if (v == NULL)
+				continue;
+			if (f[i].rf_type == REQJSON_STRING) {
+				assert_true(json_is_string(v));
+				assert_int_equal(json_string_length(v), f[i].rf_len);
+				assert_memory_equal(json_string_value(v), f[i].rf_str, f[i].rf_len);
+			} else {
+				assert_true(json_is_integer(v));
+				assert_int_equal(json_integer_value(v), f[i].rf_num);
+			}
+		}
+		json_decref(j);
+	}
+}
+
 static void test_escape_matches_jansson(void **state)
 {
 	static const char *const pieces[] = { "a", "\"", "\\", "/", "\x7f", "\t", "\x01",
@@ -659,6 +740,7 @@ main(void)
 		cmocka_unit_test(test_time),
 		cmocka_unit_test(test_time_text_matches_strftime),
 		cmocka_unit_test(test_escape_matches_jansson),
+		cmocka_unit_test(test_flat),
 		cmocka_unit_test(test_response_json),
 		cmocka_unit_test(test_response_base64),
 		cmocka_unit_test(test_response_empty),
