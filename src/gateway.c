@@ -30,6 +30,7 @@
 #include "opcache.h"
 #include "problem.h"
 #include "replaycache.h"
+#include "reqjson.h"
 #include "router.h"
 #include "store.h"
 #include "token.h"
@@ -344,26 +345,66 @@ static int gateway_query(struct request *req, char **out)
 /* ---------------------------------------------------------------- replies */
 
 /* Answers with a stored (or about to be stored) response R. */
+/* The stored headers of a response, read without jansson when they are
+ * simple (reqjson_flat_each): at most GATEWAY_FAST_HEADERS string members. */
+#define GATEWAY_FAST_HEADERS 16
+struct gateway_fast_headers {
+	struct reqjson_member fh_m[GATEWAY_FAST_HEADERS];
+	size_t fh_n;
+};
+
+static int gateway_fast_header(void *arg, const struct reqjson_member *m)
+{
+	struct gateway_fast_headers *h = arg;
+
+	if (!m->rm_is_string || h->fh_n == GATEWAY_FAST_HEADERS || m->rm_name_len > 128 ||
+	    m->rm_len > 8192)
+		return 0;
+	h->fh_m[h->fh_n++] = *m;
+	return 1;
+}
+
+/* Adds header NAME: VALUE (not NUL-terminated, at most 128 and 8192
+ * bytes: gateway_fast_header) to the reply; 1 if it is Content-Type. */
+static int gateway_add_header(struct request *req, const char *name, size_t name_len,
+			      const char *value, size_t value_len)
+{
+	char n[129], v[8193];
+
+	memcpy(n, name, name_len);
+	n[name_len] = '\0';
+	memcpy(v, value, value_len);
+	v[value_len] = '\0';
+	MHD_add_response_header(req->rep_response, n, v);
+	return strcasecmp(n, "content-type") == 0;
+}
+
 static void gateway_reply_response(struct request *req, const struct stored_response *r,
 				   const char *replayed)
 {
-	const char *name;
-	json_t *v, *headers = json_loads(r->sr_headers ? r->sr_headers : "{}", 0, NULL);
+	const char *stored = r->sr_headers ? r->sr_headers : "{}";
+	struct gateway_fast_headers fast = { .fh_n = 0 };
 	int has_type = 0;
 
 	http_reply_bytes(req, (unsigned)r->sr_status, NULL, r->sr_body, r->sr_body_len);
-	if (req->rep_response == NULL) {
-		json_decref(headers);
+	if (req->rep_response == NULL)
 		return;
+	if (reqjson_flat_each(stored, strlen(stored), gateway_fast_header, &fast)) {
+		for (size_t i = 0; i < fast.fh_n; i++)
+			has_type |= gateway_add_header(req, fast.fh_m[i].rm_name,
+						       fast.fh_m[i].rm_name_len,
+						       fast.fh_m[i].rm_str, fast.fh_m[i].rm_len);
+	} else {
+		const char *name;
+		json_t *v, *headers = json_loads(stored, 0, NULL);
+		json_object_foreach(headers, name, v) {
+			if (!json_is_string(v))
+				continue;
+			MHD_add_response_header(req->rep_response, name, json_string_value(v));
+			has_type |= strcasecmp(name, "content-type") == 0;
+		}
+		json_decref(headers);
 	}
-	json_object_foreach(headers, name, v) {
-		if (!json_is_string(v))
-			continue;
-		MHD_add_response_header(req->rep_response, name, json_string_value(v));
-		if (strcasecmp(name, "content-type") == 0)
-			has_type = 1;
-	}
-	json_decref(headers);
 	if (!has_type && r->sr_is_json)
 		MHD_add_response_header(req->rep_response, "Content-Type", "application/json");
 	if (replayed != NULL)

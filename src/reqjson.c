@@ -104,13 +104,12 @@ static const char *reqjson_flat_string(const char *p, const char *end, const cha
 	return q + 1;
 }
 
-int reqjson_flat(const char *s, size_t len, struct reqjson_field *fields, size_t n)
+int reqjson_flat_each(const char *s, size_t len,
+		      int (*fn)(void *arg, const struct reqjson_member *m), void *arg)
 {
-	const char *p = s, *end = s + len, *name;
-	size_t name_len;
+	const char *p = s, *end = s + len;
+	struct reqjson_member m;
 
-	for (size_t i = 0; i < n; i++)
-		fields[i].rf_present = 0;
 	p = reqjson_ws(p, end);
 	if (p == end || *p++ != '{')
 		return 0;
@@ -118,14 +117,9 @@ int reqjson_flat(const char *s, size_t len, struct reqjson_field *fields, size_t
 	if (p < end && *p == '}')
 		return reqjson_ws(p + 1, end) == end;
 	for (;;) {
-		if (p == end || *p != '"' || (p = reqjson_flat_string(p, end, &name, &name_len)) == NULL)
-			return 0;
-		struct reqjson_field *f = NULL;
-		for (size_t i = 0; i < n && f == NULL; i++)
-			if (strlen(fields[i].rf_name) == name_len &&
-			    memcmp(fields[i].rf_name, name, name_len) == 0)
-				f = &fields[i];
-		if (f == NULL || f->rf_present)
+		m = (struct reqjson_member){ 0 };
+		if (p == end || *p != '"' ||
+		    (p = reqjson_flat_string(p, end, &m.rm_name, &m.rm_name_len)) == NULL)
 			return 0;
 		p = reqjson_ws(p, end);
 		if (p == end || *p++ != ':')
@@ -133,8 +127,9 @@ int reqjson_flat(const char *s, size_t len, struct reqjson_field *fields, size_t
 		p = reqjson_ws(p, end);
 		if (p == end)
 			return 0;
-		if (f->rf_type == REQJSON_STRING) {
-			if (*p != '"' || (p = reqjson_flat_string(p, end, &f->rf_str, &f->rf_len)) == NULL)
+		m.rm_is_string = *p == '"';
+		if (m.rm_is_string) {
+			if ((p = reqjson_flat_string(p, end, &m.rm_str, &m.rm_len)) == NULL)
 				return 0;
 		} else {
 			const char *d = p;
@@ -145,9 +140,10 @@ int reqjson_flat(const char *s, size_t len, struct reqjson_field *fields, size_t
 			if (p == d || (*d == '0' && p - d > 1) || p - d > 15 ||
 			    (p < end && (*p == '.' || *p == 'e' || *p == 'E' || (*p >= '0' && *p <= '9'))))
 				return 0;
-			f->rf_num = v;
+			m.rm_num = v;
 		}
-		f->rf_present = 1;
+		if (!fn(arg, &m))
+			return 0;
 		p = reqjson_ws(p, end);
 		if (p == end)
 			return 0;
@@ -157,6 +153,41 @@ int reqjson_flat(const char *s, size_t len, struct reqjson_field *fields, size_t
 			return 0;
 		p = reqjson_ws(p, end);
 	}
+}
+
+struct reqjson_flat_fields {
+	struct reqjson_field *ff_fields;
+	size_t ff_n;
+};
+
+/* A member of reqjson_flat(): one of the fields, of its type, once. */
+static int reqjson_flat_member(void *arg, const struct reqjson_member *m)
+{
+	struct reqjson_flat_fields *ff = arg;
+
+	for (size_t i = 0; i < ff->ff_n; i++) {
+		struct reqjson_field *f = &ff->ff_fields[i];
+		if (strlen(f->rf_name) != m->rm_name_len ||
+		    memcmp(f->rf_name, m->rm_name, m->rm_name_len) != 0)
+			continue;
+		if (f->rf_present || m->rm_is_string != (f->rf_type == REQJSON_STRING))
+			return 0;
+		f->rf_present = 1;
+		f->rf_str = m->rm_str;
+		f->rf_len = m->rm_len;
+		f->rf_num = m->rm_num;
+		return 1;
+	}
+	return 0;
+}
+
+int reqjson_flat(const char *s, size_t len, struct reqjson_field *fields, size_t n)
+{
+	struct reqjson_flat_fields ff = { fields, n };
+
+	for (size_t i = 0; i < n; i++)
+		fields[i].rf_present = 0;
+	return reqjson_flat_each(s, len, reqjson_flat_member, &ff);
 }
 
 /* Writes the 2 decimal digits of V (0..99) at P. */

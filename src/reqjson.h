@@ -45,6 +45,23 @@ struct reqjson_field {
  */
 int reqjson_flat(const char *s, size_t len, struct reqjson_field *fields, size_t n);
 
+/* A member of a flat object, as reqjson_flat_each() reads it: characters
+ * borrowed from the text, without quotes. */
+struct reqjson_member {
+	const char *rm_name;
+	size_t rm_name_len;
+	int rm_is_string;
+	const char *rm_str; /* rm_is_string */
+	size_t rm_len;
+	int64_t rm_num;     /* !rm_is_string */
+};
+
+/* reqjson_flat()'s reading for any member names: calls FN(ARG, member) for
+ * each member in order; 1 when S[0..LEN) is such an object and FN returned
+ * nonzero for every member, else 0 (FN may have been called for some). */
+int reqjson_flat_each(const char *s, size_t len,
+		      int (*fn)(void *arg, const struct reqjson_member *m), void *arg);
+
 /* RFC 3339 UTC time of unix milliseconds (new reference). */
 json_t *reqjson_time(int64_t unix_ms);
 

@@ -245,10 +245,41 @@ struct tokenreq_claim {
 	int tc_answer_later;        /* CLAIMED never keeps the connection */
 };
 
+/* A completed submit never changes: answers a duplicate of T from memory.
+ * 1 after replying (the cached response, or 422 for another request's
+ * fingerprint), 0 when the database must be asked. */
+static int tokenreq_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
+				 tokenreq_replay_fn replay)
+{
+	struct stored_response r;
+	char *reply = NULL;
+	size_t reply_len = 0;
+	int direct = replay == tokenreq_replay;
+	int cached = replaycache_lookup(t->tenant_id, t->id, fp, &r, direct ? &reply : NULL,
+					&reply_len);
+
+	if (cached == 1) {
+		metrics_add(METRIC_REPLAYS, 1);
+		if (direct)
+			tokenreq_replay_cached(req, t, fp, &r, reply, reply_len);
+		else
+			replay(req, &r);
+		free(reply);
+		store_response_free(&r);
+		return 1;
+	}
+	if (cached == 2) {
+		problem_reply(req, 422, "fingerprint_mismatch",
+			      "the token was first used with a different request");
+		return 1;
+	}
+	return 0;
+}
+
 /*
- * Everything before the database: the replay cache, the operation, the
- * version precondition. Returns 1 with C's claim arguments filled, or 0
- * after replying. C must not move afterwards (the arguments point into it).
+ * Everything else before the database: the operation, the version
+ * precondition. Returns 1 with C's claim arguments filled, or 0 after
+ * replying. C must not move afterwards (the arguments point into it).
  */
 static int tokenreq_claim_prepare(struct request *req, struct tokenreq_claim *c)
 {
@@ -256,28 +287,8 @@ static int tokenreq_claim_prepare(struct request *req, struct tokenreq_claim *c)
 	const uint8_t *fp = c->tc_has_fp ? c->tc_fp : NULL;
 	struct claim_args *a = &c->tc_args;
 	struct operation op;
-	char *reply = NULL;
-	size_t reply_len = 0;
-	int found, direct = c->tc_replay == tokenreq_replay;
+	int found;
 
-	/* a completed submit never changes: answer duplicates from memory */
-	int cached = replaycache_lookup(t->tenant_id, t->id, fp, &c->tc_res.cr_response,
-					direct ? &reply : NULL, &reply_len);
-	if (cached == 1) {
-		metrics_add(METRIC_REPLAYS, 1);
-		if (direct)
-			tokenreq_replay_cached(req, t, fp, &c->tc_res.cr_response, reply, reply_len);
-		else
-			c->tc_replay(req, &c->tc_res.cr_response);
-		free(reply);
-		store_response_free(&c->tc_res.cr_response);
-		return 0;
-	}
-	if (cached == 2) {
-		problem_reply(req, 422, "fingerprint_mismatch",
-			      "the token was first used with a different request");
-		return 0;
-	}
 	if (opcache_by_id(t->operation_id, &op, &found) < 0) {
 		problem_unavailable(req);
 		return 0;
@@ -439,8 +450,11 @@ int tokenreq_claim_async(struct request *req, const struct token *t, const uint8
 			 tokenreq_replay_fn replay, tokenreq_claimed_fn claimed, int keeps,
 			 void *arg)
 {
-	struct tokenreq_claim *c = tokenreq_claim_new(req, t, fp, replay);
+	struct tokenreq_claim *c;
 
+	if (tokenreq_claim_cached(req, t, fp, replay != NULL ? replay : tokenreq_replay))
+		return 0;
+	c = tokenreq_claim_new(req, t, fp, replay);
 	if (c == NULL)
 		return 0;
 	if (tokenreq_claim_prepare(req, c) == 0) {
