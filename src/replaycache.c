@@ -1,9 +1,13 @@
-/* Replay cache: a 16-way set-associative table of owned response copies
- * (and, once asked for, the rendered direct API reply) under striped
- * mutexes, with a tag array for cheap lookups. Each key may live in either
- * of two sets (two-choice hashing: a new entry goes where there is room),
- * so sets almost never overflow before the table is full; when both are
- * full the least recently used of the two sets' entries goes. */
+/* Replay cache: a 16-way set-associative table of response copies (and,
+ * once asked for, the rendered direct API reply and a request body that
+ * gave it) under striped mutexes, with a tag array for cheap lookups. Each
+ * key may live in either of two sets (two-choice hashing: a new entry goes
+ * where there is room), so sets almost never overflow before the table is
+ * full; when both are full the least recently used of the two sets'
+ * entries goes. Writers lock both sets of a key; readers one set at a
+ * time (an entry never moves, and a miss only costs a database read).
+ * Everything an entry holds is one allocation, so turnover leaves few
+ * holes in the heap. */
 #include "replaycache.h"
 
 #include <pthread.h>
@@ -17,23 +21,21 @@
 struct replaycache_entry {
 	uint32_t re_tenant_id;
 	uint8_t re_id[16];
-	int re_has_fp;
+	uint8_t re_used, re_has_fp, re_is_json, re_has_reply, re_has_raw;
 	uint8_t re_fp[STORE_HASH_BYTES];
+	int32_t re_status;
 	int64_t re_expires_at;
-	uint64_t re_tick;               /* last use, for least-recently-used eviction */
-	struct stored_response re_resp; /* sr_body from malloc here */
-	char *re_reply;                 /* rendered direct API reply, or NULL */
-	size_t re_reply_len;
-	char *re_raw;                   /* a request body as sent that gave re_fp, or NULL */
-	size_t re_raw_len;
-	int re_used;
+	uint64_t re_tick; /* last use, for least-recently-used eviction */
+	/* one block: headers NUL body NUL [reply NUL [raw]] */
+	char *re_data;
+	uint32_t re_headers_len, re_body_len, re_reply_len, re_raw_len;
 };
 
 static struct replaycache_entry replaycache_slots[REPLAYCACHE_SLOTS];
 /* A short tag of each slot's key (0: empty), so that a lookup reads one
  * cache line of tags per set instead of every entry of the set. */
 static _Alignas(64) uint32_t replaycache_tags[REPLAYCACHE_SLOTS];
-static atomic_size_t replaycache_bytes; /* bodies and headers held */
+static atomic_size_t replaycache_bytes; /* what the blocks hold */
 static atomic_uint_fast64_t replaycache_clock;
 static pthread_mutex_t replaycache_locks[REPLAYCACHE_STRIPES] = {
 	[0 ... REPLAYCACHE_STRIPES - 1] = PTHREAD_MUTEX_INITIALIZER
@@ -108,49 +110,64 @@ static int64_t replaycache_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static size_t replaycache_size(const struct stored_response *r)
+/* Where the parts of E's block start. */
+static const char *replaycache_body(const struct replaycache_entry *e)
 {
-	return r->sr_body_len + (r->sr_headers ? strlen(r->sr_headers) : 0);
+	return e->re_data + e->re_headers_len + 1;
+}
+
+static const char *replaycache_reply(const struct replaycache_entry *e)
+{
+	return replaycache_body(e) + e->re_body_len + 1;
+}
+
+static const char *replaycache_raw(const struct replaycache_entry *e)
+{
+	return replaycache_reply(e) + e->re_reply_len + 1;
 }
 
 /* Bytes E holds, as counted against REPLAYCACHE_MAX_BYTES. */
 static size_t replaycache_entry_bytes(const struct replaycache_entry *e)
 {
-	return e->re_used ? replaycache_size(&e->re_resp) + e->re_reply_len + e->re_raw_len : 0;
+	return e->re_used ? (size_t)e->re_headers_len + e->re_body_len + e->re_reply_len +
+				    e->re_raw_len : 0;
 }
 
 static void replaycache_drop(struct replaycache_entry *e)
 {
 	atomic_fetch_sub(&replaycache_bytes, replaycache_entry_bytes(e));
-	free(e->re_reply);
-	free(e->re_raw);
-	free(e->re_resp.sr_headers);
-	free(e->re_resp.sr_body);
+	free(e->re_data);
 	memset(e, 0, sizeof(*e));
 	replaycache_tags[e - replaycache_slots] = 0;
 }
 
-static struct replaycache_entry *replaycache_find(size_t set, uint32_t tenant_id,
-						  const uint8_t id[16]);
-static struct replaycache_entry *replaycache_find2(const struct replaycache_pair *p,
-						   uint32_t tenant_id, const uint8_t id[16]);
-
-/* Copies SRC into DST with freshly allocated buffers. 0 or -1. */
-static int replaycache_copy(struct stored_response *dst, const struct stored_response *src)
+/*
+ * A new block of E's headers and body followed by REPLY and RAW (either
+ * NULL: none), each part NUL-terminated but RAW; NULL when out of memory.
+ */
+static char *replaycache_block(const char *headers, size_t headers_len, const void *body,
+			       size_t body_len, const char *reply, size_t reply_len,
+			       const void *raw, size_t raw_len)
 {
-	*dst = *src;
-	dst->sr_headers = strdup(src->sr_headers ? src->sr_headers : "{}");
-	dst->sr_body = malloc(src->sr_body_len + 1);
-	if (dst->sr_headers == NULL || dst->sr_body == NULL) {
-		free(dst->sr_headers);
-		free(dst->sr_body);
-		memset(dst, 0, sizeof(*dst));
-		return -1;
-	}
-	if (src->sr_body_len > 0)
-		memcpy(dst->sr_body, src->sr_body, src->sr_body_len);
-	dst->sr_body[src->sr_body_len] = '\0';
-	return 0;
+	char *b = malloc(headers_len + body_len + reply_len + raw_len + 3);
+	char *p = b;
+
+	if (b == NULL)
+		return NULL;
+	memcpy(p, headers, headers_len);
+	p += headers_len;
+	*p++ = '\0';
+	if (body_len > 0)
+		memcpy(p, body, body_len);
+	p += body_len;
+	*p++ = '\0';
+	if (reply_len > 0)
+		memcpy(p, reply, reply_len);
+	p += reply_len;
+	*p++ = '\0';
+	if (raw_len > 0)
+		memcpy(p, raw, raw_len);
+	return b;
 }
 
 /* Evicts entries round the table (a clock hand, one stripe locked at a
@@ -163,8 +180,7 @@ static void replaycache_make_room(size_t need)
 	for (size_t n = 0; n < REPLAYCACHE_SLOTS &&
 	     atomic_load(&replaycache_bytes) + need > REPLAYCACHE_MAX_BYTES; n++) {
 		size_t i = atomic_fetch_add(&hand, 1) % REPLAYCACHE_SLOTS;
-		pthread_mutex_t *lock =
-			&replaycache_locks[(i / REPLAYCACHE_WAYS) % REPLAYCACHE_STRIPES];
+		pthread_mutex_t *lock = replaycache_lock_of(i - i % REPLAYCACHE_WAYS);
 		pthread_mutex_lock(lock);
 		if (replaycache_slots[i].re_used)
 			replaycache_drop(&replaycache_slots[i]);
@@ -172,72 +188,7 @@ static void replaycache_make_room(size_t need)
 	}
 }
 
-void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
-		     const struct stored_response *r, int64_t expires_at)
-{
-	struct replaycache_entry fresh = { 0 };
-
-	if (r->sr_body_len > REPLAYCACHE_MAX_BODY || replaycache_copy(&fresh.re_resp, r) < 0)
-		return;
-	fresh.re_tenant_id = tenant_id;
-	memcpy(fresh.re_id, id, sizeof(fresh.re_id));
-	fresh.re_has_fp = fp != NULL;
-	if (fp != NULL)
-		memcpy(fresh.re_fp, fp, sizeof(fresh.re_fp));
-	fresh.re_expires_at = expires_at;
-	fresh.re_tick = atomic_fetch_add(&replaycache_clock, 1);
-	fresh.re_used = 1;
-
-	struct replaycache_pair p;
-	replaycache_make_room(replaycache_size(&fresh.re_resp));
-	replaycache_pair_lock(&p, tenant_id, id);
-	/* the key's own entry, else a free slot in the emptier set (while the
-	 * byte bound allows growth), else the least recently used of both
-	 * sets: a full cache keeps turning over instead of refusing newer
-	 * responses */
-	size_t need = replaycache_size(&fresh.re_resp);
-	int room = atomic_load(&replaycache_bytes) + need <= REPLAYCACHE_MAX_BYTES;
-	struct replaycache_entry *victim = replaycache_find2(&p, tenant_id, id);
-	if (victim == NULL && room) {
-		size_t best_free = 0;
-		for (int k = 0; k < 2; k++) {
-			size_t nfree = 0;
-			struct replaycache_entry *slot = NULL;
-			for (size_t w = 0; w < REPLAYCACHE_WAYS; w++)
-				if (replaycache_tags[p.rp_set[k] + w] == 0) {
-					nfree++;
-					if (slot == NULL)
-						slot = &replaycache_slots[p.rp_set[k] + w];
-				}
-			if (nfree > best_free) {
-				best_free = nfree;
-				victim = slot;
-			}
-		}
-	}
-	if (victim == NULL) {
-		victim = &replaycache_slots[p.rp_set[0]];
-		for (int k = 0; k < 2; k++)
-			for (size_t w = 0; w < REPLAYCACHE_WAYS; w++)
-				if (replaycache_slots[p.rp_set[k] + w].re_tick < victim->re_tick)
-					victim = &replaycache_slots[p.rp_set[k] + w];
-	}
-	size_t freed = replaycache_entry_bytes(victim);
-	if (atomic_load(&replaycache_bytes) - freed + need > REPLAYCACHE_MAX_BYTES) {
-		/* even the eviction would not make room: keep what is there */
-		replaycache_pair_unlock(&p);
-		free(fresh.re_resp.sr_headers);
-		free(fresh.re_resp.sr_body);
-		return;
-	}
-	replaycache_drop(victim);
-	*victim = fresh;
-	replaycache_tags[victim - replaycache_slots] = replaycache_tag(tenant_id, id);
-	atomic_fetch_add(&replaycache_bytes, replaycache_size(&fresh.re_resp));
-	replaycache_pair_unlock(&p);
-}
-
-/* The live entry for (TENANT, ID) in its set, or NULL; drops it if it has
+/* The live entry for (TENANT, ID) in SET, or NULL; drops it if it has
  * expired. Called with the set's lock held. */
 static struct replaycache_entry *replaycache_find(size_t set, uint32_t tenant_id,
 						  const uint8_t id[16])
@@ -270,6 +221,99 @@ static struct replaycache_entry *replaycache_find2(const struct replaycache_pair
 	return e;
 }
 
+/* Readers: the live entry of (TENANT, ID) with the lock of its set held
+ * (*LOCK; unlock it when done), or NULL with no lock held. */
+static struct replaycache_entry *replaycache_find_locked(uint32_t tenant_id,
+							 const uint8_t id[16],
+							 pthread_mutex_t **lock)
+{
+	for (int which = 0; which < 2; which++) {
+		size_t set = replaycache_set(tenant_id, id, which);
+		*lock = replaycache_lock_of(set);
+		pthread_mutex_lock(*lock);
+		struct replaycache_entry *e = replaycache_find(set, tenant_id, id);
+		if (e != NULL)
+			return e;
+		pthread_mutex_unlock(*lock);
+	}
+	*lock = NULL;
+	return NULL;
+}
+
+void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
+		     const struct stored_response *r, int64_t expires_at)
+{
+	struct replaycache_entry fresh = { 0 };
+	const char *headers = r->sr_headers ? r->sr_headers : "{}";
+	size_t headers_len = strlen(headers);
+
+	if (r->sr_body_len > REPLAYCACHE_MAX_BODY)
+		return;
+	fresh.re_data = replaycache_block(headers, headers_len, r->sr_body, r->sr_body_len,
+					  NULL, 0, NULL, 0);
+	if (fresh.re_data == NULL)
+		return;
+	fresh.re_tenant_id = tenant_id;
+	memcpy(fresh.re_id, id, sizeof(fresh.re_id));
+	fresh.re_has_fp = fp != NULL;
+	if (fp != NULL)
+		memcpy(fresh.re_fp, fp, sizeof(fresh.re_fp));
+	fresh.re_status = r->sr_status;
+	fresh.re_is_json = r->sr_is_json != 0;
+	fresh.re_headers_len = (uint32_t)headers_len;
+	fresh.re_body_len = (uint32_t)r->sr_body_len;
+	fresh.re_expires_at = expires_at;
+	fresh.re_tick = atomic_fetch_add(&replaycache_clock, 1);
+	fresh.re_used = 1;
+
+	struct replaycache_pair p;
+	size_t need = replaycache_entry_bytes(&fresh);
+	replaycache_make_room(need);
+	replaycache_pair_lock(&p, tenant_id, id);
+	/* the key's own entry, else a free slot in the emptier set (while the
+	 * byte bound allows growth), else the least recently used of both
+	 * sets: a full cache keeps turning over instead of refusing newer
+	 * responses */
+	int room = atomic_load(&replaycache_bytes) + need <= REPLAYCACHE_MAX_BYTES;
+	struct replaycache_entry *victim = replaycache_find2(&p, tenant_id, id);
+	if (victim == NULL && room) {
+		size_t best_free = 0;
+		for (int k = 0; k < 2; k++) {
+			size_t nfree = 0;
+			struct replaycache_entry *slot = NULL;
+			for (size_t w = 0; w < REPLAYCACHE_WAYS; w++)
+				if (replaycache_tags[p.rp_set[k] + w] == 0) {
+					nfree++;
+					if (slot == NULL)
+						slot = &replaycache_slots[p.rp_set[k] + w];
+				}
+			if (nfree > best_free) {
+				best_free = nfree;
+				victim = slot;
+			}
+		}
+	}
+	if (victim == NULL) {
+		victim = &replaycache_slots[p.rp_set[0]];
+		for (int k = 0; k < 2; k++)
+			for (size_t w = 0; w < REPLAYCACHE_WAYS; w++)
+				if (replaycache_slots[p.rp_set[k] + w].re_tick < victim->re_tick)
+					victim = &replaycache_slots[p.rp_set[k] + w];
+	}
+	if (atomic_load(&replaycache_bytes) - replaycache_entry_bytes(victim) + need >
+	    REPLAYCACHE_MAX_BYTES) {
+		/* even the eviction would not make room: keep what is there */
+		replaycache_pair_unlock(&p);
+		free(fresh.re_data);
+		return;
+	}
+	replaycache_drop(victim);
+	*victim = fresh;
+	replaycache_tags[victim - replaycache_slots] = replaycache_tag(tenant_id, id);
+	atomic_fetch_add(&replaycache_bytes, need);
+	replaycache_pair_unlock(&p);
+}
+
 static int replaycache_fp_equal(const struct replaycache_entry *e, const uint8_t *fp)
 {
 	return e->re_has_fp == (fp != NULL) &&
@@ -288,31 +332,46 @@ static char *replaycache_dup(const char *s, size_t len)
 	return d;
 }
 
+/* Copies E's response into OUT with fresh buffers. 0 or -1. */
+static int replaycache_copy(struct stored_response *out, const struct replaycache_entry *e)
+{
+	memset(out, 0, sizeof(*out));
+	out->sr_status = e->re_status;
+	out->sr_is_json = e->re_is_json;
+	out->sr_body_len = e->re_body_len;
+	out->sr_headers = replaycache_dup(e->re_data, e->re_headers_len);
+	out->sr_body = (unsigned char *)replaycache_dup(replaycache_body(e), e->re_body_len);
+	if (out->sr_headers == NULL || out->sr_body == NULL) {
+		store_response_free(out);
+		return -1;
+	}
+	return 0;
+}
+
 int replaycache_lookup(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 		       struct stored_response *out, char **reply, size_t *reply_len)
 {
-	struct replaycache_pair p;
+	pthread_mutex_t *lock;
 	int ret = 0;
 
 	memset(out, 0, sizeof(*out));
 	if (reply != NULL)
 		*reply = NULL;
-	replaycache_pair_lock(&p, tenant_id, id);
-	struct replaycache_entry *e = replaycache_find2(&p, tenant_id, id);
-	if (e == NULL) {
-		ret = 0;
-	} else if (!replaycache_fp_equal(e, fp)) {
+	struct replaycache_entry *e = replaycache_find_locked(tenant_id, id, &lock);
+	if (e == NULL)
+		return 0;
+	if (!replaycache_fp_equal(e, fp)) {
 		ret = 2;
-	} else if (reply != NULL && e->re_reply != NULL) {
-		*reply = replaycache_dup(e->re_reply, e->re_reply_len);
+	} else if (reply != NULL && e->re_has_reply) {
+		*reply = replaycache_dup(replaycache_reply(e), e->re_reply_len);
 		*reply_len = e->re_reply_len;
 		ret = *reply != NULL;
-	} else if (replaycache_copy(out, &e->re_resp) == 0) {
+	} else if (replaycache_copy(out, e) == 0) {
 		ret = 1;
 	}
 	if (ret == 1)
 		e->re_tick = atomic_fetch_add(&replaycache_clock, 1);
-	replaycache_pair_unlock(&p);
+	pthread_mutex_unlock(lock);
 	return ret;
 }
 
@@ -325,64 +384,78 @@ int replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 int replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], const void *raw,
 			size_t raw_len, char **reply, size_t *reply_len)
 {
-	struct replaycache_pair p;
+	pthread_mutex_t *lock;
 	int ret = 0;
 
 	*reply = NULL;
-	replaycache_pair_lock(&p, tenant_id, id);
-	struct replaycache_entry *e = replaycache_find2(&p, tenant_id, id);
-	if (e != NULL && e->re_raw != NULL && e->re_reply != NULL && e->re_raw_len == raw_len &&
-	    memcmp(e->re_raw, raw, raw_len) == 0) {
-		*reply = replaycache_dup(e->re_reply, e->re_reply_len);
+	struct replaycache_entry *e = replaycache_find_locked(tenant_id, id, &lock);
+	if (e == NULL)
+		return 0;
+	if (e->re_has_raw && e->re_raw_len == raw_len &&
+	    memcmp(replaycache_raw(e), raw, raw_len) == 0) {
+		*reply = replaycache_dup(replaycache_reply(e), e->re_reply_len);
 		*reply_len = e->re_reply_len;
 		if (*reply != NULL) {
 			e->re_tick = atomic_fetch_add(&replaycache_clock, 1);
 			ret = 1;
 		}
 	}
-	replaycache_pair_unlock(&p);
+	pthread_mutex_unlock(lock);
 	return ret;
 }
 
 void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 			   const void *raw, size_t raw_len, const char *reply, size_t reply_len)
 {
-	struct replaycache_pair p;
-	char *copy = NULL;
+	pthread_mutex_t *lock;
+	struct replaycache_entry *e = replaycache_find_locked(tenant_id, id, &lock);
 
-	replaycache_pair_lock(&p, tenant_id, id);
-	struct replaycache_entry *e = replaycache_find2(&p, tenant_id, id);
-	if (e == NULL || !replaycache_fp_equal(e, fp))
+	if (e == NULL)
+		return;
+	if (!replaycache_fp_equal(e, fp))
 		goto out;
-	if (e->re_reply == NULL) {
-		if (reply_len > REPLAYCACHE_MAX_REPLY ||
-		    atomic_load(&replaycache_bytes) + reply_len > REPLAYCACHE_MAX_BYTES ||
-		    (copy = replaycache_dup(reply, reply_len)) == NULL)
-			goto out;
-		e->re_reply = copy;
-		e->re_reply_len = reply_len;
-		atomic_fetch_add(&replaycache_bytes, reply_len);
+	/* the reply first attached stays; a body replaces the one before */
+	if (e->re_has_reply) {
+		reply = replaycache_reply(e);
+		reply_len = e->re_reply_len;
+	} else if (reply_len > REPLAYCACHE_MAX_REPLY) {
+		goto out;
 	}
-	if (raw != NULL && raw_len <= REPLAYCACHE_MAX_RAW &&
-	    (e->re_raw == NULL || e->re_raw_len != raw_len ||
-	     memcmp(e->re_raw, raw, raw_len) != 0) &&
-	    atomic_load(&replaycache_bytes) + raw_len <= REPLAYCACHE_MAX_BYTES &&
-	    (copy = replaycache_dup(raw, raw_len)) != NULL) {
-		atomic_fetch_sub(&replaycache_bytes, e->re_raw_len);
-		free(e->re_raw);
-		e->re_raw = copy;
-		e->re_raw_len = raw_len;
-		atomic_fetch_add(&replaycache_bytes, raw_len);
+	if (raw != NULL && raw_len > REPLAYCACHE_MAX_RAW)
+		raw = NULL;
+	if (raw == NULL && e->re_has_raw) {
+		raw = replaycache_raw(e);
+		raw_len = e->re_raw_len;
 	}
+	if (raw == NULL)
+		raw_len = 0;
+	if (e->re_has_reply && (raw == NULL || (e->re_has_raw && e->re_raw_len == raw_len &&
+						memcmp(replaycache_raw(e), raw, raw_len) == 0)))
+		goto out; /* nothing new */
+	size_t old = replaycache_entry_bytes(e);
+	size_t now = (size_t)e->re_headers_len + e->re_body_len + reply_len + raw_len;
+	if (atomic_load(&replaycache_bytes) - old + now > REPLAYCACHE_MAX_BYTES)
+		goto out;
+	char *b = replaycache_block(e->re_data, e->re_headers_len, replaycache_body(e),
+				    e->re_body_len, reply, reply_len, raw, raw_len);
+	if (b == NULL)
+		goto out;
+	free(e->re_data);
+	e->re_data = b;
+	e->re_has_reply = 1;
+	e->re_reply_len = (uint32_t)reply_len;
+	e->re_has_raw = raw != NULL;
+	e->re_raw_len = (uint32_t)raw_len;
+	atomic_fetch_add(&replaycache_bytes, now);
+	atomic_fetch_sub(&replaycache_bytes, old);
 out:
-	replaycache_pair_unlock(&p);
+	pthread_mutex_unlock(lock);
 }
 
 void replaycache_clear(void)
 {
 	for (size_t i = 0; i < REPLAYCACHE_SLOTS; i++) {
-		pthread_mutex_t *lock =
-			&replaycache_locks[(i / REPLAYCACHE_WAYS) % REPLAYCACHE_STRIPES];
+		pthread_mutex_t *lock = replaycache_lock_of(i - i % REPLAYCACHE_WAYS);
 		pthread_mutex_lock(lock);
 		replaycache_drop(&replaycache_slots[i]);
 		pthread_mutex_unlock(lock);
