@@ -286,16 +286,16 @@ static void log_escape(char *buf, size_t len, size_t *n, const char *s)
 
 	for (; *s != '\0' && k + 7 < len; s++) {
 		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\') {
+		if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+			buf[k++] = (char)c;
+		} else if (c == '"' || c == '\\') {
 			buf[k++] = '\\';
 			buf[k++] = (char)c;
-		} else if (c < 0x20 || c >= 0x7f) {
+		} else {
 			memcpy(buf + k, "\\u00", 4);
 			buf[k + 4] = hex[c >> 4];
 			buf[k + 5] = hex[c & 15];
 			k += 6;
-		} else {
-			buf[k++] = (char)c;
 		}
 	}
 	*n = k;

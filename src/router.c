@@ -33,7 +33,7 @@ static int router_pattern_match(const char *pattern, const char *path,
 
 	while (*pattern != '\0') {
 		if (pattern[0] == '{' && pattern[1] == '}') {
-			size_t len = strcspn(path, "/");
+			size_t len = (size_t)(strchrnul(path, '/') - path);
 			if (len == 0 || n == HTTP_MAX_PARAMS)
 				return 0;
 			starts[n] = path;
@@ -70,6 +70,13 @@ char *router_decode(const char *s, size_t len, size_t *outlen)
 
 	if (out == NULL)
 		return NULL;
+	if (memchr(s, '%', len) == NULL) {
+		/* nothing escaped: the common case (tokens are base64url) */
+		memcpy(out, s, len);
+		out[len] = '\0';
+		*outlen = len;
+		return out;
+	}
 	for (size_t i = 0; i < len; i++) {
 		int hi, lo;
 		if (s[i] == '%' && i + 2 < len &&

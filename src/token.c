@@ -137,29 +137,35 @@ int
 token_b64url_decode(const char *s, size_t len, uint8_t *out, size_t outmax,
     size_t *n)
 {
-	uint32_t acc = 0;
-	unsigned bits = 0;
-	size_t k = 0;
+	const unsigned char *u = (const unsigned char *)s;
+	size_t groups = len / 4, rest = len % 4, k = 0;
 
 	/* a lone digit in the last group carries fewer than 8 bits */
-	if (len % 4 == 1)
+	if (rest == 1 || groups * 3 + (rest ? rest - 1 : 0) > outmax)
 		return -1;
-	for (size_t i = 0; i < len; i++) {
-		uint32_t v = token_b64_value[(unsigned char)s[i]];
-		if (v == 0)
+	for (size_t i = 0; i < groups; i++, u += 4) {
+		uint32_t a = token_b64_value[u[0]], b = token_b64_value[u[1]],
+		    c = token_b64_value[u[2]], d = token_b64_value[u[3]];
+		if (a == 0 || b == 0 || c == 0 || d == 0)
 			return -1;
-		acc = (acc << 6) | (v - 1);
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			if (k == outmax)
-				return -1;
-			out[k++] = (uint8_t)(acc >> bits);
-		}
+		uint32_t v = (a - 1) << 18 | (b - 1) << 12 | (c - 1) << 6 | (d - 1);
+		out[k++] = (uint8_t)(v >> 16);
+		out[k++] = (uint8_t)(v >> 8);
+		out[k++] = (uint8_t)v;
 	}
-	/* canonical: the bits left over after the last byte are zero */
-	if ((acc & ((1u << bits) - 1)) != 0)
-		return -1;
+	if (rest > 0) {
+		uint32_t a = token_b64_value[u[0]], b = token_b64_value[u[1]],
+		    c = rest == 3 ? token_b64_value[u[2]] : 1;
+		if (a == 0 || b == 0 || c == 0)
+			return -1;
+		uint32_t v = (a - 1) << 18 | (b - 1) << 12 | (c - 1) << 6;
+		/* canonical: the bits left over after the last byte are zero */
+		if ((v & (rest == 2 ? 0xffffu : 0xffu)) != 0)
+			return -1;
+		out[k++] = (uint8_t)(v >> 16);
+		if (rest == 3)
+			out[k++] = (uint8_t)(v >> 8);
+	}
 	*n = k;
 	return 0;
 }
