@@ -5,6 +5,8 @@
  * through fingerprint_canonical_json / fingerprint_of_json.
  * Properties: canonical(parse(canonical(x))) == canonical(x), the parsed
  * values are json_equal, and both have the same fingerprint.
+ * reqjson_flat (the issue handler's fast way) must take only objects that
+ * jansson parses to the same members and values.
  * The input's NUL-separated pieces also feed the small field parsers:
  * versionkey_expand (checked against a reference expansion),
  * versionkey_valid, reqjson_etag and reqjson_valid_name; so do the
@@ -232,6 +234,37 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
+/* Whatever reqjson_flat takes, jansson reads the same way. */
+static void
+check_flat(const char *s, size_t size)
+{
+	struct reqjson_field f[3] = {
+		{ .rf_name = "operation", .rf_type = REQJSON_STRING },
+		{ .rf_name = "subject", .rf_type = REQJSON_STRING },
+		{ .rf_name = "count", .rf_type = REQJSON_UINT },
+	};
+	json_t *v;
+
+	if (!reqjson_flat(s, size, f, 3))
+		return;
+	v = json_loadb(s, size, JSON_REJECT_DUPLICATES, NULL);
+	FUZZ_CHECK(v != NULL && json_is_object(v));
+	FUZZ_CHECK(json_object_size(v) == (size_t)(f[0].rf_present + f[1].rf_present +
+	    f[2].rf_present));
+	for (int i = 0; i < 3; i++) {
+		json_t *m = json_object_get(v, f[i].rf_name);
+		FUZZ_CHECK((m != NULL) == f[i].rf_present);
+		if (m == NULL)
+			continue;
+		if (f[i].rf_type == REQJSON_STRING)
+			FUZZ_CHECK(json_is_string(m) && json_string_length(m) == f[i].rf_len &&
+			    memcmp(json_string_value(m), f[i].rf_str, f[i].rf_len) == 0);
+		else
+			FUZZ_CHECK(json_is_integer(m) && json_integer_value(m) == f[i].rf_num);
+	}
+	json_decref(v);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -264,6 +297,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	json_decref(check_json((const char *)data, size,
 	    JSON_DECODE_ANY | JSON_REJECT_DUPLICATES));
+	check_flat((const char *)data, size);
 
 	fuzz_split(data, size, piece, 4);
 	check_pieces(piece[0], piece[1], piece[2], piece[3], size % 64);
