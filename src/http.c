@@ -113,11 +113,6 @@ static void http_clear_reply(struct request *req)
 	if (req->rep_response != NULL)
 		MHD_destroy_response(req->rep_response);
 	req->rep_response = NULL;
-	for (int i = 0; i < req->rep_n_headers; i++) {
-		free(req->rep_headers[i][0]);
-		free(req->rep_headers[i][1]);
-	}
-	req->rep_n_headers = 0;
 }
 
 void http_reply_bytes(struct request *req, unsigned status, const char *content_type,
@@ -164,11 +159,8 @@ void http_reply_json(struct request *req, unsigned status, json_t *body)
 
 void http_set_header(struct request *req, const char *name, const char *value)
 {
-	if (req->rep_n_headers == HTTP_MAX_HEADERS)
-		return;
-	req->rep_headers[req->rep_n_headers][0] = strdup(name);
-	req->rep_headers[req->rep_n_headers][1] = strdup(value);
-	req->rep_n_headers++;
+	if (req->rep_response != NULL)
+		MHD_add_response_header(req->rep_response, name, value);
 }
 
 json_t *http_body_object(struct request *req)
@@ -321,9 +313,6 @@ static enum MHD_Result http_send(struct request *req)
 {
 	if (req->rep_response == NULL)
 		return MHD_NO;
-	for (int i = 0; i < req->rep_n_headers; i++)
-		MHD_add_response_header(req->rep_response, req->rep_headers[i][0],
-					req->rep_headers[i][1]);
 	MHD_add_response_header(req->rep_response, "X-Request-Id", req->req_id);
 	MHD_add_response_header(req->rep_response, "Cache-Control", "no-store");
 	cors_decorate(req->rep_response, req->req_h_origin);

@@ -15,7 +15,6 @@ struct route;
 
 #define HTTP_REQUEST_ID_MAX 128
 #define HTTP_MAX_PARAMS 2
-#define HTTP_MAX_HEADERS 16
 /* Per-connection buffer for the request line and headers (larger: 431),
  * small so that thousands of open connections stay cheap. */
 #define HTTP_CONNECTION_MEMORY ((size_t)16 * 1024)
@@ -50,8 +49,6 @@ struct request {
 	/* the reply being built */
 	unsigned rep_status;
 	struct MHD_Response *rep_response;
-	char *rep_headers[HTTP_MAX_HEADERS][2];
-	int rep_n_headers;
 };
 
 int http_start(const struct config *cfg) IDEMD_WUR;
@@ -73,7 +70,8 @@ void http_reply_empty(struct request *req, unsigned status);
 void http_reply_take(struct request *req, unsigned status, const char *content_type,
 		     char *data, size_t len);
 
-/* Adds a header to the reply being built (copied). */
+/* Adds a header to the reply built so far (copied); a later reply replaces
+ * it and its headers. Without a reply there is nothing to add it to. */
 void http_set_header(struct request *req, const char *name, const char *value);
 
 /*

@@ -41,10 +41,6 @@ req_done(struct request *req)
 {
 	if (req->rep_response != NULL)
 		MHD_destroy_response(req->rep_response);
-	for (int i = 0; i < req->rep_n_headers; i++) {
-		free(req->rep_headers[i][0]);
-		free(req->rep_headers[i][1]);
-	}
 	free(req->req_body);
 	memset(req, 0, sizeof(*req));
 }
@@ -203,20 +199,16 @@ test_headers(void **state)
 	snprintf(value, sizeof(value), "\"7\"");
 	http_set_header(&req, name, value);
 	name[0] = value[1] = '#';
-	assert_int_equal(req.rep_n_headers, 1);
-	assert_string_equal(req.rep_headers[0][0], "ETag");
-	assert_string_equal(req.rep_headers[0][1], "\"7\"");
-	/* at most HTTP_MAX_HEADERS; the rest are dropped, not overflowed */
-	for (int i = 1; i < HTTP_MAX_HEADERS + 5; i++) {
-		snprintf(name, sizeof(name), "X-H%d", i);
-		http_set_header(&req, name, "v");
-	}
-	assert_int_equal(req.rep_n_headers, HTTP_MAX_HEADERS);
-	assert_string_equal(req.rep_headers[HTTP_MAX_HEADERS - 1][0], "X-H15");
+	assert_string_equal(MHD_get_response_header(req.rep_response, "ETag"), "\"7\"");
 	/* a new reply drops the headers set for the one it replaces */
 	problem_reply(&req, 409, "lease_lost", "a newer attempt holds the lease");
 	assert_int_equal(req.rep_status, 409);
-	assert_int_equal(req.rep_n_headers, 0);
+	assert_null(MHD_get_response_header(req.rep_response, "ETag"));
+	req_done(&req);
+	/* without a reply there is nothing to add to, and nothing breaks */
+	req_init(&req, NULL, 0);
+	http_set_header(&req, "ETag", "\"8\"");
+	assert_null(req.rep_response);
 	req_done(&req);
 }
 
@@ -237,9 +229,7 @@ test_problem_fallback(void **state)
 	problem_unavailable(&req);
 	assert_int_equal(req.rep_status, 503);
 	assert_string_equal(content_type(&req), "application/problem+json");
-	assert_int_equal(req.rep_n_headers, 1);
-	assert_string_equal(req.rep_headers[0][0], "Retry-After");
-	assert_string_equal(req.rep_headers[0][1], "1");
+	assert_string_equal(MHD_get_response_header(req.rep_response, "Retry-After"), "1");
 	req_done(&req);
 }
 
