@@ -15,7 +15,7 @@
 #define REPLAYCACHE_WAYS 16
 #define REPLAYCACHE_MAX_BODY (64 * 1024)
 /* bound on everything held, so memory stays small whatever the traffic */
-#define REPLAYCACHE_MAX_BYTES (8 * 1024 * 1024)
+#define REPLAYCACHE_MAX_BYTES (6 * 1024 * 1024)
 /* largest rendered reply kept (a body of REPLAYCACHE_MAX_BODY in base64) */
 #define REPLAYCACHE_MAX_REPLY (96 * 1024)
 /* largest request body kept to answer the same body again without
