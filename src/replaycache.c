@@ -11,6 +11,7 @@
 #include "replaycache.h"
 
 #include <pthread.h>
+#include <sodium.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -391,8 +392,10 @@ int replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], const void *ra
 	struct replaycache_entry *e = replaycache_find_locked(tenant_id, id, &lock);
 	if (e == NULL)
 		return 0;
+	/* constant time: a stored body is the client's data, and timing must
+	 * not tell how much of it a guess got right */
 	if (e->re_has_raw && e->re_raw_len == raw_len &&
-	    memcmp(replaycache_raw(e), raw, raw_len) == 0) {
+	    sodium_memcmp(replaycache_raw(e), raw, raw_len) == 0) {
 		*reply = replaycache_dup(replaycache_reply(e), e->re_reply_len);
 		*reply_len = e->re_reply_len;
 		if (*reply != NULL) {
@@ -430,7 +433,8 @@ void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8
 	if (raw == NULL)
 		raw_len = 0;
 	if (e->re_has_reply && (raw == NULL || (e->re_has_raw && e->re_raw_len == raw_len &&
-						memcmp(replaycache_raw(e), raw, raw_len) == 0)))
+						sodium_memcmp(replaycache_raw(e), raw,
+							      raw_len) == 0)))
 		goto out; /* nothing new */
 	size_t old = replaycache_entry_bytes(e);
 	size_t now = (size_t)e->re_headers_len + e->re_body_len + reply_len + raw_len;
