@@ -767,7 +767,7 @@ static void gateway_submit(struct request *req)
 	struct gateway_pending *p = NULL;
 	struct token t;
 	struct operation op;
-	int found, n = http_header_count(req, "Idempotency-Key");
+	int found, n = req->req_n_idempotency_key;
 
 	if (n == 0) {
 		problem_reply(req, 400, "idempotency_key_missing",
@@ -778,7 +778,7 @@ static void gateway_submit(struct request *req)
 		problem_reply(req, 400, "invalid_request", "send exactly one Idempotency-Key header");
 		return;
 	}
-	if (token_from_header(http_header(req, "Idempotency-Key"), text, sizeof(text)) < 0) {
+	if (token_from_header(req->req_h_idempotency_key, text, sizeof(text)) < 0) {
 		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
 		return;
 	}
@@ -806,6 +806,8 @@ static void gateway_submit(struct request *req)
 		return;
 	}
 	gateway_fingerprint(req, query, fp);
+	if (tokenreq_claim_cached(req, &t, fp, gateway_replay))
+		goto done;
 	p = calloc(1, sizeof(*p));
 	if (p == NULL) {
 		problem_unavailable(req);

@@ -322,7 +322,8 @@ void h_token_claim(struct request *req)
 		}
 		has_fp = 1;
 	}
-	if (tokenreq_claim_async(req, &t, has_fp ? fp : NULL, NULL, h_token_claimed, 0, NULL) == 1) {
+	if (tokenreq_claim_cached(req, &t, has_fp ? fp : NULL, NULL) == 0 &&
+	    tokenreq_claim_async(req, &t, has_fp ? fp : NULL, NULL, h_token_claimed, 0, NULL) == 1) {
 		/* suspended: the batcher thread answers */
 	}
 done:

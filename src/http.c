@@ -48,43 +48,23 @@ const char *http_header(const struct request *req, const char *name)
 	return MHD_lookup_connection_value(req->req_conn, MHD_HEADER_KIND, name);
 }
 
-struct http_count {
-	const char *name;
-	int n;
-};
-
-static enum MHD_Result http_count_cb(void *cls, enum MHD_ValueKind kind,
-				     const char *key, const char *value)
-{
-	struct http_count *c = cls;
-
-	(void)kind;
-	(void)value;
-	if (strcasecmp(key, c->name) == 0)
-		c->n++;
-	return MHD_YES;
-}
-
-int http_header_count(const struct request *req, const char *name)
-{
-	struct http_count c = { name, 0 };
-
-	MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, http_count_cb, &c);
-	return c.n;
-}
-
-/* The headers http_scan_header() picks out, and where each goes. */
+/* The headers http_scan_header() picks out, where each goes, and for the
+ * ones that must come once, where their count goes. */
 static const struct {
 	const char *name;
-	size_t len, off;
+	size_t len, off, count_off;
 } http_scanned[] = {
-#define HTTP_SCANNED(name, field) { name, sizeof(name) - 1, offsetof(struct request, field) }
-	HTTP_SCANNED("Content-Length", req_h_content_length),
-	HTTP_SCANNED("Authorization", req_h_authorization),
-	HTTP_SCANNED("Content-Type", req_h_content_type),
-	HTTP_SCANNED("Origin", req_h_origin),
-	HTTP_SCANNED("X-Request-Id", req_h_request_id),
-	HTTP_SCANNED("Transfer-Encoding", req_h_transfer_encoding),
+#define HTTP_SCANNED(name, field, count) \
+	{ name, sizeof(name) - 1, offsetof(struct request, field), count }
+	HTTP_SCANNED("Content-Length", req_h_content_length,
+		     offsetof(struct request, req_n_content_length)),
+	HTTP_SCANNED("Authorization", req_h_authorization, 0),
+	HTTP_SCANNED("Content-Type", req_h_content_type, 0),
+	HTTP_SCANNED("Origin", req_h_origin, 0),
+	HTTP_SCANNED("X-Request-Id", req_h_request_id, 0),
+	HTTP_SCANNED("Transfer-Encoding", req_h_transfer_encoding, 0),
+	HTTP_SCANNED("Idempotency-Key", req_h_idempotency_key,
+		     offsetof(struct request, req_n_idempotency_key)),
 #undef HTTP_SCANNED
 };
 
@@ -101,8 +81,8 @@ static enum MHD_Result http_scan_header(void *cls, enum MHD_ValueKind kind,
 		const char **slot = (const char **)(void *)((char *)req + http_scanned[i].off);
 		if (*slot == NULL)
 			*slot = value;
-		if (i == 0)
-			req->req_n_content_length++;
+		if (http_scanned[i].count_off != 0)
+			(*(int *)(void *)((char *)req + http_scanned[i].count_off))++;
 		break;
 	}
 	return MHD_YES;

@@ -36,8 +36,10 @@ struct request {
 	/* the headers the core reads for every request, found in one pass
 	 * over them (the first of each name; borrowed from libmicrohttpd) */
 	const char *req_h_authorization, *req_h_content_length, *req_h_content_type,
-		*req_h_origin, *req_h_request_id, *req_h_transfer_encoding;
+		*req_h_origin, *req_h_request_id, *req_h_transfer_encoding,
+		*req_h_idempotency_key;
 	int req_n_content_length;          /* how many Content-Length headers */
+	int req_n_idempotency_key;         /* how many Idempotency-Key headers */
 	uint32_t req_tenant_id;            /* set by authentication */
 	struct timespec req_start;
 	int req_dispatched;
@@ -58,8 +60,6 @@ void http_stop(void);
 /* Header of the request, or NULL (borrowed, valid during the request). */
 const char *http_header(const struct request *req, const char *name);
 
-/* Counts how many times header NAME occurs in the request. */
-int http_header_count(const struct request *req, const char *name);
 
 /* Replies. BODY is stolen. Each replaces any earlier reply. */
 void http_reply_json(struct request *req, unsigned status, json_t *body);

@@ -245,16 +245,13 @@ struct tokenreq_claim {
 	int tc_answer_later;        /* CLAIMED never keeps the connection */
 };
 
-/* A completed submit never changes: answers a duplicate of T from memory.
- * 1 after replying (the cached response, or 422 for another request's
- * fingerprint), 0 when the database must be asked. */
-static int tokenreq_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
-				 tokenreq_replay_fn replay)
+int tokenreq_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
+			  tokenreq_replay_fn replay)
 {
 	struct stored_response r;
 	char *reply = NULL;
 	size_t reply_len = 0;
-	int direct = replay == tokenreq_replay;
+	int direct = replay == NULL;
 	int cached = replaycache_lookup(t->tenant_id, t->id, fp, &r, direct ? &reply : NULL,
 					&reply_len);
 
@@ -450,11 +447,8 @@ int tokenreq_claim_async(struct request *req, const struct token *t, const uint8
 			 tokenreq_replay_fn replay, tokenreq_claimed_fn claimed, int keeps,
 			 void *arg)
 {
-	struct tokenreq_claim *c;
+	struct tokenreq_claim *c = tokenreq_claim_new(req, t, fp, replay);
 
-	if (tokenreq_claim_cached(req, t, fp, replay != NULL ? replay : tokenreq_replay))
-		return 0;
-	c = tokenreq_claim_new(req, t, fp, replay);
 	if (c == NULL)
 		return 0;
 	if (tokenreq_claim_prepare(req, c) == 0) {

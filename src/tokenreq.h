@@ -37,8 +37,19 @@ typedef int (*tokenreq_claimed_fn)(struct request *req, const struct claim_resul
 				   void *arg);
 
 /*
+ * A completed submit never changes: answers a claim of T with fingerprint
+ * FP (NULL: none) from the replay cache when it can. 1 after replying (the
+ * cached response through REPLAY, NULL: the direct API's envelope; or 422
+ * for another request's fingerprint), 0 when the database must be asked
+ * (tokenreq_claim_async).
+ */
+int tokenreq_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
+			  tokenreq_replay_fn replay) IDEMD_WUR;
+
+/*
  * Claims T with fingerprint FP (NULL: none), honouring If-Match, without
- * blocking the request thread: the replay cache and the checks run now;
+ * blocking the request thread (after tokenreq_claim_cached found nothing):
+ * the checks run now;
  * the database step runs on a batcher thread (in a batch with other
  * claims) while the connection is suspended, every outcome is answered
  * (REPLAY answers a duplicate of a completed claim), and CLAIMED is called
@@ -46,8 +57,8 @@ typedef int (*tokenreq_claimed_fn)(struct request *req, const struct claim_resul
  * built on the request's own thread after the resume; with KEEPS 1 on the
  * batcher thread, where CLAIMED may keep the connection suspended.
  * REPLAY NULL: the direct API's envelope. Returns 1
- * when the request is suspended, 0 after replying at once (replay cache,
- * validation; CLAIMED is not called and ARG stays the caller's).
+ * when the request is suspended, 0 after replying at once (validation;
+ * CLAIMED is not called and ARG stays the caller's).
  */
 int tokenreq_claim_async(struct request *req, const struct token *t, const uint8_t *fp,
 			 tokenreq_replay_fn replay, tokenreq_claimed_fn claimed, int keeps,
