@@ -295,6 +295,10 @@ pgbench_run() {
 rss_sample() {  # rss_sample LABEL [extra key=value...]
   local label=$1
   shift
+  # idemd gives freed heap back every 30 s (janitor: malloc_trim); wait for
+  # that, so the figure is what idemd holds, not what the allocator has yet
+  # to return, and rounds compare like with like
+  sleep 31
   local rss hwm thr
   rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$IDEMD_PID/status")
   hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$IDEMD_PID/status")
