@@ -303,7 +303,10 @@ rss_sample() {  # rss_sample LABEL [extra key=value...]
   rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$IDEMD_PID/status")
   hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$IDEMD_PID/status")
   thr=$(awk '/^Threads:/ {print $2}' "/proc/$IDEMD_PID/status")
-  echo "rss $label rss_kb=$rss hwm_kb=$hwm threads=$thr $*" >>"$RESULTS"
+  # the replay cache fills toward its fixed bound over the first rounds
+  local cache
+  cache=$(curl -fs "$URL/metrics" | sed -n 's/^idemd_replay_cache_bytes \([0-9]*\)$/\1/p')
+  echo "rss $label rss_kb=$rss hwm_kb=$hwm threads=$thr cache_bytes=${cache:-0} $*" >>"$RESULTS"
   awk -v l="$label" -v r="$rss" -v h="$hwm" -v t="$thr" 'BEGIN {
     printf "    idemd memory %-12s VmRSS %.1f MiB, VmHWM %.1f MiB, %d threads\n", l, r / 1024, h / 1024, t }'
 }

@@ -1,4 +1,5 @@
 /* Health, readiness and metrics endpoints (no authentication). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,6 +8,7 @@
 #include "keys.h"
 #include "metrics.h"
 #include "migrate.h"
+#include "replaycache.h"
 
 void h_healthz(struct request *req)
 {
@@ -34,12 +36,20 @@ void h_readyz(struct request *req)
 
 void h_metrics(struct request *req)
 {
-	char *text = metrics_render();
+	char *text = metrics_render(), *all = NULL;
+	size_t bytes, entries;
 
-	if (text == NULL) {
+	replaycache_usage(&bytes, &entries);
+	if (text == NULL ||
+	    asprintf(&all, "%s# TYPE idemd_replay_cache_bytes gauge\n"
+			   "idemd_replay_cache_bytes %zu\n"
+			   "# TYPE idemd_replay_cache_entries gauge\n"
+			   "idemd_replay_cache_entries %zu\n", text, bytes, entries) < 0) {
+		free(text);
 		http_reply_empty(req, 500);
 		return;
 	}
-	http_reply_bytes(req, 200, "text/plain; version=0.0.4", text, strlen(text));
+	http_reply_bytes(req, 200, "text/plain; version=0.0.4", all, strlen(all));
+	free(all);
 	free(text);
 }

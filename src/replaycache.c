@@ -37,6 +37,7 @@ static struct replaycache_entry replaycache_slots[REPLAYCACHE_SLOTS];
  * cache line of tags per set instead of every entry of the set. */
 static _Alignas(64) uint32_t replaycache_tags[REPLAYCACHE_SLOTS];
 static atomic_size_t replaycache_bytes; /* what the blocks hold */
+static atomic_size_t replaycache_entries;
 static atomic_uint_fast64_t replaycache_clock;
 static pthread_mutex_t replaycache_locks[REPLAYCACHE_STRIPES] = {
 	[0 ... REPLAYCACHE_STRIPES - 1] = PTHREAD_MUTEX_INITIALIZER
@@ -136,6 +137,8 @@ static size_t replaycache_entry_bytes(const struct replaycache_entry *e)
 
 static void replaycache_drop(struct replaycache_entry *e)
 {
+	if (e->re_used)
+		atomic_fetch_sub(&replaycache_entries, 1);
 	atomic_fetch_sub(&replaycache_bytes, replaycache_entry_bytes(e));
 	free(e->re_data);
 	memset(e, 0, sizeof(*e));
@@ -312,6 +315,7 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 	*victim = fresh;
 	replaycache_tags[victim - replaycache_slots] = replaycache_tag(tenant_id, id);
 	atomic_fetch_add(&replaycache_bytes, need);
+	atomic_fetch_add(&replaycache_entries, 1);
 	replaycache_pair_unlock(&p);
 }
 
@@ -454,6 +458,12 @@ void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8
 	atomic_fetch_sub(&replaycache_bytes, old);
 out:
 	pthread_mutex_unlock(lock);
+}
+
+void replaycache_usage(size_t *bytes, size_t *entries)
+{
+	*bytes = atomic_load(&replaycache_bytes);
+	*entries = atomic_load(&replaycache_entries);
 }
 
 void replaycache_clear(void)

@@ -64,6 +64,10 @@ void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8
 int replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], const void *raw,
 			size_t raw_len, char **reply, size_t *reply_len);
 
+/* What the cache holds now: response bytes (counted against
+ * REPLAYCACHE_MAX_BYTES) and entries. */
+void replaycache_usage(size_t *bytes, size_t *entries);
+
 void replaycache_clear(void);
 
 #endif

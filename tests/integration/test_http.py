@@ -238,6 +238,8 @@ class HttpCore(IdemdCase):
         self.assertTrue(r.header("content-type", "").startswith("text/plain"), r.describe())
         text = r.body.decode()
         self.assertIn("# TYPE", text, r.describe())
+        for gauge in ("idemd_replay_cache_bytes", "idemd_replay_cache_entries"):
+            self.assertRegex(text, r"(?m)^%s \d+$" % gauge, r.describe())
         for ln in text.splitlines():
             if ln and not ln.startswith("#"):
                 name_labels, _, value = ln.rpartition(" ")

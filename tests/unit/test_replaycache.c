@@ -64,6 +64,35 @@ static void test_hit_is_a_copy(void **state)
 	store_response_free(&out);
 }
 
+/* What the cache holds is counted, and drops back to nothing when cleared. */
+static void test_usage(void **state)
+{
+	uint8_t id[16], other[16];
+	struct stored_response r = response("{\"id\":1}");
+	size_t bytes, entries;
+
+	(void)state;
+	replaycache_clear();
+	replaycache_usage(&bytes, &entries);
+	assert_int_equal(bytes, 0);
+	assert_int_equal(entries, 0);
+	id_of(id, 1);
+	id_of(other, 2);
+	replaycache_put(5, id, NULL, &r, now_ms() + 60000);
+	replaycache_put(5, other, NULL, &r, now_ms() + 60000);
+	replaycache_put(5, other, NULL, &r, now_ms() + 60000); /* replaces its own */
+	replaycache_usage(&bytes, &entries);
+	assert_int_equal(entries, 2);
+	assert_int_equal(bytes, 2 * (strlen(headers_text) + 8));
+	replaycache_set_reply(5, id, NULL, "body", 4, "reply", 5);
+	replaycache_usage(&bytes, &entries);
+	assert_int_equal(bytes, 2 * (strlen(headers_text) + 8) + 4 + 5);
+	replaycache_clear();
+	replaycache_usage(&bytes, &entries);
+	assert_int_equal(bytes, 0);
+	assert_int_equal(entries, 0);
+}
+
 static void test_other_tenant_never_served(void **state)
 {
 	uint8_t id[16];
@@ -329,6 +358,7 @@ int main(void)
 		cmocka_unit_test(test_full_set),
 		cmocka_unit_test(test_byte_bound_turns_over),
 		cmocka_unit_test(test_reply_and_raw_key),
+		cmocka_unit_test(test_usage),
 		cmocka_unit_test(test_raw_key_rules),
 	};
 
