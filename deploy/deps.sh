@@ -1,25 +1,34 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages idemd needs to build and run (and, with
-# --test, to run its test suite). Does nothing when everything is present;
-# when not root, prints the apt-get command to run instead.
+# --test, to run its test suite; --no-browser leaves out chromium and its
+# fonts, needed only by the headless browser test). Does nothing when
+# everything is present; when not root, prints the apt-get command to run
+# instead.
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libpq-dev
       libsodium-dev libjansson-dev libcmocka-dev libcurl4-openssl-dev
       postgresql-15 postgresql-client-15 python3 curl)
-test_pkgs=(clang libclang-rt-14-dev valgrind pgbouncer openssl chromium fonts-liberation)
+test_pkgs=(clang libclang-rt-14-dev valgrind pgbouncer openssl)
+browser_pkgs=(chromium fonts-liberation)
 
+test=0 browser=1
 for arg in "$@"; do
   case "$arg" in
-    --test) pkgs+=("${test_pkgs[@]}")
-            # Node.js and npm may come from another source than Debian's
-            # packages; only ask for Debian's when the commands are missing.
-            command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
-            command -v npm >/dev/null 2>&1 || pkgs+=(npm) ;;
-    -h|--help) echo "usage: $0 [--test]"; exit 0 ;;
+    --test) test=1 ;;
+    --no-browser) browser=0 ;;
+    -h|--help) echo "usage: $0 [--test [--no-browser]]"; exit 0 ;;
     *) echo "deps.sh: unknown option: $arg" >&2; exit 2 ;;
   esac
 done
+if [ "$test" = 1 ]; then
+  pkgs+=("${test_pkgs[@]}")
+  if [ "$browser" = 1 ]; then pkgs+=("${browser_pkgs[@]}"); fi
+  # Node.js and npm may come from another source than Debian's packages;
+  # only ask for Debian's when the commands are missing.
+  command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
+  command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: unit and integration tests (ctest) against a
-# throwaway PostgreSQL cluster, the OpenAPI lint, and, with --sanitize or when
-# CI=true, the tests again under AddressSanitizer and UBSan.
+# Runs the whole test suite: unit, integration and browser tests (ctest)
+# against a throwaway PostgreSQL cluster, the OpenAPI lint, the Markdown link
+# check, and, with --sanitize or when CI=true, the tests again under
+# AddressSanitizer and UBSan.
+# --no-browser (or IDEMD_SKIP_BROWSER=1) leaves out the headless Chromium test
+# (browser.checkout), and with it the chromium package and playwright-core.
 # Ends with the line "N passed, N failed"; exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 
-sanitize=0 werror=OFF
+sanitize=0 werror=OFF browser=1
 if [ "${CI:-}" = true ]; then sanitize=1 werror=ON; fi
+if [ -n "${IDEMD_SKIP_BROWSER:-}" ] && [ "$IDEMD_SKIP_BROWSER" != 0 ]; then browser=0; fi
 for arg in "$@"; do
   case "$arg" in
     --sanitize) sanitize=1 ;;
-    -h|--help) echo "usage: $0 [--sanitize]"; exit 0 ;;
+    --no-browser) browser=0 ;;
+    -h|--help) echo "usage: $0 [--sanitize] [--no-browser]"; exit 0 ;;
     *) echo "run.sh: unknown option: $arg" >&2; exit 2 ;;
   esac
 done
@@ -22,7 +27,15 @@ results=() problems=()
 say() { printf '\n==> %s\n' "$*"; }
 pg() { bash "$ROOT/deploy/pg.sh" "$@"; }
 
-bash deploy/deps.sh --test || exit 1
+# Tests left out: ctest -E arguments, and how many tests they are.
+ctest_exclude=() excluded=0
+deps_args=(--test)
+if [ "$browser" = 0 ]; then
+  ctest_exclude=(-E '^browser\.checkout$') excluded=1
+  deps_args+=(--no-browser)
+fi
+
+bash deploy/deps.sh "${deps_args[@]}" || exit 1
 
 # A throwaway cluster; under root PostgreSQL runs as idemd-pg, which must be
 # able to reach it, hence 0711.
@@ -53,13 +66,18 @@ suite() {
     results+=("$name: build FAILED"); problems+=("$name build"); return
   fi
   say "running $name tests"
-  ctest --test-dir "$dir" --output-on-failure -j1 --timeout 600 2>&1 | tee "$TMP/ctest.log"
+  ctest --test-dir "$dir" --output-on-failure -j1 --timeout 600 "${ctest_exclude[@]}" 2>&1 |
+    tee "$TMP/ctest.log"
   local rc=${PIPESTATUS[0]} line p=0 f=0 s
   line=$(sed -nE 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1 \2/p' "$TMP/ctest.log" | tail -n 1)
   s=$(grep -cE '^[[:space:]]+[0-9]+ - .+ \(Skipped\)$' "$TMP/ctest.log")
   if [ -n "$line" ]; then f=${line% *}; p=$(( ${line#* } - f - s )); fi
+  s=$((s + excluded))
   passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
   results+=("$name: $p passed, $f failed, $s skipped")
+  if [ "$excluded" -ne 0 ]; then
+    results+=("$name: browser.checkout (headless Chromium) skipped (--no-browser)")
+  fi
   if [ "$rc" -ne 0 ] || [ "$f" -ne 0 ]; then problems+=("$name tests"); fi
 }
 
@@ -77,6 +95,13 @@ if [ -x "$redocly" ] && "$redocly" lint api/openapi.yaml; then
   results+=("openapi lint: ok")
 else
   results+=("openapi lint: FAILED"); problems+=("openapi lint")
+fi
+
+say "checking the links of the Markdown files"
+if python3 tests/links.py; then
+  results+=("markdown links: ok")
+else
+  results+=("markdown links: FAILED"); problems+=("markdown links")
 fi
 
 if [ "$sanitize" = 1 ]; then
