@@ -40,11 +40,15 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# wait_http URL PID NAME: until URL answers 200, or PID exits.
+# wait_http URL PID NAME [LOG]: until URL answers 200, or PID exits (then
+# LOG, where PID's output went, is shown).
 wait_http() {
   for _ in $(seq 150); do
     curl -fs -o /dev/null "$1" && return 0
-    kill -0 "$2" 2>/dev/null || die "$3 exited (see above); is its port in use?"
+    if ! kill -0 "$2" 2>/dev/null; then
+      [ -z "${4:-}" ] || cat "$4" >&2
+      die "$3 exited (see above); is its port in use?"
+    fi
     sleep 0.2
   done
   die "$3 did not answer on $1"
@@ -66,28 +70,32 @@ pg createdb "$STATE/pg" idemd
 pg createdb "$STATE/pg" shop
 
 # idemd's config: the page comes from the shop's origin and submits to idemd's
-# gateway, another origin, hence cors_origins.
+# gateway, another origin, hence cors_origins. SETUP_CONF is the same without
+# the route and CORS, for the idemd that creates the route's operation.
 CONF=$STATE/idemd.json
-python3 - "$CONF" "$IDEMD_PORT" "$(pg conninfo "$STATE/pg" idemd)" "$STATE/master.key" \
-          "$SHOP_PORT" "$SHOP_UPSTREAM_PORT" <<'PY'
+SETUP_CONF=$STATE/idemd-setup.json
+python3 - "$CONF" "$SETUP_CONF" "$IDEMD_PORT" "$(pg conninfo "$STATE/pg" idemd)" \
+          "$STATE/master.key" "$SHOP_PORT" "$SHOP_UPSTREAM_PORT" <<'PY'
 import json, sys
-path, port, db, key, shop, upstream = sys.argv[1:]
+path, setup_path, port, db, key, shop, upstream = sys.argv[1:]
 cfg = {
     "listen": "127.0.0.1:%s" % port,
     "database_url": db,
     "master_key_file": key,
-    "cors_origins": ["http://127.0.0.1:%s" % shop, "http://localhost:%s" % shop],
-    "routes": [{
-        "method": "POST", "path": "/orders", "tenant": "shop",
-        "operation": "order.create",
-        "upstream": "http://127.0.0.1:%s" % upstream,
-        "store_headers": ["location"],
-        "timeout_ms": 10000,
-    }],
 }
-with open(path, "w") as f:
-    json.dump(cfg, f, indent=2)
-    f.write("\n")
+setup = dict(cfg, pool_size=1)
+cfg["cors_origins"] = ["http://127.0.0.1:%s" % shop, "http://localhost:%s" % shop]
+cfg["routes"] = [{
+    "method": "POST", "path": "/orders", "tenant": "shop",
+    "operation": "order.create",
+    "upstream": "http://127.0.0.1:%s" % upstream,
+    "store_headers": ["location"],
+    "timeout_ms": 10000,
+}]
+for p, c in ((path, cfg), (setup_path, setup)):
+    with open(p, "w") as f:
+        json.dump(c, f, indent=2)
+        f.write("\n")
 PY
 IDEMD=(build/idemd --config "$CONF")
 
@@ -101,17 +109,29 @@ if [ ! -s "$STATE/shop.key" ]; then
 fi
 KEY=$(cat "$STATE/shop.key")
 
+# The gateway route needs its operation when idemd starts (else idemd warns
+# that its submits are refused until it exists), and operations are made
+# through the API: an idemd without the route creates it, then stops.
+# order.create guards the counter orders:{subject}: a page rendered before
+# the user's last order carries an old version and is refused 412.
+say "creating the operation order.create"
+build/idemd --config "$SETUP_CONF" serve 2>"$STATE/setup.log" &
+PIDS+=($!)
+wait_http "$IDEMD_URL/healthz" "${PIDS[-1]}" idemd "$STATE/setup.log"
+if ! curl -fsS -o /dev/null -X PUT "$IDEMD_URL/v1/operations/order.create" \
+       -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+       -d '{"token_ttl_seconds":3600,"retention_seconds":86400,"lease_seconds":30,"version_key":"orders:{subject}"}'; then
+  cat "$STATE/setup.log" >&2
+  die "could not create the operation order.create"
+fi
+kill -TERM "${PIDS[-1]}"
+wait "${PIDS[-1]}" || { cat "$STATE/setup.log" >&2; die "idemd did not stop cleanly"; }
+unset 'PIDS[-1]'
+
 say "starting idemd on $IDEMD_URL"
 "${IDEMD[@]}" serve &
 PIDS+=($!)
 wait_http "$IDEMD_URL/healthz" "${PIDS[-1]}" idemd
-
-# order.create guards the counter orders:{subject}: a page rendered before
-# the user's last order carries an old version and is refused 412.
-curl -fsS -o /dev/null -X PUT "$IDEMD_URL/v1/operations/order.create" \
-  -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
-  -d '{"token_ttl_seconds":3600,"retention_seconds":86400,"lease_seconds":30,"version_key":"orders:{subject}"}' \
-  || die "could not create the operation order.create"
 
 say "starting the shop on $SHOP_URL"
 build/examples/checkout/checkout-shop \
