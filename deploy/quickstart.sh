@@ -34,9 +34,11 @@ trap 'exit 143' TERM
 say "checking packages"
 bash deploy/deps.sh
 
-say "building"
+# Only the server: the unit tests and the checkout example are built by
+# tests/run.sh and examples/checkout/run.sh when they are wanted.
+say "building idemd"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEMD_WERROR=OFF -DIDEMD_SANITIZE=OFF >/dev/null
-cmake --build build -j2
+cmake --build build -j2 --target idemd
 IDEMD=(build/idemd --config "$CONF")
 
 mkdir -p "$STATE"
