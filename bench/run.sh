@@ -147,7 +147,8 @@ write_config() {  # write_config WITH_ROUTES
 import json, sys
 path, listen, db, key, routes, upstream, sweep, threads, pool = sys.argv[1:]
 cfg = {"listen": listen, "database_url": db, "master_key_file": key,
-       "max_connections": 4096, "connection_timeout_seconds": 30,
+       "max_connections": 4096, "max_connections_per_ip": 0,
+       "connection_timeout_seconds": 30,
        "sweep_interval_seconds": int(sweep)}
 if threads:
     cfg["threads"] = int(threads)

@@ -24,6 +24,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "headers.h"
+
 struct cfg_key;
 
 /* Stores V into the field K describes in BASE; NAME is the key as shown in errors. */
@@ -115,6 +117,13 @@ static const struct cfg_key config_keys[] = {
 	  .def = "4096", .min = 1, .max = 100000 },
 	{ .name = "connection_timeout_seconds", .set = set_int,
 	  .off = CFG_FIELD(connection_timeout_seconds), .def = "30", .min = 1, .max = 3600 },
+	{ .name = "max_connections_per_ip", .set = set_int,
+	  .off = CFG_FIELD(max_connections_per_ip), .def = "1024", .min = 0, .max = 100000 },
+	{ .name = "max_inflight_body_bytes", .set = set_size,
+	  .off = CFG_FIELD(max_inflight_body_bytes), .def = "67108864", .min = 1048576,
+	  .max = 68719476736LL },
+	{ .name = "request_timeout_seconds", .set = set_int,
+	  .off = CFG_FIELD(request_timeout_seconds), .def = "30", .min = 1, .max = 3600 },
 	{ .name = "issue_rate_per_second", .set = set_double,
 	  .off = CFG_FIELD(issue_rate_per_second), .def = "0", .min = 0, .max = 1000000 },
 	{ .name = "issue_burst", .set = set_int, .off = CFG_FIELD(issue_burst),
@@ -145,6 +154,10 @@ static const struct cfg_key route_keys[] = {
 	  .off = ROUTE_FIELD(connect_timeout_ms), .def = "1000", .min = 1, .max = 60000 },
 	{ .name = "timeout_ms", .set = set_long, .off = ROUTE_FIELD(timeout_ms),
 	  .def = "10000", .min = 1, .max = 600000 },
+	{ .name = "client_if_match", .set = set_bool, .off = ROUTE_FIELD(client_if_match),
+	  .def = "false" },
+	{ .name = "trust_forwarded", .set = set_bool, .off = ROUTE_FIELD(trust_forwarded),
+	  .def = "false" },
 };
 
 #define LISTEN_FORMS "must be \"host:port\", \"[ipv6]:port\" or \":port\""
@@ -641,6 +654,7 @@ static const char *
 check_header_name(char *s)
 {
 	static const char tchar[] = "!#$%&'*+-.^_`|~";
+	const char *start = s;
 
 	for (; *s != '\0'; s++) {
 		if (*s >= 'A' && *s <= 'Z')
@@ -649,6 +663,9 @@ check_header_name(char *s)
 		    strchr(tchar, *s) != NULL))
 			return "must be a header name (letters, digits, !#$%&'*+-.^_`|~)";
 	}
+	if (headers_never_stored(start))
+		return "is never stored (hop-by-hop, framing, Access-Control-*, Set-Cookie, or "
+		       "set by idemd itself)";
 	return NULL;
 }
 

@@ -26,6 +26,9 @@ struct config_route {
 	size_t n_store_headers;
 	long connect_timeout_ms; /* default 1000, 1..60000 */
 	long timeout_ms;         /* default 10000, 1..600000 */
+	int client_if_match;     /* default false: the client's If-Match is ignored */
+	int trust_forwarded;     /* default false: Forwarded, X-Real-IP, X-Forwarded-Host/
+				  * -Proto/-Port from clients are dropped */
 };
 
 struct config {
@@ -54,6 +57,9 @@ struct config {
 	size_t n_routes;             /* at most 1024 */
 	int max_connections;         /* default 4096, 1..100000 */
 	int connection_timeout_seconds; /* default 30, 1..3600 */
+	int max_connections_per_ip;  /* default 1024, 0 (no cap)..100000 */
+	size_t max_inflight_body_bytes; /* default 64 MiB, 1 MiB..64 GiB: bodies held at once */
+	int request_timeout_seconds; /* default 30, 1..3600: a request arrives whole within it */
 	double issue_rate_per_second;   /* default 0 = unlimited, 0..1000000 */
 	int issue_burst;                /* default 100, 1..1000000 */
 	int prepared_statements;     /* default true; false behind a transaction-pooling pgbouncer */

@@ -24,6 +24,7 @@
 #include "batcher.h"
 #include "config.h"
 #include "fingerprint.h"
+#include "headers.h"
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
@@ -87,34 +88,6 @@ static void gateway_submit(struct request *req);
 
 /* ---------------------------------------------------------------- headers */
 
-/* Request headers never forwarded besides the hop-by-hop ones: framing,
- * those idemd sets itself, and Accept-Encoding (the answer is stored and
- * replayed as it comes, so it should come unencoded). */
-static const char *const gateway_drop_request[] = {
-	"host", "content-length", "expect", "accept-encoding",
-	"idempotency-key", "idempotency-subject", "x-forwarded-for", "x-request-id",
-};
-
-/* Answer headers never stored besides the hop-by-hop ones: framing, and
- * those idemd owns (CORS, Idempotent-Replayed, X-Request-Id). */
-static const char *const gateway_drop_response[] = {
-	"content-length", "idempotent-replayed", "x-request-id",
-};
-
-static int gateway_in_list(const char *name, const char *const *list, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (strcasecmp(name, list[i]) == 0)
-			return 1;
-	return 0;
-}
-
-static int gateway_never_stored(const char *lname)
-{
-	return gateway_in_list(lname, gateway_drop_response, IDEMD_ARRAY_LEN(gateway_drop_response)) ||
-	       upstream_hop_by_hop(lname, NULL) || strncmp(lname, "access-control-", 15) == 0;
-}
-
 /* Whether the upstream's header LNAME (lower case) is kept with the answer:
  * Content-Type and Content-Encoding always (the body means nothing without
  * them), plus the route's store_headers. */
@@ -122,7 +95,7 @@ static int gateway_keeps(const void *arg, const char *lname)
 {
 	const struct gateway_route *gr = arg;
 
-	if (gateway_never_stored(lname))
+	if (headers_never_stored(lname))
 		return 0;
 	if (strcmp(lname, "content-type") == 0 || strcmp(lname, "content-encoding") == 0)
 		return 1;
@@ -155,83 +128,6 @@ static int gateway_buf_str(struct gateway_buf *b, const char *s)
 	return gateway_buf_add(b, s, strlen(s));
 }
 
-/* Collects the comma-separated names of every Connection header. */
-struct gateway_conn_names {
-	char names[1024];
-};
-
-static enum MHD_Result gateway_connection_cb(void *cls, enum MHD_ValueKind kind,
-					     const char *key, const char *value)
-{
-	struct gateway_conn_names *c = cls;
-	size_t used = strlen(c->names);
-
-	(void)kind;
-	if (strcasecmp(key, "Connection") == 0 && value != NULL)
-		snprintf(c->names + used, sizeof(c->names) - used, ",%s", value);
-	return MHD_YES;
-}
-
-struct gateway_req_headers {
-	struct gateway_conn_names conn;
-	struct curl_slist *list;
-	struct gateway_buf xff;
-	int has_content_type;
-	int failed;
-};
-
-static enum MHD_Result gateway_header_cb(void *cls, enum MHD_ValueKind kind,
-					 const char *key, const char *value)
-{
-	struct gateway_req_headers *h = cls;
-	struct gateway_buf line = { 0 };
-
-	(void)kind;
-	if (value == NULL)
-		value = "";
-	if (strcasecmp(key, "X-Forwarded-For") == 0) {
-		if (*value != '\0' && ((h->xff.gb_len > 0 && gateway_buf_str(&h->xff, ", ") < 0) ||
-				       gateway_buf_str(&h->xff, value) < 0))
-			h->failed = 1;
-		return MHD_YES;
-	}
-	if (gateway_in_list(key, gateway_drop_request, IDEMD_ARRAY_LEN(gateway_drop_request)) ||
-	    upstream_hop_by_hop(key, h->conn.names))
-		return MHD_YES;
-	if (strcasecmp(key, "Content-Type") == 0)
-		h->has_content_type = 1;
-	/* "Name;" is how libcurl sends a header with an empty value */
-	if (gateway_buf_str(&line, key) < 0 ||
-	    gateway_buf_str(&line, *value != '\0' ? ": " : ";") < 0 ||
-	    gateway_buf_str(&line, value) < 0) {
-		h->failed = 1;
-	} else {
-		struct curl_slist *l = curl_slist_append(h->list, line.gb_data);
-		if (l == NULL)
-			h->failed = 1;
-		else
-			h->list = l;
-	}
-	free(line.gb_data);
-	return MHD_YES;
-}
-
-static int gateway_append(struct curl_slist **list, const char *name, const char *value)
-{
-	struct gateway_buf line = { 0 };
-	int ret = -1;
-
-	if (gateway_buf_str(&line, name) == 0 && gateway_buf_str(&line, value) == 0) {
-		struct curl_slist *l = curl_slist_append(*list, line.gb_data);
-		if (l != NULL) {
-			*list = l;
-			ret = 0;
-		}
-	}
-	free(line.gb_data);
-	return ret;
-}
-
 static void gateway_client_ip(struct MHD_Connection *conn, char *out, size_t outlen)
 {
 	const union MHD_ConnectionInfo *ci =
@@ -249,34 +145,55 @@ static void gateway_client_ip(struct MHD_Connection *conn, char *out, size_t out
 			  (socklen_t)outlen);
 }
 
-/*
- * The headers sent upstream: the client's minus the dropped ones, plus
- * Idempotency-Key (the token id), Idempotency-Subject, X-Forwarded-For and
- * X-Request-Id. New list (curl_slist_free_all), or NULL.
- */
-static struct curl_slist *gateway_request_headers(struct request *req, const struct token *t)
+/* Gathers the request's headers into a growing array. */
+struct gateway_fields {
+	struct headers_field *f;
+	size_t n, cap;
+	int failed;
+};
+
+static enum MHD_Result gateway_field_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+					const char *value)
 {
-	struct gateway_req_headers h = { 0 };
+	struct gateway_fields *g = cls;
+
+	(void)kind;
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? 2 * g->cap : 32;
+		struct headers_field *p = realloc(g->f, cap * sizeof(*p));
+		if (p == NULL) {
+			g->failed = 1;
+			return MHD_NO;
+		}
+		g->f = p;
+		g->cap = cap;
+	}
+	g->f[g->n].hf_name = key;
+	g->f[g->n].hf_value = value != NULL ? value : "";
+	g->n++;
+	return MHD_YES;
+}
+
+/* The headers sent upstream (headers_forward): a new list, or NULL. */
+static struct curl_slist *gateway_request_headers(struct request *req,
+						  const struct gateway_route *gr,
+						  const struct token *t)
+{
+	struct gateway_fields g = { NULL, 0, 0, 0 };
+	struct curl_slist *list = NULL;
 	char hex[2 * TOKEN_ID_BYTES + 1], ip[INET6_ADDRSTRLEN + 1];
 
-	MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_connection_cb, &h.conn);
-	MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_header_cb, &h);
+	MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_field_cb, &g);
 	token_id_hex(t->id, hex);
 	gateway_client_ip(req->req_conn, ip, sizeof(ip));
-	if (h.xff.gb_len > 0 && gateway_buf_str(&h.xff, ", ") < 0)
-		h.failed = 1;
-	if (h.failed || gateway_buf_str(&h.xff, ip) < 0 ||
-	    gateway_append(&h.list, "Idempotency-Key: ", hex) < 0 ||
-	    gateway_append(&h.list, "Idempotency-Subject: ", t->subject) < 0 ||
-	    gateway_append(&h.list, "X-Forwarded-For: ", h.xff.gb_data) < 0 ||
-	    gateway_append(&h.list, "X-Request-Id: ", req->req_id) < 0 ||
-	    gateway_append(&h.list, "Expect:", "") < 0 ||
-	    (!h.has_content_type && gateway_append(&h.list, "Content-Type:", "") < 0)) {
-		curl_slist_free_all(h.list);
-		h.list = NULL;
-	}
-	free(h.xff.gb_data);
-	return h.list;
+	struct headers_forward_args a = {
+		.fa_token_id = hex, .fa_subject = t->subject, .fa_client_ip = ip,
+		.fa_request_id = req->req_id, .fa_trust_forwarded = gr->gr_cfg->trust_forwarded,
+	};
+	if (!g.failed && headers_forward(g.f, g.n, &a, &list) != HEADERS_OK)
+		list = NULL;
+	free(g.f);
+	return list;
 }
 
 /* ---------------------------------------------------------------- query */
@@ -365,7 +282,8 @@ static int gateway_fast_header(void *arg, const struct reqjson_member *m)
 }
 
 /* Adds header NAME: VALUE (not NUL-terminated, at most 128 and 8192
- * bytes: gateway_fast_header) to the reply; 1 if it is Content-Type. */
+ * bytes: gateway_fast_header) to the reply unless it may not be replayed
+ * (a record stored before that rule); 1 if it is Content-Type. */
 static int gateway_add_header(struct request *req, const char *name, size_t name_len,
 			      const char *value, size_t value_len)
 {
@@ -375,6 +293,9 @@ static int gateway_add_header(struct request *req, const char *name, size_t name
 	n[name_len] = '\0';
 	memcpy(v, value, value_len);
 	v[value_len] = '\0';
+	if (!headers_is_token(n, name_len) || !headers_value_ok(v, value_len) ||
+	    headers_never_stored(n))
+		return 0;
 	MHD_add_response_header(req->rep_response, n, v);
 	return strcasecmp(n, "content-type") == 0;
 }
@@ -398,10 +319,10 @@ static void gateway_reply_response(struct request *req, const struct stored_resp
 		const char *name;
 		json_t *v, *headers = json_loads(stored, 0, NULL);
 		json_object_foreach(headers, name, v) {
-			if (!json_is_string(v))
-				continue;
-			MHD_add_response_header(req->rep_response, name, json_string_value(v));
-			has_type |= strcasecmp(name, "content-type") == 0;
+			if (json_is_string(v) && strlen(name) <= 128 && json_string_length(v) <= 8192)
+				has_type |= gateway_add_header(req, name, strlen(name),
+							       json_string_value(v),
+							       json_string_length(v));
 		}
 		json_decref(headers);
 	}
@@ -490,7 +411,7 @@ static struct gateway_job *gateway_job_new(struct request *req, const struct gat
 	c->uc_url = j->gj_url;
 	c->uc_body = req->req_body;
 	c->uc_body_len = req->req_body_len;
-	c->uc_headers = gateway_request_headers(req, t);
+	c->uc_headers = gateway_request_headers(req, gr, t);
 	c->uc_connect_timeout_ms = gr->gr_cfg->connect_timeout_ms;
 	/* a forward never outlives its lease: past it, a duplicate may take over */
 	int64_t left = res->cr_lease_expires_at - gateway_now_ms() - GATEWAY_LEASE_MARGIN_MS;
@@ -627,12 +548,16 @@ static void gateway_not_final(struct gateway_job *j)
 			struct stored_response pass = { (int)c->uc_status, NULL,
 				(unsigned char *)c->uc_resp_body, c->uc_resp_len, 0 };
 			pass.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT);
-			gateway_reply_response(req, &pass, NULL);
+			gateway_reply_response(req, &pass, "false");
 			free(pass.sr_headers);
 			return;
 		}
 		problem_reply(req, 502, "upstream_invalid", "the upstream answered with status %ld",
 			      c->uc_status);
+		break;
+	case UPSTREAM_INVALID:
+		problem_reply(req, 502, "upstream_invalid",
+			      "the upstream's answer has a malformed header line");
 		break;
 	case UPSTREAM_TOO_LARGE:
 		problem_reply(req, 502, "upstream_invalid", "the upstream's answer exceeds %zu bytes",
@@ -650,6 +575,8 @@ static void gateway_not_final(struct gateway_job *j)
 			      c->uc_timeout_ms);
 		break;
 	}
+	/* the claim is given back: the same token may be submitted again */
+	http_set_header(req, "Retry-After", "1");
 	log_warn("gateway: request %s: %s %s: %s (%s)", req->req_id, req->req_method,
 		 req->req_path, c->uc_error, c->uc_sent ? "request sent" : "request not sent");
 }
@@ -759,6 +686,47 @@ static int gateway_claimed(struct request *req, const struct claim_result *res, 
 	return keep;
 }
 
+/* Header phase: what refuses a submit before its body is read. */
+static enum MHD_Result gateway_alias_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+					const char *value)
+{
+	const char **alias = cls;
+
+	(void)kind;
+	(void)value;
+	if (headers_is_alias(key)) {
+		*alias = key;
+		return MHD_NO;
+	}
+	return MHD_YES;
+}
+
+static int gateway_check_headers(struct request *req)
+{
+	const char *alias = NULL;
+	int n = req->req_n_idempotency_key;
+
+	if (n == 0) {
+		problem_reply(req, 400, "idempotency_key_missing",
+			      "send the token as Idempotency-Key: <token>");
+		return -1;
+	}
+	if (n > 1) {
+		problem_reply(req, 400, "invalid_request", "send exactly one Idempotency-Key header");
+		return -1;
+	}
+	if (req->req_has_underscore) {
+		MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_alias_cb, &alias);
+		if (alias != NULL) {
+			problem_reply(req, 400, "invalid_request",
+				      "header %s is refused: idemd's own headers cannot be spelt "
+				      "with '_'", alias);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 static void gateway_submit(struct request *req)
 {
 	const struct gateway_route *gr = (const struct gateway_route *)req->req_route;
@@ -767,17 +735,10 @@ static void gateway_submit(struct request *req)
 	struct gateway_pending *p = NULL;
 	struct token t;
 	struct operation op;
-	int found, n = req->req_n_idempotency_key;
+	int found;
 
-	if (n == 0) {
-		problem_reply(req, 400, "idempotency_key_missing",
-			      "send the token as Idempotency-Key: <token>");
-		return;
-	}
-	if (n > 1) {
-		problem_reply(req, 400, "invalid_request", "send exactly one Idempotency-Key header");
-		return;
-	}
+	/* gateway_check_headers() has seen exactly one Idempotency-Key */
+	req->req_no_if_match = !gr->gr_cfg->client_if_match;
 	if (token_from_header(req->req_h_idempotency_key, text, sizeof(text)) < 0) {
 		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
 		return;
@@ -891,6 +852,7 @@ static int gateway_load_routes(const struct config *cfg)
 		gr->gr_route.pattern = r->path;
 		gr->gr_route.handler = gateway_submit;
 		gr->gr_route.auth = ROUTE_PUBLIC;
+		gr->gr_route.headers = gateway_check_headers;
 		gr->gr_cfg = r;
 		if ((gr->gr_target = gateway_target(r)) == NULL)
 			return -1;
@@ -917,11 +879,6 @@ static int gateway_load_routes(const struct config *cfg)
 			log_warn("gateway: routes[%zu] (%s %s): operation \"%s\" has a %d s lease, "
 				 "shorter than the route's timeouts; forwards are cut at the lease",
 				 i, r->method, r->path, r->operation, op.op_lease_seconds);
-		for (size_t k = 0; k < r->n_store_headers; k++)
-			if (gateway_never_stored(r->store_headers[k]))
-				log_warn("gateway: routes[%zu] (%s %s): store_headers \"%s\" is never "
-					 "stored (hop-by-hop, framing or set by idemd)", i, r->method,
-					 r->path, r->store_headers[k]);
 		gateway_url_for_log(gr->gr_target, shown, sizeof(shown));
 		log_info("gateway: %s %s -> %s (tenant %s, operation %s)", r->method, r->path,
 			 shown, r->tenant, r->operation);

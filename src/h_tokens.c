@@ -153,7 +153,7 @@ void h_token_issue(struct request *req)
 	const char *opname = a.opname, *subject = a.subject;
 	int64_t ttl, count, version = 0;
 	int has_ttl, has_count, found;
-	char vkey[VERSIONKEY_MAX + 1], one[H_TOKEN_TEXT_MAX], *list = NULL;
+	char vkey[VERSIONKEY_MAX + 1], one[H_TOKEN_TEXT_MAX + 1], *list = NULL;
 
 	if (!h_issue_fast(req, &a) && h_issue_parse(req, &a) < 0)
 		return;
@@ -197,6 +197,7 @@ void h_token_issue(struct request *req)
 			goto done;
 		}
 		metrics_add(METRIC_TOKENS_ISSUED, 1);
+		one[n++] = '\n';
 		http_reply_bytes(req, 201, "application/json", one, n);
 		goto done;
 	}
@@ -218,7 +219,7 @@ void h_token_issue(struct request *req)
 		if (i + 1 < count)
 			H_PUT(p, ",");
 	}
-	H_PUT(p, "]}");
+	H_PUT(p, "]}\n");
 	metrics_add(METRIC_TOKENS_ISSUED, (long)count);
 	http_reply_bytes(req, 201, "application/json", list, (size_t)(p - list));
 done:
@@ -396,6 +397,21 @@ static void h_complete_free(struct h_complete *c)
 	free(c);
 }
 
+/* 1 when a repeated completion A says what the stored one B says: same
+ * status, headers (as JSON values) and body bytes. */
+static int h_same_response(const struct stored_response *a, const struct stored_response *b)
+{
+	if (a->sr_status != b->sr_status || a->sr_body_len != b->sr_body_len ||
+	    (a->sr_body_len > 0 && memcmp(a->sr_body, b->sr_body, a->sr_body_len) != 0))
+		return 0;
+	json_t *ha = json_loads(a->sr_headers ? a->sr_headers : "{}", 0, NULL);
+	json_t *hb = json_loads(b->sr_headers ? b->sr_headers : "{}", 0, NULL);
+	int same = ha != NULL && hb != NULL && json_equal(ha, hb);
+	json_decref(ha);
+	json_decref(hb);
+	return same;
+}
+
 /* The complete's answer, built on the request's thread after the resume. */
 static void h_token_complete_answer(struct request *req, void *arg)
 {
@@ -404,6 +420,12 @@ static void h_token_complete_answer(struct request *req, void *arg)
 
 	if (c->hc_job.bj_rc < 0) {
 		problem_unavailable(req);
+		goto done;
+	}
+	if (res->cpr_outcome == COMPLETE_ALREADY && !h_same_response(&c->hc_resp, &res->cpr_stored)) {
+		problem_reply(req, 409, "completion_conflict",
+			      "attempt %" PRId64 " was already completed with another response",
+			      c->hc_attempt);
 		goto done;
 	}
 	switch (res->cpr_outcome) {

@@ -6,6 +6,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <pthread.h>
+#include <sys/socket.h>
 #include <stddef.h>
 #include <sodium.h>
 #include <stdatomic.h>
@@ -19,6 +21,7 @@
 #include "config.h"
 #include "cors.h"
 #include "gateway.h"
+#include "headers.h"
 #include "log.h"
 #include "metrics.h"
 #include "problem.h"
@@ -27,12 +30,93 @@
 
 /* What outlives one request on a connection. */
 struct http_conn {
-	struct auth_memo hc_auth; /* the API key it last authenticated with */
+	struct auth_memo hc_auth;     /* the API key it last authenticated with */
+	/* monotonic ms since which the connection has been receiving a
+	 * request (opened, or answered its previous one); 0 while a request
+	 * is being answered. The reaper closes it past request_timeout. */
+	_Atomic int64_t hc_since;
+	MHD_socket hc_fd;
+	struct http_conn *hc_prev, *hc_next; /* in http_conns, under its lock */
 };
 
 static struct MHD_Daemon *http_daemon;
 static const struct config *http_cfg;
 static atomic_int http_active;
+static atomic_size_t http_inflight; /* body bytes held by requests (reserved) */
+
+/* Every open connection, for the reaper thread. */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	struct http_conn *head;
+	int stop, started;
+	pthread_t reaper;
+} http_conns = { .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
+
+static int64_t http_now_ms(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 + 1; /* never 0 */
+}
+
+static void http_receiving(struct request *req, int yes)
+{
+	if (req->req_conn_ctx != NULL)
+		atomic_store(&req->req_conn_ctx->hc_since, yes ? http_now_ms() : 0);
+}
+
+/*
+ * The reaper: a connection that has not delivered a whole request within
+ * request_timeout_seconds of opening (or of its previous answer) is shut
+ * down, however slowly it trickles; libmicrohttpd then sees the end of the
+ * stream and closes it. Connections are unlinked under the lock before
+ * their socket is closed, so a shut-down descriptor is never a reused one.
+ */
+static void *http_reaper(void *arg)
+{
+	int64_t limit = (int64_t)http_cfg->request_timeout_seconds * 1000;
+
+	(void)arg;
+	pthread_mutex_lock(&http_conns.lock);
+	while (!http_conns.stop) {
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += 250 * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&http_conns.wake, &http_conns.lock, &until);
+		int64_t now = http_now_ms();
+		for (struct http_conn *c = http_conns.head; c != NULL; c = c->hc_next) {
+			int64_t since = atomic_load(&c->hc_since);
+			if (since != 0 && now - since > limit) {
+				atomic_store(&c->hc_since, 0);
+				shutdown(c->hc_fd, SHUT_RDWR);
+				metrics_add(METRIC_REQUEST_TIMEOUTS, 1);
+			}
+		}
+	}
+	pthread_mutex_unlock(&http_conns.lock);
+	return NULL;
+}
+
+/* Counts N more body bytes against max_inflight_body_bytes: 1, or 0 when
+ * that would pass the bound. Given back when the request ends. */
+static int http_reserve(struct request *req, size_t n)
+{
+	size_t cur = atomic_load(&http_inflight);
+
+	do {
+		if (n > http_cfg->max_inflight_body_bytes ||
+		    cur > http_cfg->max_inflight_body_bytes - n)
+			return 0;
+	} while (!atomic_compare_exchange_weak(&http_inflight, &cur, cur + n));
+	req->req_reserved += n;
+	return 1;
+}
 
 static double http_elapsed_ms(const struct timespec *start)
 {
@@ -75,6 +159,11 @@ static enum MHD_Result http_scan_header(void *cls, enum MHD_ValueKind kind,
 	size_t n = strlen(key);
 
 	(void)kind;
+	if (req->req_bad_header == NULL &&
+	    (!headers_is_token(key, n) || (value != NULL && !headers_value_ok(value, strlen(value)))))
+		req->req_bad_header = key;
+	if (memchr(key, '_', n) != NULL)
+		req->req_has_underscore = 1;
 	for (size_t i = 0; i < sizeof(http_scanned) / sizeof(http_scanned[0]); i++) {
 		if (n != http_scanned[i].len || strcasecmp(key, http_scanned[i].name) != 0)
 			continue;
@@ -124,17 +213,34 @@ void http_reply_empty(struct request *req, unsigned status)
 	http_reply_bytes(req, status, NULL, "", 0);
 }
 
+char *http_json_text(const json_t *v, size_t flags, size_t *len)
+{
+	char *text = v ? json_dumps(v, flags) : NULL;
+	size_t n = text ? strlen(text) : 0;
+	char *line = text ? realloc(text, n + 2) : NULL;
+
+	if (line == NULL) {
+		free(text);
+		return NULL;
+	}
+	line[n] = '\n';
+	line[n + 1] = '\0';
+	if (len != NULL)
+		*len = n + 1;
+	return line;
+}
+
 void http_reply_json(struct request *req, unsigned status, json_t *body)
 {
-	char *text = body ? json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) : NULL;
+	size_t len;
+	char *text = http_json_text(body, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY, &len);
 
 	json_decref(body);
 	if (text == NULL) {
 		http_reply_empty(req, 500);
 		return;
 	}
-	http_reply_bytes(req, status, "application/json", text, strlen(text));
-	free(text);
+	http_reply_take(req, status, "application/json", text, len);
 }
 
 void http_set_header(struct request *req, const char *name, const char *value)
@@ -234,27 +340,29 @@ static int http_preflight(struct request *req)
 	return 1;
 }
 
-/* Limits first, then route, then authentication, then the handler. */
-static void http_dispatch(struct request *req)
+/* Whether the request announces a body (a length above 0, or chunks). */
+static int http_has_body(const struct request *req, unsigned long long declared)
+{
+	return declared > 0 || req->req_h_transfer_encoding != NULL;
+}
+
+/* On the headers alone: route, then authentication, then the route's own
+ * header checks. 1 after replying (no body byte is read then), else 0. */
+static int http_route(struct request *req, unsigned long long declared)
 {
 	char allow[64];
 	unsigned status = 404;
 
-	if (req->req_body_too_large) {
-		problem_reply(req, 413, "payload_too_large",
-			      "the body exceeds %zu bytes", http_cfg->max_body_bytes);
-		return;
-	}
 	if (http_preflight(req))
-		return;
+		return 1;
 	/* gateway bodies are opaque: forwarded as sent, whatever their type */
 	req->req_route = gateway_match(req->req_method, req->req_path, &status, allow,
 				       sizeof(allow));
 	if (req->req_route == NULL && status == 404) {
-		if (req->req_body_len > 0 && !http_is_json_type(req->req_h_content_type)) {
+		if (http_has_body(req, declared) && !http_is_json_type(req->req_h_content_type)) {
 			problem_reply(req, 415, "unsupported_media_type",
 				      "send the body as application/json");
-			return;
+			return 1;
 		}
 		req->req_route = router_match(req->req_method, req->req_path, req->req_params,
 					      req->req_param_lens, &status, allow, sizeof(allow));
@@ -267,7 +375,7 @@ static void http_dispatch(struct request *req)
 		} else {
 			problem_reply(req, 404, "not_found", "no such resource");
 		}
-		return;
+		return 1;
 	}
 	if (req->req_route->auth == ROUTE_API_KEY) {
 		const char *key = http_bearer(req);
@@ -275,14 +383,36 @@ static void http_dispatch(struct request *req)
 		int rc = key ? auth_check_memo(key, memo, &req->req_tenant_id) : AUTH_DENIED;
 		if (rc == AUTH_UNAVAILABLE) {
 			problem_unavailable(req);
-			return;
+			return 1;
 		}
 		if (rc != AUTH_OK) {
 			problem_reply(req, 401, "unauthorized",
 				      "send a valid API key as Authorization: Bearer <key>");
 			http_set_header(req, "WWW-Authenticate", "Bearer");
-			return;
+			return 1;
 		}
+	}
+	return req->req_route->headers != NULL && req->req_route->headers(req) < 0;
+}
+
+static void http_busy(struct request *req)
+{
+	problem_reply(req, 503, "unavailable",
+		      "too many request bodies are being received; retry shortly");
+	http_set_header(req, "Retry-After", "1");
+}
+
+/* The whole request is in: the handler, unless a limit was passed. */
+static void http_dispatch(struct request *req)
+{
+	if (req->req_body_too_large) {
+		problem_reply(req, 413, "payload_too_large",
+			      "the body exceeds %zu bytes", http_cfg->max_body_bytes);
+		return;
+	}
+	if (req->req_over_budget) {
+		http_busy(req);
+		return;
 	}
 	req->req_route->handler(req);
 	if (req->rep_response == NULL && !req->req_suspended)
@@ -335,6 +465,54 @@ static struct request *http_request_new(struct MHD_Connection *conn, const char 
 	return req;
 }
 
+/* First call of a request, its headers complete: everything that can be
+ * decided without the body is, and answered at once (libmicrohttpd then
+ * closes the connection rather than read a body nobody wants). */
+static enum MHD_Result http_headers_in(struct request *req)
+{
+	const char *cl = req->req_h_content_length;
+	unsigned long long declared = 0;
+
+	if (req->req_bad_header != NULL) {
+		/* never echoed: it may hold control bytes */
+		problem_reply(req, 400, "invalid_request",
+			      "a request header has a malformed name or a control character in "
+			      "its value");
+		goto close;
+	}
+	/* two lengths, or a length beside chunked framing, make the end of the
+	 * body ambiguous (request smuggling): refuse and close */
+	if (req->req_n_content_length > 1 ||
+	    (cl != NULL && req->req_h_transfer_encoding != NULL)) {
+		problem_reply(req, 400, "invalid_request",
+			      "conflicting Content-Length or Transfer-Encoding headers");
+		goto close;
+	}
+	if (cl != NULL) {
+		char *end;
+		errno = 0;
+		declared = strtoull(cl, &end, 10);
+		if (errno != 0 || *end != '\0' || end == cl || declared > http_cfg->max_body_bytes) {
+			problem_reply(req, 413, "payload_too_large",
+				      "the body exceeds %zu bytes", http_cfg->max_body_bytes);
+			goto answer;
+		}
+	}
+	if (http_route(req, declared))
+		goto answer;
+	if (declared > 0 && !http_reserve(req, (size_t)declared)) {
+		http_busy(req);
+		goto answer;
+	}
+	return MHD_YES;
+close:
+	http_set_header(req, "Connection", "close");
+answer:
+	req->req_dispatched = 1;
+	http_receiving(req, 0);
+	return http_send(req);
+}
+
 static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const char *url,
 				   const char *method, const char *version,
 				   const char *upload_data, size_t *upload_data_size,
@@ -349,41 +527,20 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
 		if (req == NULL)
 			return MHD_NO;
 		*con_cls = req;
-		const char *cl = req->req_h_content_length;
-		if (cl != NULL) {
-			char *end;
-			errno = 0;
-			unsigned long long n = strtoull(cl, &end, 10);
-			if (errno != 0 || *end != '\0' || n > http_cfg->max_body_bytes)
-				req->req_body_too_large = 1;
-		}
-		/* two lengths, or a length beside chunked framing, make the end of
-		 * the body ambiguous (request smuggling): refuse and close */
-		if (req->req_n_content_length > 1 ||
-		    (cl != NULL && req->req_h_transfer_encoding != NULL)) {
-			req->req_dispatched = 1;
-			problem_reply(req, 400, "invalid_request",
-				      "conflicting Content-Length or Transfer-Encoding headers");
-			http_set_header(req, "Connection", "close");
-			return http_send(req);
-		}
-		if (req->req_body_too_large) {
-			/* answer before reading a byte of the body */
-			req->req_dispatched = 1;
-			http_dispatch(req);
-			return http_send(req);
-		}
-		return MHD_YES;
+		return http_headers_in(req);
 	}
 	if (*upload_data_size > 0) {
 		size_t n = *upload_data_size;
 		*upload_data_size = 0;
-		if (req->req_dispatched)
-			return MHD_YES;
-		if (req->req_body_too_large)
-			return MHD_YES; /* discard the rest; 413 goes out on the last call */
-		if (req->req_body_len + n > http_cfg->max_body_bytes) {
-			req->req_body_too_large = 1;
+		if (req->req_dispatched || req->req_body_too_large || req->req_over_budget)
+			return MHD_YES; /* discard the rest; the answer goes out on the last call */
+		if (req->req_body_len + n > http_cfg->max_body_bytes ||
+		    (req->req_body_len + n > req->req_reserved &&
+		     !http_reserve(req, req->req_body_len + n - req->req_reserved))) {
+			if (req->req_body_len + n > http_cfg->max_body_bytes)
+				req->req_body_too_large = 1;
+			else
+				req->req_over_budget = 1;
 			free(req->req_body);
 			req->req_body = NULL;
 			req->req_body_len = 0;
@@ -412,6 +569,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
 		return http_send(req);
 	}
 	req->req_dispatched = 1;
+	http_receiving(req, 0);
 	http_dispatch(req);
 	if (req->req_suspended)
 		return MHD_YES;
@@ -441,6 +599,8 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
 		   req->req_route ? req->req_route->pattern : "unmatched", status, ms,
 		   toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? (int)toe : 0);
 	http_clear_reply(req);
+	atomic_fetch_sub(&http_inflight, req->req_reserved);
+	http_receiving(req, 1); /* the next request's time starts now */
 	for (int i = 0; i < HTTP_MAX_PARAMS; i++)
 		free(req->req_params[i]);
 	free(req->req_path);
@@ -457,13 +617,34 @@ static void http_connection(void *cls, struct MHD_Connection *conn, void **socke
 	struct http_conn *c = *socket_context;
 
 	(void)cls;
-	(void)conn;
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-		/* NULL when out of memory: requests then go without a memo */
-		*socket_context = calloc(1, sizeof(struct http_conn));
+		const union MHD_ConnectionInfo *ci =
+			MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		/* NULL when out of memory: requests then go without a memo or a
+		 * deadline (the idle timeout still holds) */
+		c = ci != NULL ? calloc(1, sizeof(*c)) : NULL;
+		*socket_context = c;
+		if (c == NULL)
+			return;
+		c->hc_fd = ci->connect_fd;
+		atomic_store(&c->hc_since, http_now_ms());
+		pthread_mutex_lock(&http_conns.lock);
+		c->hc_next = http_conns.head;
+		if (c->hc_next != NULL)
+			c->hc_next->hc_prev = c;
+		http_conns.head = c;
+		pthread_mutex_unlock(&http_conns.lock);
 		return;
 	}
 	if (c != NULL) {
+		pthread_mutex_lock(&http_conns.lock);
+		if (c->hc_prev != NULL)
+			c->hc_prev->hc_next = c->hc_next;
+		else
+			http_conns.head = c->hc_next;
+		if (c->hc_next != NULL)
+			c->hc_next->hc_prev = c->hc_prev;
+		pthread_mutex_unlock(&http_conns.lock);
 		auth_memo_wipe(&c->hc_auth);
 		free(c);
 	}
@@ -572,6 +753,8 @@ int http_start(const struct config *cfg)
 				       MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 				       MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
 				       MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+				       MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+				       (unsigned)cfg->max_connections_per_ip,
 				       MHD_OPTION_CONNECTION_TIMEOUT,
 				       (unsigned)cfg->connection_timeout_seconds,
 				       MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONNECTION_MEMORY,
@@ -591,6 +774,14 @@ int http_start(const struct config *cfg)
 		log_error("http: cannot listen on %s:%u", cfg->listen_host, cfg->listen_port);
 		return -1;
 	}
+	http_conns.stop = 0;
+	if (pthread_create(&http_conns.reaper, NULL, http_reaper, NULL) != 0) {
+		log_error("http: cannot start the request deadline thread");
+		MHD_stop_daemon(http_daemon);
+		http_daemon = NULL;
+		return -1;
+	}
+	http_conns.started = 1;
 	log_info("http: listening on %s:%u (%s) with %d threads", cfg->listen_host,
 		 cfg->listen_port, cfg->tls_cert_file ? "https" : "http", cfg->threads);
 	return 0;
@@ -613,4 +804,12 @@ void http_stop(void)
 		usleep(100 * 1000);
 	MHD_stop_daemon(http_daemon);
 	http_daemon = NULL;
+	if (http_conns.started) {
+		pthread_mutex_lock(&http_conns.lock);
+		http_conns.stop = 1;
+		pthread_cond_signal(&http_conns.wake);
+		pthread_mutex_unlock(&http_conns.lock);
+		pthread_join(http_conns.reaper, NULL);
+		http_conns.started = 0;
+	}
 }

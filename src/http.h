@@ -30,6 +30,7 @@ struct request {
 	char *req_body;                    /* NUL-terminated, may be NULL */
 	size_t req_body_len;
 	int req_body_too_large;
+	int req_over_budget;               /* max_inflight_body_bytes would be passed */
 	const struct route *req_route;     /* borrowed from the route table */
 	char *req_params[HTTP_MAX_PARAMS]; /* path segments matched by {}, percent-decoded */
 	size_t req_param_lens[HTTP_MAX_PARAMS]; /* decoded lengths: a NUL inside shows as strlen < len */
@@ -40,6 +41,10 @@ struct request {
 		*req_h_idempotency_key;
 	int req_n_content_length;          /* how many Content-Length headers */
 	int req_n_idempotency_key;         /* how many Idempotency-Key headers */
+	const char *req_bad_header;        /* first header whose name or value is malformed */
+	int req_has_underscore;            /* some header name holds '_' */
+	int req_no_if_match;               /* a gateway route that ignores If-Match */
+	size_t req_reserved;               /* body bytes counted against max_inflight_body_bytes */
 	uint32_t req_tenant_id;            /* set by authentication */
 	struct timespec req_start;
 	int req_dispatched;
@@ -61,7 +66,13 @@ void http_stop(void);
 const char *http_header(const struct request *req, const char *name);
 
 
-/* Replies. BODY is stolen. Each replaces any earlier reply. */
+/* V as JSON text (json_dumps FLAGS) followed by a newline, so that
+ * answers printed in a terminal end their line: new string (free()), its
+ * length in *LEN (may be NULL); NULL when out of memory. */
+char *http_json_text(const json_t *v, size_t flags, size_t *len);
+
+/* Replies. BODY is stolen. Each replaces any earlier reply. JSON bodies
+ * end with a newline. */
 void http_reply_json(struct request *req, unsigned status, json_t *body);
 void http_reply_bytes(struct request *req, unsigned status, const char *content_type,
 		      const void *data, size_t len);

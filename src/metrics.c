@@ -14,6 +14,7 @@ static const char *const metrics_names[METRIC_COUNT] = {
 	"idemd_conflicts_total", "idemd_completions_total", "idemd_releases_total",
 	"idemd_revocations_total", "idemd_records_swept_total",
 	"idemd_db_unavailable_total", "idemd_db_batches_total", "idemd_db_batch_jobs_total",
+	"idemd_request_timeouts_total",
 };
 
 void metrics_add(enum metrics_counter c, long n)

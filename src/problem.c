@@ -63,14 +63,19 @@ void problem_reply(struct request *req, unsigned status, const char *code,
 		/* detail was not valid UTF-8: fall back to a fixed text */
 		doc = problem_document(status, code, "invalid input");
 	}
+	/* ends with a newline, like every JSON answer (http_json_text) */
 	char *text = doc ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	size_t len = text ? strlen(text) : 0;
+	char *line = text ? realloc(text, len + 2) : NULL;
 	json_decref(doc);
-	if (text == NULL) {
+	if (line == NULL) {
+		free(text);
 		http_reply_empty(req, 500);
 		return;
 	}
-	http_reply_bytes(req, status, "application/problem+json", text, strlen(text));
-	free(text);
+	line[len++] = '\n';
+	http_reply_bytes(req, status, "application/problem+json", line, len);
+	free(line);
 }
 
 void problem_unavailable(struct request *req)

@@ -7,20 +7,20 @@
 #include "handlers.h"
 
 static const struct route router_table[] = {
-	{ "GET", "/healthz", h_healthz, ROUTE_PUBLIC },
-	{ "GET", "/readyz", h_readyz, ROUTE_PUBLIC },
-	{ "GET", "/metrics", h_metrics, ROUTE_PUBLIC },
-	{ "POST", "/v1/tokens", h_token_issue, ROUTE_API_KEY },
-	{ "GET", "/v1/tokens/{}", h_token_get, ROUTE_API_KEY },
-	{ "DELETE", "/v1/tokens/{}", h_token_revoke, ROUTE_API_KEY },
-	{ "POST", "/v1/tokens/{}/claim", h_token_claim, ROUTE_API_KEY },
-	{ "POST", "/v1/tokens/{}/complete", h_token_complete, ROUTE_API_KEY },
-	{ "POST", "/v1/tokens/{}/release", h_token_release, ROUTE_API_KEY },
-	{ "GET", "/v1/versions/{}", h_version_get, ROUTE_API_KEY },
-	{ "POST", "/v1/versions/{}", h_version_bump, ROUTE_API_KEY },
-	{ "GET", "/v1/operations", h_operation_list, ROUTE_API_KEY },
-	{ "GET", "/v1/operations/{}", h_operation_get, ROUTE_API_KEY },
-	{ "PUT", "/v1/operations/{}", h_operation_put, ROUTE_API_KEY },
+	{ "GET", "/healthz", h_healthz, ROUTE_PUBLIC, NULL },
+	{ "GET", "/readyz", h_readyz, ROUTE_PUBLIC, NULL },
+	{ "GET", "/metrics", h_metrics, ROUTE_PUBLIC, NULL },
+	{ "POST", "/v1/tokens", h_token_issue, ROUTE_API_KEY, NULL },
+	{ "GET", "/v1/tokens/{}", h_token_get, ROUTE_API_KEY, NULL },
+	{ "DELETE", "/v1/tokens/{}", h_token_revoke, ROUTE_API_KEY, NULL },
+	{ "POST", "/v1/tokens/{}/claim", h_token_claim, ROUTE_API_KEY, NULL },
+	{ "POST", "/v1/tokens/{}/complete", h_token_complete, ROUTE_API_KEY, NULL },
+	{ "POST", "/v1/tokens/{}/release", h_token_release, ROUTE_API_KEY, NULL },
+	{ "GET", "/v1/versions/{}", h_version_get, ROUTE_API_KEY, NULL },
+	{ "POST", "/v1/versions/{}", h_version_bump, ROUTE_API_KEY, NULL },
+	{ "GET", "/v1/operations", h_operation_list, ROUTE_API_KEY, NULL },
+	{ "GET", "/v1/operations/{}", h_operation_get, ROUTE_API_KEY, NULL },
+	{ "PUT", "/v1/operations/{}", h_operation_put, ROUTE_API_KEY, NULL },
 };
 
 /* Matches PATH against PATTERN; on success records where each "{}" segment

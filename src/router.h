@@ -14,6 +14,9 @@ struct route {
 	const char *pattern;     /* "{}" matches one non-empty segment; logged as the route */
 	void (*handler)(struct request *req);
 	enum route_auth auth;
+	/* optional: checks on the headers alone, before any body byte is
+	 * read (after authentication); 0 goes on, -1 after replying */
+	int (*headers)(struct request *req);
 };
 
 /*

@@ -11,6 +11,7 @@
 
 #include "batcher.h"
 #include "config.h"
+#include "headers.h"
 #include "keys.h"
 #include "metrics.h"
 #include "opcache.h"
@@ -150,11 +151,19 @@ int tokenreq_check_headers(struct request *req, json_t *headers, size_t max)
 			problem_reply(req, 400, "invalid_request", "a header name is not a valid token");
 			return -1;
 		}
+		if (headers_never_stored(name)) {
+			problem_reply(req, 400, "invalid_request",
+				      "header %s cannot be stored: hop-by-hop, framing, "
+				      "Access-Control-*, Set-Cookie and idemd's own headers never are",
+				      name);
+			return -1;
+		}
 		const char *v = json_string_value(value);
 		if (v == NULL || json_string_length(value) > 8192 ||
-		    strcspn(v, "\r\n") != json_string_length(value)) {
+		    !headers_value_ok(v, json_string_length(value))) {
 			problem_reply(req, 400, "invalid_request",
-				      "header values must be strings without CR or LF (at most 8192 bytes)");
+				      "header values must be strings without control characters "
+				      "(at most 8192 bytes)");
 			return -1;
 		}
 	}
@@ -166,7 +175,7 @@ int tokenreq_check_headers(struct request *req, json_t *headers, size_t max)
 static char *tokenreq_replay_text(const struct stored_response *r)
 {
 	json_t *o = json_pack("{s:s,s:o}", "state", "completed", "response", reqjson_response(r));
-	char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) : NULL;
+	char *text = http_json_text(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY, NULL);
 
 	json_decref(o);
 	return text;
@@ -311,7 +320,7 @@ static int tokenreq_claim_prepare(struct request *req, struct tokenreq_claim *c)
 		}
 		a->version_key = c->tc_vkey;
 		a->require_version = op.op_require_version;
-		const char *im = http_header(req, "If-Match");
+		const char *im = req->req_no_if_match ? NULL : http_header(req, "If-Match");
 		if (im != NULL) {
 			if (reqjson_etag(im, &a->expected) < 0) {
 				problem_reply(req, 400, "invalid_request",

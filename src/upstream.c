@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "headers.h"
 #include "log.h"
 
 #define UPSTREAM_HEADER_NAME_MAX 128
@@ -25,27 +26,6 @@ static struct {
 	size_t n_idle, cap_idle;
 	pthread_t thread;
 } up = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-int upstream_hop_by_hop(const char *name, const char *connection)
-{
-	static const char *const hop[] = { "connection", "keep-alive", "te", "trailer",
-		"transfer-encoding", "upgrade" };
-	size_t n = strlen(name);
-
-	for (size_t i = 0; i < IDEMD_ARRAY_LEN(hop); i++)
-		if (strcasecmp(name, hop[i]) == 0)
-			return 1;
-	if (strncasecmp(name, "proxy-", 6) == 0)
-		return 1;
-	for (const char *p = connection; p != NULL && *p != '\0';) {
-		p += strspn(p, ", \t");
-		size_t len = strcspn(p, ", \t");
-		if (len == n && strncasecmp(p, name, n) == 0)
-			return 1;
-		p += len;
-	}
-	return 0;
-}
 
 void upstream_call_clear(struct upstream_call *c)
 {
@@ -84,7 +64,9 @@ static size_t upstream_on_body(char *data, size_t size, size_t n, void *arg)
 }
 
 /* Keeps the header line DATA if uc_keep wants it; repeated headers are
- * joined with ", ". */
+ * joined with ", " (Set-Cookie, which cannot be joined, is never kept).
+ * A line that is not "token: value" without control bytes abandons the
+ * answer. */
 static size_t upstream_on_header(char *data, size_t size, size_t n, void *arg)
 {
 	struct upstream_call *c = arg;
@@ -96,9 +78,20 @@ static size_t upstream_on_header(char *data, size_t size, size_t n, void *arg)
 		json_object_clear(c->uc_resp_headers);
 		return len;
 	}
+	if (len == 2 && data[0] == '\r' && data[1] == '\n')
+		return len; /* the end of the headers */
 	const char *colon = memchr(data, ':', len);
 	size_t nlen = colon ? (size_t)(colon - data) : 0;
-	if (nlen == 0 || nlen > UPSTREAM_HEADER_NAME_MAX || data[0] == ' ' || data[0] == '\t')
+	size_t vlen_all = len - nlen - (colon ? 1 : 0);
+	if (vlen_all >= 2 && data[len - 2] == '\r' && data[len - 1] == '\n')
+		vlen_all -= 2;
+	else if (vlen_all >= 1 && data[len - 1] == '\n')
+		vlen_all -= 1;
+	if (!headers_is_token(data, nlen) || !headers_value_ok(colon + 1, vlen_all)) {
+		c->uc_invalid = 1;
+		return 0;
+	}
+	if (nlen > UPSTREAM_HEADER_NAME_MAX)
 		return len;
 	for (size_t i = 0; i < nlen; i++)
 		name[i] = (char)((data[i] >= 'A' && data[i] <= 'Z') ? data[i] - 'A' + 'a' : data[i]);
@@ -153,7 +146,10 @@ static int upstream_on_prereq(void *arg, char *primary_ip, char *local_ip, int p
 /* Sorts how C ended from libcurl's CODE. */
 static void upstream_classify(struct upstream_call *c, CURLcode code)
 {
-	if (c->uc_too_large) {
+	if (c->uc_invalid) {
+		c->uc_result = UPSTREAM_INVALID;
+		snprintf(c->uc_error, sizeof(c->uc_error), "malformed header line in the answer");
+	} else if (c->uc_too_large) {
 		c->uc_result = UPSTREAM_TOO_LARGE;
 		snprintf(c->uc_error, sizeof(c->uc_error), "answer over %zu bytes", c->uc_max_body);
 	} else if (code == CURLE_OK) {
@@ -285,7 +281,7 @@ static void *upstream_thread(void *arg)
 int upstream_call(struct upstream_call *c)
 {
 	c->uc_result = UPSTREAM_FAILED;
-	c->uc_sent = c->uc_resend_refused = c->uc_too_large = 0;
+	c->uc_sent = c->uc_resend_refused = c->uc_too_large = c->uc_invalid = 0;
 	c->uc_error[0] = '\0';
 	c->uc_status = 0;
 	upstream_call_clear(c);

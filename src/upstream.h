@@ -8,8 +8,10 @@
  * A call sends its request at most once: libcurl's automatic resend after
  * a reused connection closed without an answer is refused, because the
  * upstream may have acted on the first copy; the call then ends
- * UPSTREAM_FAILED with uc_sent set. Hop-by-hop headers are the caller's to
- * drop (upstream_hop_by_hop); redirects are not followed.
+ * UPSTREAM_FAILED with uc_sent set. An answer that is too large or has a
+ * malformed header line is abandoned mid-way, which closes its connection
+ * (nothing after it can be read as the start of another answer). Hop-by-hop headers are the caller's to
+ * drop (headers.h); redirects are not followed.
  *
  * Ownership: the caller owns the struct upstream_call and everything its
  * inputs point to until uc_done has run. The results (uc_resp_headers,
@@ -30,6 +32,7 @@ enum upstream_result {
 	UPSTREAM_TIMEOUT,       /* sent, but no whole answer within uc_timeout_ms */
 	UPSTREAM_FAILED,        /* sent, then the connection failed or closed */
 	UPSTREAM_TOO_LARGE,     /* the answer's body exceeds uc_max_body */
+	UPSTREAM_INVALID,       /* a header line of the answer is malformed */
 };
 
 struct upstream_call {
@@ -62,6 +65,7 @@ struct upstream_call {
 	size_t uc_resp_cap;
 	int uc_resend_refused;
 	int uc_too_large;
+	int uc_invalid;
 };
 
 /* Starts the upstream thread. -1 after logging. */
@@ -80,13 +84,5 @@ void upstream_stop(void);
 
 /* Frees the results of C. */
 void upstream_call_clear(struct upstream_call *c);
-
-/*
- * 1 when the header NAME is hop-by-hop (RFC 9110 7.6.1): Connection,
- * Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade, any Proxy-*, or one
- * of the names listed in CONNECTION (the Connection header's value, NULL:
- * none). Case-insensitive.
- */
-int upstream_hop_by_hop(const char *name, const char *connection);
 
 #endif

@@ -330,9 +330,13 @@ class Claims(IdemdCase):
         r2 = self.complete(tok, 1, 201, {"Location": "/x/1"}, {"x": 1})
         assert_status(self, r2, 200)
         self.assertEqual(r1.json, r2.json)
-        # a retry carrying another outcome does not overwrite the stored one
-        r3 = self.complete(tok, 1, 500, {}, {"x": "other"})
-        assert_status(self, r3, 200)
+        # a retry carrying another outcome is refused and overwrites nothing
+        assert_problem(self, self.complete(tok, 1, 500, {}, {"x": "other"}),
+                       409, "completion_conflict")
+        assert_problem(self, self.complete(tok, 1, 201, {"Location": "/x/2"}, {"x": 1}),
+                       409, "completion_conflict")
+        assert_problem(self, self.complete(tok, 1, 201, {"Location": "/x/1"}, {"x": 2}),
+                       409, "completion_conflict")
         self.assert_replay(self.claim(tok), 201, {"Location": "/x/1"}, {"x": 1})
 
     def test_complete_never_claimed_409(self):

@@ -1,4 +1,5 @@
-/* Unit tests for the upstream client's hop-by-hop header rule. */
+/* Unit tests for the header rules: hop-by-hop names, tokens, values,
+ * aliases, what is never stored, and the headers a forward sends. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -6,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "upstream.h"
+#include "headers.h"
 
 static void test_fixed_names(void **state)
 {
@@ -18,9 +19,9 @@ static void test_fixed_names(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(hop) / sizeof(hop[0]); i++)
-		assert_true(upstream_hop_by_hop(hop[i], NULL));
+		assert_true(headers_hop_by_hop(hop[i], NULL));
 	for (size_t i = 0; i < sizeof(end_to_end) / sizeof(end_to_end[0]); i++)
-		assert_false(upstream_hop_by_hop(end_to_end[i], NULL));
+		assert_false(headers_hop_by_hop(end_to_end[i], NULL));
 }
 
 static void test_connection_tokens(void **state)
@@ -28,14 +29,14 @@ static void test_connection_tokens(void **state)
 	const char *conn = "keep-alive, X-Drop-Me,x-other ,\tX-Tab";
 
 	(void)state;
-	assert_true(upstream_hop_by_hop("X-Drop-Me", conn));
-	assert_true(upstream_hop_by_hop("x-drop-me", conn));
-	assert_true(upstream_hop_by_hop("X-Other", conn));
-	assert_true(upstream_hop_by_hop("X-Tab", conn));
-	assert_false(upstream_hop_by_hop("X-Drop", conn));
-	assert_false(upstream_hop_by_hop("X-Drop-Me-Too", conn));
-	assert_false(upstream_hop_by_hop("X-Custom", ""));
-	assert_false(upstream_hop_by_hop("X-Custom", ",,, ,"));
+	assert_true(headers_hop_by_hop("X-Drop-Me", conn));
+	assert_true(headers_hop_by_hop("x-drop-me", conn));
+	assert_true(headers_hop_by_hop("X-Other", conn));
+	assert_true(headers_hop_by_hop("X-Tab", conn));
+	assert_false(headers_hop_by_hop("X-Drop", conn));
+	assert_false(headers_hop_by_hop("X-Drop-Me-Too", conn));
+	assert_false(headers_hop_by_hop("X-Custom", ""));
+	assert_false(headers_hop_by_hop("X-Custom", ",,, ,"));
 }
 
 int main(void)

@@ -1,0 +1,239 @@
+/* HTTP header rules: valid names and values, hop-by-hop headers, what a
+ * gateway forward sends upstream and what may be stored and replayed. */
+#include "headers.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* RFC 9110 tchar. */
+static int headers_tchar(unsigned char c)
+{
+	unsigned char l = c | 0x20;
+
+	return (c >= '0' && c <= '9') || (l >= 'a' && l <= 'z') ||
+	       (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+int headers_is_token(const char *name, size_t len)
+{
+	if (len == 0)
+		return 0;
+	for (size_t i = 0; i < len; i++)
+		if (!headers_tchar((unsigned char)name[i]))
+			return 0;
+	return 1;
+}
+
+int headers_value_ok(const char *value, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)value[i];
+		if ((c < 0x20 && c != '\t') || c == 0x7f)
+			return 0;
+	}
+	return 1;
+}
+
+/* Headers idemd sets, strips or frames by: a client may not send them
+ * under a '_' spelling on a gateway route. */
+static const char *const headers_own[] = {
+	"idempotency-key", "idempotency-subject", "x-request-id", "x-forwarded-for",
+	"x-forwarded-host", "x-forwarded-proto", "x-forwarded-port", "x-real-ip", "forwarded",
+	"content-length", "transfer-encoding", "host", "connection",
+};
+
+static int headers_in(const char *name, const char *const *list, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcasecmp(name, list[i]) == 0)
+			return 1;
+	return 0;
+}
+
+int headers_is_alias(const char *name)
+{
+	char dashed[32];
+	size_t n = strlen(name);
+
+	if (strchr(name, '_') == NULL || n >= sizeof(dashed))
+		return 0;
+	for (size_t i = 0; i <= n; i++)
+		dashed[i] = name[i] == '_' ? '-' : name[i];
+	return headers_in(dashed, headers_own, IDEMD_ARRAY_LEN(headers_own));
+}
+
+int headers_hop_by_hop(const char *name, const char *connection)
+{
+	static const char *const hop[] = { "connection", "keep-alive", "te", "trailer",
+		"transfer-encoding", "upgrade" };
+	size_t n = strlen(name);
+
+	if (headers_in(name, hop, IDEMD_ARRAY_LEN(hop)) || strncasecmp(name, "proxy-", 6) == 0)
+		return 1;
+	for (const char *p = connection; p != NULL && *p != '\0';) {
+		p += strspn(p, ", \t");
+		size_t len = strcspn(p, ", \t");
+		if (len == n && strncasecmp(p, name, n) == 0)
+			return 1;
+		p += len;
+	}
+	return 0;
+}
+
+int headers_never_stored(const char *name)
+{
+	static const char *const never[] = { "content-length", "set-cookie",
+		"idempotent-replayed", "x-request-id" };
+
+	return headers_hop_by_hop(name, NULL) || headers_in(name, never, IDEMD_ARRAY_LEN(never)) ||
+	       strncasecmp(name, "access-control-", 15) == 0;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* Client headers a forward never passes on besides the hop-by-hop ones. */
+static const char *const headers_dropped[] = {
+	"host", "content-length", "expect", "accept-encoding",
+	"idempotency-key", "idempotency-subject", "x-request-id", "x-forwarded-for",
+};
+
+/* ... and these unless the route trusts its clients' proxies. */
+static const char *const headers_forwarding[] = {
+	"forwarded", "x-real-ip", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port",
+};
+
+/* A growable string; S is NULL until something was added. */
+struct headers_str {
+	char *s;
+	size_t len, cap;
+	int failed;
+};
+
+static void headers_add(struct headers_str *b, const char *s)
+{
+	size_t n = strlen(s);
+
+	if (b->failed)
+		return;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 128;
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		char *p = realloc(b->s, cap);
+		if (p == NULL) {
+			b->failed = 1;
+			return;
+		}
+		b->s = p;
+		b->cap = cap;
+	}
+	memcpy(b->s + b->len, s, n + 1);
+	b->len += n;
+}
+
+/* Appends "NAME: VALUE" (or "NAME;", libcurl's form of an empty value). */
+static int headers_append(struct curl_slist **list, const char *name, const char *value)
+{
+	struct headers_str line = { 0 };
+	struct curl_slist *l = NULL;
+
+	headers_add(&line, name);
+	headers_add(&line, *value != '\0' ? ": " : ";");
+	headers_add(&line, value);
+	if (!line.failed)
+		l = curl_slist_append(*list, line.s);
+	free(line.s);
+	if (l == NULL)
+		return -1;
+	*list = l;
+	return 0;
+}
+
+static int headers_raw(struct curl_slist **list, const char *line)
+{
+	struct curl_slist *l = curl_slist_append(*list, line);
+
+	if (l == NULL)
+		return -1;
+	*list = l;
+	return 0;
+}
+
+static int headers_field_ok(const struct headers_field *f)
+{
+	return headers_is_token(f->hf_name, strlen(f->hf_name)) &&
+	       headers_value_ok(f->hf_value, strlen(f->hf_value)) && !headers_is_alias(f->hf_name);
+}
+
+/* A value idemd puts in a header itself: non-empty, no control bytes, no
+ * surrounding space (a parser would strip it). */
+static int headers_arg_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	return n > 0 && headers_value_ok(s, n) && s[0] != ' ' && s[n - 1] != ' ' &&
+	       s[0] != '\t' && s[n - 1] != '\t';
+}
+
+int headers_forward(const struct headers_field *fields, size_t n,
+		    const struct headers_forward_args *a, struct curl_slist **out)
+{
+	struct headers_str conn = { 0 }, xff = { 0 };
+	struct curl_slist *list = NULL;
+	int rc = HEADERS_OK, has_type = 0;
+
+	*out = NULL;
+	if (!headers_arg_ok(a->fa_token_id) || !headers_arg_ok(a->fa_subject) ||
+	    !headers_arg_ok(a->fa_client_ip) || !headers_arg_ok(a->fa_request_id))
+		return HEADERS_INVALID;
+	for (size_t i = 0; i < n; i++) {
+		if (!headers_field_ok(&fields[i]))
+			return HEADERS_INVALID;
+		if (strcasecmp(fields[i].hf_name, "connection") == 0) {
+			headers_add(&conn, ",");
+			headers_add(&conn, fields[i].hf_value);
+		}
+	}
+	for (size_t i = 0; i < n && rc == HEADERS_OK && !conn.failed; i++) {
+		const char *name = fields[i].hf_name, *value = fields[i].hf_value;
+		if (strcasecmp(name, "x-forwarded-for") == 0) {
+			if (*value != '\0') {
+				if (xff.len > 0)
+					headers_add(&xff, ", ");
+				headers_add(&xff, value);
+			}
+			continue;
+		}
+		if (headers_in(name, headers_dropped, IDEMD_ARRAY_LEN(headers_dropped)) ||
+		    headers_hop_by_hop(name, conn.s) ||
+		    (!a->fa_trust_forwarded &&
+		     headers_in(name, headers_forwarding, IDEMD_ARRAY_LEN(headers_forwarding))))
+			continue;
+		has_type |= strcasecmp(name, "content-type") == 0;
+		if (headers_append(&list, name, value) < 0)
+			rc = HEADERS_NOMEM;
+	}
+	if (xff.len > 0)
+		headers_add(&xff, ", ");
+	headers_add(&xff, a->fa_client_ip);
+	if (rc == HEADERS_OK &&
+	    (conn.failed || xff.failed ||
+	     headers_append(&list, "Idempotency-Key", a->fa_token_id) < 0 ||
+	     headers_append(&list, "Idempotency-Subject", a->fa_subject) < 0 ||
+	     headers_append(&list, "X-Forwarded-For", xff.s) < 0 ||
+	     headers_append(&list, "X-Request-Id", a->fa_request_id) < 0 ||
+	     /* "Name:" alone removes what libcurl would add by itself */
+	     headers_raw(&list, "Expect:") < 0 ||
+	     (!has_type && headers_raw(&list, "Content-Type:") < 0)))
+		rc = HEADERS_NOMEM;
+	free(conn.s);
+	free(xff.s);
+	if (rc != HEADERS_OK) {
+		curl_slist_free_all(list);
+		return rc;
+	}
+	*out = list;
+	return HEADERS_OK;
+}
