@@ -355,17 +355,18 @@ static int http_route(struct request *req, unsigned long long declared)
 
 	if (http_preflight(req))
 		return 1;
-	/* gateway bodies are opaque: forwarded as sent, whatever their type */
 	req->req_route = gateway_match(req->req_method, req->req_path, &status, allow,
 				       sizeof(allow));
 	if (req->req_route == NULL && status == 404) {
-		if (http_has_body(req, declared) && !http_is_json_type(req->req_h_content_type)) {
+		req->req_route = router_match(req->req_method, req->req_path, req->req_params,
+					      req->req_param_lens, &status, allow, sizeof(allow));
+		/* gateway bodies are opaque; the API's are JSON */
+		if (req->req_route != NULL && http_has_body(req, declared) &&
+		    !http_is_json_type(req->req_h_content_type)) {
 			problem_reply(req, 415, "unsupported_media_type",
 				      "send the body as application/json");
 			return 1;
 		}
-		req->req_route = router_match(req->req_method, req->req_path, req->req_params,
-					      req->req_param_lens, &status, allow, sizeof(allow));
 	}
 	if (req->req_route == NULL) {
 		if (status == 405) {
