@@ -185,6 +185,9 @@ test_defaults(void **state)
 	assert_int_equal(cfg.n_routes, 0);
 	assert_int_equal(cfg.max_connections, 4096);
 	assert_int_equal(cfg.connection_timeout_seconds, 30);
+	assert_int_equal(cfg.max_connections_per_ip, 1024);
+	assert_int_equal(cfg.max_inflight_body_bytes, 64 * 1024 * 1024);
+	assert_int_equal(cfg.request_timeout_seconds, 30);
 	assert_true(cfg.issue_rate_per_second == 0.0);
 	assert_int_equal(cfg.issue_burst, 100);
 	assert_null(cfg.tls_cert_file);
@@ -205,6 +208,8 @@ test_every_key(void **state)
 	    "'cors_origins':['http://localhost:3000','https://shop.example'],"
 	    "'routes':[" ROUTE_OK "],'max_connections':100000,"
 	    "'connection_timeout_seconds':1,'issue_rate_per_second':2.5,"
+	    "'max_connections_per_ip':0,'max_inflight_body_bytes':68719476736,"
+	    "'request_timeout_seconds':3600,"
 	    "'issue_burst':1000000,'tls_cert_file':'c.pem','tls_key_file':'k.pem'");
 	assert_string_equal(cfg.listen_host, "::1");
 	assert_int_equal(cfg.listen_port, 9090);
@@ -219,6 +224,9 @@ test_every_key(void **state)
 	assert_int_equal(cfg.n_routes, 1);
 	assert_int_equal(cfg.max_connections, 100000);
 	assert_int_equal(cfg.connection_timeout_seconds, 1);
+	assert_int_equal(cfg.max_connections_per_ip, 0);
+	assert_true(cfg.max_inflight_body_bytes == (size_t)68719476736ULL);
+	assert_int_equal(cfg.request_timeout_seconds, 3600);
 	assert_true(cfg.issue_rate_per_second == 2.5);
 	assert_int_equal(cfg.issue_burst, 1000000);
 	assert_string_equal(cfg.tls_cert_file, "c.pem");
@@ -286,6 +294,9 @@ test_ranges(void **state)
 		{ "'max_connections':0", "config: \"max_connections\" must be between 1 and 100000" },
 		{ "'max_connections':100001", "config: \"max_connections\" must be between 1 and 100000" },
 		{ "'connection_timeout_seconds':0", "config: \"connection_timeout_seconds\" must be between 1 and 3600" },
+		{ "'request_timeout_seconds':0", "config: \"request_timeout_seconds\" must be between 1 and 3600" },
+		{ "'max_connections_per_ip':-1", "config: \"max_connections_per_ip\" must be between 0 and 100000" },
+		{ "'max_inflight_body_bytes':1048575", "config: \"max_inflight_body_bytes\" must be between 1048576 and 68719476736" },
 		{ "'connection_timeout_seconds':3601", "config: \"connection_timeout_seconds\" must be between 1 and 3600" },
 		{ "'issue_rate_per_second':-0.5", "config: \"issue_rate_per_second\" must be between 0 and 1000000" },
 		{ "'issue_rate_per_second':1000000.5", "config: \"issue_rate_per_second\" must be between 0 and 1000000" },
@@ -481,7 +492,8 @@ test_routes_valid(void **state)
 	    "{'method':'POST','path':'/orders','tenant':'shop',"
 	    "'operation':'order.create','upstream':'https://api.shop.example/v2',"
 	    "'store_headers':['Location','X-Order-Id','etag'],"
-	    "'connect_timeout_ms':60000,'timeout_ms':600000},"
+	    "'connect_timeout_ms':60000,'timeout_ms':600000,"
+	    "'client_if_match':true,'trust_forwarded':true},"
 	    "{'method':'PUT','path':'/orders','tenant':'shop',"
 	    "'operation':'order.replace_v2-x','upstream':'http://127.0.0.1:9000'},"
 	    "{'method':'DELETE','path':'/v10/a~b/%41','tenant':'other tenant',"
@@ -500,7 +512,11 @@ test_routes_valid(void **state)
 	assert_string_equal(r->store_headers[2], "etag");
 	assert_int_equal(r->connect_timeout_ms, 60000);
 	assert_int_equal(r->timeout_ms, 600000);
+	assert_true(r->client_if_match);
+	assert_true(r->trust_forwarded);
 	r = &cfg.routes[1];
+	assert_false(r->client_if_match);
+	assert_false(r->trust_forwarded);
 	assert_string_equal(r->method, "PUT");
 	assert_null(r->store_headers);
 	assert_int_equal(r->n_store_headers, 0);
@@ -594,6 +610,12 @@ test_routes_invalid(void **state)
 		{ "store_headers", "['etag','']", "config: \"routes[0].store_headers[1]\" must not be empty" },
 		{ "store_headers", "['bad header']", "config: \"routes[0].store_headers[0]\" must be a header name (letters, digits, !#$%&'*+-.^_`|~)" },
 		{ "store_headers", "['a:b']", "config: \"routes[0].store_headers[0]\" must be a header name (letters, digits, !#$%&'*+-.^_`|~)" },
+		{ "store_headers", "['Set-Cookie']", "config: \"routes[0].store_headers[0]\" is never stored (hop-by-hop, framing, Access-Control-*, Set-Cookie, or set by idemd itself)" },
+		{ "store_headers", "['content-length']", "config: \"routes[0].store_headers[0]\" is never stored (hop-by-hop, framing, Access-Control-*, Set-Cookie, or set by idemd itself)" },
+		{ "store_headers", "['etag','Transfer-Encoding']", "config: \"routes[0].store_headers[1]\" is never stored (hop-by-hop, framing, Access-Control-*, Set-Cookie, or set by idemd itself)" },
+		{ "store_headers", "['access-control-allow-origin']", "config: \"routes[0].store_headers[0]\" is never stored (hop-by-hop, framing, Access-Control-*, Set-Cookie, or set by idemd itself)" },
+		{ "store_headers", "['connection']", "config: \"routes[0].store_headers[0]\" is never stored (hop-by-hop, framing, Access-Control-*, Set-Cookie, or set by idemd itself)" },
+		{ "client_if_match", "'yes'", "config: \"routes[0].client_if_match\" must be true or false" },
 		{ "store_headers", "['X-A','x-a']", "config: \"routes[0].store_headers[1]\" duplicates \"routes[0].store_headers[0]\"" },
 		{ "connect_timeout_ms", "0", "config: \"routes[0].connect_timeout_ms\" must be between 1 and 60000" },
 		{ "connect_timeout_ms", "60001", "config: \"routes[0].connect_timeout_ms\" must be between 1 and 60000" },
