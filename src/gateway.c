@@ -382,10 +382,13 @@ static void gateway_fingerprint(const struct request *req, const char *query,
 
 static void gateway_on_done(struct upstream_call *c);
 
-/* Builds the job for a request that now holds the claim RES. NULL on OOM. */
+/* Builds the job for a request that now holds the claim RES; takes
+ * *HEADERS (set to NULL). NULL on OOM. Touches no libmicrohttpd state: it
+ * runs on a batcher thread while the connection is suspended. */
 static struct gateway_job *gateway_job_new(struct request *req, const struct gateway_route *gr,
 					   const struct token *t, const struct operation *op,
-					   const struct claim_result *res, const char *query)
+					   const struct claim_result *res, const char *query,
+					   struct curl_slist **headers)
 {
 	struct gateway_job *j = calloc(1, sizeof(*j));
 	struct gateway_buf url = { 0 };
@@ -411,7 +414,8 @@ static struct gateway_job *gateway_job_new(struct request *req, const struct gat
 	c->uc_url = j->gj_url;
 	c->uc_body = req->req_body;
 	c->uc_body_len = req->req_body_len;
-	c->uc_headers = gateway_request_headers(req, gr, t);
+	c->uc_headers = *headers;
+	*headers = NULL;
 	c->uc_connect_timeout_ms = gr->gr_cfg->connect_timeout_ms;
 	/* a forward never outlives its lease: past it, a duplicate may take over */
 	int64_t left = res->cr_lease_expires_at - gateway_now_ms() - GATEWAY_LEASE_MARGIN_MS;
@@ -657,7 +661,17 @@ struct gateway_pending {
 	struct token gp_token;
 	struct operation gp_op;
 	char *gp_query;
+	struct curl_slist *gp_headers; /* built on the request's thread */
 };
+
+static void gateway_pending_free(struct gateway_pending *p)
+{
+	if (p == NULL)
+		return;
+	free(p->gp_query);
+	curl_slist_free_all(p->gp_headers);
+	free(p);
+}
 
 /* Batcher thread: the claim is answered. When it succeeded, the forward
  * starts (the connection stays suspended until gateway_finish). */
@@ -668,7 +682,7 @@ static int gateway_claimed(struct request *req, const struct claim_result *res, 
 
 	if (res != NULL) {
 		struct gateway_job *j = gateway_job_new(req, p->gp_route, &p->gp_token, &p->gp_op,
-							res, p->gp_query);
+							res, p->gp_query, &p->gp_headers);
 		if (j == NULL) {
 			gateway_release(p->gp_route, p->gp_token.id, res->cr_attempt, req->req_id);
 			problem_unavailable(req);
@@ -681,8 +695,7 @@ static int gateway_claimed(struct request *req, const struct claim_result *res, 
 			}
 		}
 	}
-	free(p->gp_query);
-	free(p);
+	gateway_pending_free(p);
 	return keep;
 }
 
@@ -779,14 +792,16 @@ static void gateway_submit(struct request *req)
 	p->gp_op = op;
 	p->gp_query = query;
 	query = NULL;
+	p->gp_headers = gateway_request_headers(req, gr, &t);
+	if (p->gp_headers == NULL) {
+		problem_unavailable(req);
+		goto done;
+	}
 	/* the claim runs in a batch; gateway_claimed() goes on from there */
 	if (tokenreq_claim_async(req, &t, fp, gateway_replay, gateway_claimed, 1, p) == 1)
 		p = NULL;
 done:
-	if (p != NULL) {
-		free(p->gp_query);
-		free(p);
-	}
+	gateway_pending_free(p);
 	free(query);
 }
 
