@@ -97,6 +97,13 @@ else
   results+=("openapi lint: FAILED"); problems+=("openapi lint")
 fi
 
+say "checking the problem codes against api/openapi.yaml"
+if python3 tests/problem_codes.py; then
+  results+=("problem codes: ok")
+else
+  results+=("problem codes: FAILED"); problems+=("problem codes")
+fi
+
 say "checking the links of the Markdown files"
 if python3 tests/links.py; then
   results+=("markdown links: ok")
