@@ -4,13 +4,13 @@
  * (If-Match: one strong ETag "N"), each checked against a reference
  * grammar, and router_match / router_decode on the method and raw path of
  * the request line (percent-decoding checked against a reference).
- * The gateway's header filtering: upstream_hop_by_hop (which request and
+ * The gateway's header filtering: headers_hop_by_hop (which request and
  * answer headers are never forwarded or stored), against a reference.
  * The input is split at NUL bytes (header values are C strings): piece 0
  * is the header value, pieces 1 and 2 the method and the path, pieces 3
  * and 4 a header name and a Connection header value.
- * The rest of the gateway's header handling is in static functions of
- * gateway.c driven by libmicrohttpd callbacks, out of a driver's reach.
+ * The header list a gateway forward sends upstream (headers_forward) has
+ * its own driver, fuzz_forward.c.
  */
 #include "fuzz.h"
 
@@ -18,10 +18,10 @@
 #include <inttypes.h>
 #include <strings.h>
 
+#include "headers.h"
 #include "reqjson.h"
 #include "router.h"
 #include "token.h"
-#include "upstream.h"
 
 static int
 b64url_char(char c)
@@ -241,7 +241,7 @@ check_route(const char *method, const char *path, size_t allowlen)
 }
 
 /*
- * Reference for upstream_hop_by_hop: the RFC 9110 7.6.1 list, Proxy-*,
+ * Reference for headers_hop_by_hop: the RFC 9110 7.6.1 list, Proxy-*,
  * or a name listed in the Connection value (split at ", \t").
  */
 static int
@@ -273,11 +273,11 @@ check_hop(const char *name, const char *connection)
 	/* Header names are never empty (an empty one matches a trailing ","). */
 	if (name[0] == '\0')
 		return;
-	FUZZ_CHECK(upstream_hop_by_hop(name, connection) == hop_ref(name, connection));
-	FUZZ_CHECK(upstream_hop_by_hop(name, NULL) == hop_ref(name, NULL));
+	FUZZ_CHECK(headers_hop_by_hop(name, connection) == hop_ref(name, connection));
+	FUZZ_CHECK(headers_hop_by_hop(name, NULL) == hop_ref(name, NULL));
 	/* Listing the name in Connection always makes it hop-by-hop. */
 	if (strpbrk(name, ", \t") == NULL)
-		FUZZ_CHECK(upstream_hop_by_hop(name, name) == 1);
+		FUZZ_CHECK(headers_hop_by_hop(name, name) == 1);
 }
 
 int
