@@ -400,11 +400,15 @@ class GatewayHardening(IdemdCase):
         tok, tid, _ = self.token()
         tok2, tid2, _ = self.token()
         body = b"a=1" + self.smuggled(tok2)
-        data = self.head(tok, extra=b"Content-Length : 3\r\nContent-Length: %d\r\n" % len(body),
-                         body=body, cl=False)
-        r = self.refused_400(data, "Content-Length : 3 + Content-Length", closed_too=True)
+        for first, second, payload in ((3, 5, b"a=1&b"), (3, len(body), body),
+                                       (len(body), 3, body)):
+            with self.subTest(lengths=(first, second)):
+                data = self.head(tok, extra=b"Content-Length : %d\r\nContent-Length: %d\r\n"
+                                 % (first, second), body=payload, cl=False)
+                self.refused_400(data, "Content-Length : %d + Content-Length: %d"
+                                 % (first, second), closed_too=True)
         self.assertEqual(self.up.requests(tid) + self.up.requests(tid2), [])
-        self.assertEqual((self.state(tok), self.state(tok2)), ("issued", "issued"), r)
+        self.assertEqual((self.state(tok), self.state(tok2)), ("issued", "issued"))
         self.assert_upstream_clean(mark, 0, "rule 4 CL with space")
 
     def test_rule04_two_content_lengths(self):
