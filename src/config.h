@@ -63,6 +63,7 @@ struct config {
 	double issue_rate_per_second;   /* default 0 = unlimited, 0..1000000 */
 	int issue_burst;                /* default 100, 1..1000000 */
 	int prepared_statements;     /* default true; false behind a transaction-pooling pgbouncer */
+	long database_timeout_ms;    /* default 10000, 100..600000: wait for one statement */
 	char *tls_cert_file;         /* NULL = plain HTTP; set with tls_key_file */
 	char *tls_key_file;
 };

@@ -1,9 +1,10 @@
 /* Database pool. Every connection is used by one request at a time; waiting
- * for a free one is bounded so that a stalled database turns into a quick
- * 503, never a hang. */
+ * for a free one, and for a statement's answer, is bounded so that a
+ * stalled database turns into a quick 503, never a hang. */
 #include "db.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,10 @@
 
 #define DB_ACQUIRE_WAIT_MS 1000
 #define DB_RECONNECT_PAUSE_MS 200
+/* a statement (a whole batch) unanswered after this is abandoned: its
+ * connection is dropped, so the server rolls back whatever it had not
+ * committed, and the caller answers 503 */
+#define DB_STATEMENT_WAIT_MS_DEFAULT 10000
 
 struct db_conn {
 	PGconn *dc_pg;
@@ -29,11 +34,18 @@ static struct {
 	int size;
 	char *conninfo;
 	int prepared;
-} db_pool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, NULL, 1 };
+	long wait_ms;          /* DB_STATEMENT_WAIT_MS_DEFAULT or database_timeout_ms */
+} db_pool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, NULL, 1,
+	      DB_STATEMENT_WAIT_MS_DEFAULT };
 
 void db_use_prepared(int on)
 {
 	db_pool.prepared = on;
+}
+
+void db_set_timeout(long ms)
+{
+	db_pool.wait_ms = ms;
 }
 
 static long db_ms_since(const struct timespec *t)
@@ -46,9 +58,12 @@ static long db_ms_since(const struct timespec *t)
 
 PGconn *db_connect(const char *conninfo)
 {
-	/* connect_timeout bounds a connect to an unreachable host */
-	const char *keys[] = { "dbname", "connect_timeout", "application_name", NULL };
-	const char *vals[] = { conninfo, "2", "idemd", NULL };
+	/* defaults first, so that the operator's conninfo (expanded from
+	 * "dbname") overrides them: connect_timeout bounds a connect to an
+	 * unreachable host, TCP keepalives find a peer that vanished */
+	const char *keys[] = { "connect_timeout", "application_name", "keepalives",
+		"keepalives_idle", "keepalives_interval", "keepalives_count", "dbname", NULL };
+	const char *vals[] = { "2", "idemd", "1", "10", "5", "3", conninfo, NULL };
 	PGconn *pg = PQconnectdbParams(keys, vals, 1);
 
 	if (pg == NULL)
@@ -75,6 +90,11 @@ static void db_heal(struct db_conn *c)
 	if (c->dc_pg != NULL)
 		PQfinish(c->dc_pg);
 	c->dc_pg = db_connect(db_pool.conninfo);
+	/* non-blocking, so that db_wait() bounds sending as well as waiting */
+	if (c->dc_pg != NULL && PQsetnonblocking(c->dc_pg, 1) != 0) {
+		PQfinish(c->dc_pg);
+		c->dc_pg = NULL;
+	}
 	c->dc_broken = c->dc_pg == NULL;
 	memset(c->dc_prepared, 0, sizeof(c->dc_prepared));
 }
@@ -110,6 +130,19 @@ void db_pool_close(void)
 	pthread_mutex_unlock(&db_pool.lock);
 }
 
+/* Whether idle connection PG is still open: a server that ended it sent
+ * its farewell and closed the socket, which shows as a hang-up. */
+static int db_alive(PGconn *pg)
+{
+	struct pollfd p = { PQsocket(pg), POLLIN | POLLRDHUP, 0 };
+
+	if (PQstatus(pg) != CONNECTION_OK || p.fd < 0 || poll(&p, 1, 0) < 0)
+		return 0;
+	if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
+		return 0;
+	return !(p.revents & POLLIN) || (PQconsumeInput(pg) == 1 && PQstatus(pg) == CONNECTION_OK);
+}
+
 struct db_conn *db_acquire(void)
 {
 	struct timespec deadline;
@@ -140,6 +173,13 @@ struct db_conn *db_acquire(void)
 	if (c == NULL) {
 		log_warn("db: no connection free within %d ms", DB_ACQUIRE_WAIT_MS);
 		return NULL;
+	}
+	/* PostgreSQL may have closed an idle connection (a restart): noticed
+	 * here, before anything is sent, it is replaced at once instead of
+	 * failing its next statement */
+	if (!c->dc_broken && c->dc_pg != NULL && !db_alive(c->dc_pg)) {
+		c->dc_broken = 1;
+		c->dc_last_try = (struct timespec){ 0, 0 };
 	}
 	db_heal(c);
 	if (c->dc_broken) {
@@ -172,16 +212,62 @@ static void db_log_error(const char *what, const char *name, const char *msg)
 
 static PGresult *db_check(struct db_conn *c, const struct db_stmt *stmt, PGresult *r);
 
+/*
+ * Collects the answer to what was just sent on C: its first result (the
+ * rest are read and dropped), or NULL when the connection failed or no
+ * answer came within database_timeout_ms. Either way the connection is
+ * then marked broken and replaced on a later acquire.
+ */
+static PGresult *db_wait(struct db_conn *c, int sent, const char *name)
+{
+	PGconn *pg = c->dc_pg;
+	PGresult *first = NULL;
+	struct timespec start;
+
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	if (!sent)
+		goto broken;
+	for (;;) {
+		int pending = PQflush(pg);
+		if (pending < 0)
+			goto broken;
+		while (pending == 0 && !PQisBusy(pg)) {
+			PGresult *r = PQgetResult(pg);
+			if (r == NULL)
+				return first;
+			if (first == NULL)
+				first = r;
+			else
+				PQclear(r);
+		}
+		long left = db_pool.wait_ms - db_ms_since(&start);
+		if (left <= 0) {
+			log_error("db: %s: no answer within %ld ms; dropping the connection", name,
+				  db_pool.wait_ms);
+			goto broken;
+		}
+		struct pollfd p = { PQsocket(pg), (short)(POLLIN | (pending ? POLLOUT : 0)), 0 };
+		int n = poll(&p, 1, (int)left);
+		if ((n < 0 && errno != EINTR) || (n > 0 && PQconsumeInput(pg) == 0))
+			goto broken;
+	}
+broken:
+	PQclear(first);
+	c->dc_broken = 1;
+	return NULL;
+}
+
 PGresult *db_exec(struct db_conn *c, const struct db_stmt *stmt, const char *const *values,
 		  const int *lengths, const int *formats)
 {
 	if (!db_pool.prepared) {
-		PGresult *r = PQexecParams(c->dc_pg, stmt->sql, stmt->nparams, NULL, values,
-					   lengths, formats, 0);
-		return db_check(c, stmt, r);
+		int sent = PQsendQueryParams(c->dc_pg, stmt->sql, stmt->nparams, NULL, values,
+					     lengths, formats, 0);
+		return db_check(c, stmt, db_wait(c, sent, stmt->name));
 	}
 	if (!c->dc_prepared[stmt->index]) {
-		PGresult *p = PQprepare(c->dc_pg, stmt->name, stmt->sql, stmt->nparams, NULL);
+		int sent = PQsendPrepare(c->dc_pg, stmt->name, stmt->sql, stmt->nparams, NULL);
+		PGresult *p = db_wait(c, sent, stmt->name);
 		ExecStatusType st = p ? PQresultStatus(p) : PGRES_FATAL_ERROR;
 		if (st != PGRES_COMMAND_OK) {
 			db_log_error("prepare", stmt->name, PQerrorMessage(c->dc_pg));
@@ -192,9 +278,9 @@ PGresult *db_exec(struct db_conn *c, const struct db_stmt *stmt, const char *con
 		PQclear(p);
 		c->dc_prepared[stmt->index] = 1;
 	}
-	PGresult *r = PQexecPrepared(c->dc_pg, stmt->name, stmt->nparams, values, lengths,
-				     formats, 0);
-	return db_check(c, stmt, r);
+	int sent = PQsendQueryPrepared(c->dc_pg, stmt->name, stmt->nparams, values, lengths,
+				       formats, 0);
+	return db_check(c, stmt, db_wait(c, sent, stmt->name));
 }
 
 /* Passes a successful result through; logs, clears and returns NULL otherwise. */
@@ -205,7 +291,7 @@ static PGresult *db_check(struct db_conn *c, const struct db_stmt *stmt, PGresul
 		return r;
 	db_log_error("exec", stmt->name, PQerrorMessage(c->dc_pg));
 	PQclear(r);
-	if (PQstatus(c->dc_pg) != CONNECTION_OK)
+	if (c->dc_broken || PQstatus(c->dc_pg) != CONNECTION_OK)
 		c->dc_broken = 1;
 	return NULL;
 }

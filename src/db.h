@@ -28,6 +28,9 @@ int db_pool_init(const char *conninfo, int size) IDEMD_WUR;
  * time, as a transaction-pooling connection pooler needs. Call before
  * db_pool_init. */
 void db_use_prepared(int on);
+/* How long a statement may go unanswered before its connection is dropped
+ * and the caller gets NULL (default 10 s). Call before db_pool_init. */
+void db_set_timeout(long ms);
 void db_pool_close(void);
 
 /* Opens one connection outside the pool (for the CLI). NULL after logging. */

@@ -10,6 +10,7 @@ in all cases."""
 
 import collections
 import os
+import signal
 import sys
 import threading
 import time
@@ -17,7 +18,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import (PGCTL, PGDATA, Client, IdemdCase, assert_status, pg_ctl,  # noqa: E402
-                     uniq)
+                     psql, uniq)
 import faultkit  # noqa: E402
 
 LOAD_BEFORE = 1.0      # seconds of load before the stop
@@ -266,6 +267,73 @@ class DatabaseRestartUnderLoad(IdemdCase):
         print("  no 2xx lost: %d tokens issued, %d claims and %d completions acknowledged, "
               "all readable; %s" % (len(issued), len(claimed), len(completed),
                                     dict(sorted(states.items()))))
+
+
+class QuietRestart(IdemdCase):
+    """PostgreSQL restarts while idemd is idle: every pooled connection it
+    closed is replaced when next taken, before anything is sent on it, so
+    the first requests afterwards succeed instead of each getting a 503."""
+    extra_config = {"pool_size": 4, "threads": 4}
+
+    def test_requests_after_an_idle_restart_all_succeed(self):
+        self.assertTrue(PGDATA and PGCTL, "IDEMD_TEST_PGDATA and IDEMD_TEST_PGCTL must be set")
+        op = self.put_operation()
+        toks = [self.issue(op) for _ in range(8)]
+        # use every pooled connection once, concurrently
+        threads = [threading.Thread(target=self.client.get, args=("/v1/tokens/%s" % t,))
+                   for t in toks]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        p = pg_ctl("restart", "-w", "-m", "fast", "-D", PGDATA,
+                   "-l", os.path.join(PGDATA, "restart.log"))
+        self.assertEqual(p.returncode, 0, "pg_ctl restart failed: %s %s" % (p.stdout, p.stderr))
+        statuses = [self.client.get("/v1/tokens/%s" % t).status for t in toks * 2]
+        self.assertEqual(statuses, [200] * len(statuses),
+                         "requests after an idle restart: %s" % statuses)
+
+
+class StalledDatabase(IdemdCase):
+    """PostgreSQL stops answering without closing anything (its backends
+    frozen with SIGSTOP): a request gets 503 unavailable once
+    database_timeout_ms has passed instead of hanging, and idemd recovers
+    once PostgreSQL answers again."""
+    extra_config = {"pool_size": 2, "threads": 4, "database_timeout_ms": 1000}
+
+    def backends(self):
+        out = psql("SELECT pid FROM pg_stat_activity WHERE datname = '%s' "
+                   "AND pid <> pg_backend_pid()" % self.idemd.db)
+        return [int(x) for x in out.split()]
+
+    def test_stalled_database_gives_503_then_recovers(self):
+        op = self.put_operation()
+        tok = self.issue(op)
+        assert_status(self, self.client.get("/v1/tokens/%s" % tok), 200)
+        pids = self.backends()
+        self.assertTrue(pids, "no backend of idemd's database found")
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            r = self.client.get("/v1/tokens/%s" % tok)
+            took = time.monotonic() - t0
+            self.assertEqual(r.status, 503, r.describe())
+            self.assertEqual(r.json.get("code"), "unavailable", r.describe())
+            self.assertLess(took, 4.0, "a stalled database held the request %.1f s" % took)
+        finally:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 10
+        while True:
+            r = self.client.get("/v1/tokens/%s" % tok)
+            if r.status == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert_status(self, r, 200)
 
 
 if __name__ == "__main__":
