@@ -665,9 +665,13 @@ check_header_name(char *s)
 		    strchr(tchar, *s) != NULL))
 			return "must be a header name (letters, digits, !#$%&'*+-.^_`|~)";
 	}
-	if (headers_never_stored(start))
-		return "is never stored (hop-by-hop, framing, Access-Control-*, Set-Cookie, or "
-		       "set by idemd itself)";
+	if (headers_never_stored(start)) {
+		/* config loading is single-threaded: one message buffer will do */
+		static char msg[192];
+		snprintf(msg, sizeof(msg), "names %.64s, which is never stored (hop-by-hop, "
+			 "framing, Access-Control-*, Set-Cookie, or set by idemd itself)", start);
+		return msg;
+	}
 	return NULL;
 }
 

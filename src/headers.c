@@ -133,15 +133,19 @@ static void headers_add(struct headers_str *b, const char *s)
 	b->len += n;
 }
 
-/* Appends "NAME: VALUE" (or "NAME;", libcurl's form of an empty value). */
+/* Appends "NAME: VALUE", or "NAME;" (libcurl's form of an empty value)
+ * when VALUE is blank: libcurl reads "NAME:" followed by blanks alone as
+ * "remove NAME", and would not send it. */
 static int headers_append(struct curl_slist **list, const char *name, const char *value)
 {
 	struct headers_str line = { 0 };
 	struct curl_slist *l = NULL;
+	int blank = value[strspn(value, " \t")] == '\0';
 
 	headers_add(&line, name);
-	headers_add(&line, *value != '\0' ? ": " : ";");
-	headers_add(&line, value);
+	headers_add(&line, blank ? ";" : ": ");
+	if (!blank)
+		headers_add(&line, value);
 	if (!line.failed)
 		l = curl_slist_append(*list, line.s);
 	free(line.s);
@@ -189,8 +193,10 @@ int headers_forward(const struct headers_field *fields, size_t n,
 	    !headers_arg_ok(a->fa_client_ip) || !headers_arg_ok(a->fa_request_id))
 		return HEADERS_INVALID;
 	for (size_t i = 0; i < n; i++) {
-		if (!headers_field_ok(&fields[i]))
+		if (!headers_field_ok(&fields[i])) {
+			free(conn.s);
 			return HEADERS_INVALID;
+		}
 		if (strcasecmp(fields[i].hf_name, "connection") == 0) {
 			headers_add(&conn, ",");
 			headers_add(&conn, fields[i].hf_value);

@@ -91,6 +91,13 @@ static size_t upstream_on_header(char *data, size_t size, size_t n, void *arg)
 		c->uc_invalid = 1;
 		return 0;
 	}
+	if (nlen == 10 && strncasecmp(data, "connection", 10) == 0) {
+		/* the names it lists are hop-by-hop too: dropped at the end */
+		size_t used = strlen(c->uc_connection);
+		snprintf(c->uc_connection + used, sizeof(c->uc_connection) - used, ",%.*s",
+			 (int)vlen_all, colon + 1);
+		return len;
+	}
 	if (nlen > UPSTREAM_HEADER_NAME_MAX)
 		return len;
 	for (size_t i = 0; i < nlen; i++)
@@ -166,8 +173,39 @@ static void upstream_classify(struct upstream_call *c, CURLcode code)
 		snprintf(c->uc_error, sizeof(c->uc_error), "%s", curl_easy_strerror(code));
 }
 
+/* libcurl's own account of the exchange: bytes past the answer's end
+ * ("Excess found") mean its framing cannot be trusted. */
+static int upstream_on_debug(CURL *h, curl_infotype type, char *data, size_t size, void *arg)
+{
+	struct upstream_call *c = arg;
+
+	(void)h;
+	if (type == CURLINFO_TEXT && size >= 12 && memcmp(data, "Excess found", 12) == 0)
+		c->uc_invalid = 1;
+	return 0;
+}
+
+/* Drops the kept headers that the answer's Connection headers name. */
+static void upstream_drop_connection_names(struct upstream_call *c)
+{
+	char name[UPSTREAM_HEADER_NAME_MAX + 1];
+
+	for (const char *p = c->uc_connection; *p != '\0';) {
+		p += strspn(p, ", \t");
+		size_t len = strcspn(p, ", \t");
+		if (len > 0 && len <= UPSTREAM_HEADER_NAME_MAX) {
+			for (size_t i = 0; i < len; i++)
+				name[i] = (char)((p[i] >= 'A' && p[i] <= 'Z') ? p[i] - 'A' + 'a' : p[i]);
+			name[len] = '\0';
+			json_object_del(c->uc_resp_headers, name);
+		}
+		p += len;
+	}
+}
+
 static void upstream_end(struct upstream_call *c, CURLcode code)
 {
+	upstream_drop_connection_names(c);
 	upstream_classify(c, code);
 	c->uc_done(c);
 }
@@ -203,6 +241,9 @@ static void upstream_begin(struct upstream_call *c)
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
 	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, upstream_on_header);
 	curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
+	curl_easy_setopt(e, CURLOPT_DEBUGFUNCTION, upstream_on_debug);
+	curl_easy_setopt(e, CURLOPT_DEBUGDATA, c);
+	curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
 	curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, upstream_on_prereq);
 	curl_easy_setopt(e, CURLOPT_PREREQDATA, c);
 	curl_easy_setopt(e, CURLOPT_PRIVATE, c);
@@ -283,6 +324,7 @@ int upstream_call(struct upstream_call *c)
 	c->uc_result = UPSTREAM_FAILED;
 	c->uc_sent = c->uc_resend_refused = c->uc_too_large = c->uc_invalid = 0;
 	c->uc_error[0] = '\0';
+	c->uc_connection[0] = '\0';
 	c->uc_status = 0;
 	upstream_call_clear(c);
 	c->uc_resp_headers = json_object();

@@ -66,6 +66,7 @@ struct upstream_call {
 	int uc_resend_refused;
 	int uc_too_large;
 	int uc_invalid;
+	char uc_connection[256];           /* names listed in the answer's Connection headers */
 };
 
 /* Starts the upstream thread. -1 after logging. */
