@@ -844,6 +844,7 @@ static void gateway_free_routes(void)
 {
 	for (size_t i = 0; i < gw.n_routes; i++)
 		free(gw.routes[i].gr_target);
+	router_clear_added();
 	free(gw.routes);
 	gw.routes = NULL;
 	gw.n_routes = 0;
@@ -868,6 +869,9 @@ static int gateway_load_routes(const struct config *cfg)
 		gr->gr_route.handler = gateway_submit;
 		gr->gr_route.auth = ROUTE_PUBLIC;
 		gr->gr_route.headers = gateway_check_headers;
+		gr->gr_route.opaque_body = 1;
+		if (router_add(&gr->gr_route) < 0)
+			return -1;
 		gr->gr_cfg = r;
 		if ((gr->gr_target = gateway_target(r)) == NULL)
 			return -1;
@@ -899,33 +903,6 @@ static int gateway_load_routes(const struct config *cfg)
 			 shown, r->tenant, r->operation);
 	}
 	return 0;
-}
-
-const struct route *gateway_match(const char *method, const char *path, unsigned *status,
-				  char *allow, size_t allowlen)
-{
-	size_t used = 0;
-
-	if (allowlen > 0)
-		allow[0] = '\0';
-	for (size_t i = 0; i < gw.n_routes; i++) {
-		const struct gateway_route *gr = &gw.routes[i];
-		if (strcmp(gr->gr_route.pattern, path) != 0)
-			continue;
-		if (strcmp(gr->gr_route.method, method) == 0)
-			return &gr->gr_route;
-		size_t mlen = strlen(gr->gr_route.method);
-		if (used + mlen + 3 < allowlen) {
-			if (used > 0) {
-				memcpy(allow + used, ", ", 2);
-				used += 2;
-			}
-			memcpy(allow + used, gr->gr_route.method, mlen + 1);
-			used += mlen;
-		}
-	}
-	*status = used > 0 ? 405 : 404;
-	return NULL;
 }
 
 /* ---------------------------------------------------------------- start, stop */

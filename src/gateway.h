@@ -13,8 +13,8 @@
  * therefore holds only its own connections, never an HTTP thread.
  *
  * Ownership: the route table lives from gateway_start() to gateway_stop();
- * struct route pointers returned by gateway_match() are borrowed for that
- * long. The config passed to gateway_start() must outlive the module.
+ * its routes are added to the router (router_add), which borrows them for
+ * that long. The config passed to gateway_start() must outlive the module.
  */
 #ifndef IDEMD_GATEWAY_H
 #define IDEMD_GATEWAY_H
@@ -40,20 +40,14 @@ int gateway_start(const struct config *cfg) IDEMD_WUR;
  * Lets every queued and running forward finish (each is bounded by its
  * route's timeout), stores their outcomes, resumes their connections and
  * stops the threads; the route table stays. Submits arriving afterwards are
- * released and answered 503. Called by http_stop() before the daemon stops
- * (no connection may stay suspended). Safe to call more than once.
+ * released and answered 503. main.c calls it once HTTP stopped accepting
+ * and before the daemon stops (no connection may stay suspended). Safe to
+ * call more than once.
  */
 void gateway_drain(void);
 
 /* gateway_drain(), then frees the route table and libcurl's state: call it
  * once no HTTP thread runs any more. Safe when not started and twice. */
 void gateway_stop(void);
-
-/*
- * The gateway route for METHOD and PATH (exact path). NULL with *STATUS 404
- * when PATH is no gateway path, or 405 with ALLOW set to the path's methods.
- */
-const struct route *gateway_match(const char *method, const char *path, unsigned *status,
-				  char *allow, size_t allowlen);
 
 #endif

@@ -20,7 +20,6 @@
 #include "auth.h"
 #include "config.h"
 #include "cors.h"
-#include "gateway.h"
 #include "headers.h"
 #include "log.h"
 #include "metrics.h"
@@ -42,6 +41,8 @@ struct http_conn {
 static struct MHD_Daemon *http_daemon;
 static const struct config *http_cfg;
 static atomic_int http_active;
+static atomic_int http_suspended; /* connections between suspend and resume */
+static int http_quiesced;
 static atomic_size_t http_inflight; /* body bytes held by requests (reserved) */
 
 /* Every open connection, for the reaper thread. */
@@ -303,6 +304,7 @@ static const char *http_bearer(const struct request *req)
 void http_suspend(struct request *req)
 {
 	req->req_suspended = 1;
+	atomic_fetch_add(&http_suspended, 1);
 	MHD_suspend_connection(req->req_conn);
 }
 
@@ -330,10 +332,7 @@ static int http_preflight(struct request *req)
 			       http_header(req, "Access-Control-Request-Method")))
 		return 0;
 	/* no route takes OPTIONS: 405 names the methods the path accepts */
-	if (gateway_match("OPTIONS", req->req_path, &status, allow, sizeof(allow)) == NULL &&
-	    status == 404)
-		(void)router_match("OPTIONS", req->req_path, params, lens, &status, allow,
-				   sizeof(allow));
+	(void)router_match("OPTIONS", req->req_path, params, lens, &status, allow, sizeof(allow));
 	if (status != 405)
 		return 0;
 	cors_reply_preflight(req, allow);
@@ -355,18 +354,13 @@ static int http_route(struct request *req, unsigned long long declared)
 
 	if (http_preflight(req))
 		return 1;
-	req->req_route = gateway_match(req->req_method, req->req_path, &status, allow,
-				       sizeof(allow));
-	if (req->req_route == NULL && status == 404) {
-		req->req_route = router_match(req->req_method, req->req_path, req->req_params,
-					      req->req_param_lens, &status, allow, sizeof(allow));
-		/* gateway bodies are opaque; the API's are JSON */
-		if (req->req_route != NULL && http_has_body(req, declared) &&
-		    !http_is_json_type(req->req_h_content_type)) {
-			problem_reply(req, 415, "unsupported_media_type",
-				      "send the body as application/json");
-			return 1;
-		}
+	req->req_route = router_match(req->req_method, req->req_path, req->req_params,
+				      req->req_param_lens, &status, allow, sizeof(allow));
+	/* gateway bodies are opaque; the API's are JSON */
+	if (req->req_route != NULL && !req->req_route->opaque_body && http_has_body(req, declared) &&
+	    !http_is_json_type(req->req_h_content_type)) {
+		problem_reply(req, 415, "unsupported_media_type", "send the body as application/json");
+		return 1;
 	}
 	if (req->req_route == NULL) {
 		if (status == 405) {
@@ -562,6 +556,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
 		/* called again after http_resume(): the reply is ready, or is
 		 * built now (http_resume_then) */
 		req->req_suspended = 0;
+		atomic_fetch_sub(&http_suspended, 1);
 		if (req->req_on_resume != NULL) {
 			void (*fn)(struct request *, void *) = req->req_on_resume;
 			req->req_on_resume = NULL;
@@ -788,21 +783,32 @@ int http_start(const struct config *cfg)
 	return 0;
 }
 
+void http_quiesce(void)
+{
+	if (http_daemon == NULL || http_quiesced)
+		return;
+	http_quiesced = 1;
+	MHD_socket fd = MHD_quiesce_daemon(http_daemon);
+	if (fd != MHD_INVALID_SOCKET)
+		close(fd);
+	for (int i = 0; i < 300 && atomic_load(&http_active) > atomic_load(&http_suspended); i++)
+		usleep(100 * 1000);
+}
+
 void http_stop(void)
 {
 	if (http_daemon == NULL)
 		return;
-	MHD_socket fd = MHD_quiesce_daemon(http_daemon);
-	if (fd != MHD_INVALID_SOCKET)
-		close(fd);
-	/* in-flight requests finish; idle keep-alive connections do not hold us */
-	for (int i = 0; i < 300 && atomic_load(&http_active) > 0; i++)
-		usleep(100 * 1000);
-	/* forwards still running end by their own timeouts; no connection may
-	 * stay suspended when the daemon stops */
-	gateway_drain();
+	http_quiesce();
 	for (int i = 0; i < 50 && atomic_load(&http_active) > 0; i++)
 		usleep(100 * 1000);
+	if (atomic_load(&http_suspended) > 0) {
+		/* libmicrohttpd aborts the process when stopped with a suspended
+		 * connection: leave the daemon to the process's exit instead */
+		log_error("http: %d connections still suspended at stop; not stopping the daemon",
+			  atomic_load(&http_suspended));
+		return;
+	}
 	MHD_stop_daemon(http_daemon);
 	http_daemon = NULL;
 	if (http_conns.started) {

@@ -59,7 +59,11 @@ struct request {
 };
 
 int http_start(const struct config *cfg) IDEMD_WUR;
-/* Stops accepting, lets in-flight requests finish, frees the daemon. */
+/* Stops accepting and waits (at most 30 s) for in-flight requests that are
+ * not suspended to finish; idle keep-alive connections do not hold it. */
+void http_quiesce(void);
+/* Waits for suspended connections to be resumed and answered (whoever
+ * holds them must have been drained first), then stops the daemon. */
 void http_stop(void);
 
 /* Header of the request, or NULL (borrowed, valid during the request). */

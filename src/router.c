@@ -7,20 +7,20 @@
 #include "handlers.h"
 
 static const struct route router_table[] = {
-	{ "GET", "/healthz", h_healthz, ROUTE_PUBLIC, NULL },
-	{ "GET", "/readyz", h_readyz, ROUTE_PUBLIC, NULL },
-	{ "GET", "/metrics", h_metrics, ROUTE_PUBLIC, NULL },
-	{ "POST", "/v1/tokens", h_token_issue, ROUTE_API_KEY, NULL },
-	{ "GET", "/v1/tokens/{}", h_token_get, ROUTE_API_KEY, NULL },
-	{ "DELETE", "/v1/tokens/{}", h_token_revoke, ROUTE_API_KEY, NULL },
-	{ "POST", "/v1/tokens/{}/claim", h_token_claim, ROUTE_API_KEY, NULL },
-	{ "POST", "/v1/tokens/{}/complete", h_token_complete, ROUTE_API_KEY, NULL },
-	{ "POST", "/v1/tokens/{}/release", h_token_release, ROUTE_API_KEY, NULL },
-	{ "GET", "/v1/versions/{}", h_version_get, ROUTE_API_KEY, NULL },
-	{ "POST", "/v1/versions/{}", h_version_bump, ROUTE_API_KEY, NULL },
-	{ "GET", "/v1/operations", h_operation_list, ROUTE_API_KEY, NULL },
-	{ "GET", "/v1/operations/{}", h_operation_get, ROUTE_API_KEY, NULL },
-	{ "PUT", "/v1/operations/{}", h_operation_put, ROUTE_API_KEY, NULL },
+	{ "GET", "/healthz", h_healthz, ROUTE_PUBLIC, NULL, 0 },
+	{ "GET", "/readyz", h_readyz, ROUTE_PUBLIC, NULL, 0 },
+	{ "GET", "/metrics", h_metrics, ROUTE_PUBLIC, NULL, 0 },
+	{ "POST", "/v1/tokens", h_token_issue, ROUTE_API_KEY, NULL, 0 },
+	{ "GET", "/v1/tokens/{}", h_token_get, ROUTE_API_KEY, NULL, 0 },
+	{ "DELETE", "/v1/tokens/{}", h_token_revoke, ROUTE_API_KEY, NULL, 0 },
+	{ "POST", "/v1/tokens/{}/claim", h_token_claim, ROUTE_API_KEY, NULL, 0 },
+	{ "POST", "/v1/tokens/{}/complete", h_token_complete, ROUTE_API_KEY, NULL, 0 },
+	{ "POST", "/v1/tokens/{}/release", h_token_release, ROUTE_API_KEY, NULL, 0 },
+	{ "GET", "/v1/versions/{}", h_version_get, ROUTE_API_KEY, NULL, 0 },
+	{ "POST", "/v1/versions/{}", h_version_bump, ROUTE_API_KEY, NULL, 0 },
+	{ "GET", "/v1/operations", h_operation_list, ROUTE_API_KEY, NULL, 0 },
+	{ "GET", "/v1/operations/{}", h_operation_get, ROUTE_API_KEY, NULL, 0 },
+	{ "PUT", "/v1/operations/{}", h_operation_put, ROUTE_API_KEY, NULL, 0 },
 };
 
 /* Matches PATH against PATTERN; on success records where each "{}" segment
@@ -92,6 +92,46 @@ char *router_decode(const char *s, size_t len, size_t *outlen)
 	return out;
 }
 
+/* Routes added at start (the gateway's), matched before router_table. */
+static struct {
+	const struct route **r;
+	size_t n;
+} router_added;
+
+int router_add(const struct route *r)
+{
+	const struct route **p = realloc(router_added.r, (router_added.n + 1) * sizeof(*p));
+
+	if (p == NULL)
+		return -1;
+	p[router_added.n++] = r;
+	router_added.r = p;
+	return 0;
+}
+
+void router_clear_added(void)
+{
+	free(router_added.r);
+	router_added.r = NULL;
+	router_added.n = 0;
+}
+
+/* Appends METHOD to the comma-separated ALLOW (ALLOWLEN bytes), whose
+ * length is *USED; a method that does not fit is left out. */
+static void router_allow(char *allow, size_t allowlen, size_t *used, const char *method)
+{
+	size_t mlen = strlen(method);
+
+	if (*used + mlen + 3 >= allowlen)
+		return;
+	if (*used > 0) {
+		memcpy(allow + *used, ", ", 2);
+		*used += 2;
+	}
+	memcpy(allow + *used, method, mlen + 1);
+	*used += mlen;
+}
+
 const struct route *router_match(const char *method, const char *path,
 				 char *params[HTTP_MAX_PARAMS], size_t plens[HTTP_MAX_PARAMS],
 				 unsigned *status, char *allow, size_t allowlen)
@@ -100,10 +140,22 @@ const struct route *router_match(const char *method, const char *path,
 	size_t lens[HTTP_MAX_PARAMS];
 	size_t used = 0;
 
+	allow[0] = '\0';
+	for (size_t i = 0; i < router_added.n; i++) {
+		const struct route *r = router_added.r[i];
+		if (strcmp(r->pattern, path) != 0)
+			continue;
+		if (strcmp(r->method, method) == 0) {
+			for (int k = 0; k < HTTP_MAX_PARAMS; k++) {
+				params[k] = NULL;
+				plens[k] = 0;
+			}
+			return r;
+		}
+		router_allow(allow, allowlen, &used, r->method);
+	}
 	if (strcmp(method, "HEAD") == 0)
 		method = "GET";
-
-	allow[0] = '\0';
 	for (size_t i = 0; i < IDEMD_ARRAY_LEN(router_table); i++) {
 		const struct route *r = &router_table[i];
 		int n;
@@ -127,15 +179,7 @@ const struct route *router_match(const char *method, const char *path,
 			}
 			return r;
 		}
-		size_t mlen = strlen(r->method);
-		if (used + mlen + 3 < allowlen) {
-			if (used > 0) {
-				memcpy(allow + used, ", ", 2);
-				used += 2;
-			}
-			memcpy(allow + used, r->method, mlen + 1);
-			used += mlen;
-		}
+		router_allow(allow, allowlen, &used, r->method);
 	}
 	*status = used > 0 ? 405 : 404;
 	return NULL;

@@ -17,10 +17,23 @@ struct route {
 	/* optional: checks on the headers alone, before any body byte is
 	 * read (after authentication); 0 goes on, -1 after replying */
 	int (*headers)(struct request *req);
+	int opaque_body; /* any media type (gateway routes); else a body is JSON */
 };
 
 /*
- * Finds the route for METHOD (HEAD counts as GET) and the raw PATH. On a
+ * Adds route R (borrowed: it must outlive the router's use) ahead of the
+ * API's own table: the gateway registers its routes here. An added route
+ * matches its exact path and method only (no HEAD for GET, no "{}").
+ * Call before serving; not thread-safe. 0, or -1 when out of memory.
+ */
+int router_add(const struct route *r) IDEMD_WUR;
+
+/* Forgets every added route. */
+void router_clear_added(void);
+
+/*
+ * Finds the route for METHOD (HEAD counts as GET for the API's routes) and
+ * the raw PATH. On a
  * match returns it and stores the segments matched by "{}", percent-decoded,
  * into PARAMS (new strings, freed by the caller) and their decoded lengths
  * into LENS (a decoded NUL makes strlen() shorter than the length).

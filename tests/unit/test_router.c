@@ -1,5 +1,6 @@
 /* Unit tests for the router: every route of the table, parameter
- * extraction, 404 for unknown or malformed paths, 405 with the Allow list. */
+ * extraction, 404 for unknown or malformed paths, 405 with the Allow list,
+ * and routes added at start (the gateway's). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -290,6 +291,39 @@ test_allow_reset(void **state)
 	assert_string_equal(allow, "");
 }
 
+static void
+test_added_routes(void **state)
+{
+	static const struct route post = { "POST", "/orders", h_healthz, ROUTE_PUBLIC, NULL, 1 };
+	static const struct route put = { "PUT", "/orders", h_metrics, ROUTE_PUBLIC, NULL, 1 };
+	static const struct route get = { "GET", "/catalog", h_readyz, ROUTE_PUBLIC, NULL, 1 };
+	char *params[HTTP_MAX_PARAMS];
+	size_t lens[HTTP_MAX_PARAMS];
+	char allow[ALLOW_LEN];
+	unsigned status = 0;
+
+	(void)state;
+	assert_int_equal(router_add(&post), 0);
+	assert_int_equal(router_add(&put), 0);
+	assert_int_equal(router_add(&get), 0);
+	params_reset(params);
+	assert_ptr_equal(router_match("POST", "/orders", params, lens, &status, allow,
+				      sizeof(allow)), &post);
+	assert_null(params[0]);
+	assert_ptr_equal(router_match("PUT", "/orders", params, lens, &status, allow,
+				      sizeof(allow)), &put);
+	/* exact path only, and HEAD is not GET on an added route */
+	assert_not_found("POST", "/orders/");
+	assert_not_found("POST", "/order");
+	assert_not_allowed("HEAD", "/catalog", "GET");
+	assert_not_allowed("DELETE", "/orders", "POST, PUT");
+	/* the API's own table still answers, HEAD included */
+	assert_non_null(router_match("HEAD", "/healthz", params, lens, &status, allow,
+				     sizeof(allow)));
+	router_clear_added();
+	assert_not_found("POST", "/orders");
+}
+
 int
 main(void)
 {
@@ -301,6 +335,7 @@ main(void)
 		cmocka_unit_test(test_wrong_method),
 		cmocka_unit_test(test_pattern_text_in_path),
 		cmocka_unit_test(test_allow_reset),
+		cmocka_unit_test(test_added_routes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
