@@ -18,10 +18,13 @@ void h_healthz(struct request *req)
 void h_readyz(struct request *req)
 {
 	const char *reason = NULL;
+	struct migrate_check chk;
 
-	if (!db_ping())
+	/* a schema ahead of this binary (applied by a newer idemd during a
+	 * rolling upgrade) is ready; behind or changed is not */
+	if (!db_ping() || migrate_check(&chk) < 0)
 		reason = "database unreachable";
-	else if (migrate_schema_current() != 1)
+	else if (chk.state == MIGRATE_BEHIND || chk.state == MIGRATE_CHANGED)
 		reason = "schema not current";
 	else if (!keys_ready())
 		reason = "no signing key loaded";

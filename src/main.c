@@ -28,6 +28,8 @@ static const char usage[] =
 	"commands:\n"
 	"  serve               run the service (SIGTERM or SIGINT stops it cleanly)\n"
 	"  migrate             apply pending migrations; create the master key file if missing\n"
+	"  migrate --status    list migrations: applied, pending, or unknown (applied by a\n"
+	"                      newer idemd); exit 0 when current or ahead, 1 when any pending\n"
 	"  tenant create NAME  create a tenant; prints {\"tenant\",\"api_key\"}\n"
 	"  keys rotate         make a new active signing key\n"
 	"  check-config        validate the config file; exit 0 if valid, 2 if not\n"
@@ -59,12 +61,26 @@ static int main_serve(const struct config *cfg)
 	db_use_prepared(cfg->prepared_statements);
 	if (db_pool_init(cfg->database_url, cfg->pool_size) < 0)
 		goto keys;
-	int current = migrate_schema_current();
-	if (current != 1) {
-		log_error(current < 0 ? "serve: the database cannot be reached"
-				      : "serve: the database schema is behind; run 'idemd migrate' first");
+	/* a schema ahead (migrations a newer idemd applied) is fine: rolling
+	 * upgrades run old and new binaries side by side */
+	struct migrate_check chk;
+	if (migrate_check(&chk) < 0) {
+		log_error("serve: the database cannot be reached");
 		goto pool;
 	}
+	if (chk.state == MIGRATE_CHANGED) {
+		log_error("serve: the database schema does not match this idemd: %s applied with "
+			  "other contents", chk.changed_names);
+		goto pool;
+	}
+	if (chk.state == MIGRATE_BEHIND) {
+		log_error("serve: the database schema is behind: %s not applied; "
+			  "run 'idemd migrate'", chk.pending_names);
+		goto pool;
+	}
+	if (chk.state == MIGRATE_AHEAD)
+		log_warn("serve: the database schema is ahead of this idemd: %s unknown "
+			 "(applied by a newer idemd); starting anyway", chk.unknown_names);
 	if (keys_refresh() < 0 || !keys_ready()) {
 		log_error("serve: no signing key could be loaded; run 'idemd migrate' first");
 		goto pool;
@@ -86,6 +102,11 @@ static int main_serve(const struct config *cfg)
 	ret = 0;
 	janitor_stop();
 http:
+	/* the order matters: no new requests; forwards in flight end and are
+	 * answered (their connections resume); only then may the daemon stop,
+	 * which libmicrohttpd refuses while any connection is suspended */
+	http_quiesce();
+	gateway_drain();
 	http_stop();
 gateway:
 	gateway_stop();
@@ -100,11 +121,14 @@ keys:
 	return ret;
 }
 
-static int main_migrate(const struct config *cfg)
+static int main_migrate(const struct config *cfg, int status)
 {
 	int created;
 	uint32_t id;
 
+	/* reads only: no master key, no migration, no signing key */
+	if (status)
+		return migrate_status(cfg->database_url) == 0 ? 0 : 1;
 	if (keys_master_create(cfg->master_key_file, &created) < 0)
 		return 1;
 	if (created)
@@ -184,7 +208,7 @@ int main(int argc, char **argv)
 {
 	const char *config_path = getenv("IDEMD_CONFIG");
 	const char *args[4] = { NULL };
-	int nargs = 0;
+	int nargs = 0, status = 0;
 	char err[512];
 	struct config cfg;
 
@@ -201,6 +225,8 @@ int main(int argc, char **argv)
 			config_path = argv[++i];
 		} else if (strncmp(argv[i], "--config=", 9) == 0) {
 			config_path = argv[i] + 9;
+		} else if (strcmp(argv[i], "--status") == 0) {
+			status = 1;
 		} else if (argv[i][0] == '-' || nargs == 3) {
 			fprintf(stderr, "idemd: unexpected argument %s\n\n%s", argv[i], usage);
 			return EXIT_USAGE;
@@ -216,6 +242,10 @@ int main(int argc, char **argv)
 		config_path = "idemd.json";
 
 	const char *cmd = args[0];
+	if (status && !(strcmp(cmd, "migrate") == 0 && nargs == 1)) {
+		fprintf(stderr, "idemd: --status goes only with migrate, alone\n\n%s", usage);
+		return EXIT_USAGE;
+	}
 	int known = (strcmp(cmd, "serve") == 0 && nargs == 1) ||
 		    (strcmp(cmd, "migrate") == 0 && nargs == 1) ||
 		    (strcmp(cmd, "check-config") == 0 && nargs == 1) ||
@@ -242,7 +272,7 @@ int main(int argc, char **argv)
 	} else if (strcmp(cmd, "serve") == 0) {
 		ret = main_serve(&cfg);
 	} else if (strcmp(cmd, "migrate") == 0) {
-		ret = main_migrate(&cfg);
+		ret = main_migrate(&cfg, status);
 	} else if (strcmp(cmd, "tenant") == 0) {
 		ret = main_tenant_create(&cfg, args[2]);
 	} else {

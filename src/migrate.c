@@ -1,10 +1,11 @@
-/* Migrations. Each file runs in its own transaction; the whole run holds a
- * session advisory lock so concurrent migrators apply each file once. */
+/* Migrations. The SQL comes from the binary (migrate_embedded, generated
+ * from migrations/NNNN_name.sql at build time), never from files at run
+ * time. Each one runs in its own transaction; the whole run holds a session
+ * advisory lock so concurrent migrators apply each one once. */
 #include "migrate.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <libpq-fe.h>
+#include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,26 +14,22 @@
 #include "db.h"
 #include "log.h"
 
-#ifndef IDEMD_MIGRATIONS_DIR
-#define IDEMD_MIGRATIONS_DIR "migrations"
-#endif
-
 #define MIGRATE_LOCK_KEY "7428136"
-#define MIGRATE_MAX_FILES 1000
-#define MIGRATE_MAX_BYTES (4 * 1024 * 1024)
+#define MIGRATE_MAX 1000
+#define MIGRATE_SUM_HEX (2 * 32 + 1)
 
-struct migrate_file {
-	char name[256];
-	char checksum[2 * 32 + 1];
-	char *sql;
-};
+/* name, checksum and applied_at (UTC) of every applied migration, in byte
+ * order of the name whatever the database's collation */
+#define MIGRATE_ROWS_SQL \
+	"SELECT name, checksum, " \
+	"to_char(applied_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') " \
+	"FROM schema_migrations ORDER BY name COLLATE \"C\""
+#define MIGRATE_EXISTS_SQL "SELECT to_regclass('schema_migrations') IS NOT NULL"
 
-const char *migrate_dir(void)
-{
-	const char *dir = getenv("IDEMD_MIGRATIONS_DIR");
-
-	return dir != NULL && *dir != '\0' ? dir : IDEMD_MIGRATIONS_DIR;
-}
+/* checksums of the embedded migrations, computed once */
+static char migrate_sums[MIGRATE_MAX][MIGRATE_SUM_HEX];
+static pthread_once_t migrate_once = PTHREAD_ONCE_INIT;
+static int migrate_sums_ok;
 
 static int migrate_name_ok(const char *name)
 {
@@ -42,81 +39,99 @@ static int migrate_name_ok(const char *name)
 	       strcmp(name + n - 4, ".sql") == 0;
 }
 
-static int migrate_cmp(const void *a, const void *b)
+static void migrate_init(void)
 {
-	return strcmp(((const struct migrate_file *)a)->name, ((const struct migrate_file *)b)->name);
-}
-
-static void migrate_files_free(struct migrate_file *files, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		free(files[i].sql);
-	free(files);
-}
-
-static char *migrate_read(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	char *buf = NULL;
-
-	if (f == NULL)
-		return NULL;
-	buf = malloc(MIGRATE_MAX_BYTES + 1);
-	if (buf != NULL) {
-		*len = fread(buf, 1, MIGRATE_MAX_BYTES + 1, f);
-		if (ferror(f) || *len > MIGRATE_MAX_BYTES) {
-			free(buf);
-			buf = NULL;
-		} else {
-			buf[*len] = '\0';
-		}
+	if (migrate_embedded_count > MIGRATE_MAX) {
+		log_error("migrate: %zu migrations compiled in, at most %d supported",
+			  migrate_embedded_count, MIGRATE_MAX);
+		return;
 	}
-	fclose(f);
-	return buf;
-}
-
-/* Lists the migration files, sorted, with contents and checksums. */
-static int migrate_files(struct migrate_file **out, size_t *count)
-{
-	const char *dir = migrate_dir();
-	DIR *d = opendir(dir);
-	struct migrate_file *files = NULL;
-	size_t n = 0;
-	struct dirent *e;
-
-	if (d == NULL) {
-		log_error("migrate: cannot open %s: %s", dir, strerror(errno));
-		return -1;
-	}
-	files = calloc(MIGRATE_MAX_FILES, sizeof(*files));
-	if (files == NULL) {
-		closedir(d);
-		return -1;
-	}
-	while ((e = readdir(d)) != NULL) {
-		if (!migrate_name_ok(e->d_name) || n == MIGRATE_MAX_FILES)
-			continue;
-		char path[4096];
-		size_t len = 0;
+	for (size_t i = 0; i < migrate_embedded_count; i++) {
+		const struct migrate_embedded *m = &migrate_embedded[i];
 		uint8_t hash[32];
-		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		snprintf(files[n].name, sizeof(files[n].name), "%s", e->d_name);
-		files[n].sql = migrate_read(path, &len);
-		if (files[n].sql == NULL) {
-			log_error("migrate: cannot read %s", path);
-			closedir(d);
-			migrate_files_free(files, n);
-			return -1;
+
+		if (!migrate_name_ok(m->name) ||
+		    (i > 0 && strcmp(migrate_embedded[i - 1].name, m->name) >= 0) ||
+		    m->sql[m->len] != '\0' || memchr(m->sql, '\0', m->len) != NULL) {
+			log_error("migrate: the compiled-in migration %s is malformed", m->name);
+			return;
 		}
-		crypto_generichash(hash, sizeof(hash), (unsigned char *)files[n].sql, len, NULL, 0);
-		sodium_bin2hex(files[n].checksum, sizeof(files[n].checksum), hash, sizeof(hash));
-		n++;
+		crypto_generichash(hash, sizeof(hash), m->sql, m->len, NULL, 0);
+		sodium_bin2hex(migrate_sums[i], MIGRATE_SUM_HEX, hash, sizeof(hash));
 	}
-	closedir(d);
-	qsort(files, n, sizeof(*files), migrate_cmp);
-	*out = files;
-	*count = n;
-	return 0;
+	migrate_sums_ok = 1;
+}
+
+/* 0 when the embedded migrations and their checksums can be used. */
+static int migrate_ready(void)
+{
+	if (pthread_once(&migrate_once, migrate_init) != 0)
+		return -1;
+	return migrate_sums_ok ? 0 : -1;
+}
+
+/* Appends NAME to the comma-separated list in BUF, or ", ..." once when it
+ * no longer fits. */
+static void migrate_note(char *buf, const char *name)
+{
+	static const char more[] = ", ...";
+	size_t used = strlen(buf), need = strlen(name) + (used > 0 ? 2 : 0);
+
+	if (used >= sizeof(more) - 1 && strcmp(buf + used - (sizeof(more) - 1), more) == 0)
+		return;
+	if (used + need + sizeof(more) > MIGRATE_NAMES) {
+		snprintf(buf + used, MIGRATE_NAMES - used, "%s", more);
+		return;
+	}
+	snprintf(buf + used, MIGRATE_NAMES - used, "%s%s", used > 0 ? ", " : "", name);
+}
+
+/*
+ * Walks the embedded migrations and the rows of R (MIGRATE_ROWS_SQL; NULL:
+ * no table yet) together, fills OUT and, when LIST is set, prints one line
+ * per migration to stdout. Returns 0, or -1 when stdout failed.
+ */
+static int migrate_compare(const PGresult *r, struct migrate_check *out, int list)
+{
+	size_t i = 0, j = 0, rows = r != NULL ? (size_t)PQntuples(r) : 0;
+	int failed = 0;
+
+	memset(out, 0, sizeof(*out));
+	while (i < migrate_embedded_count || j < rows) {
+		const char *name = j < rows ? PQgetvalue(r, (int)j, 0) : NULL;
+		int cmp = i == migrate_embedded_count ? 1 :
+			  name == NULL ? -1 : strcmp(migrate_embedded[i].name, name);
+		const char *what;
+
+		if (cmp < 0) {
+			name = migrate_embedded[i++].name;
+			what = "pending";
+			out->pending++;
+			migrate_note(out->pending_names, name);
+		} else if (cmp > 0) {
+			what = "unknown";
+			out->unknown++;
+			migrate_note(out->unknown_names, name);
+		} else if (strcmp(PQgetvalue(r, (int)j, 1), migrate_sums[i]) != 0) {
+			i++;
+			what = "changed";
+			out->changed++;
+			migrate_note(out->changed_names, name);
+		} else {
+			i++;
+			what = "applied";
+		}
+		if (list && cmp < 0)
+			failed |= printf("%s %s\n", what, name) < 0;
+		else if (list)
+			failed |= printf("%s %s %s\n", what, name, PQgetvalue(r, (int)j, 2)) < 0;
+		if (cmp >= 0)
+			j++;
+	}
+	out->state = out->changed > 0 ? MIGRATE_CHANGED :
+		     out->pending > 0 ? MIGRATE_BEHIND :
+		     out->unknown > 0 ? MIGRATE_AHEAD : MIGRATE_CURRENT;
+	return failed ? -1 : 0;
 }
 
 static int migrate_ok(PGconn *pg, PGresult *r, const char *what)
@@ -142,24 +157,38 @@ static int migrate_exec(PGconn *pg, const char *sql, const char *what)
 	return ok ? 0 : -1;
 }
 
-/* Applies FILE unless recorded; refuses a recorded file whose checksum changed. */
-static int migrate_apply(PGconn *pg, const struct migrate_file *file, int *applied)
+/* Runs SQL on PG; the result, or NULL after logging. */
+static PGresult *migrate_query(PGconn *pg, const char *sql, const char *what)
 {
-	const char *v[] = { file->name, file->checksum };
+	PGresult *r = PQexec(pg, sql);
+
+	if (migrate_ok(pg, r, what))
+		return r;
+	PQclear(r);
+	return NULL;
+}
+
+/* Applies embedded migration I unless recorded; refuses a recorded one whose
+ * checksum differs. */
+static int migrate_apply(PGconn *pg, size_t i, int *applied)
+{
+	const struct migrate_embedded *m = &migrate_embedded[i];
+	const char *v[] = { m->name, migrate_sums[i] };
 	PGresult *r = PQexecParams(pg, "SELECT checksum FROM schema_migrations WHERE name = $1",
 				   1, NULL, v, NULL, NULL, 0);
 
 	*applied = 0;
-	if (!migrate_ok(pg, r, file->name)) {
+	if (!migrate_ok(pg, r, m->name)) {
 		PQclear(r);
 		return -1;
 	}
 	if (PQntuples(r) == 1) {
-		int same = strcmp(PQgetvalue(r, 0, 0), file->checksum) == 0;
+		int same = strcmp(PQgetvalue(r, 0, 0), migrate_sums[i]) == 0;
 		PQclear(r);
 		if (!same) {
-			log_error("migrate: %s was changed after it was applied; "
-				  "add a new migration instead of editing an applied one", file->name);
+			log_error("migrate: %s was applied with other contents than this idemd "
+				  "holds; add a new migration instead of editing an applied one",
+				  m->name);
 			return -1;
 		}
 		return 0;
@@ -167,11 +196,11 @@ static int migrate_apply(PGconn *pg, const struct migrate_file *file, int *appli
 	PQclear(r);
 	if (migrate_exec(pg, "BEGIN", "begin") < 0)
 		return -1;
-	if (migrate_exec(pg, file->sql, file->name) < 0)
+	if (migrate_exec(pg, (const char *)m->sql, m->name) < 0)
 		goto fail;
 	r = PQexecParams(pg, "INSERT INTO schema_migrations(name, checksum) VALUES ($1, $2)",
 			 2, NULL, v, NULL, NULL, 0);
-	if (!migrate_ok(pg, r, file->name)) {
+	if (!migrate_ok(pg, r, m->name)) {
 		PQclear(r);
 		goto fail;
 	}
@@ -179,7 +208,7 @@ static int migrate_apply(PGconn *pg, const struct migrate_file *file, int *appli
 	if (migrate_exec(pg, "COMMIT", "commit") < 0)
 		return -1;
 	*applied = 1;
-	log_info("migrate: applied %s", file->name);
+	log_info("migrate: applied %s", m->name);
 	return 0;
 fail:
 	(void)migrate_exec(pg, "ROLLBACK", "rollback");
@@ -188,16 +217,17 @@ fail:
 
 int migrate_run(const char *conninfo)
 {
-	struct migrate_file *files = NULL;
-	size_t n = 0, done = 0;
+	struct migrate_check chk;
+	size_t done = 0;
 	int ret = -1;
 	PGconn *pg;
+	PGresult *r;
 
-	if (migrate_files(&files, &n) < 0)
+	if (migrate_ready() < 0)
 		return -1;
 	pg = db_connect(conninfo);
 	if (pg == NULL)
-		goto out;
+		return -1;
 	if (migrate_exec(pg, "SET client_min_messages = warning", "settings") < 0 ||
 	    migrate_exec(pg, "SELECT pg_advisory_lock(" MIGRATE_LOCK_KEY ")", "lock") < 0)
 		goto out;
@@ -205,60 +235,98 @@ int migrate_run(const char *conninfo)
 			     "name text PRIMARY KEY, checksum text NOT NULL, "
 			     "applied_at timestamptz NOT NULL DEFAULT now())", "schema_migrations") < 0)
 		goto out;
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < migrate_embedded_count; i++) {
 		int applied;
-		if (migrate_apply(pg, &files[i], &applied) < 0)
+		if (migrate_apply(pg, i, &applied) < 0)
 			goto out;
 		done += (size_t)applied;
 	}
-	log_info("migrate: %zu applied, %zu already current", done, n - done);
+	log_info("migrate: %zu applied, %zu already current", done, migrate_embedded_count - done);
+	/* migrations a newer idemd applied are fine (rolling upgrades), but worth a line */
+	r = migrate_query(pg, MIGRATE_ROWS_SQL, "schema_migrations");
+	if (r == NULL)
+		goto out;
+	(void)migrate_compare(r, &chk, 0);
+	PQclear(r);
+	if (chk.unknown > 0)
+		log_warn("migrate: the database also holds %s, unknown to this idemd "
+			 "(applied by a newer one)", chk.unknown_names);
 	ret = 0;
 out:
-	if (pg != NULL) {
-		/* the lock ends with the session too; unlock for clarity */
-		PQclear(PQexec(pg, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY ")"));
-		PQfinish(pg);
-	}
-	migrate_files_free(files, n);
+	/* the lock ends with the session too; unlock for clarity */
+	PQclear(PQexec(pg, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY ")"));
+	PQfinish(pg);
 	return ret;
 }
 
-int migrate_schema_current(void)
+int migrate_status(const char *conninfo)
 {
-	static const struct db_stmt st_applied = { 63, "migrations_applied",
-		"SELECT name, checksum FROM schema_migrations WHERE to_regclass('schema_migrations') "
-		"IS NOT NULL ORDER BY name", 0 };
-	static const struct db_stmt st_exists = { 62, "migrations_table",
-		"SELECT to_regclass('schema_migrations') IS NOT NULL", 0 };
-	struct migrate_file *files = NULL;
-	size_t n = 0;
+	struct migrate_check chk;
+	PGresult *r = NULL;
+	PGconn *pg;
 	int ret = -1;
 
-	if (migrate_files(&files, &n) < 0)
-		return 0;
-	struct db_conn *c = db_acquire();
-	if (c == NULL)
-		goto out;
-	PGresult *r = db_exec(c, &st_exists, NULL, NULL, NULL);
+	if (migrate_ready() < 0)
+		return -1;
+	pg = db_connect(conninfo);
+	if (pg == NULL)
+		return -1;
+	r = migrate_query(pg, MIGRATE_EXISTS_SQL, "schema_migrations");
 	if (r == NULL)
-		goto release;
+		goto out;
 	int exists = PQgetvalue(r, 0, 0)[0] == 't';
 	PQclear(r);
-	if (!exists) {
-		ret = 0;
-		goto release;
+	r = NULL;
+	if (exists) {
+		r = migrate_query(pg, MIGRATE_ROWS_SQL, "schema_migrations");
+		if (r == NULL)
+			goto out;
 	}
-	r = db_exec(c, &st_applied, NULL, NULL, NULL);
-	if (r == NULL)
-		goto release;
-	ret = (size_t)PQntuples(r) == n;
-	for (size_t i = 0; ret == 1 && i < n; i++)
-		ret = strcmp(PQgetvalue(r, (int)i, 0), files[i].name) == 0 &&
-		      strcmp(PQgetvalue(r, (int)i, 1), files[i].checksum) == 0;
-	PQclear(r);
-release:
-	db_release(c);
+	if (migrate_compare(r, &chk, 1) < 0 || fflush(stdout) != 0) {
+		log_error("migrate: cannot write the status to stdout");
+		goto out;
+	}
+	log_info("migrate: %zu migrations compiled in; %zu pending, %zu changed, "
+		 "%zu unknown (applied by a newer idemd)", migrate_embedded_count,
+		 chk.pending, chk.changed, chk.unknown);
+	ret = chk.state == MIGRATE_CURRENT || chk.state == MIGRATE_AHEAD ? 0 : 1;
 out:
-	migrate_files_free(files, n);
+	PQclear(r);
+	PQfinish(pg);
 	return ret;
+}
+
+int migrate_check(struct migrate_check *out)
+{
+	static const struct db_stmt st_rows = { 63, "migrations_applied", MIGRATE_ROWS_SQL, 0 };
+	static const struct db_stmt st_exists = { 62, "migrations_table", MIGRATE_EXISTS_SQL, 0 };
+	struct db_conn *c;
+	PGresult *r;
+	int exists;
+
+	memset(out, 0, sizeof(*out));
+	if (migrate_ready() < 0)
+		return -1;
+	c = db_acquire();
+	if (c == NULL)
+		return -1;
+	r = db_exec(c, &st_exists, NULL, NULL, NULL);
+	if (r == NULL) {
+		db_release(c);
+		return -1;
+	}
+	exists = PQgetvalue(r, 0, 0)[0] == 't';
+	PQclear(r);
+	r = NULL;
+	if (exists) {
+		r = db_exec(c, &st_rows, NULL, NULL, NULL);
+		if (r == NULL) {
+			db_release(c);
+			return -1;
+		}
+	}
+	db_release(c);
+	(void)migrate_compare(r, out, 0);
+	PQclear(r);
+	return 0;
 }

@@ -1,19 +1,56 @@
-/* Migrations: applies migrations/NNNN_name.sql in order, once each, under
- * an advisory lock, recording name and checksum. */
+/* Migrations: the migrations/NNNN_name.sql files, compiled into the binary,
+ * applied in order, once each, under an advisory lock, recording name and
+ * checksum; and the comparison of a database with them. */
 #ifndef IDEMD_MIGRATE_H
 #define IDEMD_MIGRATE_H
 
 #include "common.h"
 
-/* Applies pending migrations. Returns 0, or -1 after logging why (a changed
- * applied file, an SQL error, no database). */
+/* One migration compiled in. SQL holds LEN bytes and a NUL after them. */
+struct migrate_embedded {
+	const char *name;
+	const unsigned char *sql;
+	size_t len;
+};
+
+/* Generated at build time (cmake/embed_migrations.cmake), sorted by name. */
+extern const struct migrate_embedded migrate_embedded[];
+extern const size_t migrate_embedded_count;
+
+/* How the database stands against the migrations this binary holds; a
+ * later one wins over an earlier one. */
+enum migrate_state {
+	MIGRATE_CURRENT,	/* every one applied, nothing else */
+	MIGRATE_AHEAD,		/* every one applied, and some this binary does not know */
+	MIGRATE_BEHIND,		/* some not applied */
+	MIGRATE_CHANGED,	/* some applied with other contents */
+};
+
+#define MIGRATE_NAMES 512
+
+/* What migrate_check found: names are comma-separated ("" when none; cut
+ * short with ", ..." when long). */
+struct migrate_check {
+	enum migrate_state state;
+	size_t pending, changed, unknown;
+	char pending_names[MIGRATE_NAMES];
+	char changed_names[MIGRATE_NAMES];
+	char unknown_names[MIGRATE_NAMES];
+};
+
+/* Applies pending migrations. Returns 0, or -1 after logging why (an applied
+ * migration whose contents changed, an SQL error, no database). */
 int migrate_run(const char *conninfo) IDEMD_WUR;
 
-/* Compares the database with the migration files: 1 current, 0 behind or
- * changed, -1 the database could not answer. Uses the pool. */
-int migrate_schema_current(void);
+/* Compares the database with the migrations, through the pool. Returns 0 and
+ * fills OUT, or -1 when the database could not answer. */
+int migrate_check(struct migrate_check *out) IDEMD_WUR;
 
-/* The folder holding the migration files. */
-const char *migrate_dir(void);
+/* Prints one line per migration to stdout: "applied NAME TIME", "pending
+ * NAME", "changed NAME TIME" (applied with other contents) or "unknown NAME
+ * TIME" (applied by a newer binary). Returns 0 when the schema is current or
+ * ahead, 1 when it is behind or changed, -1 when the database could not
+ * answer (logged). */
+int migrate_status(const char *conninfo) IDEMD_WUR;
 
 #endif

@@ -1,6 +1,13 @@
 """Integration tests: the idemd command line (help, version, check-config,
-environment overrides, migrate, serve refusing a stale schema, tenant create)."""
+environment overrides, migrate, serve refusing a stale schema, tenant create).
 
+The migrations are compiled into idemd, so these tests never point it at other
+files: a changed or missing migration is made by editing schema_migrations,
+and the binary under test runs with exactly the migrations it ships with.
+(test_migrations.py covers `migrate --status`, a schema ahead of the binary
+and a binary run without its source tree.)"""
+
+import hashlib
 import json
 import os
 import shutil
@@ -29,8 +36,11 @@ class HelpVersion(unittest.TestCase):
         p = subprocess.run([BIN, "--help"], capture_output=True, text=True, timeout=10)
         self.assertEqual(p.returncode, 0, p.stderr)
         out = p.stdout + p.stderr
-        for word in ("serve", "migrate", "tenant", "keys", "check-config", "--config"):
+        for word in ("serve", "migrate", "--status", "tenant", "keys", "check-config",
+                     "--config"):
             self.assertIn(word, out, "--help does not mention %s" % word)
+        # the exit codes of migrate --status
+        self.assertRegex(out, r"exit 0 when current or ahead, 1 when any pending")
 
     def test_version_exits_0(self):
         p = subprocess.run([BIN, "--version"], capture_output=True, text=True, timeout=10)
@@ -40,6 +50,12 @@ class HelpVersion(unittest.TestCase):
     def test_unknown_subcommand_exits_2(self):
         p = subprocess.run([BIN, "frobnicate"], capture_output=True, text=True, timeout=10)
         self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+
+    def test_status_only_with_migrate_alone(self):
+        for args in (["serve", "--status"], ["migrate", "--status", "now"],
+                     ["tenant", "create", "x", "--status"], ["migrate", "--stat"]):
+            p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=10)
+            self.assertEqual(p.returncode, 2, "%r: %s" % (args, p.stdout + p.stderr))
 
 
 class CheckConfig(unittest.TestCase):
@@ -261,28 +277,52 @@ class Migrate(unittest.TestCase):
                          "signing keys after three concurrent migrates on a fresh database "
                          "(8 trials): %r" % counts)
 
+    def serve_once(self):
+        """Runs `idemd serve`, expected to refuse; returns CompletedProcess."""
+        return subprocess.run([BIN, "--config", self.idemd.config_path, "serve"],
+                              env=self.idemd.env(), capture_output=True, text=True,
+                              timeout=20, cwd=self.idemd.tmp)
+
     def test_changed_applied_migration_is_refused(self):
-        mdir = os.path.join(self.idemd.tmp, "migrations")
-        shutil.copytree(harness.MIGRATIONS_DIR, mdir)
-        env = {"IDEMD_MIGRATIONS_DIR": mdir}
-        self.idemd.migrate(env=env)
-        last = migration_files(mdir)[-1]
-        with open(os.path.join(mdir, last), "a") as f:
-            f.write("\n-- edited after it was applied\n")
-        p = self.idemd.run("migrate", env=env)
+        # The database says LAST was applied with other contents than the
+        # binary holds (an applied file edited and rebuilt looks the same).
+        self.idemd.migrate()
+        last = migration_files()[-1]
+        psql("UPDATE schema_migrations SET checksum = repeat('0', 64) WHERE name = '%s'" % last,
+             db=self.idemd.db)
+        p = self.idemd.run("migrate")
         self.assertNotEqual(p.returncode, 0, "changed migration accepted:\n" + p.stdout + p.stderr)
         self.assertIn(last, p.stdout + p.stderr)
+        p = self.serve_once()
+        self.assertNotEqual(p.returncode, 0, "serve started with a changed migration")
+        self.assertIn("%s applied with other contents" % last, p.stderr)
 
-    def test_new_migration_in_dir_is_applied(self):
-        mdir = os.path.join(self.idemd.tmp, "migrations")
-        shutil.copytree(harness.MIGRATIONS_DIR, mdir)
-        env = {"IDEMD_MIGRATIONS_DIR": mdir}
-        self.idemd.migrate(env=env)
-        with open(os.path.join(mdir, "9999_it_extra.sql"), "w") as f:
-            f.write("CREATE TABLE it_extra (x int);\n")
-        self.idemd.migrate(env=env)
-        self.assertEqual(psql("SELECT count(*) FROM it_extra", db=self.idemd.db).strip(), "0")
-        self.assertIn("9999_it_extra", "\n".join(self.applied()))
+    def test_only_pending_migrations_are_applied(self):
+        # Every migration but the last applied by hand, as an earlier idemd
+        # would have: migrate applies the last one only, and takes the
+        # recorded checksums (BLAKE2b-256 of the file) as its own.
+        files = migration_files()
+        psql("CREATE TABLE schema_migrations (name text PRIMARY KEY, checksum text NOT NULL, "
+             "applied_at timestamptz NOT NULL DEFAULT now())", db=self.idemd.db)
+        for f in files[:-1]:
+            with open(os.path.join(harness.MIGRATIONS_DIR, f), "rb") as fh:
+                data = fh.read()
+            p = subprocess.run([harness.PSQL, "-X", "-q", "-1", "-v", "ON_ERROR_STOP=1",
+                                "-d", self.idemd.db, "-f", "-"], input=data,
+                               env=harness.pg_env(), capture_output=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
+            psql("INSERT INTO schema_migrations(name, checksum, applied_at) "
+                 "VALUES ('%s', '%s', '2020-01-01T00:00:00Z')"
+                 % (f, hashlib.blake2b(data, digest_size=32).hexdigest()), db=self.idemd.db)
+        before = self.applied()
+        p = self.idemd.migrate()
+        out = p.stdout + p.stderr
+        self.assertIn("applied %s" % files[-1], out)
+        for f in files[:-1]:
+            self.assertNotIn("applied %s" % f, out)
+        after = self.applied()
+        self.assertEqual(after[:len(before)], before, "migrate touched the applied rows")
+        self.assertEqual([r.split("|")[0] for r in after], files)
 
     def test_serve_refuses_unmigrated_database(self):
         p = subprocess.run([BIN, "--config", self.idemd.config_path, "serve"],
@@ -291,17 +331,25 @@ class Migrate(unittest.TestCase):
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("migrate", (p.stdout + p.stderr).lower())
 
+    def test_serve_refuses_unmigrated_database_naming_every_migration(self):
+        # a master key, so that serve gets as far as the schema
+        fd = os.open(self.idemd.master_key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(os.urandom(32).hex() + "\n")
+        p = self.serve_once()
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("the database schema is behind: %s not applied; run 'idemd migrate'"
+                      % ", ".join(migration_files()), p.stderr)
+
     def test_serve_refuses_schema_behind(self):
-        mdir = os.path.join(self.idemd.tmp, "migrations")
-        shutil.copytree(harness.MIGRATIONS_DIR, mdir)
-        self.idemd.migrate(env={"IDEMD_MIGRATIONS_DIR": mdir})
-        with open(os.path.join(mdir, "9999_it_pending.sql"), "w") as f:
-            f.write("CREATE TABLE it_pending (x int);\n")
-        p = subprocess.run([BIN, "--config", self.idemd.config_path, "serve"],
-                           env=self.idemd.env({"IDEMD_MIGRATIONS_DIR": mdir}),
-                           capture_output=True, text=True, timeout=20, cwd=self.idemd.tmp)
+        # The binary knows a migration the database lacks: its row is gone.
+        self.idemd.migrate()
+        last = migration_files()[-1]
+        psql("DELETE FROM schema_migrations WHERE name = '%s'" % last, db=self.idemd.db)
+        p = self.serve_once()
         self.assertNotEqual(p.returncode, 0, "serve started with a pending migration")
-        self.assertIn("migrate", (p.stdout + p.stderr).lower())
+        self.assertIn("serve: the database schema is behind: %s not applied; "
+                      "run 'idemd migrate'" % last, p.stderr)
 
 
 class TenantCreate(unittest.TestCase):

@@ -1,0 +1,49 @@
+/* Unit tests for the migrations compiled into idemd: at least one, sorted by
+ * name without duplicates, named NNNN_name.sql, each NUL-terminated with no
+ * NUL inside (it is sent to PostgreSQL as one C string). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "migrate.h"
+
+static void test_embedded_list(void **state)
+{
+	(void)state;
+	assert_true(migrate_embedded_count > 0);
+	for (size_t i = 0; i < migrate_embedded_count; i++) {
+		const struct migrate_embedded *m = &migrate_embedded[i];
+		size_t n = strlen(m->name);
+
+		assert_true(n > 9 && n < 200);
+		assert_int_equal(strspn(m->name, "0123456789"), 4);
+		assert_int_equal(m->name[4], '_');
+		assert_string_equal(m->name + n - 4, ".sql");
+		if (i > 0)
+			assert_true(strcmp(migrate_embedded[i - 1].name, m->name) < 0);
+		assert_true(m->len > 0);
+		assert_int_equal(m->sql[m->len], '\0');
+		assert_int_equal(strlen((const char *)m->sql), m->len);
+	}
+}
+
+static void test_first_is_init(void **state)
+{
+	(void)state;
+	assert_string_equal(migrate_embedded[0].name, "0001_init.sql");
+	assert_non_null(strstr((const char *)migrate_embedded[0].sql, "CREATE TABLE tenants"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_embedded_list),
+		cmocka_unit_test(test_first_is_init),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
