@@ -59,6 +59,7 @@ static int main_serve(const struct config *cfg)
 	if (keys_init(cfg->master_key_file) < 0)
 		return 1;
 	db_use_prepared(cfg->prepared_statements);
+	db_set_timeout(cfg->database_timeout_ms);
 	if (db_pool_init(cfg->database_url, cfg->pool_size) < 0)
 		goto keys;
 	/* a schema ahead (migrations a newer idemd applied) is fine: rolling
