@@ -23,7 +23,6 @@
 #include "versionkey.h"
 
 #define H_TOKENS_MAX_COUNT 100
-#define H_MAX_STORED_HEADERS 64
 
 static int64_t h_now_ms(void)
 {
@@ -300,7 +299,6 @@ void h_token_claim(struct request *req)
 {
 	static const char *const allowed[] = { "fingerprint", "request", NULL };
 	struct token t;
-	const char *fp_text;
 	uint8_t fp[FINGERPRINT_BYTES];
 	int has_fp = 0;
 	json_t *body = NULL;
@@ -310,19 +308,8 @@ void h_token_claim(struct request *req)
 	body = http_body_object(req);
 	if (body == NULL)
 		return;
-	if (reqjson_only(req, body, allowed) < 0 ||
-	    reqjson_string(req, body, "fingerprint", 0, 1, 1024, &fp_text) < 0)
+	if (reqjson_only(req, body, allowed) < 0 || tokenreq_fingerprint(req, body, fp, &has_fp) < 0)
 		goto done;
-	if (fp_text != NULL) {
-		fingerprint_of_string(fp_text, strlen(fp_text), fp);
-		has_fp = 1;
-	} else if (json_object_get(body, "request") != NULL) {
-		if (fingerprint_of_json(json_object_get(body, "request"), fp) < 0) {
-			problem_unavailable(req);
-			goto done;
-		}
-		has_fp = 1;
-	}
 	if (tokenreq_claim_cached(req, &t, has_fp ? fp : NULL, NULL) == 0 &&
 	    tokenreq_claim_async(req, &t, has_fp ? fp : NULL, NULL, h_token_claimed, 0, NULL) == 1) {
 		/* suspended: the batcher thread answers */
@@ -331,215 +318,20 @@ done:
 	json_decref(body);
 }
 
-/* Validates a complete body into RESP (headers text and body owned). */
-static int h_complete_parse(struct request *req, json_t *body, int64_t *attempt,
-			    struct stored_response *resp)
-{
-	static const char *const allowed[] = { "attempt", "status", "headers", "body",
-		"body_base64", NULL };
-	int64_t status;
-	int present;
-	const char *b64;
-
-	memset(resp, 0, sizeof(*resp));
-	if (reqjson_only(req, body, allowed) < 0 ||
-	    reqjson_int(req, body, "attempt", 1, 1, INT32_MAX, attempt, &present) < 0 ||
-	    reqjson_int(req, body, "status", 1, 100, 599, &status, &present) < 0 ||
-	    reqjson_string(req, body, "body_base64", 0, 0, SIZE_MAX, &b64) < 0)
-		return -1;
-	resp->sr_status = (int)status;
-	json_t *headers = json_object_get(body, "headers");
-	if (headers != NULL && tokenreq_check_headers(req, headers, H_MAX_STORED_HEADERS) < 0)
-		return -1;
-	json_t *jbody = json_object_get(body, "body");
-	if (jbody != NULL && b64 != NULL) {
-		problem_reply(req, 400, "invalid_request", "send body or body_base64, not both");
-		return -1;
-	}
-	resp->sr_headers = headers ? json_dumps(headers, JSON_COMPACT | JSON_SORT_KEYS)
-				   : strdup("{}");
-	if (b64 != NULL) {
-		size_t max = strlen(b64) + 1;
-		resp->sr_body = malloc(max);
-		if (resp->sr_body == NULL ||
-		    sodium_base642bin(resp->sr_body, max, b64, strlen(b64), NULL,
-				      &resp->sr_body_len, NULL, sodium_base64_VARIANT_ORIGINAL) != 0) {
-			problem_reply(req, 400, "invalid_request", "body_base64 is not valid base64");
-			return -1;
-		}
-	} else if (jbody != NULL) {
-		resp->sr_body = (unsigned char *)json_dumps(jbody, JSON_COMPACT | JSON_ENCODE_ANY);
-		resp->sr_body_len = resp->sr_body ? strlen((char *)resp->sr_body) : 0;
-		resp->sr_is_json = 1;
-	}
-	if (resp->sr_headers == NULL || (jbody != NULL && resp->sr_body == NULL)) {
-		problem_unavailable(req);
-		return -1;
-	}
-	return 0;
-}
-
-/* A complete on its way through the database. */
-struct h_complete {
-	struct batcher_job hc_job;
-	struct request *hc_req;
-	struct token hc_token;
-	int64_t hc_attempt;
-	struct stored_response hc_resp;
-	struct complete_args hc_args;
-	struct complete_result hc_res;
-};
-
-static void h_complete_free(struct h_complete *c)
-{
-	store_response_free(&c->hc_res.cpr_stored);
-	store_response_free(&c->hc_resp);
-	free(c);
-}
-
-/* 1 when a repeated completion A says what the stored one B says: same
- * status, headers (as JSON values) and body bytes. */
-static int h_same_response(const struct stored_response *a, const struct stored_response *b)
-{
-	if (a->sr_status != b->sr_status || a->sr_body_len != b->sr_body_len ||
-	    (a->sr_body_len > 0 && memcmp(a->sr_body, b->sr_body, a->sr_body_len) != 0))
-		return 0;
-	json_t *ha = json_loads(a->sr_headers ? a->sr_headers : "{}", 0, NULL);
-	json_t *hb = json_loads(b->sr_headers ? b->sr_headers : "{}", 0, NULL);
-	int same = ha != NULL && hb != NULL && json_equal(ha, hb);
-	json_decref(ha);
-	json_decref(hb);
-	return same;
-}
-
-/* The complete's answer, built on the request's thread after the resume. */
-static void h_token_complete_answer(struct request *req, void *arg)
-{
-	struct h_complete *c = arg;
-	struct complete_result *res = &c->hc_res;
-
-	if (c->hc_job.bj_rc < 0) {
-		problem_unavailable(req);
-		goto done;
-	}
-	if (res->cpr_outcome == COMPLETE_ALREADY && !h_same_response(&c->hc_resp, &res->cpr_stored)) {
-		problem_reply(req, 409, "completion_conflict",
-			      "attempt %" PRId64 " was already completed with another response",
-			      c->hc_attempt);
-		goto done;
-	}
-	switch (res->cpr_outcome) {
-	case COMPLETE_STORED:
-	case COMPLETE_ALREADY:
-		if (res->cpr_outcome == COMPLETE_STORED)
-			metrics_add(METRIC_COMPLETIONS, 1);
-		/* duplicates that follow are answered from memory */
-		replaycache_put(req->req_tenant_id, c->hc_token.id,
-				res->cpr_has_fingerprint ? res->cpr_fingerprint : NULL,
-				&res->cpr_stored, res->cpr_expires_at);
-		http_reply_json(req, 200, json_pack("{s:s,s:o,s:o}", "state", "completed",
-						    "response", reqjson_response(&res->cpr_stored),
-						    "expires_at", reqjson_time(res->cpr_expires_at)));
-		break;
-	case COMPLETE_LEASE_LOST:
-		problem_reply(req, 409, "lease_lost",
-			      "attempt %" PRId64 " is no longer the current attempt", c->hc_attempt);
-		break;
-	case COMPLETE_NOT_IN_PROGRESS:
-		problem_reply(req, 409, "not_in_progress", "the token is not claimed by attempt %" PRId64,
-			      c->hc_attempt);
-		break;
-	}
-done:
-	h_complete_free(c);
-}
-
-/* Batcher thread: the complete is committed (or refused); resume at once. */
-static void h_token_completed(struct batcher_job *j)
-{
-	struct h_complete *c = (struct h_complete *)(void *)j;
-
-	http_resume_then(c->hc_req, h_token_complete_answer, c);
-}
-
 void h_token_complete(struct request *req)
 {
 	struct token t;
-	struct operation op;
-	struct h_complete *c = NULL;
-	int found;
-	json_t *body = NULL;
 
 	if (tokenreq_from_path(req, &t) < 0)
 		return;
-	body = http_body_object(req);
-	if (body == NULL)
-		return;
-	c = calloc(1, sizeof(*c));
-	if (c == NULL) {
-		problem_unavailable(req);
-		goto done;
-	}
-	if (h_complete_parse(req, body, &c->hc_attempt, &c->hc_resp) < 0)
-		goto done;
-	if (opcache_by_id(t.operation_id, &op, &found) < 0) {
-		problem_unavailable(req);
-		goto done;
-	}
-	if (!found) {
-		problem_reply(req, 422, "operation_unknown", "the token's operation no longer exists");
-		goto done;
-	}
-	c->hc_req = req;
-	c->hc_token = t;
-	c->hc_args.tenant_id = req->req_tenant_id;
-	c->hc_args.token_id = c->hc_token.id;
-	c->hc_args.attempt = (int)c->hc_attempt;
-	c->hc_args.resp = &c->hc_resp;
-	c->hc_args.retention_seconds = op.op_retention_seconds;
-	c->hc_job.bj_kind = BATCHER_COMPLETE;
-	c->hc_job.bj_complete = &c->hc_args;
-	c->hc_job.bj_complete_result = &c->hc_res;
-	c->hc_job.bj_done = h_token_completed;
-	http_suspend(req);
-	batcher_submit(&c->hc_job);
-	c = NULL;
-done:
-	if (c != NULL)
-		h_complete_free(c);
-	json_decref(body);
+	tokenreq_complete(req, &t, 0);
 }
 
 void h_token_release(struct request *req)
 {
-	static const char *const allowed[] = { "attempt", NULL };
 	struct token t;
-	enum release_outcome outcome;
-	int64_t attempt;
-	int present;
-	json_t *body = NULL;
 
 	if (tokenreq_from_path(req, &t) < 0)
 		return;
-	body = http_body_object(req);
-	if (body == NULL || reqjson_only(req, body, allowed) < 0 ||
-	    reqjson_int(req, body, "attempt", 1, 1, INT32_MAX, &attempt, &present) < 0)
-		goto done;
-	if (store_release(req->req_tenant_id, t.id, (int)attempt, &outcome) < 0) {
-		problem_unavailable(req);
-		goto done;
-	}
-	if (outcome == RELEASE_DONE) {
-		metrics_add(METRIC_RELEASES, 1);
-		http_reply_json(req, 200, json_pack("{s:s,s:I}", "state", "issued", "attempt",
-						    (json_int_t)attempt));
-	} else if (outcome == RELEASE_LEASE_LOST) {
-		problem_reply(req, 409, "lease_lost",
-			      "attempt %" PRId64 " is no longer the current attempt", attempt);
-	} else {
-		problem_reply(req, 409, "not_in_progress", "the token is not claimed by attempt %" PRId64,
-			      attempt);
-	}
-done:
-	json_decref(body);
+	tokenreq_release(req, &t, 0);
 }

@@ -19,6 +19,11 @@ void h_token_claim(struct request *req);
 void h_token_complete(struct request *req);
 void h_token_release(struct request *req);
 
+void h_key_claim(struct request *req);
+void h_key_complete(struct request *req);
+void h_key_release(struct request *req);
+void h_key_get(struct request *req);
+
 void h_version_get(struct request *req);
 void h_version_bump(struct request *req);
 

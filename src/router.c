@@ -21,6 +21,10 @@ static const struct route router_table[] = {
 	{ "GET", "/v1/operations", h_operation_list, ROUTE_API_KEY, NULL, 0 },
 	{ "GET", "/v1/operations/{}", h_operation_get, ROUTE_API_KEY, NULL, 0 },
 	{ "PUT", "/v1/operations/{}", h_operation_put, ROUTE_API_KEY, NULL, 0 },
+	{ "GET", "/v1/operations/{}/keys/{}", h_key_get, ROUTE_API_KEY, NULL, 0 },
+	{ "POST", "/v1/operations/{}/keys/{}/claim", h_key_claim, ROUTE_API_KEY, NULL, 0 },
+	{ "POST", "/v1/operations/{}/keys/{}/complete", h_key_complete, ROUTE_API_KEY, NULL, 0 },
+	{ "POST", "/v1/operations/{}/keys/{}/release", h_key_release, ROUTE_API_KEY, NULL, 0 },
 };
 
 /* Matches PATH against PATTERN; on success records where each "{}" segment

@@ -79,8 +79,8 @@ static const struct db_stmt st_revoke = { ST_REVOKE, "revoke",
 	"SELECT idemd_revoke($1, $2, $3, $4, to_timestamp($5))", 5 };
 static const struct db_stmt st_record_get = { ST_RECORD_GET, "record_get",
 	"SELECT state, attempt, coalesce(" MS("lease_expires_at") ", 0), " MS("expires_at") ", "
-	"response_status, response_headers, response_body, response_is_json "
-	"FROM records WHERE tenant_id = $1 AND token_id = $2", 2 };
+	"response_status, response_headers, response_body, response_is_json, subject, "
+	"operation_id FROM records WHERE tenant_id = $1 AND token_id = $2", 2 };
 static const struct db_stmt st_version_get = { ST_VERSION_GET, "version_get",
 	"SELECT version FROM versions WHERE tenant_id = $1 AND key = $2", 2 };
 static const struct db_stmt st_version_bump = { ST_VERSION_BUMP, "version_bump",
@@ -630,7 +630,10 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 		store_array_i64(&arrs[0], c->tenant_id);
 		store_array_bytea(&arrs[1], c->token_id, 16);
 		store_array_i64(&arrs[2], c->operation_id);
-		store_array_text(&arrs[3], c->subject, strlen(c->subject));
+		if (c->subject != NULL)
+			store_array_text(&arrs[3], c->subject, strlen(c->subject));
+		else
+			store_array_null(&arrs[3]);
 		if (c->fingerprint != NULL)
 			store_array_bytea(&arrs[4], c->fingerprint, STORE_HASH_BYTES);
 		else
@@ -763,6 +766,9 @@ int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_
 		rv->rv_attempt = (int)store_i64(r, 0, 1);
 		rv->rv_lease_expires_at = store_i64(r, 0, 2);
 		rv->rv_expires_at = store_i64(r, 0, 3);
+		rv->rv_has_subject = !PQgetisnull(r, 0, 8);
+		snprintf(rv->rv_subject, sizeof(rv->rv_subject), "%s", PQgetvalue(r, 0, 8));
+		rv->rv_operation_id = (uint32_t)store_i64(r, 0, 9);
 		rc = store_read_response(r, 0, 4, &rv->rv_response);
 	}
 	PQclear(r);

@@ -73,9 +73,9 @@ int store_keys_prune(int64_t max_age_seconds) IDEMD_WUR;
 /* Records: the token state machine (SQL functions in migrations/). */
 struct claim_args {
 	uint32_t tenant_id;
-	const uint8_t *token_id;   /* 16 bytes */
+	const uint8_t *token_id;   /* 16 bytes: the record id (a token's id, or a caller key's) */
 	uint32_t operation_id;
-	const char *subject;
+	const char *subject;       /* NULL: none (a caller key sent without one) */
 	const uint8_t *fingerprint; /* STORE_HASH_BYTES or NULL */
 	int64_t token_expires_at;
 	int lease_seconds;
@@ -151,6 +151,9 @@ struct record_view {
 	int rv_attempt;
 	int64_t rv_lease_expires_at; /* unix ms, 0 if none */
 	int64_t rv_expires_at;
+	int rv_has_subject;
+	char rv_subject[129];
+	uint32_t rv_operation_id;
 	struct stored_response rv_response;
 };
 int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_view *v) IDEMD_WUR;

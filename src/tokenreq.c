@@ -1,9 +1,13 @@
-/* Token requests: verification, scope, claims and the per-tenant issuance
- * rate limit (a token bucket per tenant slot). */
+/* Record requests: token verification and scope, then the claim, complete
+ * and release of a record, whichever way its id was made (a token, or a
+ * caller key: h_keys.c), and the per-tenant issuance rate limit (a token
+ * bucket per tenant slot). */
 #include "tokenreq.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +15,7 @@
 
 #include "batcher.h"
 #include "config.h"
+#include "fingerprint.h"
 #include "headers.h"
 #include "keys.h"
 #include "metrics.h"
@@ -133,6 +138,27 @@ int tokenreq_rate_allow(struct request *req, int n)
 	return 0;
 }
 
+int tokenreq_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES],
+			 int *has_fp)
+{
+	const char *text;
+
+	*has_fp = 0;
+	if (reqjson_string(req, body, "fingerprint", 0, 1, 1024, &text) < 0)
+		return -1;
+	if (text != NULL) {
+		fingerprint_of_string(text, strlen(text), fp);
+		*has_fp = 1;
+	} else if (json_object_get(body, "request") != NULL) {
+		if (fingerprint_of_json(json_object_get(body, "request"), fp) < 0) {
+			problem_unavailable(req);
+			return -1;
+		}
+		*has_fp = 1;
+	}
+	return 0;
+}
+
 int tokenreq_check_headers(struct request *req, json_t *headers, size_t max)
 {
 	const char *name;
@@ -194,8 +220,10 @@ static void tokenreq_replay_send(struct request *req, const char *text, size_t l
 }
 
 /* Replays a completed response to a duplicate. */
-static void tokenreq_replay(struct request *req, const struct stored_response *r)
+static void tokenreq_replay(struct request *req, const struct stored_response *r,
+			    const struct token *t)
 {
+	(void)t;
 	char *text = tokenreq_replay_text(r);
 
 	tokenreq_replay_send(req, text, text ? strlen(text) : 0);
@@ -269,7 +297,7 @@ int tokenreq_claim_cached(struct request *req, const struct token *t, const uint
 		if (direct)
 			tokenreq_replay_cached(req, t, fp, &r, reply, reply_len);
 		else
-			replay(req, &r);
+			replay(req, &r, t);
 		free(reply);
 		store_response_free(&r);
 		return 1;
@@ -307,7 +335,7 @@ static int tokenreq_claim_prepare(struct request *req, struct tokenreq_claim *c)
 	a->tenant_id = t->tenant_id;
 	a->token_id = t->id;
 	a->operation_id = t->operation_id;
-	a->subject = t->subject;
+	a->subject = t->subject_len > 0 ? t->subject : NULL; /* a caller key may have none */
 	a->fingerprint = fp;
 	a->token_expires_at = t->expires_at;
 	a->lease_seconds = op.op_lease_seconds;
@@ -359,7 +387,7 @@ static int tokenreq_claim_answer(struct request *req, struct tokenreq_claim *c, 
 		metrics_add(METRIC_REPLAYS, 1);
 		replaycache_put(t->tenant_id, t->id, c->tc_has_fp ? c->tc_fp : NULL,
 				&res->cr_response, res->cr_record_expires_at);
-		c->tc_replay(req, &res->cr_response);
+		c->tc_replay(req, &res->cr_response, t);
 		break;
 	case CLAIM_IN_PROGRESS:
 		metrics_add(METRIC_CONFLICTS, 1);
@@ -471,4 +499,240 @@ int tokenreq_claim_async(struct request *req, const struct token *t, const uint8
 	http_suspend(req);
 	batcher_submit(&c->tc_job);
 	return 1;
+}
+
+/* ---------------------------------------------------------------- complete, release */
+
+#define TOKENREQ_MAX_STORED_HEADERS 64
+
+/* For a caller key (IS_KEY), a record that does not exist is 404
+ * record_not_found rather than 409 not_in_progress: 1 after replying so
+ * (or 503), else 0. */
+static int tokenreq_not_found(struct request *req, const struct token *t, int is_key)
+{
+	struct record_view rv;
+
+	if (!is_key)
+		return 0;
+	if (store_record_get(t->tenant_id, t->id, &rv) < 0) {
+		problem_unavailable(req);
+		return 1;
+	}
+	store_response_free(&rv.rv_response);
+	if (rv.rv_found)
+		return 0;
+	problem_reply(req, 404, "record_not_found", "this key was never claimed (or was forgotten)");
+	return 1;
+}
+
+/* Validates a complete body into RESP (headers text and body owned). */
+static int tokenreq_complete_parse(struct request *req, json_t *body, int64_t *attempt,
+			    struct stored_response *resp)
+{
+	static const char *const allowed[] = { "attempt", "status", "headers", "body",
+		"body_base64", NULL };
+	int64_t status;
+	int present;
+	const char *b64;
+
+	memset(resp, 0, sizeof(*resp));
+	if (reqjson_only(req, body, allowed) < 0 ||
+	    reqjson_int(req, body, "attempt", 1, 1, INT32_MAX, attempt, &present) < 0 ||
+	    reqjson_int(req, body, "status", 1, 100, 599, &status, &present) < 0 ||
+	    reqjson_string(req, body, "body_base64", 0, 0, SIZE_MAX, &b64) < 0)
+		return -1;
+	resp->sr_status = (int)status;
+	json_t *headers = json_object_get(body, "headers");
+	if (headers != NULL && tokenreq_check_headers(req, headers, TOKENREQ_MAX_STORED_HEADERS) < 0)
+		return -1;
+	json_t *jbody = json_object_get(body, "body");
+	if (jbody != NULL && b64 != NULL) {
+		problem_reply(req, 400, "invalid_request", "send body or body_base64, not both");
+		return -1;
+	}
+	resp->sr_headers = headers ? json_dumps(headers, JSON_COMPACT | JSON_SORT_KEYS)
+				   : strdup("{}");
+	if (b64 != NULL) {
+		size_t max = strlen(b64) + 1;
+		resp->sr_body = malloc(max);
+		if (resp->sr_body == NULL ||
+		    sodium_base642bin(resp->sr_body, max, b64, strlen(b64), NULL,
+				      &resp->sr_body_len, NULL, sodium_base64_VARIANT_ORIGINAL) != 0) {
+			problem_reply(req, 400, "invalid_request", "body_base64 is not valid base64");
+			return -1;
+		}
+	} else if (jbody != NULL) {
+		resp->sr_body = (unsigned char *)json_dumps(jbody, JSON_COMPACT | JSON_ENCODE_ANY);
+		resp->sr_body_len = resp->sr_body ? strlen((char *)resp->sr_body) : 0;
+		resp->sr_is_json = 1;
+	}
+	if (resp->sr_headers == NULL || (jbody != NULL && resp->sr_body == NULL)) {
+		problem_unavailable(req);
+		return -1;
+	}
+	return 0;
+}
+
+/* A complete on its way through the database. */
+struct tokenreq_complete {
+	struct batcher_job hc_job;
+	struct request *hc_req;
+	struct token hc_token;
+	int hc_is_key;                 /* a caller key: never claimed is 404 */
+	int64_t hc_attempt;
+	struct stored_response hc_resp;
+	struct complete_args hc_args;
+	struct complete_result hc_res;
+};
+
+static void tokenreq_complete_free(struct tokenreq_complete *c)
+{
+	store_response_free(&c->hc_res.cpr_stored);
+	store_response_free(&c->hc_resp);
+	free(c);
+}
+
+/* 1 when a repeated completion A says what the stored one B says: same
+ * status, headers (as JSON values) and body bytes. */
+static int tokenreq_same_response(const struct stored_response *a, const struct stored_response *b)
+{
+	if (a->sr_status != b->sr_status || a->sr_body_len != b->sr_body_len ||
+	    (a->sr_body_len > 0 && memcmp(a->sr_body, b->sr_body, a->sr_body_len) != 0))
+		return 0;
+	json_t *ha = json_loads(a->sr_headers ? a->sr_headers : "{}", 0, NULL);
+	json_t *hb = json_loads(b->sr_headers ? b->sr_headers : "{}", 0, NULL);
+	int same = ha != NULL && hb != NULL && json_equal(ha, hb);
+	json_decref(ha);
+	json_decref(hb);
+	return same;
+}
+
+/* The complete's answer, built on the request's thread after the resume. */
+static void tokenreq_complete_answer(struct request *req, void *arg)
+{
+	struct tokenreq_complete *c = arg;
+	struct complete_result *res = &c->hc_res;
+
+	if (c->hc_job.bj_rc < 0) {
+		problem_unavailable(req);
+		goto done;
+	}
+	if (res->cpr_outcome == COMPLETE_ALREADY && !tokenreq_same_response(&c->hc_resp, &res->cpr_stored)) {
+		problem_reply(req, 409, "completion_conflict",
+			      "attempt %" PRId64 " was already completed with another response",
+			      c->hc_attempt);
+		goto done;
+	}
+	switch (res->cpr_outcome) {
+	case COMPLETE_STORED:
+	case COMPLETE_ALREADY:
+		if (res->cpr_outcome == COMPLETE_STORED)
+			metrics_add(METRIC_COMPLETIONS, 1);
+		/* duplicates that follow are answered from memory */
+		replaycache_put(req->req_tenant_id, c->hc_token.id,
+				res->cpr_has_fingerprint ? res->cpr_fingerprint : NULL,
+				&res->cpr_stored, res->cpr_expires_at);
+		http_reply_json(req, 200, json_pack("{s:s,s:o,s:o}", "state", "completed",
+						    "response", reqjson_response(&res->cpr_stored),
+						    "expires_at", reqjson_time(res->cpr_expires_at)));
+		break;
+	case COMPLETE_LEASE_LOST:
+		problem_reply(req, 409, "lease_lost",
+			      "attempt %" PRId64 " is no longer the current attempt", c->hc_attempt);
+		break;
+	case COMPLETE_NOT_IN_PROGRESS:
+		if (tokenreq_not_found(req, &c->hc_token, c->hc_is_key))
+			break;
+		problem_reply(req, 409, "not_in_progress", "the token is not claimed by attempt %" PRId64,
+			      c->hc_attempt);
+		break;
+	}
+done:
+	tokenreq_complete_free(c);
+}
+
+/* Batcher thread: the complete is committed (or refused); resume at once. */
+static void tokenreq_completed(struct batcher_job *j)
+{
+	struct tokenreq_complete *c = (struct tokenreq_complete *)(void *)j;
+
+	http_resume_then(c->hc_req, tokenreq_complete_answer, c);
+}
+
+void tokenreq_complete(struct request *req, const struct token *tok, int is_key)
+{
+	struct token t = *tok;
+	struct operation op;
+	struct tokenreq_complete *c = NULL;
+	int found;
+	json_t *body = NULL;
+
+	body = http_body_object(req);
+	if (body == NULL)
+		return;
+	c = calloc(1, sizeof(*c));
+	if (c == NULL) {
+		problem_unavailable(req);
+		goto done;
+	}
+	if (tokenreq_complete_parse(req, body, &c->hc_attempt, &c->hc_resp) < 0)
+		goto done;
+	if (opcache_by_id(t.operation_id, &op, &found) < 0) {
+		problem_unavailable(req);
+		goto done;
+	}
+	if (!found) {
+		problem_reply(req, 422, "operation_unknown", "the token's operation no longer exists");
+		goto done;
+	}
+	c->hc_req = req;
+	c->hc_token = t;
+	c->hc_is_key = is_key;
+	c->hc_args.tenant_id = req->req_tenant_id;
+	c->hc_args.token_id = c->hc_token.id;
+	c->hc_args.attempt = (int)c->hc_attempt;
+	c->hc_args.resp = &c->hc_resp;
+	c->hc_args.retention_seconds = op.op_retention_seconds;
+	c->hc_job.bj_kind = BATCHER_COMPLETE;
+	c->hc_job.bj_complete = &c->hc_args;
+	c->hc_job.bj_complete_result = &c->hc_res;
+	c->hc_job.bj_done = tokenreq_completed;
+	http_suspend(req);
+	batcher_submit(&c->hc_job);
+	c = NULL;
+done:
+	if (c != NULL)
+		tokenreq_complete_free(c);
+	json_decref(body);
+}
+
+void tokenreq_release(struct request *req, const struct token *t, int is_key)
+{
+	static const char *const allowed[] = { "attempt", NULL };
+	enum release_outcome outcome;
+	int64_t attempt;
+	int present;
+	json_t *body = NULL;
+
+	body = http_body_object(req);
+	if (body == NULL || reqjson_only(req, body, allowed) < 0 ||
+	    reqjson_int(req, body, "attempt", 1, 1, INT32_MAX, &attempt, &present) < 0)
+		goto done;
+	if (store_release(req->req_tenant_id, t->id, (int)attempt, &outcome) < 0) {
+		problem_unavailable(req);
+		goto done;
+	}
+	if (outcome == RELEASE_DONE) {
+		metrics_add(METRIC_RELEASES, 1);
+		http_reply_json(req, 200, json_pack("{s:s,s:I}", "state", "issued", "attempt",
+						    (json_int_t)attempt));
+	} else if (outcome == RELEASE_LEASE_LOST) {
+		problem_reply(req, 409, "lease_lost",
+			      "attempt %" PRId64 " is no longer the current attempt", attempt);
+	} else if (!tokenreq_not_found(req, t, is_key)) {
+		problem_reply(req, 409, "not_in_progress", "the token is not claimed by attempt %" PRId64,
+			      attempt);
+	}
+done:
+	json_decref(body);
 }

@@ -23,9 +23,10 @@ int tokenreq_verify(struct request *req, const char *text, struct token *t) IDEM
 /* tokenreq_verify() on the {token} path segment. */
 int tokenreq_from_path(struct request *req, struct token *t) IDEMD_WUR;
 
-/* Answers a duplicate of a completed claim from its stored response R
- * (borrowed for the call). */
-typedef void (*tokenreq_replay_fn)(struct request *req, const struct stored_response *r);
+/* Answers a duplicate of a completed claim of T from its stored response R
+ * (both borrowed for the call). */
+typedef void (*tokenreq_replay_fn)(struct request *req, const struct stored_response *r,
+				   const struct token *t);
 
 /* Called on a batcher thread when an asynchronous claim has its answer,
  * with the connection still suspended. RES is the successful claim
@@ -72,6 +73,21 @@ int tokenreq_claim_async(struct request *req, const struct token *t, const uint8
  * run.
  */
 int tokenreq_replay_raw(struct request *req, const struct token *t) IDEMD_WUR;
+
+/*
+ * POST .../complete and .../release of the record T addresses (a token, or
+ * a caller key when IS_KEY: a record never claimed is then 404
+ * record_not_found). Reads the body, runs the step (complete: batched,
+ * answered after the commit) and replies.
+ */
+void tokenreq_complete(struct request *req, const struct token *t, int is_key);
+void tokenreq_release(struct request *req, const struct token *t, int is_key);
+
+/* The fingerprint of a claim body: its "fingerprint" string, else the
+ * canonical JSON of its "request", else none (*HAS_FP 0). 0, or -1 after
+ * replying. */
+int tokenreq_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES],
+			 int *has_fp) IDEMD_WUR;
 
 /* Checks a headers object: at most MAX string values with token names. */
 int tokenreq_check_headers(struct request *req, json_t *headers, size_t max) IDEMD_WUR;

@@ -1,0 +1,210 @@
+/* Caller keys: records addressed by (tenant, operation, key) for callers
+ * that bring their own Idempotency-Key (service calls, webhooks, queue
+ * consumers). A key is turned into a record id and then goes through the
+ * same claim, complete and release as a token (tokenreq.c); only what a
+ * signature would have said is checked here: the key's form, the
+ * operation, the subject. */
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "fingerprint.h"
+#include "handlers.h"
+#include "opcache.h"
+#include "problem.h"
+#include "reqjson.h"
+#include "store.h"
+#include "tokenreq.h"
+
+#define H_KEY_MAX 255
+
+/* 1 when KEY (LEN bytes) is 1..255 bytes of visible ASCII (0x21-0x7E). */
+static int h_key_valid(const char *key, size_t len)
+{
+	if (len == 0 || len > H_KEY_MAX)
+		return 0;
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)key[i] < 0x21 || (unsigned char)key[i] > 0x7e)
+			return 0;
+	return 1;
+}
+
+/* The record id of KEY under operation OP_ID: BLAKE2b-128 of both, so the
+ * same key under another operation (or tenant: records are per tenant) is
+ * another record. Tokens' ids are random: the two never meet. */
+static void h_key_record_id(uint32_t op_id, const char *key, size_t len,
+			    uint8_t id[TOKEN_ID_BYTES])
+{
+	crypto_generichash_state st;
+	unsigned char op[4] = { (unsigned char)(op_id >> 24), (unsigned char)(op_id >> 16),
+				(unsigned char)(op_id >> 8), (unsigned char)op_id };
+
+	crypto_generichash_init(&st, NULL, 0, TOKEN_ID_BYTES);
+	crypto_generichash_update(&st, (const unsigned char *)"idemd caller key\n", 17);
+	crypto_generichash_update(&st, op, sizeof(op));
+	crypto_generichash_update(&st, (const unsigned char *)key, len);
+	crypto_generichash_final(&st, id, TOKEN_ID_BYTES);
+}
+
+/*
+ * The record address of the {op}/keys/{key} path, in the form a verified
+ * token gives it (a token is one way to name a record, a key another):
+ * tenant, operation, record id, and an expiry token_ttl_seconds from now,
+ * which only a first claim records. OP receives the policy. 0, or -1 after
+ * replying (400 idempotency_key_invalid, 422 operation_unknown, 503).
+ */
+static int h_key_address(struct request *req, struct token *t, struct operation *op)
+{
+	const char *name = req->req_params[0], *key = req->req_params[1];
+	size_t klen = req->req_param_lens[1];
+	int found;
+
+	if (strlen(key) != klen || !h_key_valid(key, klen)) {
+		problem_reply(req, 400, "idempotency_key_invalid",
+			      "a key is 1 to %d characters of visible ASCII (percent-encoded in "
+			      "the path where needed)", H_KEY_MAX);
+		return -1;
+	}
+	if (strlen(name) != req->req_param_lens[0] ||
+	    opcache_by_name(req->req_tenant_id, name, op, &found) < 0) {
+		problem_unavailable(req);
+		return -1;
+	}
+	if (!found) {
+		problem_reply(req, 422, "operation_unknown", "no operation of that name");
+		return -1;
+	}
+	memset(t, 0, sizeof(*t));
+	t->tenant_id = req->req_tenant_id;
+	t->operation_id = op->op_id;
+	h_key_record_id(op->op_id, key, klen, t->id);
+	t->expires_at = (uint32_t)(time(NULL) + op->op_token_ttl_seconds);
+	return 0;
+}
+
+static json_t *h_key_id(const struct token *t)
+{
+	char hex[2 * TOKEN_ID_BYTES + 1];
+
+	token_id_hex(t->id, hex);
+	return json_string(hex);
+}
+
+/* A duplicate of a completed claim: the stored response, with the id. */
+static void h_key_replay(struct request *req, const struct stored_response *r,
+			 const struct token *t)
+{
+	http_reply_json(req, 200, json_pack("{s:s,s:o,s:o}", "state", "completed", "id",
+					    h_key_id(t), "response", reqjson_response(r)));
+	http_set_header(req, "Idempotent-Replayed", "true");
+}
+
+/* The claim went through: 201 with the id, the attempt and its lease. */
+static int h_key_claimed(struct request *req, const struct claim_result *res, void *arg)
+{
+	json_t *id = arg;
+
+	if (res != NULL)
+		http_reply_json(req, 201, json_pack("{s:s,s:O,s:i,s:o}", "state", "in_progress",
+						    "id", id, "attempt", res->cr_attempt,
+						    "lease_expires_at",
+						    reqjson_time(res->cr_lease_expires_at)));
+	json_decref(id);
+	return 0;
+}
+
+void h_key_claim(struct request *req)
+{
+	static const char *const allowed[] = { "fingerprint", "request", "subject", NULL };
+	struct token t;
+	struct operation op;
+	uint8_t fp[FINGERPRINT_BYTES];
+	const char *subject;
+	int has_fp;
+	json_t *body, *id;
+
+	if (h_key_address(req, &t, &op) < 0 || (body = http_body_object(req)) == NULL)
+		return;
+	if (reqjson_only(req, body, allowed) < 0 ||
+	    reqjson_string(req, body, "subject", 0, 1, TOKEN_SUBJECT_MAX, &subject) < 0 ||
+	    tokenreq_fingerprint(req, body, fp, &has_fp) < 0)
+		goto done;
+	if (subject == NULL && op.op_has_version_key) {
+		problem_reply(req, 400, "invalid_request",
+			      "this operation guards the counter %s: send the subject that fills it",
+			      op.op_version_key);
+		goto done;
+	}
+	if (subject != NULL) {
+		t.subject_len = strlen(subject);
+		memcpy(t.subject, subject, t.subject_len + 1);
+	}
+	if (tokenreq_claim_cached(req, &t, has_fp ? fp : NULL, h_key_replay))
+		goto done;
+	id = h_key_id(&t);
+	if (id == NULL) {
+		problem_unavailable(req);
+		goto done;
+	}
+	if (tokenreq_claim_async(req, &t, has_fp ? fp : NULL, h_key_replay, h_key_claimed, 0,
+				 id) == 0)
+		json_decref(id); /* answered at once: the callback never runs */
+done:
+	json_decref(body);
+}
+
+void h_key_complete(struct request *req)
+{
+	struct token t;
+	struct operation op;
+
+	if (h_key_address(req, &t, &op) == 0)
+		tokenreq_complete(req, &t, 1);
+}
+
+void h_key_release(struct request *req)
+{
+	struct token t;
+	struct operation op;
+
+	if (h_key_address(req, &t, &op) == 0)
+		tokenreq_release(req, &t, 1);
+}
+
+void h_key_get(struct request *req)
+{
+	struct token t;
+	struct operation op;
+	struct record_view rv;
+	struct timespec now;
+
+	if (h_key_address(req, &t, &op) < 0)
+		return;
+	if (store_record_get(req->req_tenant_id, t.id, &rv) < 0) {
+		problem_unavailable(req);
+		return;
+	}
+	if (!rv.rv_found) {
+		problem_reply(req, 404, "record_not_found", "this key was never claimed (or was forgotten)");
+		return;
+	}
+	clock_gettime(CLOCK_REALTIME, &now);
+	int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+	const char *state = "issued";
+	if (strcmp(rv.rv_state, "completed") == 0 || strcmp(rv.rv_state, "revoked") == 0)
+		state = rv.rv_state;
+	else if (strcmp(rv.rv_state, "in_progress") == 0 && rv.rv_lease_expires_at > now_ms)
+		state = "in_progress";
+	json_t *o = json_pack("{s:o,s:s,s:s,s:s,s:o,s:i}", "id", h_key_id(&t), "operation",
+			      op.op_name, "key", req->req_params[1], "state", state, "expires_at",
+			      reqjson_time(rv.rv_expires_at), "attempt", rv.rv_attempt);
+	if (o != NULL && rv.rv_has_subject)
+		json_object_set_new(o, "subject", json_string(rv.rv_subject));
+	if (o != NULL && strcmp(state, "in_progress") == 0)
+		json_object_set_new(o, "lease_expires_at", reqjson_time(rv.rv_lease_expires_at));
+	if (o != NULL && strcmp(state, "completed") == 0)
+		json_object_set_new(o, "response", reqjson_response(&rv.rv_response));
+	store_response_free(&rv.rv_response);
+	http_reply_json(req, 200, o);
+}
