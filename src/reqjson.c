@@ -318,9 +318,16 @@ json_t *reqjson_response(const struct stored_response *r)
 int reqjson_etag(const char *value, int64_t *out)
 {
 	char *end;
+	int weak = 0;
 
 	while (*value == ' ')
 		value++;
+	/* W/"N" is well formed, but RFC 9110's strong comparison, which If-Match
+	 * uses, never matches a weak tag: it stands for no version at all */
+	if (value[0] == 'W' && value[1] == '/') {
+		weak = 1;
+		value += 2;
+	}
 	if (value[0] != '"' || value[1] < '0' || value[1] > '9')
 		return -1;
 	if (value[1] == '0' && value[2] != '"')
@@ -334,7 +341,7 @@ int reqjson_etag(const char *value, int64_t *out)
 		end++;
 	if (*end != '\0')
 		return -1;
-	*out = v;
+	*out = weak ? REQJSON_ETAG_WEAK : v;
 	return 0;
 }
 

@@ -80,7 +80,15 @@ size_t reqjson_escape(char *out, const char *s, size_t len);
 /* {"status","headers","body"|"body_base64"} of a stored response (new). */
 json_t *reqjson_response(const struct stored_response *r);
 
-/* Parses an If-Match value holding one strong ETag "N". 0 or -1. */
+/* What reqjson_etag() gives for a weak ETag: no counter is ever at it. */
+#define REQJSON_ETAG_WEAK ((int64_t)-1)
+
+/*
+ * Parses an If-Match value holding one ETag "N": 0 with *OUT = N, or -1 when
+ * it is not one. A weak W/"N" is 0 with *OUT = REQJSON_ETAG_WEAK: strong
+ * comparison (RFC 9110) never matches it, so the precondition fails (412),
+ * it is not a malformed request.
+ */
 int reqjson_etag(const char *value, int64_t *out) IDEMD_WUR;
 
 /* Formats the strong ETag of VERSION into OUT ("\"7\""). */

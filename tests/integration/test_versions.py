@@ -53,13 +53,30 @@ class Versions(IdemdCase):
 
     def test_malformed_if_match(self):
         key = uniq("orders") + ":u4"
-        for im in ("0", '"abc"', 'W/"0"', '"-1"'):
+        for im in ("0", '"abc"', '"-1"', 'w/"0"', 'W/"x"'):
+            with self.subTest(if_match=im):
+                assert_problem(self, self.bump(key, im), 400, "invalid_request")
+        self.assertEqual(self.version(key), 0)
+
+    def test_weak_if_match_412(self):
+        # RFC 9110: If-Match uses strong comparison, which never matches a
+        # weak tag, even one naming the current version
+        key = uniq("orders") + ":u5"
+        for im in ('W/"0"', 'W/"1"'):
             with self.subTest(if_match=im):
                 r = self.bump(key, im)
-                self.assertIn(r.status, (400, 412), r.describe())
-                self.assertEqual(r.header("content-type", "").split(";")[0],
-                                 "application/problem+json", r.describe())
+                assert_problem(self, r, 412, "version_mismatch")
+                self.assertEqual(r.header("etag"), '"0"', r.describe())
         self.assertEqual(self.version(key), 0)
+        prefix = uniq("weak")
+        op = self.put_operation(version_key=prefix + ":{subject}")
+        tok = self.issue(op, "u1")
+        r = self.claim(tok, if_match='W/"0"')
+        assert_problem(self, r, 412, "version_mismatch")
+        self.assertEqual(r.header("etag"), '"0"', r.describe())
+        self.assertEqual(self.version(prefix + ":u1"), 0)
+        self.claim_ok(tok, if_match='"0"')
+        self.assertEqual(self.version(prefix + ":u1"), 1)
 
     def test_claims_bump_counter(self):
         prefix = uniq("stock")

@@ -319,7 +319,14 @@ test_etag_parse(void **state)
 	assert_etag_refused("\"");
 	assert_etag_refused("*");
 	assert_etag_refused("\"*\"");
-	assert_etag_refused("W/\"1\"");
+	/* weak tags are well formed but match no version (strong comparison) */
+	assert_etag_ok("W/\"1\"", REQJSON_ETAG_WEAK);
+	assert_etag_ok(" W/\"0\" ", REQJSON_ETAG_WEAK);
+	assert_etag_refused("W/");
+	assert_etag_refused("W/\"\"");
+	assert_etag_refused("W/\"x\"");
+	assert_etag_refused("W/ \"1\"");
+	assert_etag_refused("W/W/\"1\"");
 	assert_etag_refused("w/\"1\"");
 	assert_etag_refused("1");
 	assert_etag_refused("123");
