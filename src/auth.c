@@ -1,27 +1,50 @@
 /* Authentication. Keys are random (256 bits), so a plain BLAKE2b hash is a
  * safe at-rest form; lookups go by hash and the final comparison of the full
  * hash is constant-time. Known keys are cached; unknown ones always ask the
- * database (a new tenant made by the CLI works at once). */
+ * database (a new tenant made by the CLI works at once). A known key is
+ * asked about again after AUTH_RECHECK_MS, so a revoked key stops working
+ * on every instance within seconds; the per-connection memo keeps the time
+ * of its entry's last confirmation and expires with it. */
 #include "auth.h"
 
 #include <pthread.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "store.h"
 
 #define AUTH_CACHE_SLOTS 4096
 
+/* After a failed recheck, the next try is this much later. */
+#define AUTH_RETRY_MS 1000
+
 struct auth_entry {
 	uint8_t ae_hash[32];
 	uint32_t ae_tenant_id;
 	int ae_used;
+	int64_t ae_checked_ms; /* when the database last confirmed it */
 };
 
 static struct auth_entry auth_cache[AUTH_CACHE_SLOTS];
 static pthread_rwlock_t auth_lock = PTHREAD_RWLOCK_INITIALIZER;
 static atomic_uint auth_gen = 1; /* bumped by auth_cache_clear() */
+
+static int64_t auth_clock_default(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t (*auth_now_ms)(void) = auth_clock_default;
+
+void auth_set_clock(int64_t (*now_ms)(void))
+{
+	auth_now_ms = now_ms != NULL ? now_ms : auth_clock_default;
+}
 
 void auth_key_generate(char *out, size_t outlen)
 {
@@ -47,11 +70,36 @@ static size_t auth_slot(const uint8_t hash[32])
 	return s % AUTH_CACHE_SLOTS;
 }
 
-int auth_check(const char *key, uint32_t *tenant_id)
+/* Stores (or refreshes) the cache entry of HASH in SLOT. */
+static void auth_cache_put(size_t slot, const uint8_t hash[32], uint32_t tenant_id,
+			   int64_t checked_ms)
+{
+	pthread_rwlock_wrlock(&auth_lock);
+	memcpy(auth_cache[slot].ae_hash, hash, 32);
+	auth_cache[slot].ae_tenant_id = tenant_id;
+	auth_cache[slot].ae_used = 1;
+	auth_cache[slot].ae_checked_ms = checked_ms;
+	pthread_rwlock_unlock(&auth_lock);
+}
+
+/* Forgets the entry of HASH in SLOT, if it is still there. */
+static void auth_cache_drop(size_t slot, const uint8_t hash[32])
+{
+	pthread_rwlock_wrlock(&auth_lock);
+	struct auth_entry *e = &auth_cache[slot];
+	if (e->ae_used && sodium_memcmp(e->ae_hash, hash, 32) == 0)
+		sodium_memzero(e, sizeof(*e));
+	pthread_rwlock_unlock(&auth_lock);
+}
+
+/* auth_check(); *CHECKED_MS: when the answer was last confirmed. */
+static int auth_lookup(const char *key, uint32_t *tenant_id, int64_t *checked_ms)
 {
 	uint8_t hash[32];
 	size_t len = strlen(key);
-	int found = 0;
+	int cached = 0, found = 0;
+	uint32_t cached_tenant = 0;
+	int64_t checked = 0, now;
 
 	if (len != AUTH_KEY_CHARS || strncmp(key, AUTH_KEY_PREFIX, 4) != 0)
 		return AUTH_DENIED;
@@ -61,35 +109,58 @@ int auth_check(const char *key, uint32_t *tenant_id)
 	pthread_rwlock_rdlock(&auth_lock);
 	const struct auth_entry *e = &auth_cache[slot];
 	if (e->ae_used && sodium_memcmp(e->ae_hash, hash, sizeof(hash)) == 0) {
-		*tenant_id = e->ae_tenant_id;
-		found = 1;
+		cached_tenant = e->ae_tenant_id;
+		checked = e->ae_checked_ms;
+		cached = 1;
 	}
 	pthread_rwlock_unlock(&auth_lock);
-	if (found)
+	now = auth_now_ms();
+	if (cached && now - checked < AUTH_RECHECK_MS) {
+		*tenant_id = cached_tenant;
+		*checked_ms = checked;
 		return AUTH_OK;
+	}
 
-	if (store_tenant_by_key(hash, tenant_id, &found) < 0)
-		return AUTH_UNAVAILABLE;
-	if (!found)
+	if (store_tenant_by_key(hash, tenant_id, &found) < 0) {
+		if (!cached)
+			return AUTH_UNAVAILABLE;
+		/* the database cannot say it was revoked: keep the last answer,
+		 * ask again in a second */
+		checked = now - AUTH_RECHECK_MS + AUTH_RETRY_MS;
+		auth_cache_put(slot, hash, cached_tenant, checked);
+		*tenant_id = cached_tenant;
+		*checked_ms = checked;
+		return AUTH_OK;
+	}
+	if (!found) {
+		if (cached)
+			auth_cache_drop(slot, hash);
 		return AUTH_DENIED;
-	pthread_rwlock_wrlock(&auth_lock);
-	memcpy(auth_cache[slot].ae_hash, hash, sizeof(hash));
-	auth_cache[slot].ae_tenant_id = *tenant_id;
-	auth_cache[slot].ae_used = 1;
-	pthread_rwlock_unlock(&auth_lock);
+	}
+	auth_cache_put(slot, hash, *tenant_id, now);
+	*checked_ms = now;
 	return AUTH_OK;
+}
+
+int auth_check(const char *key, uint32_t *tenant_id)
+{
+	int64_t checked;
+
+	return auth_lookup(key, tenant_id, &checked);
 }
 
 int auth_check_memo(const char *key, struct auth_memo *memo, uint32_t *tenant_id)
 {
 	unsigned gen = atomic_load(&auth_gen);
+	int64_t checked;
 
 	if (memo == NULL)
 		return auth_check(key, tenant_id);
 	unsigned char padded[sizeof(memo->am_key)] = { 0 };
 	_Static_assert(AUTH_KEY_CHARS < sizeof(padded), "a key fits the memo");
 
-	if (memo->am_gen == gen && strnlen(key, AUTH_KEY_CHARS + 1) == AUTH_KEY_CHARS) {
+	if (memo->am_gen == gen && auth_now_ms() - memo->am_checked_ms < AUTH_RECHECK_MS &&
+	    strnlen(key, AUTH_KEY_CHARS + 1) == AUTH_KEY_CHARS) {
 		memcpy(padded, key, AUTH_KEY_CHARS);
 		int same = crypto_verify_64(memo->am_key, padded) == 0;
 		sodium_memzero(padded, sizeof(padded));
@@ -98,13 +169,14 @@ int auth_check_memo(const char *key, struct auth_memo *memo, uint32_t *tenant_id
 			return AUTH_OK;
 		}
 	}
-	int rc = auth_check(key, tenant_id);
+	int rc = auth_lookup(key, tenant_id, &checked);
 	if (rc == AUTH_OK) {
 		/* auth_check accepts only keys of exactly AUTH_KEY_CHARS */
 		memset(memo->am_key, 0, sizeof(memo->am_key));
 		memcpy(memo->am_key, key, AUTH_KEY_CHARS);
 		memo->am_tenant_id = *tenant_id;
 		memo->am_gen = gen;
+		memo->am_checked_ms = checked;
 	}
 	return rc;
 }

@@ -20,6 +20,15 @@ void auth_key_generate(char *out, size_t outlen);
 /* BLAKE2b-256 of the key text. */
 void auth_key_hash(const char *key, size_t len, uint8_t out[32]);
 
+/*
+ * How long a known key is believed without asking the database again. A
+ * key revoked (or whose tenant was deleted) is refused by every instance
+ * within this much, plus one database round trip. While the database
+ * cannot answer, a known key stays accepted (and is asked about again each
+ * second): revocations need the database anyway.
+ */
+#define AUTH_RECHECK_MS 5000
+
 /* Resolves KEY to its tenant: AUTH_OK, AUTH_DENIED or AUTH_UNAVAILABLE. */
 int auth_check(const char *key, uint32_t *tenant_id);
 
@@ -32,6 +41,7 @@ struct auth_memo {
 	unsigned char am_key[64]; /* the key, zero-padded for crypto_verify_64 */
 	uint32_t am_tenant_id;
 	unsigned am_gen; /* auth_cache_clear() generation it was filled in; 0: empty */
+	int64_t am_checked_ms; /* when the database last confirmed the key (auth clock) */
 };
 
 /* auth_check() through MEMO (NULL: none). */
@@ -40,5 +50,8 @@ void auth_memo_wipe(struct auth_memo *memo);
 
 /* Forgets every known key (and makes every memo stale). */
 void auth_cache_clear(void);
+
+/* For tests: the clock of AUTH_RECHECK_MS, in ms (NULL: CLOCK_MONOTONIC_COARSE). */
+void auth_set_clock(int64_t (*now_ms)(void));
 
 #endif

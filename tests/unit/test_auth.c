@@ -1,5 +1,5 @@
 /* Unit tests for API keys: generation, hashing, and auth_check with its
- * cache.
+ * cache, its per-connection memo and their recheck after AUTH_RECHECK_MS.
  *
  * store_tenant_by_key is replaced at link time by a cmocka mock below:
  * auth.o needs only that symbol from store.o, so the archive's store.o is
@@ -38,11 +38,21 @@ store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tenant_i
 	return rc;
 }
 
+/* The clock auth.c reads for AUTH_RECHECK_MS, moved by the tests. */
+static int64_t fake_now_ms = 1000000;
+
+static int64_t
+fake_clock(void)
+{
+	return fake_now_ms;
+}
+
 static int
 clear_cache(void **state)
 {
 	(void)state;
 	auth_cache_clear();
+	auth_set_clock(fake_clock);
 	return 0;
 }
 
@@ -294,6 +304,83 @@ test_memo(void **state)
 	assert_int_equal(memo.am_key[0], 0);
 }
 
+/* A known key is asked about again after AUTH_RECHECK_MS: revoked, it is
+ * refused and forgotten; still there, it is believed for another period. */
+static void
+test_recheck_revoked(void **state)
+{
+	uint32_t tenant = 0;
+
+	(void)state;
+	expect_lookup(key_a, 0, 1, 7);
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	fake_now_ms += AUTH_RECHECK_MS - 1;
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK); /* cached, no lookup */
+	fake_now_ms += 1;
+	expect_lookup(key_a, 0, 1, 7);
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	fake_now_ms += AUTH_RECHECK_MS;
+	expect_lookup(key_a, 0, 0, 0); /* revoked meanwhile */
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_DENIED);
+	/* forgotten: the next try asks again at once */
+	expect_lookup(key_a, 0, 0, 0);
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_DENIED);
+}
+
+/* While the database cannot answer a recheck, a known key stays accepted
+ * and is asked about again a second later. */
+static void
+test_recheck_unavailable(void **state)
+{
+	uint32_t tenant = 0;
+
+	(void)state;
+	expect_lookup(key_a, 0, 1, 7);
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	fake_now_ms += AUTH_RECHECK_MS;
+	expect_lookup(key_a, -1, 0, 0);
+	tenant = 0;
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(tenant, 7);
+	fake_now_ms += 999;
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK); /* no lookup */
+	fake_now_ms += 1;
+	expect_lookup(key_a, 0, 0, 0);
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_DENIED);
+}
+
+/* A connection's memo expires with its entry: a key revoked while a
+ * keep-alive connection goes on using it is refused after the recheck. */
+static void
+test_memo_recheck(void **state)
+{
+	struct auth_memo memo = { 0 };
+	uint32_t tenant = 0;
+
+	(void)state;
+	expect_lookup(key_a, 0, 1, 7);
+	assert_int_equal(auth_check_memo(key_a, &memo, &tenant), AUTH_OK);
+	fake_now_ms += AUTH_RECHECK_MS - 1;
+	assert_int_equal(auth_check_memo(key_a, &memo, &tenant), AUTH_OK); /* memo */
+	fake_now_ms += 1;
+	expect_lookup(key_a, 0, 0, 0);
+	assert_int_equal(auth_check_memo(key_a, &memo, &tenant), AUTH_DENIED);
+	expect_lookup(key_a, 0, 0, 0);
+	assert_int_equal(auth_check_memo(key_a, &memo, &tenant), AUTH_DENIED);
+	/* a memo filled from a cache entry expires when that entry was
+	 * confirmed, not when the memo was filled */
+	struct auth_memo m2 = { 0 };
+	expect_lookup(key_b, 0, 1, 9);
+	assert_int_equal(auth_check(key_b, &tenant), AUTH_OK);
+	fake_now_ms += AUTH_RECHECK_MS - 10;
+	assert_int_equal(auth_check_memo(key_b, &m2, &tenant), AUTH_OK); /* from the cache */
+	fake_now_ms += 10;
+	expect_lookup(key_b, 0, 1, 9);
+	assert_int_equal(auth_check_memo(key_b, &m2, &tenant), AUTH_OK);
+	auth_memo_wipe(&memo);
+	auth_memo_wipe(&m2);
+}
+
 int
 main(void)
 {
@@ -310,6 +397,9 @@ main(void)
 		cmocka_unit_test_setup(test_check_near_miss, clear_cache),
 		cmocka_unit_test_setup(test_cache_clear, clear_cache),
 		cmocka_unit_test_setup(test_memo, clear_cache),
+		cmocka_unit_test_setup(test_recheck_revoked, clear_cache),
+		cmocka_unit_test_setup(test_recheck_unavailable, clear_cache),
+		cmocka_unit_test_setup(test_memo_recheck, clear_cache),
 	};
 
 	if (sodium_init() < 0)
