@@ -87,10 +87,82 @@ static void batcher_run_batch(struct batcher_job **jobs, size_t n)
 }
 
 /* A claim that guards a version counter also locks the counter; such claims
- * run alone so that two batches can never wait on each other's counters. */
+ * run alone so that two batches can never wait on each other's counters.
+ * A set is a batch of its own. */
 static int batcher_alone(const struct batcher_job *j)
 {
-	return j->bj_kind == BATCHER_CLAIM && j->bj_claim->version_key != NULL;
+	return j->bj_n > 0 || (j->bj_kind == BATCHER_CLAIM && j->bj_claim->version_key != NULL);
+}
+
+/* For sorting a set's elements: their record. */
+struct batcher_elem {
+	uint32_t tenant_id;
+	const uint8_t *id;
+	size_t i;
+};
+
+static int batcher_elem_cmp(const void *pa, const void *pb)
+{
+	const struct batcher_elem *a = pa, *b = pb;
+
+	if (a->tenant_id != b->tenant_id)
+		return a->tenant_id < b->tenant_id ? -1 : 1;
+	return memcmp(a->id, b->id, 16);
+}
+
+/* Runs set J: its elements in record order as one statement (one round
+ * trip, one commit); when that fails as a whole, each on its own. */
+static void batcher_run_set(struct batcher_job *j)
+{
+	size_t n = j->bj_n;
+	struct batcher_elem *e = calloc(n, sizeof(*e));
+	const void **args = calloc(n, sizeof(*args));
+	void **res = calloc(n, sizeof(*res));
+	int rc = -1;
+
+	metrics_add(METRIC_DB_BATCHES, 1);
+	metrics_add(METRIC_DB_BATCH_JOBS, (long)n);
+	if (e != NULL && args != NULL && res != NULL) {
+		for (size_t i = 0; i < n; i++) {
+			const struct claim_args *ca = &j->bj_claim[i];
+			const struct complete_args *pa = &j->bj_complete[i];
+			e[i].tenant_id = j->bj_kind == BATCHER_CLAIM ? ca->tenant_id : pa->tenant_id;
+			e[i].id = j->bj_kind == BATCHER_CLAIM ? ca->token_id : pa->token_id;
+			e[i].i = i;
+		}
+		qsort(e, n, sizeof(*e), batcher_elem_cmp);
+		for (size_t k = 0; k < n; k++) {
+			size_t i = e[k].i;
+			if (j->bj_kind == BATCHER_CLAIM) {
+				args[k] = &j->bj_claim[i];
+				res[k] = &j->bj_claim_result[i];
+			} else {
+				args[k] = &j->bj_complete[i];
+				res[k] = &j->bj_complete_result[i];
+			}
+		}
+		if (j->bj_kind == BATCHER_CLAIM)
+			rc = store_claim_many((const struct claim_args *const *)args,
+					      (struct claim_result *const *)res, n);
+		else
+			rc = store_complete_many((const struct complete_args *const *)args,
+						 (struct complete_result *const *)res, n);
+		if (rc < 0)
+			log_warn("batcher: a set of %zu failed as a whole; running it one by one", n);
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (rc == 0)
+			j->bj_rcs[i] = 0;
+		else if (j->bj_kind == BATCHER_CLAIM)
+			j->bj_rcs[i] = store_claim(&j->bj_claim[i], &j->bj_claim_result[i]);
+		else
+			j->bj_rcs[i] = store_complete(&j->bj_complete[i], &j->bj_complete_result[i]);
+	}
+	free(e);
+	free(args);
+	free(res);
+	j->bj_rc = 0;
+	j->bj_done(j);
 }
 
 /* Takes the next batch off the queue (lock held): the head job and every
@@ -135,7 +207,10 @@ static void *batcher_thread(void *arg)
 		if (bt.head != NULL)
 			pthread_cond_signal(&bt.queued);
 		pthread_mutex_unlock(&bt.lock);
-		batcher_run_batch(jobs, n);
+		if (jobs[0]->bj_n > 0)
+			batcher_run_set(jobs[0]);
+		else
+			batcher_run_batch(jobs, n);
 	}
 }
 
@@ -179,6 +254,10 @@ void batcher_submit(struct batcher_job *j)
 	pthread_mutex_lock(&bt.lock);
 	if (!bt.running) {
 		pthread_mutex_unlock(&bt.lock);
+		if (j->bj_n > 0) {
+			batcher_run_set(j);
+			return;
+		}
 		batcher_run_one(j);
 		j->bj_done(j);
 		return;

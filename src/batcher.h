@@ -18,6 +18,13 @@ struct batcher_job {
 	const struct complete_args *bj_complete;   /* BATCHER_COMPLETE, borrowed */
 	struct complete_result *bj_complete_result;
 	int bj_rc;                                 /* 0, or -1: the database did not answer */
+	/*
+	 * A set (one batch request): BJ_N > 0 elements, bj_claim /
+	 * bj_claim_result (or the complete pair) pointing to arrays of BJ_N,
+	 * run as one statement on their own; bj_rcs[i] is element i's rc.
+	 */
+	size_t bj_n;
+	int *bj_rcs;
 	/* Called on a batcher thread once the result is known (committed). */
 	void (*bj_done)(struct batcher_job *j);
 	void *bj_arg;
@@ -28,6 +35,9 @@ struct batcher_job {
 int batcher_start(int threads) IDEMD_WUR;
 /* Runs everything still queued, then stops the threads. */
 void batcher_stop(void);
+
+/* Most elements of a set, and of a batch request. */
+#define BATCHER_SET_MAX 500
 
 /* Queues J; its bj_done runs later on a batcher thread. After
  * batcher_stop() (or when not started) J runs at once on this thread. */

@@ -4,11 +4,11 @@
  * same claim, complete and release as a token (tokenreq.c); only what a
  * signature would have said is checked here: the key's form, the
  * operation, the subject. */
-#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
+#include "callerkey.h"
 #include "fingerprint.h"
 #include "handlers.h"
 #include "opcache.h"
@@ -17,53 +17,19 @@
 #include "store.h"
 #include "tokenreq.h"
 
-#define H_KEY_MAX 255
-
-/* 1 when KEY (LEN bytes) is 1..255 bytes of visible ASCII (0x21-0x7E). */
-static int h_key_valid(const char *key, size_t len)
-{
-	if (len == 0 || len > H_KEY_MAX)
-		return 0;
-	for (size_t i = 0; i < len; i++)
-		if ((unsigned char)key[i] < 0x21 || (unsigned char)key[i] > 0x7e)
-			return 0;
-	return 1;
-}
-
-/* The record id of KEY under operation OP_ID: BLAKE2b-128 of both, so the
- * same key under another operation (or tenant: records are per tenant) is
- * another record. Tokens' ids are random: the two never meet. */
-static void h_key_record_id(uint32_t op_id, const char *key, size_t len,
-			    uint8_t id[TOKEN_ID_BYTES])
-{
-	crypto_generichash_state st;
-	unsigned char op[4] = { (unsigned char)(op_id >> 24), (unsigned char)(op_id >> 16),
-				(unsigned char)(op_id >> 8), (unsigned char)op_id };
-
-	crypto_generichash_init(&st, NULL, 0, TOKEN_ID_BYTES);
-	crypto_generichash_update(&st, (const unsigned char *)"idemd caller key\n", 17);
-	crypto_generichash_update(&st, op, sizeof(op));
-	crypto_generichash_update(&st, (const unsigned char *)key, len);
-	crypto_generichash_final(&st, id, TOKEN_ID_BYTES);
-}
-
-/*
- * The record address of the {op}/keys/{key} path, in the form a verified
- * token gives it (a token is one way to name a record, a key another):
- * tenant, operation, record id, and an expiry token_ttl_seconds from now,
- * which only a first claim records. OP receives the policy. 0, or -1 after
- * replying (400 idempotency_key_invalid, 422 operation_unknown, 503).
- */
+/* The record address of the {op}/keys/{key} path (callerkey_address); OP
+ * receives the policy. 0, or -1 after replying (400
+ * idempotency_key_invalid, 422 operation_unknown, 503). */
 static int h_key_address(struct request *req, struct token *t, struct operation *op)
 {
 	const char *name = req->req_params[0], *key = req->req_params[1];
 	size_t klen = req->req_param_lens[1];
 	int found;
 
-	if (strlen(key) != klen || !h_key_valid(key, klen)) {
+	if (strlen(key) != klen || !callerkey_valid(key, klen)) {
 		problem_reply(req, 400, "idempotency_key_invalid",
 			      "a key is 1 to %d characters of visible ASCII (percent-encoded in "
-			      "the path where needed)", H_KEY_MAX);
+			      "the path where needed)", CALLERKEY_MAX);
 		return -1;
 	}
 	if (strlen(name) != req->req_param_lens[0] ||
@@ -75,11 +41,7 @@ static int h_key_address(struct request *req, struct token *t, struct operation 
 		problem_reply(req, 422, "operation_unknown", "no operation of that name");
 		return -1;
 	}
-	memset(t, 0, sizeof(*t));
-	t->tenant_id = req->req_tenant_id;
-	t->operation_id = op->op_id;
-	h_key_record_id(op->op_id, key, klen, t->id);
-	t->expires_at = (uint32_t)(time(NULL) + op->op_token_ttl_seconds);
+	callerkey_address(req->req_tenant_id, op, key, klen, time(NULL), t);
 	return 0;
 }
 
@@ -130,12 +92,6 @@ void h_key_claim(struct request *req)
 	    reqjson_string(req, body, "subject", 0, 1, TOKEN_SUBJECT_MAX, &subject) < 0 ||
 	    tokenreq_fingerprint(req, body, fp, &has_fp) < 0)
 		goto done;
-	if (subject == NULL && op.op_has_version_key) {
-		problem_reply(req, 400, "invalid_request",
-			      "this operation guards the counter %s: send the subject that fills it",
-			      op.op_version_key);
-		goto done;
-	}
 	if (subject != NULL) {
 		t.subject_len = strlen(subject);
 		memcpy(t.subject, subject, t.subject_len + 1);

@@ -23,6 +23,8 @@ void h_key_claim(struct request *req);
 void h_key_complete(struct request *req);
 void h_key_release(struct request *req);
 void h_key_get(struct request *req);
+void h_key_claims(struct request *req);
+void h_key_completions(struct request *req);
 
 void h_version_get(struct request *req);
 void h_version_bump(struct request *req);

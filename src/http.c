@@ -185,10 +185,17 @@ static void http_clear_reply(struct request *req)
 	req->rep_response = NULL;
 }
 
+void http_reply_discard(struct request *req)
+{
+	http_clear_reply(req);
+}
+
 void http_reply_bytes(struct request *req, unsigned status, const char *content_type,
 		      const void *data, size_t len)
 {
 	http_clear_reply(req);
+	if (status < 400)
+		req->rep_code = NULL;
 	/* libmicrohttpd copies the buffer; the cast is its API's, not a write */
 	req->rep_response = MHD_create_response_from_buffer(len, (void *)(uintptr_t)data,
 							    MHD_RESPMEM_MUST_COPY);

@@ -54,6 +54,7 @@ struct request {
 	void *req_on_resume_arg;
 
 	/* the reply being built */
+	const char *rep_code;              /* a problem reply's code (a literal), else NULL */
 	unsigned rep_status;
 	struct MHD_Response *rep_response;
 };
@@ -84,6 +85,11 @@ void http_reply_empty(struct request *req, unsigned status);
 /* http_reply_bytes() that takes DATA (from malloc) instead of copying it. */
 void http_reply_take(struct request *req, unsigned status, const char *content_type,
 		     char *data, size_t len);
+
+/* Drops the reply built so far: a request context used as a scratch
+ * target for validators that reply (a batch item's checks) keeps only
+ * rep_status and rep_code. */
+void http_reply_discard(struct request *req);
 
 /* Adds a header to the reply built so far (copied); a later reply replaces
  * it and its headers. Without a reply there is nothing to add it to. */

@@ -47,6 +47,7 @@ void problem_reply(struct request *req, unsigned status, const char *code,
 	char detail[512];
 	va_list ap;
 
+	req->rep_code = code;
 	va_start(ap, fmt);
 	int full = vsnprintf(detail, sizeof(detail), fmt, ap);
 	va_end(ap);

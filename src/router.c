@@ -21,6 +21,8 @@ static const struct route router_table[] = {
 	{ "GET", "/v1/operations", h_operation_list, ROUTE_API_KEY, NULL, 0 },
 	{ "GET", "/v1/operations/{}", h_operation_get, ROUTE_API_KEY, NULL, 0 },
 	{ "PUT", "/v1/operations/{}", h_operation_put, ROUTE_API_KEY, NULL, 0 },
+	{ "POST", "/v1/operations/{}/claims", h_key_claims, ROUTE_API_KEY, NULL, 0 },
+	{ "POST", "/v1/operations/{}/completions", h_key_completions, ROUTE_API_KEY, NULL, 0 },
 	{ "GET", "/v1/operations/{}/keys/{}", h_key_get, ROUTE_API_KEY, NULL, 0 },
 	{ "POST", "/v1/operations/{}/keys/{}/claim", h_key_claim, ROUTE_API_KEY, NULL, 0 },
 	{ "POST", "/v1/operations/{}/keys/{}/complete", h_key_complete, ROUTE_API_KEY, NULL, 0 },

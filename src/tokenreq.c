@@ -315,11 +315,40 @@ int tokenreq_claim_cached(struct request *req, const struct token *t, const uint
  * precondition. Returns 1 with C's claim arguments filled, or 0 after
  * replying. C must not move afterwards (the arguments point into it).
  */
+const char *tokenreq_claim_args(const struct token *t, const struct operation *op,
+				const uint8_t *fp, const char *if_match,
+				char vkey[VERSIONKEY_MAX + 1], struct claim_args *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->tenant_id = t->tenant_id;
+	a->token_id = t->id;
+	a->operation_id = t->operation_id;
+	a->subject = t->subject_len > 0 ? t->subject : NULL; /* a caller key may have none */
+	a->fingerprint = fp;
+	a->token_expires_at = t->expires_at;
+	a->lease_seconds = op->op_lease_seconds;
+	if (!op->op_has_version_key)
+		return NULL;
+	if (t->subject_len == 0)
+		return "this operation guards a version counter: send the subject that fills it";
+	if (versionkey_expand(op->op_version_key, t->subject, vkey, VERSIONKEY_MAX + 1) < 0)
+		return "the subject cannot form the operation's version key";
+	a->version_key = vkey;
+	a->require_version = op->op_require_version;
+	if (if_match != NULL) {
+		if (reqjson_etag(if_match, &a->expected) < 0)
+			return "If-Match must be one strong ETag like \"7\"";
+		a->has_expected = 1;
+	} else if (t->has_version) {
+		a->expected = (int64_t)t->version;
+		a->has_expected = 1;
+	}
+	return NULL;
+}
+
 static int tokenreq_claim_prepare(struct request *req, struct tokenreq_claim *c)
 {
 	const struct token *t = &c->tc_token;
-	const uint8_t *fp = c->tc_has_fp ? c->tc_fp : NULL;
-	struct claim_args *a = &c->tc_args;
 	struct operation op;
 	int found;
 
@@ -331,37 +360,34 @@ static int tokenreq_claim_prepare(struct request *req, struct tokenreq_claim *c)
 		problem_reply(req, 422, "operation_unknown", "the token's operation no longer exists");
 		return 0;
 	}
-	memset(a, 0, sizeof(*a));
-	a->tenant_id = t->tenant_id;
-	a->token_id = t->id;
-	a->operation_id = t->operation_id;
-	a->subject = t->subject_len > 0 ? t->subject : NULL; /* a caller key may have none */
-	a->fingerprint = fp;
-	a->token_expires_at = t->expires_at;
-	a->lease_seconds = op.op_lease_seconds;
-	if (op.op_has_version_key) {
-		if (versionkey_expand(op.op_version_key, t->subject, c->tc_vkey,
-				      sizeof(c->tc_vkey)) < 0) {
-			problem_reply(req, 400, "invalid_request",
-				      "the token's subject cannot form the operation's version key");
-			return 0;
-		}
-		a->version_key = c->tc_vkey;
-		a->require_version = op.op_require_version;
-		const char *im = req->req_no_if_match ? NULL : http_header(req, "If-Match");
-		if (im != NULL) {
-			if (reqjson_etag(im, &a->expected) < 0) {
-				problem_reply(req, 400, "invalid_request",
-					      "If-Match must be one strong ETag like \"7\"");
-				return 0;
-			}
-			a->has_expected = 1;
-		} else if (t->has_version) {
-			a->expected = (int64_t)t->version;
-			a->has_expected = 1;
-		}
+	const char *why = tokenreq_claim_args(t, &op, c->tc_has_fp ? c->tc_fp : NULL,
+					      req->req_no_if_match ? NULL : http_header(req, "If-Match"),
+					      c->tc_vkey, &c->tc_args);
+	if (why != NULL) {
+		problem_reply(req, 400, "invalid_request", "%s", why);
+		return 0;
 	}
 	return 1;
+}
+
+void tokenreq_claim_verdict(const struct claim_result *res, struct tokenreq_verdict *v)
+{
+	static const struct tokenreq_verdict verdicts[] = {
+		[CLAIM_CLAIMED] = { 201, NULL, NULL },
+		[CLAIM_REPLAY] = { 200, NULL, NULL },
+		[CLAIM_IN_PROGRESS] = { 409, "request_in_progress",
+					"the first submit is still in progress" },
+		[CLAIM_REVOKED] = { 410, "token_revoked", "the token was revoked" },
+		[CLAIM_FINGERPRINT_MISMATCH] = { 422, "fingerprint_mismatch",
+						 "first used with a different request" },
+		[CLAIM_EXPIRED] = { 410, "token_expired", "the token has expired" },
+		[CLAIM_VERSION_MISMATCH] = { 412, "version_mismatch", "the data changed" },
+		[CLAIM_VERSION_REQUIRED] = { 428, "version_required",
+					     "this operation requires If-Match with the current "
+					     "version" },
+	};
+
+	*v = verdicts[res->cr_outcome];
 }
 
 /* Answers every outcome of the database step but CLAIM_CLAIMED: returns 1
@@ -403,7 +429,7 @@ static int tokenreq_claim_answer(struct request *req, struct tokenreq_claim *c, 
 		break;
 	case CLAIM_FINGERPRINT_MISMATCH:
 		problem_reply(req, 422, "fingerprint_mismatch",
-			      "the token was first used with a different request");
+			      "the token (or key) was first used with a different request");
 		break;
 	case CLAIM_EXPIRED:
 		problem_reply(req, 410, "token_expired", "the token has expired");
@@ -526,11 +552,11 @@ static int tokenreq_not_found(struct request *req, const struct token *t, int is
 }
 
 /* Validates a complete body into RESP (headers text and body owned). */
-static int tokenreq_complete_parse(struct request *req, json_t *body, int64_t *attempt,
-			    struct stored_response *resp)
+int tokenreq_complete_parse(struct request *req, json_t *body, const char *extra,
+			    int64_t *attempt, struct stored_response *resp)
 {
-	static const char *const allowed[] = { "attempt", "status", "headers", "body",
-		"body_base64", NULL };
+	const char *const allowed[] = { "attempt", "status", "headers", "body", "body_base64",
+		extra, NULL };
 	int64_t status;
 	int present;
 	const char *b64;
@@ -594,7 +620,7 @@ static void tokenreq_complete_free(struct tokenreq_complete *c)
 
 /* 1 when a repeated completion A says what the stored one B says: same
  * status, headers (as JSON values) and body bytes. */
-static int tokenreq_same_response(const struct stored_response *a, const struct stored_response *b)
+int tokenreq_same_response(const struct stored_response *a, const struct stored_response *b)
 {
 	if (a->sr_status != b->sr_status || a->sr_body_len != b->sr_body_len ||
 	    (a->sr_body_len > 0 && memcmp(a->sr_body, b->sr_body, a->sr_body_len) != 0))
@@ -675,7 +701,7 @@ void tokenreq_complete(struct request *req, const struct token *tok, int is_key)
 		problem_unavailable(req);
 		goto done;
 	}
-	if (tokenreq_complete_parse(req, body, &c->hc_attempt, &c->hc_resp) < 0)
+	if (tokenreq_complete_parse(req, body, NULL, &c->hc_attempt, &c->hc_resp) < 0)
 		goto done;
 	if (opcache_by_id(t.operation_id, &op, &found) < 0) {
 		problem_unavailable(req);

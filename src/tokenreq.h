@@ -11,6 +11,7 @@
 #include "http.h"
 #include "store.h"
 #include "token.h"
+#include "versionkey.h"
 
 struct config;
 
@@ -83,11 +84,40 @@ int tokenreq_replay_raw(struct request *req, const struct token *t) IDEMD_WUR;
 void tokenreq_complete(struct request *req, const struct token *t, int is_key);
 void tokenreq_release(struct request *req, const struct token *t, int is_key);
 
+/*
+ * The claim arguments of T under policy OP into A: fingerprint FP (NULL:
+ * none), the precondition IF_MATCH (NULL: the version T carries, if any);
+ * VKEY receives the expanded counter name A points to. NULL, or why the
+ * claim is refused (400 invalid_request).
+ */
+const char *tokenreq_claim_args(const struct token *t, const struct operation *op,
+				const uint8_t *fp, const char *if_match,
+				char vkey[VERSIONKEY_MAX + 1], struct claim_args *a);
+
+/* What a claim outcome answers: STATUS, and for a refusal its problem
+ * CODE and a DETAIL (NULL for 201 and 200). */
+struct tokenreq_verdict {
+	unsigned status;
+	const char *code;
+	const char *detail;
+};
+void tokenreq_claim_verdict(const struct claim_result *res, struct tokenreq_verdict *v);
+
 /* The fingerprint of a claim body: its "fingerprint" string, else the
  * canonical JSON of its "request", else none (*HAS_FP 0). 0, or -1 after
  * replying. */
 int tokenreq_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES],
 			 int *has_fp) IDEMD_WUR;
+
+/* Validates a completion (BODY: attempt, status, headers, body or
+ * body_base64, and EXTRA when not NULL) into *ATTEMPT and RESP (headers
+ * text and body owned: store_response_free). 0, or -1 after replying. */
+int tokenreq_complete_parse(struct request *req, json_t *body, const char *extra,
+			    int64_t *attempt, struct stored_response *resp) IDEMD_WUR;
+
+/* 1 when a repeated completion A says what the stored one B says: same
+ * status, headers (as JSON values) and body bytes. */
+int tokenreq_same_response(const struct stored_response *a, const struct stored_response *b);
 
 /* Checks a headers object: at most MAX string values with token names. */
 int tokenreq_check_headers(struct request *req, json_t *headers, size_t max) IDEMD_WUR;

@@ -5,6 +5,7 @@ invalid keys, records never claimed, subjects and version counters, and one
 execution under concurrent claims from two idemd processes."""
 
 import os
+import random
 import sys
 import threading
 import urllib.parse
@@ -147,6 +148,172 @@ class CallerKeys(IdemdCase):
         self.assertEqual(len(statuses), 200)
         self.assertEqual(statuses.count(201), 1, sorted(set(statuses)))
         self.assertEqual(statuses.count(409), 199)
+
+
+def metric(client, name):
+    r = client.get("/metrics")
+    for line in r.body.decode().splitlines():
+        if line.startswith(name + " "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no metric %s" % name)
+
+
+class Batches(IdemdCase):
+
+    def claims(self, op, items, client=None):
+        return (client or self.client).post("/v1/operations/%s/claims" % op, {"items": items})
+
+    def completions(self, op, items, client=None):
+        return (client or self.client).post("/v1/operations/%s/completions" % op,
+                                            {"items": items})
+
+    def single(self, op, item):
+        body = {k: v for k, v in item.items() if k != "key"}
+        return self.client.post(path(op, item["key"], "claim"), body)
+
+    def test_mixed_batch_in_order_each_as_if_alone(self):
+        op = self.put_operation()
+        done, busy, fresh = uniq("done"), uniq("busy"), uniq("fresh")
+        assert_status(self, self.single(op, {"key": done, "request": {"n": 1}}), 201)
+        assert_status(self, self.client.post(path(op, done, "complete"),
+                                             {"attempt": 1, "status": 201, "body": {"ok": 1}}), 200)
+        assert_status(self, self.single(op, {"key": busy}), 201)
+        items = [{"key": fresh, "request": {"n": 3}},
+                 {"key": "bad key"},
+                 {"key": done, "request": {"n": 1}},
+                 {"key": busy},
+                 {"key": done + "x", "fingerprint": "f", "unknown": 1},
+                 {"key": uniq("k"), "subject": ""}]
+        r = self.claims(op, items)
+        j = assert_status(self, r, 200)
+        got = [(x["key"], x["status"], x.get("code")) for x in j["items"]]
+        self.assertEqual(got, [(fresh, 201, None), ("bad key", 400, "idempotency_key_invalid"),
+                               (done, 200, None), (busy, 409, "request_in_progress"),
+                               (done + "x", 400, "invalid_request"),
+                               (items[5]["key"], 400, "invalid_request")])
+        self.assertEqual(j["items"][0]["attempt"], 1)
+        self.assertRegex(j["items"][0]["id"], r"^[0-9a-f]{32}$")
+        self.assertEqual(j["items"][2]["response"]["body"], {"ok": 1})
+        # a different request for a completed key, as a single claim would say
+        j = assert_status(self, self.claims(op, [{"key": done, "request": {"n": 2}}]), 200)
+        self.assertEqual(j["items"][0]["status"], 422)
+        self.assertEqual(j["items"][0]["code"], "fingerprint_mismatch")
+        # and each answer is what a single claim now answers
+        for item in items[:1] + items[2:4]:
+            self.assertIn(self.single(op, item).status, (200, 409), item)
+
+    def test_batch_refused_as_a_whole(self):
+        op = self.put_operation()
+        k = uniq("k")
+        for body in [{"items": []}, {"items": [{"key": uniq("k")}] * 1},
+                     {"items": [{"key": k}, {"key": k}]},
+                     {"items": [{"key": uniq("k%d" % i)} for i in range(501)]},
+                     {"items": "x"}, {"items": [], "other": 1}]:
+            r = self.client.post("/v1/operations/%s/claims" % op, body)
+            if body["items"] and isinstance(body["items"], list) and \
+                    len(body["items"]) == 1 and len(body) == 1:
+                assert_status(self, r, 200)
+                continue
+            assert_problem(self, r, 400, "invalid_request")
+        assert_problem(self, self.claims(uniq("nope"), [{"key": "a"}]), 422, "operation_unknown")
+
+    def test_one_round_trip_per_batch(self):
+        op = self.put_operation()
+        items = [{"key": uniq("m"), "request": {"i": i}} for i in range(500)]
+        b0 = metric(self.client, "idemd_db_batches_total")
+        j0 = metric(self.client, "idemd_db_batch_jobs_total")
+        j = assert_status(self, self.claims(op, items), 200)
+        self.assertEqual([x["status"] for x in j["items"]], [201] * 500)
+        self.assertEqual(metric(self.client, "idemd_db_batches_total") - b0, 1)
+        self.assertEqual(metric(self.client, "idemd_db_batch_jobs_total") - j0, 500)
+        comps = [{"key": x["key"], "attempt": 1, "status": 200, "body": {"i": i}}
+                 for i, x in enumerate(items)]
+        comps[7]["attempt"] = 2
+        comps[9]["status"] = 99
+        j = assert_status(self, self.completions(op, comps), 200)
+        st = [(x["status"], x.get("code")) for x in j["items"]]
+        self.assertEqual(st[7], (409, "lease_lost"))
+        self.assertEqual(st[9], (400, "invalid_request"))
+        self.assertEqual(st.count((200, None)), 498)
+        # replayed from then on, by batch and alone
+        j = assert_status(self, self.claims(op, items[:10]), 200)
+        self.assertEqual([x["status"] for x in j["items"]], [200, 200, 200, 200, 200, 200, 200,
+                                                             409, 200, 409])
+        self.assertEqual(j["items"][3]["response"]["body"], {"i": 3})
+        # never claimed, and completing twice with another body
+        j = assert_status(self, self.completions(op, [
+            {"key": uniq("never"), "attempt": 1, "status": 200},
+            {"key": items[0]["key"], "attempt": 1, "status": 200, "body": {"i": 0}},
+            {"key": items[1]["key"], "attempt": 1, "status": 200, "body": {"other": 1}}]), 200)
+        self.assertEqual([(x["status"], x.get("code")) for x in j["items"]],
+                         [(409, "not_in_progress"), (200, None), (409, "completion_conflict")])
+
+    def test_random_batches_match_the_model(self):
+        """Random batches over keys that are new, in progress or completed,
+        with matching or other requests: each item's answer is the one the
+        claim table gives a single claim (fingerprint first, then completed,
+        then in progress)."""
+        rnd = random.Random(20261123)
+        op = self.put_operation()
+        state = {}   # key -> (state, request)
+        for rnd_no in range(6):
+            keys = [uniq("r") for _ in range(rnd.randint(5, 40))]
+            pool = keys + rnd.sample(sorted(state), min(len(state), rnd.randint(0, 40)))
+            rnd.shuffle(pool)
+            items, expect = [], []
+            for k in pool:
+                req = {"v": rnd.randint(0, 2)}
+                items.append({"key": k, "request": req})
+                st = state.get(k)
+                if st is None:
+                    expect.append(201)
+                elif st[1] != req:
+                    expect.append(422)
+                elif st[0] == "completed":
+                    expect.append(200)
+                else:
+                    expect.append(409)
+            j = assert_status(self, self.claims(op, items), 200)
+            self.assertEqual([x["status"] for x in j["items"]], expect, "round %d" % rnd_no)
+            comps = []
+            for it, x in zip(items, j["items"]):
+                if x["status"] == 201:
+                    state[it["key"]] = ("in_progress", it["request"])
+                    if rnd.random() < 0.5:
+                        comps.append({"key": it["key"], "attempt": 1, "status": 200,
+                                      "body": it["request"]})
+            j = assert_status(self, self.completions(op, comps), 200) if comps else {"items": []}
+            for c, x in zip(comps, j["items"]):
+                self.assertEqual(x["status"], 200, x)
+                state[c["key"]] = ("completed", state[c["key"]][1])
+
+    def test_overlapping_batches_two_processes(self):
+        op = self.put_operation()
+        second = self.idemd.start()
+        keys = [uniq("o") for _ in range(300)]
+        clients = [Client(self.server.port, self.api_key), Client(second.port, self.api_key)]
+        results = [None] * 4
+
+        def worker(n):
+            ks = keys[n * 50:n * 50 + 200]
+            r = self.claims(op, [{"key": k} for k in ks], client=clients[n % 2])
+            results[n] = (ks, r)
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        won = {}
+        for ks, r in results:
+            j = assert_status(self, r, 200)
+            for k, x in zip(ks, j["items"]):
+                self.assertEqual(x["key"], k)
+                self.assertIn(x["status"], (201, 409), x)
+                if x["status"] == 201:
+                    won[k] = won.get(k, 0) + 1
+        self.assertEqual(sorted(won), sorted(keys))
+        self.assertEqual(set(won.values()), {1})
 
 
 if __name__ == "__main__":

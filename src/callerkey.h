@@ -1,0 +1,29 @@
+/* Caller keys: the keys callers bring themselves (a UUID, an event id, a
+ * business key), and the record each names under an operation. */
+#ifndef IDEMD_CALLERKEY_H
+#define IDEMD_CALLERKEY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+#include "token.h"
+
+#define CALLERKEY_MAX 255
+
+/* 1 when KEY (LEN bytes) is 1..255 bytes of visible ASCII (0x21-0x7E). */
+int callerkey_valid(const char *key, size_t len);
+
+/*
+ * The record KEY (LEN bytes, valid) names under operation OP of TENANT, in
+ * the form a verified token gives it (a token is one way to name a record,
+ * a key another): tenant, operation, record id (BLAKE2b-128 of the
+ * operation and the key: the same key under another operation is another
+ * record; tokens' ids are random, so the two never meet), no subject, and
+ * an expiry token_ttl_seconds from NOW (unix seconds), which only a first
+ * claim records.
+ */
+void callerkey_address(uint32_t tenant, const struct operation *op, const char *key, size_t len,
+		       int64_t now, struct token *t);
+
+#endif
