@@ -1,10 +1,14 @@
 /* idemd: command-line entry point — arguments, signals, start and stop. */
+#include <errno.h>
+#include <inttypes.h>
 #include <malloc.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "auth.h"
@@ -22,24 +26,58 @@
 
 #define EXIT_USAGE 2
 
-static const char usage[] =
-	"usage: idemd [--config FILE] COMMAND\n"
+/* What a usage error prints after naming what is wrong. */
+static const char usage_line[] =
+	"usage: idemd [--config FILE] serve | migrate [--status] | check-config\n"
+	"       idemd [--config FILE] tenant create NAME | tenant list | tenant delete NAME\n"
+	"       idemd [--config FILE] tenant key add NAME | tenant key revoke NAME KEY_ID\n"
+	"       idemd [--config FILE] keys rotate | master-key rotate --new FILE\n"
+	"       idemd --help | --version\n";
+
+static const char usage_more[] =
 	"\n"
 	"commands:\n"
-	"  serve               run the service (SIGTERM or SIGINT stops it cleanly)\n"
-	"  migrate             apply pending migrations; create the master key file if missing\n"
-	"  migrate --status    list migrations: applied, pending, or unknown (applied by a\n"
-	"                      newer idemd); exit 0 when current or ahead, 1 when any pending\n"
-	"  tenant create NAME  create a tenant; prints {\"tenant\",\"api_key\"}\n"
-	"  keys rotate         make a new active signing key\n"
-	"  check-config        validate the config file; exit 0 if valid, 2 if not\n"
+	"  serve                  run the service (SIGTERM or SIGINT stops it cleanly)\n"
+	"  migrate                apply pending migrations; create the master key file if missing\n"
+	"                         (never while the database holds signing keys)\n"
+	"  migrate --status       list migrations: applied, pending, or unknown (applied by a\n"
+	"                         newer idemd); exit 0 when current or ahead, 1 when any pending\n"
+	"  tenant create NAME     create a tenant; prints {\"tenant\",\"api_key\",\"key_id\"}\n"
+	"  tenant list            one JSON object per line: {\"tenant\",\"created_at\",\"key_ids\"}\n"
+	"  tenant delete NAME     delete a tenant with its API keys, operations, records, counters\n"
+	"  tenant key add NAME    another API key; prints {\"tenant\",\"api_key\",\"key_id\"}\n"
+	"  tenant key revoke NAME KEY_ID\n"
+	"                         revoke one API key; every idemd refuses it within 10 s\n"
+	"  keys rotate            make a new active signing key\n"
+	"  master-key rotate --new FILE\n"
+	"                         re-seal every signing key under the master key in FILE\n"
+	"                         (created with a fresh key if missing), in one transaction\n"
+	"  check-config           validate the config file; exit 0 if valid, 2 if not\n"
 	"\n"
 	"options:\n"
-	"  --config FILE       config file (default: $IDEMD_CONFIG, else ./idemd.json if present)\n"
-	"  --help              show this help\n"
-	"  --version           show the version\n"
+	"  --config FILE          config file (default: $IDEMD_CONFIG, else ./idemd.json if present)\n"
+	"  --help                 show this help\n"
+	"  --version              show the version\n"
 	"\n"
-	"environment: IDEMD_LISTEN and IDEMD_DATABASE_URL override the file.\n";
+	"environment: IDEMD_LISTEN and IDEMD_DATABASE_URL override the file. The master key\n"
+	"is read from $IDEMD_MASTER_KEY (64 hex characters) if set, else from\n"
+	"$CREDENTIALS_DIRECTORY/master.key (systemd) if present, else from master_key_file.\n"
+	"exit codes: 0 success, 1 runtime failure, 2 usage or configuration error.\n";
+
+/* Names what is wrong, then the usage line; returns EXIT_USAGE. */
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("idemd: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n\n%s", usage_line);
+	return EXIT_USAGE;
+}
 
 static int main_serve(const struct config *cfg)
 {
@@ -82,7 +120,16 @@ static int main_serve(const struct config *cfg)
 	if (chk.state == MIGRATE_AHEAD)
 		log_warn("serve: the database schema is ahead of this idemd: %s unknown "
 			 "(applied by a newer idemd); starting anyway", chk.unknown_names);
-	if (keys_refresh() < 0 || !keys_ready()) {
+	int krc = keys_refresh();
+	if (krc == KEYS_WRONG_MASTER) {
+		const char *where;
+		(void)keys_master_source(cfg->master_key_file, &where);
+		log_error("serve: refusing to start: %s cannot open the signing keys; use the "
+			  "master key the other instances use", where);
+		ret = EXIT_USAGE;
+		goto pool;
+	}
+	if (krc < 0 || !keys_ready()) {
 		log_error("serve: no signing key could be loaded; run 'idemd migrate' first");
 		goto pool;
 	}
@@ -124,50 +171,100 @@ keys:
 
 static int main_migrate(const struct config *cfg, int status)
 {
-	int created;
+	const char *where;
+	int64_t nkeys = 0;
 	uint32_t id;
+	int created, ret = 1;
 
 	/* reads only: no master key, no migration, no signing key */
 	if (status)
 		return migrate_status(cfg->database_url) == 0 ? 0 : 1;
-	if (keys_master_create(cfg->master_key_file, &created) < 0)
+	enum keys_source src = keys_master_source(cfg->master_key_file, &where);
+	if (db_pool_init(cfg->database_url, 1) < 0)
 		return 1;
-	if (created)
-		log_info("migrate: created master key file %s", cfg->master_key_file);
-	if (migrate_run(cfg->database_url) < 0)
-		return 1;
-	if (keys_init(cfg->master_key_file) < 0 || db_pool_init(cfg->database_url, 1) < 0)
-		return 1;
-	int ret = 1;
-	if (keys_create_first(&id) < 0)
+	if (store_keys_count(&nkeys) < 0) {
+		fprintf(stderr, "idemd: migrate: the database cannot be read\n");
 		goto out;
+	}
+	if (src == KEYS_SRC_FILE && access(cfg->master_key_file, F_OK) != 0 && errno == ENOENT) {
+		if (nkeys > 0) {
+			/* a fresh key would seal nothing the database holds, and
+			 * instances made with it could not verify each other's tokens */
+			fprintf(stderr, "idemd: migrate: the master key file %s is missing, but the "
+				"database holds %" PRId64 " signing key(s) sealed under a master key: "
+				"copy that file from an instance that has it (every instance must use "
+				"the same one); nothing was written\n", cfg->master_key_file, nkeys);
+			ret = EXIT_USAGE;
+			goto out;
+		}
+		if (keys_master_create(cfg->master_key_file, &created) < 0)
+			goto out;
+		if (created)
+			log_info("migrate: created master key file %s", cfg->master_key_file);
+	}
+	if (keys_init(cfg->master_key_file) < 0)
+		goto out;
+	if (nkeys > 0) {
+		int rc = keys_check();
+		if (rc == KEYS_WRONG_MASTER) {
+			fprintf(stderr, "idemd: migrate: %s cannot open the database's signing keys; "
+				"use the master key the other instances use; nothing was written\n",
+				where);
+			ret = EXIT_USAGE;
+			goto keys;
+		}
+		if (rc < 0)
+			goto keys;
+	}
+	if (migrate_run(cfg->database_url) < 0)
+		goto keys;
+	if (keys_create_first(&id) < 0)
+		goto keys;
 	if (id > 0)
 		log_info("migrate: created signing key %u", (unsigned)id);
 	ret = 0;
+keys:
+	keys_shutdown();
 out:
 	db_pool_close();
-	keys_shutdown();
 	return ret;
+}
+
+/* 1 when NAME is a valid tenant name, else says why (exit 2 follows). */
+static int tenant_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (n == 0 || n > 64 ||
+	    strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != n) {
+		fprintf(stderr, "idemd: tenant names are 1 to 64 characters of [A-Za-z0-9._-], "
+			"not '%s'\n", name);
+		return 0;
+	}
+	return 1;
+}
+
+/* Prints {"tenant","api_key","key_id"}; 0 or 1. */
+static int print_new_key(const char *name, const char *key, uint32_t key_id)
+{
+	printf("{\"tenant\":\"%s\",\"api_key\":\"%s\",\"key_id\":%" PRIu32 "}\n", name, key, key_id);
+	return fflush(stdout) == 0 ? 0 : 1;
 }
 
 static int main_tenant_create(const struct config *cfg, const char *name)
 {
 	char key[AUTH_KEY_CHARS + 8];
 	uint8_t hash[32];
-	uint32_t id;
+	uint32_t id, key_id;
 	int exists, ret = 1;
-	size_t n = strlen(name);
 
-	if (n == 0 || n > 64 ||
-	    strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != n) {
-		fprintf(stderr, "idemd: tenant names are 1 to 64 characters of [A-Za-z0-9._-]\n");
+	if (!tenant_name_ok(name))
 		return EXIT_USAGE;
-	}
 	if (db_pool_init(cfg->database_url, 1) < 0)
 		return 1;
 	auth_key_generate(key, sizeof(key));
 	auth_key_hash(key, strlen(key), hash);
-	if (store_tenant_create(name, hash, &id, &exists) < 0) {
+	if (store_tenant_create(name, hash, &id, &key_id, &exists) < 0) {
 		fprintf(stderr, "idemd: could not create the tenant (is the database migrated?)\n");
 		goto out;
 	}
@@ -175,16 +272,131 @@ static int main_tenant_create(const struct config *cfg, const char *name)
 		fprintf(stderr, "idemd: tenant %s already exists\n", name);
 		goto out;
 	}
-	printf("{\"tenant\":\"%s\",\"api_key\":\"%s\"}\n", name, key);
-	ret = fflush(stdout) == 0 ? 0 : 1;
+	ret = print_new_key(name, key, key_id);
 out:
 	sodium_memzero(key, sizeof(key));
+	sodium_memzero(hash, sizeof(hash));
+	db_pool_close();
+	return ret;
+}
+
+static int main_tenant_list(const struct config *cfg)
+{
+	struct tenant_info *t = NULL;
+	size_t n = 0;
+	int ret = 1;
+
+	if (db_pool_init(cfg->database_url, 1) < 0)
+		return 1;
+	if (store_tenant_list(&t, &n) < 0) {
+		fprintf(stderr, "idemd: could not list the tenants (is the database migrated?)\n");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char at[32];
+		struct tm tm;
+		time_t secs = (time_t)t[i].ti_created_at;
+		json_t *ids = json_array();
+		if (ids == NULL || gmtime_r(&secs, &tm) == NULL) {
+			json_decref(ids);
+			goto out;
+		}
+		strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		for (size_t k = 0; k < t[i].ti_nkeys; k++)
+			json_array_append_new(ids, json_integer(t[i].ti_key_ids[k]));
+		json_t *o = json_pack("{s:s, s:s, s:o}", "tenant", t[i].ti_name, "created_at", at,
+				      "key_ids", ids);
+		char *line = o != NULL ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+		json_decref(o);
+		if (line == NULL)
+			goto out;
+		puts(line);
+		free(line);
+	}
+	ret = fflush(stdout) == 0 ? 0 : 1;
+out:
+	store_tenants_free(t, n);
+	db_pool_close();
+	return ret;
+}
+
+static int main_tenant_delete(const struct config *cfg, const char *name)
+{
+	int found, ret = 1;
+
+	if (db_pool_init(cfg->database_url, 1) < 0)
+		return 1;
+	if (store_tenant_delete(name, &found) < 0) {
+		fprintf(stderr, "idemd: could not delete the tenant (is the database migrated?)\n");
+		goto out;
+	}
+	if (!found) {
+		fprintf(stderr, "idemd: no tenant named '%s'; nothing deleted\n", name);
+		goto out;
+	}
+	printf("{\"tenant\":\"%s\",\"deleted\":true}\n", name);
+	ret = fflush(stdout) == 0 ? 0 : 1;
+out:
+	db_pool_close();
+	return ret;
+}
+
+static int main_tenant_key_add(const struct config *cfg, const char *name)
+{
+	char key[AUTH_KEY_CHARS + 8];
+	uint8_t hash[32];
+	uint32_t key_id;
+	int found, ret = 1;
+
+	if (db_pool_init(cfg->database_url, 1) < 0)
+		return 1;
+	auth_key_generate(key, sizeof(key));
+	auth_key_hash(key, strlen(key), hash);
+	if (store_api_key_add(name, hash, &key_id, &found) < 0) {
+		fprintf(stderr, "idemd: could not add the key (is the database migrated?)\n");
+		goto out;
+	}
+	if (!found) {
+		fprintf(stderr, "idemd: no tenant named '%s'; no key added\n", name);
+		goto out;
+	}
+	ret = print_new_key(name, key, key_id);
+out:
+	sodium_memzero(key, sizeof(key));
+	sodium_memzero(hash, sizeof(hash));
+	db_pool_close();
+	return ret;
+}
+
+static int main_tenant_key_revoke(const struct config *cfg, const char *name, uint32_t key_id)
+{
+	int tenant_found, key_found, ret = 1;
+
+	if (db_pool_init(cfg->database_url, 1) < 0)
+		return 1;
+	if (store_api_key_revoke(name, key_id, &tenant_found, &key_found) < 0) {
+		fprintf(stderr, "idemd: could not revoke the key (is the database migrated?)\n");
+		goto out;
+	}
+	if (!tenant_found) {
+		fprintf(stderr, "idemd: no tenant named '%s'; nothing revoked\n", name);
+		goto out;
+	}
+	if (!key_found) {
+		fprintf(stderr, "idemd: tenant '%s' has no API key %" PRIu32 "; nothing revoked\n",
+			name, key_id);
+		goto out;
+	}
+	printf("{\"tenant\":\"%s\",\"key_id\":%" PRIu32 ",\"revoked\":true}\n", name, key_id);
+	ret = fflush(stdout) == 0 ? 0 : 1;
+out:
 	db_pool_close();
 	return ret;
 }
 
 static int main_keys_rotate(const struct config *cfg)
 {
+	const char *where;
 	uint32_t id;
 	int ret = 1;
 
@@ -192,7 +404,15 @@ static int main_keys_rotate(const struct config *cfg)
 		return 1;
 	if (db_pool_init(cfg->database_url, 1) < 0)
 		goto out;
-	if (keys_rotate(&id) < 0) {
+	int rc = keys_rotate(&id);
+	if (rc == KEYS_WRONG_MASTER) {
+		(void)keys_master_source(cfg->master_key_file, &where);
+		fprintf(stderr, "idemd: keys rotate: %s cannot open the active signing key; use the "
+			"master key the other instances use; nothing was written\n", where);
+		ret = EXIT_USAGE;
+		goto pool;
+	}
+	if (rc < 0) {
 		fprintf(stderr, "idemd: could not rotate the signing key\n");
 		goto pool;
 	}
@@ -205,79 +425,273 @@ out:
 	return ret;
 }
 
+static int main_master_key_rotate(const struct config *cfg, const char *new_file)
+{
+	const char *where;
+	size_t n;
+	int created, ret = 1;
+
+	if (keys_init(cfg->master_key_file) < 0)
+		return 1;
+	(void)keys_master_source(cfg->master_key_file, &where);
+	if (db_pool_init(cfg->database_url, 1) < 0)
+		goto out;
+	int rc = keys_master_rotate(new_file, &created, &n);
+	if (rc == KEYS_WRONG_MASTER) {
+		fprintf(stderr, "idemd: master-key rotate: nothing was changed\n");
+		ret = EXIT_USAGE;
+		goto pool;
+	}
+	if (rc < 0) {
+		fprintf(stderr, "idemd: master-key rotate: the signing keys were not re-sealed%s\n",
+			created ? " (the new master key file was created and may be deleted)" : "");
+		goto pool;
+	}
+	printf("{\"resealed\":%zu,\"master_key_file\":\"%s\"}\n", n, new_file);
+	fprintf(stderr, "idemd: every signing key is now sealed under %s%s; give every instance "
+		"that file as its master key (running ones go on with the keys they hold) and then "
+		"destroy %s\n", new_file, created ? " (a new random key)" : "", where);
+	ret = fflush(stdout) == 0 ? 0 : 1;
+pool:
+	db_pool_close();
+out:
+	keys_shutdown();
+	return ret;
+}
+
+/* Parses KEY_ID: a decimal number 1..2^31-1. */
+static int parse_key_id(const char *s, uint32_t *id)
+{
+	char *end;
+
+	if (s[0] < '0' || s[0] > '9')
+		return -1;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v == 0 || v > INT32_MAX)
+		return -1;
+	*id = (uint32_t)v;
+	return 0;
+}
+
+/* What the command line asks for. */
+enum cmd {
+	CMD_SERVE, CMD_MIGRATE, CMD_CHECK_CONFIG, CMD_TENANT_CREATE, CMD_TENANT_LIST,
+	CMD_TENANT_DELETE, CMD_TENANT_KEY_ADD, CMD_TENANT_KEY_REVOKE, CMD_KEYS_ROTATE,
+	CMD_MASTER_KEY_ROTATE,
+};
+
+/* Checks that ARGS[FROM..NARGS) is empty; else says which is too many. */
+static int no_more(const char *what, const char *const *args, int nargs, int from)
+{
+	if (nargs <= from)
+		return 0;
+	usage_error("%s takes no more arguments, got '%s'", what, args[from]);
+	return -1;
+}
+
+/* Maps the words of the command line to a command; EXIT_USAGE after saying
+ * what is wrong. */
+static int parse_command(const char *const *args, int nargs, enum cmd *cmd)
+{
+	const char *c = args[0];
+
+	if (strcmp(c, "serve") == 0 || strcmp(c, "migrate") == 0 ||
+	    strcmp(c, "check-config") == 0) {
+		*cmd = c[0] == 's' ? CMD_SERVE : c[0] == 'm' ? CMD_MIGRATE : CMD_CHECK_CONFIG;
+		return no_more(c, args, nargs, 1) < 0 ? EXIT_USAGE : 0;
+	}
+	if (strcmp(c, "tenant") == 0) {
+		if (nargs < 2)
+			return usage_error("tenant needs a command: create, list, delete or key");
+		const char *sub = args[1];
+		if (strcmp(sub, "list") == 0) {
+			*cmd = CMD_TENANT_LIST;
+			return no_more("tenant list", args, nargs, 2) < 0 ? EXIT_USAGE : 0;
+		}
+		if (strcmp(sub, "create") == 0 || strcmp(sub, "delete") == 0) {
+			*cmd = sub[0] == 'c' ? CMD_TENANT_CREATE : CMD_TENANT_DELETE;
+			if (nargs < 3)
+				return usage_error("tenant %s needs a NAME", sub);
+			return no_more(sub[0] == 'c' ? "tenant create NAME" : "tenant delete NAME",
+				       args, nargs, 3) < 0 ? EXIT_USAGE : 0;
+		}
+		if (strcmp(sub, "key") == 0) {
+			if (nargs < 3)
+				return usage_error("tenant key needs a command: add or revoke");
+			if (strcmp(args[2], "add") == 0) {
+				*cmd = CMD_TENANT_KEY_ADD;
+				if (nargs < 4)
+					return usage_error("tenant key add needs a NAME");
+				return no_more("tenant key add NAME", args, nargs, 4) < 0 ?
+					       EXIT_USAGE : 0;
+			}
+			if (strcmp(args[2], "revoke") == 0) {
+				*cmd = CMD_TENANT_KEY_REVOKE;
+				if (nargs < 5)
+					return usage_error("tenant key revoke needs a NAME and a "
+							   "KEY_ID");
+				return no_more("tenant key revoke NAME KEY_ID", args, nargs, 5) < 0 ?
+					       EXIT_USAGE : 0;
+			}
+			return usage_error("unknown tenant key command '%s' (add or revoke)",
+					   args[2]);
+		}
+		return usage_error("unknown tenant command '%s' (create, list, delete or key)",
+				   sub);
+	}
+	if (strcmp(c, "keys") == 0) {
+		if (nargs < 2)
+			return usage_error("keys needs a command: rotate");
+		if (strcmp(args[1], "rotate") != 0)
+			return usage_error("unknown keys command '%s' (rotate)", args[1]);
+		*cmd = CMD_KEYS_ROTATE;
+		return no_more("keys rotate", args, nargs, 2) < 0 ? EXIT_USAGE : 0;
+	}
+	if (strcmp(c, "master-key") == 0) {
+		if (nargs < 2)
+			return usage_error("master-key needs a command: rotate --new FILE");
+		if (strcmp(args[1], "rotate") != 0)
+			return usage_error("unknown master-key command '%s' (rotate --new FILE)",
+					   args[1]);
+		*cmd = CMD_MASTER_KEY_ROTATE;
+		return no_more("master-key rotate", args, nargs, 2) < 0 ? EXIT_USAGE : 0;
+	}
+	return usage_error("unknown command '%s'", c);
+}
+
+/* Where the config file comes from, for check-config's report. */
+static const char *config_origin = "--config";
+
 int main(int argc, char **argv)
 {
 	const char *config_path = getenv("IDEMD_CONFIG");
-	const char *args[4] = { NULL };
+	const char *new_file = NULL;
+	const char *args[8] = { NULL };
 	int nargs = 0, status = 0;
+	uint32_t key_id = 0;
 	char err[512];
 	struct config cfg;
+	enum cmd cmd = CMD_SERVE;
 
+	if (config_path != NULL && config_path[0] == '\0')
+		config_path = NULL;
+	if (config_path != NULL)
+		config_origin = "$IDEMD_CONFIG";
 	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-			fputs(usage, stdout);
+		const char *a = argv[i];
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			fputs(usage_line, stdout);
+			fputs(usage_more, stdout);
 			return 0;
 		}
-		if (strcmp(argv[i], "--version") == 0) {
+		if (strcmp(a, "--version") == 0) {
 			printf("idemd %s\n", IDEMD_VERSION);
 			return 0;
 		}
-		if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
-			config_path = argv[++i];
-		} else if (strncmp(argv[i], "--config=", 9) == 0) {
-			config_path = argv[i] + 9;
-		} else if (strcmp(argv[i], "--status") == 0) {
+		if (strcmp(a, "--config") == 0 || strcmp(a, "--new") == 0) {
+			if (i + 1 >= argc || argv[i + 1][0] == '\0')
+				return usage_error("%s needs a FILE", a);
+			if (a[2] == 'c') {
+				config_path = argv[++i];
+				config_origin = "--config";
+			} else {
+				new_file = argv[++i];
+			}
+		} else if (strncmp(a, "--config=", 9) == 0 || strncmp(a, "--new=", 6) == 0) {
+			const char *v = strchr(a, '=') + 1;
+			if (v[0] == '\0')
+				return usage_error("%.*s needs a FILE", (int)(v - a - 1), a);
+			if (a[2] == 'c') {
+				config_path = v;
+				config_origin = "--config";
+			} else {
+				new_file = v;
+			}
+		} else if (strcmp(a, "--status") == 0) {
 			status = 1;
-		} else if (argv[i][0] == '-' || nargs == 3) {
-			fprintf(stderr, "idemd: unexpected argument %s\n\n%s", argv[i], usage);
-			return EXIT_USAGE;
+		} else if (a[0] == '-' && a[1] != '\0') {
+			return usage_error("unknown option '%s'", a);
+		} else if (nargs == (int)(sizeof(args) / sizeof(args[0]))) {
+			return usage_error("too many arguments, from '%s' on", a);
 		} else {
-			args[nargs++] = argv[i];
+			args[nargs++] = a;
 		}
 	}
-	if (nargs == 0) {
-		fputs(usage, stderr);
-		return EXIT_USAGE;
-	}
-	if (config_path == NULL && access("idemd.json", F_OK) == 0)
+	if (nargs == 0)
+		return usage_error("no command given");
+	int rc = parse_command(args, nargs, &cmd);
+	if (rc != 0)
+		return rc;
+	if (status && cmd != CMD_MIGRATE)
+		return usage_error("--status goes only with migrate, alone");
+	if (new_file != NULL && cmd != CMD_MASTER_KEY_ROTATE)
+		return usage_error("--new goes only with master-key rotate");
+	if (cmd == CMD_MASTER_KEY_ROTATE && new_file == NULL)
+		return usage_error("master-key rotate needs --new FILE (the new master key file; "
+				   "created with a fresh key if missing)");
+	if (cmd == CMD_TENANT_KEY_REVOKE && parse_key_id(args[4], &key_id) < 0)
+		return usage_error("KEY_ID must be a positive integer (as tenant list shows it), "
+				   "not '%s'", args[4]);
+	if (config_path == NULL && access("idemd.json", F_OK) == 0) {
 		config_path = "idemd.json";
-
-	const char *cmd = args[0];
-	if (status && !(strcmp(cmd, "migrate") == 0 && nargs == 1)) {
-		fprintf(stderr, "idemd: --status goes only with migrate, alone\n\n%s", usage);
-		return EXIT_USAGE;
-	}
-	int known = (strcmp(cmd, "serve") == 0 && nargs == 1) ||
-		    (strcmp(cmd, "migrate") == 0 && nargs == 1) ||
-		    (strcmp(cmd, "check-config") == 0 && nargs == 1) ||
-		    (strcmp(cmd, "tenant") == 0 && nargs == 3 && strcmp(args[1], "create") == 0) ||
-		    (strcmp(cmd, "keys") == 0 && nargs == 2 && strcmp(args[1], "rotate") == 0);
-	if (!known) {
-		fprintf(stderr, "idemd: unknown command\n\n%s", usage);
-		return EXIT_USAGE;
+		config_origin = "./idemd.json";
 	}
 	if (sodium_init() < 0) {
 		fprintf(stderr, "idemd: libsodium could not be initialised\n");
 		return 1;
 	}
 	if (config_load(&cfg, config_path, err, sizeof(err)) < 0) {
-		fprintf(stderr, "idemd: %s\n", err);
+		if (cmd == CMD_CHECK_CONFIG && config_path == NULL)
+			fprintf(stderr, "idemd: no config file found (no --config, $IDEMD_CONFIG "
+				"unset, no idemd.json in the current directory); from defaults and "
+				"the environment: %s\n", err);
+		else
+			fprintf(stderr, "idemd: %s\n", err);
 		return EXIT_USAGE;
 	}
 	signal(SIGPIPE, SIG_IGN);
 
 	int ret;
-	if (strcmp(cmd, "check-config") == 0) {
-		fprintf(stderr, "idemd: %s is valid\n", config_path ? config_path : "the configuration");
+	switch (cmd) {
+	case CMD_CHECK_CONFIG:
+		if (config_path != NULL)
+			fprintf(stderr, "idemd: config file %s (from %s) is valid\n", config_path,
+				config_origin);
+		else
+			fprintf(stderr, "idemd: no config file found (no --config, $IDEMD_CONFIG "
+				"unset, no idemd.json in the current directory); the defaults with "
+				"the environment are valid\n");
 		ret = 0;
-	} else if (strcmp(cmd, "serve") == 0) {
+		break;
+	case CMD_SERVE:
 		ret = main_serve(&cfg);
-	} else if (strcmp(cmd, "migrate") == 0) {
+		break;
+	case CMD_MIGRATE:
 		ret = main_migrate(&cfg, status);
-	} else if (strcmp(cmd, "tenant") == 0) {
+		break;
+	case CMD_TENANT_CREATE:
 		ret = main_tenant_create(&cfg, args[2]);
-	} else {
+		break;
+	case CMD_TENANT_LIST:
+		ret = main_tenant_list(&cfg);
+		break;
+	case CMD_TENANT_DELETE:
+		ret = main_tenant_delete(&cfg, args[2]);
+		break;
+	case CMD_TENANT_KEY_ADD:
+		ret = main_tenant_key_add(&cfg, args[3]);
+		break;
+	case CMD_TENANT_KEY_REVOKE:
+		ret = main_tenant_key_revoke(&cfg, args[3], key_id);
+		break;
+	case CMD_KEYS_ROTATE:
 		ret = main_keys_rotate(&cfg);
+		break;
+	case CMD_MASTER_KEY_ROTATE:
+	default:
+		ret = main_master_key_rotate(&cfg, new_file);
+		break;
 	}
 	config_free(&cfg);
 	return ret;

@@ -16,6 +16,8 @@ enum {
 	ST_KEYS_LOAD, ST_KEYS_NEWEST, ST_KEY_INSERT, ST_KEY_FIRST, ST_KEYS_PRUNE,
 	ST_CLAIM, ST_COMPLETE, ST_RELEASE, ST_REVOKE, ST_RECORD_GET,
 	ST_VERSION_GET, ST_VERSION_BUMP, ST_SWEEP, ST_CLAIM_MANY, ST_COMPLETE_MANY,
+	ST_TENANT_LIST, ST_TENANT_DELETE, ST_APIKEY_ADD, ST_APIKEY_REVOKE,
+	ST_KEYS_TABLE, ST_KEYS_COUNT, ST_KEYS_RESEAL,
 };
 
 #define OP_COLUMNS "id, tenant_id, name, token_ttl_seconds, retention_seconds, " \
@@ -24,8 +26,21 @@ enum {
 
 static const struct db_stmt st_tenant_create = { ST_TENANT_CREATE, "tenant_create",
 	"WITH t AS (INSERT INTO tenants(name) VALUES ($1) ON CONFLICT (name) DO NOTHING RETURNING id), "
-	"k AS (INSERT INTO api_keys(key_hash, tenant_id) SELECT $2, id FROM t RETURNING tenant_id) "
-	"SELECT tenant_id FROM k", 2 };
+	"k AS (INSERT INTO api_keys(key_hash, tenant_id) SELECT $2, id FROM t RETURNING tenant_id, id) "
+	"SELECT tenant_id, id FROM k", 2 };
+static const struct db_stmt st_tenant_list = { ST_TENANT_LIST, "tenant_list",
+	"SELECT t.name, extract(epoch from t.created_at)::bigint, "
+	"coalesce(string_agg(k.id::text, ',' ORDER BY k.id), '') "
+	"FROM tenants t LEFT JOIN api_keys k ON k.tenant_id = t.id GROUP BY t.id ORDER BY t.name", 0 };
+static const struct db_stmt st_tenant_delete = { ST_TENANT_DELETE, "tenant_delete",
+	"SELECT idemd_tenant_delete($1)", 1 };
+static const struct db_stmt st_apikey_add = { ST_APIKEY_ADD, "apikey_add",
+	"INSERT INTO api_keys(key_hash, tenant_id) SELECT $2, id FROM tenants WHERE name = $1 "
+	"RETURNING id", 2 };
+static const struct db_stmt st_apikey_revoke = { ST_APIKEY_REVOKE, "apikey_revoke",
+	"WITH t AS (SELECT id FROM tenants WHERE name = $1), "
+	"d AS (DELETE FROM api_keys k USING t WHERE k.tenant_id = t.id AND k.id = $2 RETURNING k.id) "
+	"SELECT (SELECT count(*) FROM t), (SELECT count(*) FROM d)", 2 };
 static const struct db_stmt st_tenant_by_key = { ST_TENANT_BY_KEY, "tenant_by_key",
 	"SELECT tenant_id FROM api_keys WHERE key_hash = $1", 1 };
 static const struct db_stmt st_tenant_by_name = { ST_TENANT_BY_NAME, "tenant_by_name",
@@ -53,6 +68,12 @@ static const struct db_stmt st_key_insert = { ST_KEY_INSERT, "key_insert",
 	"INSERT INTO signing_keys(sealed) VALUES ($1) RETURNING id", 1 };
 static const struct db_stmt st_key_first = { ST_KEY_FIRST, "key_first",
 	"SELECT idemd_first_key($1)", 1 };
+static const struct db_stmt st_keys_table = { ST_KEYS_TABLE, "keys_table",
+	"SELECT to_regclass('signing_keys') IS NOT NULL", 0 };
+static const struct db_stmt st_keys_count = { ST_KEYS_COUNT, "keys_count",
+	"SELECT count(*) FROM signing_keys", 0 };
+static const struct db_stmt st_keys_reseal = { ST_KEYS_RESEAL, "keys_reseal",
+	"SELECT idemd_reseal_keys($1::int[], $2::bytea[], $3::bytea[])", 3 };
 static const struct db_stmt st_keys_prune = { ST_KEYS_PRUNE, "keys_prune",
 	"DELETE FROM signing_keys WHERE retired_at < now() - make_interval(secs => $1)", 1 };
 static const struct db_stmt st_claim = { ST_CLAIM, "claim",
@@ -160,7 +181,7 @@ static int store_read_response(const PGresult *r, int row, int col, struct store
 }
 
 int store_tenant_create(const char *name, const uint8_t key_hash[STORE_HASH_BYTES],
-			uint32_t *tenant_id, int *exists)
+			uint32_t *tenant_id, uint32_t *key_id, int *exists)
 {
 	const char *v[] = { name, (const char *)key_hash };
 	const int len[] = { 0, STORE_HASH_BYTES }, fmt[] = { 0, 1 };
@@ -170,8 +191,111 @@ int store_tenant_create(const char *name, const uint8_t key_hash[STORE_HASH_BYTE
 		return -1;
 	*exists = PQntuples(r) == 0;
 	*tenant_id = *exists ? 0 : (uint32_t)store_i64(r, 0, 0);
+	*key_id = *exists ? 0 : (uint32_t)store_i64(r, 0, 1);
 	PQclear(r);
 	return 0;
+}
+
+void store_tenants_free(struct tenant_info *t, size_t n)
+{
+	for (size_t i = 0; t != NULL && i < n; i++)
+		free(t[i].ti_key_ids);
+	free(t);
+}
+
+/* Parses "1,3,7" into a new array (free()); 0 or -1. */
+static int store_id_list(const char *s, uint32_t **ids, size_t *n)
+{
+	size_t cap = 1;
+
+	for (const char *p = s; *p != '\0'; p++)
+		cap += *p == ',';
+	*n = 0;
+	*ids = calloc(cap, sizeof(**ids));
+	if (*ids == NULL)
+		return -1;
+	while (*s != '\0') {
+		char *end;
+		(*ids)[(*n)++] = (uint32_t)strtoul(s, &end, 10);
+		s = *end == ',' ? end + 1 : end;
+		if (end == s && *s != '\0')
+			return -1;
+	}
+	return 0;
+}
+
+int store_tenant_list(struct tenant_info **tenants, size_t *n)
+{
+	PGresult *r = store_run(&st_tenant_list, NULL, NULL, NULL);
+
+	if (r == NULL)
+		return -1;
+	int rows = PQntuples(r);
+	*tenants = calloc(rows > 0 ? (size_t)rows : 1, sizeof(**tenants));
+	if (*tenants == NULL) {
+		PQclear(r);
+		return -1;
+	}
+	for (int i = 0; i < rows; i++) {
+		struct tenant_info *t = &(*tenants)[i];
+		snprintf(t->ti_name, sizeof(t->ti_name), "%s", PQgetvalue(r, i, 0));
+		t->ti_created_at = store_i64(r, i, 1);
+		if (store_id_list(PQgetvalue(r, i, 2), &t->ti_key_ids, &t->ti_nkeys) < 0) {
+			store_tenants_free(*tenants, (size_t)i + 1);
+			*tenants = NULL;
+			PQclear(r);
+			return -1;
+		}
+	}
+	*n = (size_t)rows;
+	PQclear(r);
+	return 0;
+}
+
+int store_tenant_delete(const char *name, int *found)
+{
+	const char *v[] = { name };
+	PGresult *r = store_run(&st_tenant_delete, v, NULL, NULL);
+
+	if (r == NULL)
+		return -1;
+	*found = PQntuples(r) == 1 && store_bool(r, 0, 0);
+	PQclear(r);
+	return 0;
+}
+
+int store_api_key_add(const char *tenant, const uint8_t key_hash[STORE_HASH_BYTES],
+		      uint32_t *key_id, int *found)
+{
+	const char *v[] = { tenant, (const char *)key_hash };
+	const int len[] = { 0, STORE_HASH_BYTES }, fmt[] = { 0, 1 };
+	PGresult *r = store_run(&st_apikey_add, v, len, fmt);
+
+	if (r == NULL)
+		return -1;
+	*found = PQntuples(r) == 1;
+	*key_id = *found ? (uint32_t)store_i64(r, 0, 0) : 0;
+	PQclear(r);
+	return 0;
+}
+
+int store_api_key_revoke(const char *tenant, uint32_t key_id, int *tenant_found,
+			 int *key_found)
+{
+	char id[16];
+
+	snprintf(id, sizeof(id), "%" PRIu32, key_id);
+	const char *v[] = { tenant, id };
+	PGresult *r = store_run(&st_apikey_revoke, v, NULL, NULL);
+	if (r == NULL)
+		return -1;
+	int rc = PQntuples(r) == 1 ? 0 : -1;
+	if (rc == 0) {
+		*tenant_found = store_i64(r, 0, 0) > 0;
+		*key_found = store_i64(r, 0, 1) > 0;
+	}
+	PQclear(r);
+	return rc;
 }
 
 int store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tenant_id,
@@ -348,6 +472,25 @@ int store_key_insert(const unsigned char *sealed, size_t len, int first_only, ui
 	if (r == NULL)
 		return -1;
 	*id = (uint32_t)store_i64(r, 0, 0);
+	PQclear(r);
+	return 0;
+}
+
+int store_keys_count(int64_t *n)
+{
+	PGresult *r = store_run(&st_keys_table, NULL, NULL, NULL);
+
+	if (r == NULL)
+		return -1;
+	int present = store_bool(r, 0, 0);
+	PQclear(r);
+	*n = 0;
+	if (!present)
+		return 0;
+	r = store_run(&st_keys_count, NULL, NULL, NULL);
+	if (r == NULL)
+		return -1;
+	*n = store_i64(r, 0, 0);
 	PQclear(r);
 	return 0;
 }
@@ -823,4 +966,34 @@ int store_sweep(int limit, int64_t *after_ms, int *deleted)
 	*after_ms = store_i64(r, 0, 1);
 	PQclear(r);
 	return 0;
+}
+
+/* Signing keys again: the re-seal needs the array helpers above. */
+int store_keys_reseal(const struct sealed_key *old, const unsigned char *const *sealed,
+		      const size_t *lens, size_t n, int *ok)
+{
+	struct store_array arrs[3] = { { 0 } };
+	PGresult *r = NULL;
+	int rc = -1;
+
+	*ok = 1;
+	if (n == 0)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		store_array_i64(&arrs[0], old[i].sk_id);
+		store_array_bytea(&arrs[1], old[i].sk_sealed, old[i].sk_len);
+		store_array_bytea(&arrs[2], sealed[i], lens[i]);
+	}
+	if (store_arrays_close(arrs, 3) < 0)
+		goto done;
+	const char *v[] = { arrs[0].sa_buf, arrs[1].sa_buf, arrs[2].sa_buf };
+	r = store_run(&st_keys_reseal, v, NULL, NULL);
+	if (r == NULL || PQntuples(r) != 1)
+		goto done;
+	*ok = store_bool(r, 0, 0);
+	rc = 0;
+done:
+	PQclear(r);
+	store_arrays_free(arrs, 3);
+	return rc;
 }

@@ -35,9 +35,30 @@ struct stored_response {
 
 void store_response_free(struct stored_response *r);
 
-/* Tenants and API keys. */
+/* Tenants and API keys. *exists = 1 (nothing written) when NAME is taken;
+ * else *key_id is the id of the tenant's first API key. */
 int store_tenant_create(const char *name, const uint8_t key_hash[STORE_HASH_BYTES],
-			uint32_t *tenant_id, int *exists) IDEMD_WUR;
+			uint32_t *tenant_id, uint32_t *key_id, int *exists) IDEMD_WUR;
+
+struct tenant_info {
+	char ti_name[STORE_NAME_MAX + 1];
+	int64_t ti_created_at;  /* unix seconds */
+	uint32_t *ti_key_ids;   /* owned, ascending */
+	size_t ti_nkeys;
+};
+/* Fills a new array (store_tenants_free()) with every tenant, by name. */
+int store_tenant_list(struct tenant_info **tenants, size_t *n) IDEMD_WUR;
+void store_tenants_free(struct tenant_info *tenants, size_t n);
+/* Deletes the tenant NAME with its records, counters, operations and API
+ * keys, in one transaction; *found = 0 (nothing written) when none. */
+int store_tenant_delete(const char *name, int *found) IDEMD_WUR;
+/* Adds an API key to the tenant NAME; *found = 0 (nothing written) when none. */
+int store_api_key_add(const char *tenant, const uint8_t key_hash[STORE_HASH_BYTES],
+		      uint32_t *key_id, int *found) IDEMD_WUR;
+/* Deletes API key KEY_ID of the tenant NAME; *key_found = 0 when the tenant
+ * has no such key (nothing written). */
+int store_api_key_revoke(const char *tenant, uint32_t key_id, int *tenant_found,
+			 int *key_found) IDEMD_WUR;
 /* *found = 0 when no key has that hash. */
 int store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tenant_id,
 			int *found) IDEMD_WUR;
@@ -67,6 +88,15 @@ int store_keys_newest(uint32_t *id) IDEMD_WUR;
  * With FIRST_ONLY, adds it only when no key exists (*id = 0 otherwise). */
 int store_key_insert(const unsigned char *sealed, size_t len, int first_only,
 		     uint32_t *id) IDEMD_WUR;
+/* How many signing keys exist; 0 when the schema is not there yet. */
+int store_keys_count(int64_t *n) IDEMD_WUR;
+/*
+ * Replaces every signing key's sealed form at once: OLD (as store_keys_load
+ * gave them, by id) gets SEALED[i] (LENS[i] bytes). *ok = 0, nothing
+ * written, when the table no longer holds exactly OLD.
+ */
+int store_keys_reseal(const struct sealed_key *old, const unsigned char *const *sealed,
+		      const size_t *lens, size_t n, int *ok) IDEMD_WUR;
 /* Deletes keys retired more than MAX_AGE seconds ago. */
 int store_keys_prune(int64_t max_age_seconds) IDEMD_WUR;
 

@@ -369,7 +369,8 @@ class TenantCreate(unittest.TestCase):
         lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
         self.assertEqual(len(lines), 1, p.stdout)
         obj = json.loads(lines[0])
-        self.assertEqual(set(obj), {"tenant", "api_key"})
+        self.assertEqual(set(obj), {"tenant", "api_key", "key_id"})
+        self.assertIsInstance(obj["key_id"], int)
         self.assertEqual(obj["tenant"], name)
         self.assertIsInstance(obj["api_key"], str)
         self.assertGreaterEqual(len(obj["api_key"]), 32)
