@@ -1,7 +1,10 @@
-/* Caller keys: their form, and the record id each names. */
+/* Caller keys: their form, the record id each names, and the key a gateway
+ * route derives from a request (a header, a JSON member). */
 #include "callerkey.h"
 
 #include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int callerkey_valid(const char *key, size_t len)
@@ -15,7 +18,7 @@ int callerkey_valid(const char *key, size_t len)
 }
 
 void callerkey_address(uint32_t tenant, const struct operation *op, const char *key, size_t len,
-		       int64_t now, struct token *t)
+		       const uint8_t *scope, int64_t now, struct token *t)
 {
 	crypto_generichash_state st;
 	uint32_t id = op->op_id;
@@ -28,7 +31,95 @@ void callerkey_address(uint32_t tenant, const struct operation *op, const char *
 	crypto_generichash_init(&st, NULL, 0, TOKEN_ID_BYTES);
 	crypto_generichash_update(&st, (const unsigned char *)"idemd caller key\n", 17);
 	crypto_generichash_update(&st, be, sizeof(be));
+	if (scope != NULL)
+		crypto_generichash_update(&st, scope, 32);
 	crypto_generichash_update(&st, (const unsigned char *)key, len);
 	crypto_generichash_final(&st, t->id, TOKEN_ID_BYTES);
 	t->expires_at = (uint32_t)(now + op->op_token_ttl_seconds);
+}
+
+int callerkey_from_header(const char *value, char *out, size_t outlen)
+{
+	size_t n = 0;
+
+	if (value[0] != '"') {
+		n = strlen(value);
+		if (n >= outlen)
+			return -2;
+		memcpy(out, value, n + 1);
+		return (int)n;
+	}
+	/* RFC 8941 sf-string: printable ASCII, \" and \\ escaped, nothing after */
+	const char *p = value + 1;
+	for (; *p != '"'; p++) {
+		if (*p == '\\') {
+			p++;
+			if (*p != '"' && *p != '\\')
+				return -1;
+		} else if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e) {
+			return -1; /* the end of the text included: unterminated */
+		}
+		if (n + 1 >= outlen)
+			return -2;
+		out[n++] = *p;
+	}
+	if (p[1] != '\0')
+		return -1;
+	out[n] = '\0';
+	return (int)n;
+}
+
+/* The member of OBJ named by the pointer token [TOK, TOK+LEN), with ~1 read
+ * as '/' and ~0 as '~' (RFC 6901), or the element of an array it numbers. */
+static json_t *callerkey_step(json_t *v, const char *tok, size_t len)
+{
+	char name[256];
+	size_t n = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = tok[i];
+		if (c == '~') {
+			if (i + 1 == len || (tok[i + 1] != '0' && tok[i + 1] != '1'))
+				return NULL;
+			c = tok[++i] == '0' ? '~' : '/';
+		}
+		if (n + 1 >= sizeof(name))
+			return NULL;
+		name[n++] = c;
+	}
+	name[n] = '\0';
+	if (json_is_object(v))
+		return json_object_get(v, name);
+	if (!json_is_array(v) || n == 0 || strspn(name, "0123456789") != n ||
+	    (n > 1 && name[0] == '0') || n > 6)
+		return NULL;
+	return json_array_get(v, (size_t)strtoul(name, NULL, 10));
+}
+
+int callerkey_from_json(json_t *doc, const char *pointer, char *out, size_t outlen)
+{
+	json_t *v = doc;
+	const char *p = pointer;
+
+	while (v != NULL && *p == '/') {
+		size_t len = strcspn(p + 1, "/");
+		v = callerkey_step(v, p + 1, len);
+		p += 1 + len;
+	}
+	if (v == NULL || *p != '\0')
+		return -1;
+	int n;
+	if (json_is_string(v)) {
+		if (json_string_length(v) >= outlen)
+			return -2;
+		memcpy(out, json_string_value(v), json_string_length(v) + 1);
+		n = (int)json_string_length(v);
+	} else if (json_is_integer(v)) {
+		n = snprintf(out, outlen, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+		if (n < 0 || (size_t)n >= outlen)
+			return -2;
+	} else {
+		return -1;
+	}
+	return n;
 }

@@ -3,6 +3,7 @@
 #ifndef IDEMD_CALLERKEY_H
 #define IDEMD_CALLERKEY_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,9 +22,20 @@ int callerkey_valid(const char *key, size_t len);
  * operation and the key: the same key under another operation is another
  * record; tokens' ids are random, so the two never meet), no subject, and
  * an expiry token_ttl_seconds from NOW (unix seconds), which only a first
- * claim records.
+ * claim records. SCOPE (32 bytes, or NULL) joins the hash: a gateway
+ * route's scope_headers, so that two callers' equal keys never meet.
  */
 void callerkey_address(uint32_t tenant, const struct operation *op, const char *key, size_t len,
-		       int64_t now, struct token *t);
+		       const uint8_t *scope, int64_t now, struct token *t);
+
+/* The key in a header VALUE: bare, or one RFC 8941 sf-string (quoted, \"
+ * and \\ escaped). Into OUT (OUTLEN bytes); its length, or -1 when the
+ * value is a malformed sf-string, -2 when it is too long. */
+int callerkey_from_header(const char *value, char *out, size_t outlen);
+
+/* The key at JSON Pointer POINTER (RFC 6901, "/a/0/b") in DOC: a string,
+ * or an integer in decimal. Into OUT (OUTLEN bytes); its length, -1 when
+ * nothing usable is there, -2 when it is too long. */
+int callerkey_from_json(json_t *doc, const char *pointer, char *out, size_t outlen);
 
 #endif

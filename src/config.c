@@ -75,6 +75,11 @@ static int set_string(const struct cfg_key *, void *, json_t *, const char *, ch
 static int set_strlist(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 static int set_listen(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 static int set_routes(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
+static int set_release_on(const struct cfg_key *, void *, json_t *, const char *, char *,
+    size_t);
+static const char *check_route_key(char *s);
+static const char *check_scope_header(char *s);
+static const char *check_fingerprint(char *s);
 static const char *check_method(char *s);
 static const char *check_path(char *s);
 static const char *check_operation(char *s);
@@ -158,6 +163,15 @@ static const struct cfg_key route_keys[] = {
 	  .def = "10000", .min = 1, .max = 600000 },
 	{ .name = "client_if_match", .set = set_bool, .off = ROUTE_FIELD(client_if_match),
 	  .def = "false" },
+	{ .name = "key", .set = set_string, .off = ROUTE_FIELD(key), .def = "\"token\"",
+	  .check = check_route_key },
+	{ .name = "scope_headers", .set = set_strlist, .off = ROUTE_FIELD(scope_headers),
+	  .count_off = ROUTE_FIELD(n_scope_headers), .def = "[\"authorization\"]", .max = 16,
+	  .check = check_scope_header },
+	{ .name = "fingerprint", .set = set_string, .off = ROUTE_FIELD(fingerprint),
+	  .def = "\"bytes\"", .check = check_fingerprint },
+	{ .name = "release_on", .set = set_release_on, .off = ROUTE_FIELD(release_on),
+	  .def = "[\"5xx\"]", .max = 600 },
 	{ .name = "trust_forwarded", .set = set_bool, .off = ROUTE_FIELD(trust_forwarded),
 	  .def = "false" },
 };
@@ -453,6 +467,36 @@ set_string(const struct cfg_key *k, void *base, json_t *v, const char *name,
 	return 0;
 }
 
+/* "release_on": statuses (100..599) and classes ("1xx".."5xx") after which
+ * a forward's claim is released rather than its answer stored. */
+static int
+set_release_on(const struct cfg_key *k, void *base, json_t *v, const char *name,
+    char *err, size_t errlen)
+{
+	unsigned char *on = field(base, k->off);
+	json_t *e;
+	size_t i;
+
+	if (!json_is_array(v))
+		return fail(err, errlen, "\"%s\" must be an array of statuses and classes "
+		    "like [\"5xx\", 429]", name);
+	memset(on, 0, 600);
+	json_array_foreach(v, i, e) {
+		const char *s = json_string_value(e);
+		if (json_is_integer(e) && json_integer_value(e) >= 100 &&
+		    json_integer_value(e) <= 599) {
+			on[json_integer_value(e)] = 1;
+		} else if (s != NULL && strlen(s) == 3 && s[0] >= '1' && s[0] <= '5' &&
+		    s[1] == 'x' && s[2] == 'x') {
+			memset(on + (s[0] - '0') * 100, 1, 100);
+		} else {
+			return fail(err, errlen, "\"%s[%zu]\" must be a status from 100 to 599 "
+			    "or a class \"1xx\" to \"5xx\"", name, i);
+		}
+	}
+	return 0;
+}
+
 /* An array of at most k->max distinct non-empty strings, each passing k->check. */
 static int
 set_strlist(const struct cfg_key *k, void *base, json_t *v, const char *name,
@@ -673,6 +717,40 @@ check_header_name(char *s)
 		return msg;
 	}
 	return NULL;
+}
+
+/* A route's key source: token, body, header:NAME (a header name), or
+ * json:/POINTER (an RFC 6901 JSON Pointer). */
+static const char *
+check_route_key(char *s)
+{
+	if (strcmp(s, "token") == 0 || strcmp(s, "body") == 0)
+		return NULL;
+	if (strncmp(s, "header:", 7) == 0 && headers_is_token(s + 7, strlen(s + 7)))
+		return NULL;
+	if (strncmp(s, "json:/", 6) == 0 && is_visible(s + 5))
+		return NULL;
+	return "must be \"token\", \"body\", \"header:NAME\" or \"json:/POINTER\"";
+}
+
+/* A header name, lower-cased in place. */
+static const char *
+check_scope_header(char *s)
+{
+	if (!headers_is_token(s, strlen(s)))
+		return "must be a header name";
+	for (; *s != '\0'; s++)
+		if (*s >= 'A' && *s <= 'Z')
+			*s = (char)(*s - 'A' + 'a');
+	return NULL;
+}
+
+static const char *
+check_fingerprint(char *s)
+{
+	if (strcmp(s, "bytes") == 0 || strcmp(s, "json") == 0 || strcmp(s, "none") == 0)
+		return NULL;
+	return "must be \"bytes\", \"json\" or \"none\"";
 }
 
 /*
@@ -969,6 +1047,9 @@ route_free(struct config_route *r)
 	free(r->operation);
 	free(r->upstream);
 	strlist_free(r->store_headers, r->n_store_headers);
+	strlist_free(r->scope_headers, r->n_scope_headers);
+	free(r->key);
+	free(r->fingerprint);
 	memset(r, 0, sizeof(*r));
 }
 

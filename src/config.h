@@ -27,6 +27,13 @@ struct config_route {
 	long connect_timeout_ms; /* default 1000, 1..60000 */
 	long timeout_ms;         /* default 10000, 1..600000 */
 	int client_if_match;     /* default false: the client's If-Match is ignored */
+	/* where a submit's key comes from: "token" (default), "header:NAME",
+	 * "json:/POINTER" or "body" */
+	char *key;
+	char **scope_headers;    /* lower-cased; default ["authorization"] */
+	size_t n_scope_headers;
+	char *fingerprint;       /* "bytes" (default), "json" or "none" */
+	unsigned char release_on[600]; /* 1: that status releases the claim (default 5xx) */
 	int trust_forwarded;     /* default false: Forwarded, X-Real-IP, X-Forwarded-Host/
 				  * -Proto/-Port from clients are dropped */
 };

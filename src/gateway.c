@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "batcher.h"
+#include "callerkey.h"
 #include "config.h"
 #include "fingerprint.h"
 #include "headers.h"
@@ -42,11 +43,16 @@
 #define GATEWAY_LEASE_MARGIN_MS 500
 #define GATEWAY_MIN_TIMEOUT_MS 100
 
+/* Where a route's submits get their key (config "key"). */
+enum gateway_key { GATEWAY_KEY_TOKEN, GATEWAY_KEY_HEADER, GATEWAY_KEY_JSON, GATEWAY_KEY_BODY };
+
 struct gateway_route {
 	struct route gr_route;             /* first member: handlers get &gr_route */
 	const struct config_route *gr_cfg; /* borrowed from the config */
 	uint32_t gr_tenant_id;
 	char *gr_target;                   /* URL the request goes to, before its query */
+	enum gateway_key gr_key;
+	const char *gr_key_arg;            /* the header name or JSON pointer, in gr_cfg */
 };
 
 /* A growable byte buffer (NUL-terminated when non-empty). */
@@ -181,13 +187,21 @@ static struct curl_slist *gateway_request_headers(struct request *req,
 {
 	struct gateway_fields g = { NULL, 0, 0, 0 };
 	struct curl_slist *list = NULL;
-	char hex[2 * TOKEN_ID_BYTES + 1], ip[INET6_ADDRSTRLEN + 1];
+	char hex[2 * TOKEN_ID_BYTES + 3], ip[INET6_ADDRSTRLEN + 1];
 
 	MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_field_cb, &g);
-	token_id_hex(t->id, hex);
+	if (gr->gr_key == GATEWAY_KEY_TOKEN) {
+		token_id_hex(t->id, hex);
+	} else {
+		/* a derived key's record id travels as an RFC 8941 sf-string */
+		hex[0] = '"';
+		token_id_hex(t->id, hex + 1);
+		memcpy(hex + 1 + 2 * TOKEN_ID_BYTES, "\"", 2);
+	}
 	gateway_client_ip(req->req_conn, ip, sizeof(ip));
 	struct headers_forward_args a = {
-		.fa_token_id = hex, .fa_subject = t->subject, .fa_client_ip = ip,
+		.fa_token_id = hex, .fa_subject = t->subject_len > 0 ? t->subject : NULL,
+		.fa_client_ip = ip,
 		.fa_request_id = req->req_id, .fa_trust_forwarded = gr->gr_cfg->trust_forwarded,
 	};
 	if (!g.failed && headers_forward(g.f, g.n, &a, &list) != HEADERS_OK)
@@ -550,7 +564,8 @@ static void gateway_not_final(struct gateway_job *j)
 	}
 	switch (c->uc_result) {
 	case UPSTREAM_ANSWERED:
-		if (c->uc_status >= 500 && c->uc_status <= 599) {
+		/* an answer release_on names (5xx by default): passed through */
+		if (c->uc_status >= 200 && c->uc_status <= 599) {
 			struct stored_response pass = { (int)c->uc_status, NULL,
 				(unsigned char *)c->uc_resp_body, c->uc_resp_len, 0 };
 			pass.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT);
@@ -594,7 +609,7 @@ static void gateway_finish(struct gateway_job *j)
 	struct request *req = j->gj_req;
 
 	if (!j->gj_stopped && c->uc_result == UPSTREAM_ANSWERED && c->uc_status >= 200 &&
-	    c->uc_status <= 499) {
+	    c->uc_status <= 599 && !j->gj_route->gr_cfg->release_on[c->uc_status]) {
 		if (gateway_store(j) == 1)
 			return;
 	} else {
@@ -716,19 +731,49 @@ static enum MHD_Result gateway_alias_cb(void *cls, enum MHD_ValueKind kind, cons
 	return MHD_YES;
 }
 
+/* Counts the headers named as cls->name (case-insensitive). */
+struct gateway_count {
+	const char *name;
+	const char *value; /* the first */
+	int n;
+};
+
+static enum MHD_Result gateway_count_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+					const char *value)
+{
+	struct gateway_count *c = cls;
+
+	(void)kind;
+	if (strcasecmp(key, c->name) == 0 && c->n++ == 0)
+		c->value = value != NULL ? value : "";
+	return MHD_YES;
+}
+
 static int gateway_check_headers(struct request *req)
 {
+	const struct gateway_route *gr = (const struct gateway_route *)req->req_route;
 	const char *alias = NULL;
 	int n = req->req_n_idempotency_key;
+	const char *name = "Idempotency-Key";
 
-	if (n == 0) {
-		problem_reply(req, 400, "idempotency_key_missing",
-			      "send the token as Idempotency-Key: <token>");
-		return -1;
+	if (gr->gr_key == GATEWAY_KEY_HEADER) {
+		struct gateway_count c = { gr->gr_key_arg, NULL, 0 };
+		MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_count_cb, &c);
+		n = c.n;
+		name = gr->gr_key_arg;
 	}
-	if (n > 1) {
-		problem_reply(req, 400, "invalid_request", "send exactly one Idempotency-Key header");
-		return -1;
+	if (gr->gr_key == GATEWAY_KEY_TOKEN || gr->gr_key == GATEWAY_KEY_HEADER) {
+		if (n == 0) {
+			problem_reply(req, 400, "idempotency_key_missing",
+				      "send the %s as %s: <%s>",
+				      gr->gr_key == GATEWAY_KEY_TOKEN ? "token" : "key", name,
+				      gr->gr_key == GATEWAY_KEY_TOKEN ? "token" : "key");
+			return -1;
+		}
+		if (n > 1) {
+			problem_reply(req, 400, "invalid_request", "send exactly one %s header", name);
+			return -1;
+		}
 	}
 	if (req->req_has_underscore) {
 		MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_alias_cb, &alias);
@@ -742,46 +787,188 @@ static int gateway_check_headers(struct request *req)
 	return 0;
 }
 
-static void gateway_submit(struct request *req)
+/* The record a token route's submit names: the verified token, for the
+ * route's tenant and operation. 0, or -1 after replying. */
+static int gateway_token_address(struct request *req, const struct gateway_route *gr,
+				 struct token *t, struct operation *op)
 {
-	const struct gateway_route *gr = (const struct gateway_route *)req->req_route;
-	char text[TOKEN_MAX_CHARS + 1], *query = NULL;
-	uint8_t fp[FINGERPRINT_BYTES];
-	struct gateway_pending *p = NULL;
-	struct token t;
-	struct operation op;
+	char text[TOKEN_MAX_CHARS + 1];
 	int found;
 
 	/* gateway_check_headers() has seen exactly one Idempotency-Key */
-	req->req_no_if_match = !gr->gr_cfg->client_if_match;
 	if (token_from_header(req->req_h_idempotency_key, text, sizeof(text)) < 0) {
 		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
-		return;
+		return -1;
 	}
-	/* the route, not an API key, names the tenant the token must belong to */
-	req->req_tenant_id = gr->gr_tenant_id;
-	if (tokenreq_verify(req, text, &t) < 0)
-		return;
-	if (opcache_by_id(t.operation_id, &op, &found) < 0) {
+	if (tokenreq_verify(req, text, t) < 0)
+		return -1;
+	if (opcache_by_id(t->operation_id, op, &found) < 0) {
 		problem_unavailable(req);
-		return;
+		return -1;
 	}
-	if (!found || op.op_tenant_id != gr->gr_tenant_id ||
-	    strcmp(op.op_name, gr->gr_cfg->operation) != 0) {
+	if (!found || op->op_tenant_id != gr->gr_tenant_id ||
+	    strcmp(op->op_name, gr->gr_cfg->operation) != 0) {
 		problem_reply(req, 403, "token_scope_mismatch",
 			      "the token is for another operation than this route's");
-		return;
+		return -1;
 	}
-	if (!gateway_header_safe(t.subject)) {
+	if (!gateway_header_safe(t->subject)) {
 		problem_reply(req, 400, "invalid_request",
 			      "the token's subject cannot be forwarded as a header value");
-		return;
+		return -1;
 	}
+	return 0;
+}
+
+/* Hashes the name and every value of each of the route's scope_headers. */
+struct gateway_scope {
+	crypto_generichash_state st;
+	const char *name;
+};
+
+static enum MHD_Result gateway_scope_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+					const char *value)
+{
+	struct gateway_scope *sc = cls;
+
+	(void)kind;
+	if (strcasecmp(key, sc->name) == 0 && value != NULL)
+		crypto_generichash_update(&sc->st, (const unsigned char *)value, strlen(value) + 1);
+	return MHD_YES;
+}
+
+static void gateway_scope(struct request *req, const struct gateway_route *gr, uint8_t out[32])
+{
+	struct gateway_scope sc;
+
+	crypto_generichash_init(&sc.st, NULL, 0, 32);
+	for (size_t i = 0; i < gr->gr_cfg->n_scope_headers; i++) {
+		sc.name = gr->gr_cfg->scope_headers[i];
+		crypto_generichash_update(&sc.st, (const unsigned char *)sc.name, strlen(sc.name) + 1);
+		MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_scope_cb, &sc);
+		crypto_generichash_update(&sc.st, (const unsigned char *)"\n", 1);
+	}
+	crypto_generichash_final(&sc.st, out, 32);
+}
+
+/*
+ * The record a derived-key route's submit names: the key from the header,
+ * the JSON member or the request's hash (BYTES_FP), scoped by the route's
+ * scope_headers, under the route's operation. *DOC receives the parsed
+ * JSON body when one was parsed (the caller decrefs). 0, or -1 after
+ * replying.
+ */
+static int gateway_derived_address(struct request *req, const struct gateway_route *gr,
+				   const uint8_t *bytes_fp, json_t **doc, struct token *t,
+				   struct operation *op)
+{
+	char key[CALLERKEY_MAX + 2];
+	uint8_t scope[32];
+	int found, n = -1;
+
+	if (opcache_by_name(gr->gr_tenant_id, gr->gr_cfg->operation, op, &found) < 0) {
+		problem_unavailable(req);
+		return -1;
+	}
+	if (!found) {
+		problem_reply(req, 422, "operation_unknown", "the route's operation does not exist yet");
+		return -1;
+	}
+	switch (gr->gr_key) {
+	case GATEWAY_KEY_HEADER: {
+		struct gateway_count c = { gr->gr_key_arg, NULL, 0 };
+		MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_count_cb, &c);
+		n = c.value != NULL ? callerkey_from_header(c.value, key, sizeof(key)) : -1;
+		if (n == -1 && c.value != NULL) {
+			problem_reply(req, 400, "idempotency_key_invalid",
+				      "%s must be a key of 1 to %d visible ASCII characters, bare or "
+				      "as a quoted string", gr->gr_key_arg, CALLERKEY_MAX);
+			return -1;
+		}
+		break;
+	}
+	case GATEWAY_KEY_JSON:
+		if (*doc == NULL && req->req_body_len > 0)
+			*doc = json_loadb(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, NULL);
+		n = *doc != NULL ? callerkey_from_json(*doc, gr->gr_key_arg, key, sizeof(key)) : -1;
+		break;
+	case GATEWAY_KEY_BODY:
+		for (size_t i = 0; i < FINGERPRINT_BYTES; i++)
+			snprintf(key + 2 * i, 3, "%02x", bytes_fp[i]);
+		n = 2 * FINGERPRINT_BYTES;
+		break;
+	case GATEWAY_KEY_TOKEN:
+		break;
+	}
+	if (n == -1) {
+		problem_reply(req, 400, "idempotency_key_missing", "the request carries no key at %s",
+			      gr->gr_cfg->key);
+		return -1;
+	}
+	if (n < 0 || !callerkey_valid(key, (size_t)n) || strlen(key) != (size_t)n) {
+		problem_reply(req, 400, "idempotency_key_invalid",
+			      "a key is 1 to %d characters of visible ASCII", CALLERKEY_MAX);
+		return -1;
+	}
+	gateway_scope(req, gr, scope);
+	callerkey_address(gr->gr_tenant_id, op, key, (size_t)n, scope, time(NULL), t);
+	return 0;
+}
+
+/* The submit's fingerprint as the route's "fingerprint" says: BYTES_FP,
+ * the canonical JSON of the body, or none (*FP NULL). 0, or -1 after
+ * replying. */
+static int gateway_route_fingerprint(struct request *req, const struct gateway_route *gr,
+				     const uint8_t *bytes_fp, json_t **doc, uint8_t *out,
+				     const uint8_t **fp)
+{
+	const char *mode = gr->gr_cfg->fingerprint;
+
+	*fp = NULL;
+	if (strcmp(mode, "none") == 0)
+		return 0;
+	if (strcmp(mode, "json") != 0) {
+		*fp = bytes_fp;
+		return 0;
+	}
+	if (*doc == NULL && req->req_body_len > 0)
+		*doc = json_loadb(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, NULL);
+	if (*doc == NULL) {
+		problem_reply(req, 400, "invalid_request",
+			      "this route fingerprints a JSON body: send one");
+		return -1;
+	}
+	if (fingerprint_of_json(*doc, out) < 0) {
+		problem_unavailable(req);
+		return -1;
+	}
+	*fp = out;
+	return 0;
+}
+
+static void gateway_submit(struct request *req)
+{
+	const struct gateway_route *gr = (const struct gateway_route *)req->req_route;
+	char *query = NULL;
+	uint8_t bytes_fp[FINGERPRINT_BYTES], json_fp[FINGERPRINT_BYTES];
+	const uint8_t *fp;
+	struct gateway_pending *p = NULL;
+	struct token t;
+	struct operation op;
+	json_t *doc = NULL;
+
+	req->req_no_if_match = !gr->gr_cfg->client_if_match;
+	/* the route, not an API key, names the tenant */
+	req->req_tenant_id = gr->gr_tenant_id;
 	if (gateway_query(req, &query) < 0) {
 		problem_unavailable(req);
 		return;
 	}
-	gateway_fingerprint(req, query, fp);
+	gateway_fingerprint(req, query, bytes_fp);
+	if ((gr->gr_key == GATEWAY_KEY_TOKEN ? gateway_token_address(req, gr, &t, &op)
+	     : gateway_derived_address(req, gr, bytes_fp, &doc, &t, &op)) < 0 ||
+	    gateway_route_fingerprint(req, gr, bytes_fp, &doc, json_fp, &fp) < 0)
+		goto done;
 	if (tokenreq_claim_cached(req, &t, fp, gateway_replay))
 		goto done;
 	p = calloc(1, sizeof(*p));
@@ -803,6 +990,7 @@ static void gateway_submit(struct request *req)
 	if (tokenreq_claim_async(req, &t, fp, gateway_replay, gateway_claimed, 1, p) == 1)
 		p = NULL;
 done:
+	json_decref(doc);
 	gateway_pending_free(p);
 	free(query);
 }
@@ -875,6 +1063,13 @@ static int gateway_load_routes(const struct config *cfg)
 		if (router_add(&gr->gr_route) < 0)
 			return -1;
 		gr->gr_cfg = r;
+		gr->gr_key = strcmp(r->key, "token") == 0	 ? GATEWAY_KEY_TOKEN
+			     : strcmp(r->key, "body") == 0	 ? GATEWAY_KEY_BODY
+			     : strncmp(r->key, "header:", 7) == 0 ? GATEWAY_KEY_HEADER
+								 : GATEWAY_KEY_JSON;
+		gr->gr_key_arg = gr->gr_key == GATEWAY_KEY_HEADER ? r->key + 7
+			       : gr->gr_key == GATEWAY_KEY_JSON	 ? r->key + 5
+								 : NULL;
 		if ((gr->gr_target = gateway_target(r)) == NULL)
 			return -1;
 		if (store_tenant_by_name(r->tenant, &gr->gr_tenant_id, &found) < 0) {

@@ -161,7 +161,7 @@ static struct h_batch *h_batch_new(struct request *req)
 			}
 		}
 		it->key = key;
-		callerkey_address(req->req_tenant_id, &b->hb_op, key, len, now, &it->t);
+		callerkey_address(req->req_tenant_id, &b->hb_op, key, len, NULL, now, &it->t);
 	}
 	return b;
 fail:

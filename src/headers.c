@@ -189,7 +189,8 @@ int headers_forward(const struct headers_field *fields, size_t n,
 	int rc = HEADERS_OK, has_type = 0;
 
 	*out = NULL;
-	if (!headers_arg_ok(a->fa_token_id) || !headers_arg_ok(a->fa_subject) ||
+	if (!headers_arg_ok(a->fa_token_id) ||
+	    (a->fa_subject != NULL && !headers_arg_ok(a->fa_subject)) ||
 	    !headers_arg_ok(a->fa_client_ip) || !headers_arg_ok(a->fa_request_id))
 		return HEADERS_INVALID;
 	for (size_t i = 0; i < n; i++) {
@@ -227,7 +228,8 @@ int headers_forward(const struct headers_field *fields, size_t n,
 	if (rc == HEADERS_OK &&
 	    (conn.failed || xff.failed ||
 	     headers_append(&list, "Idempotency-Key", a->fa_token_id) < 0 ||
-	     headers_append(&list, "Idempotency-Subject", a->fa_subject) < 0 ||
+	     (a->fa_subject != NULL &&
+	      headers_append(&list, "Idempotency-Subject", a->fa_subject) < 0) ||
 	     headers_append(&list, "X-Forwarded-For", xff.s) < 0 ||
 	     headers_append(&list, "X-Request-Id", a->fa_request_id) < 0 ||
 	     /* "Name:" alone removes what libcurl would add by itself */

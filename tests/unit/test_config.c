@@ -495,7 +495,9 @@ test_routes_valid(void **state)
 	    "'operation':'order.create','upstream':'https://api.shop.example/v2',"
 	    "'store_headers':['Location','X-Order-Id','etag'],"
 	    "'connect_timeout_ms':60000,'timeout_ms':600000,"
-	    "'client_if_match':true,'trust_forwarded':true},"
+	    "'client_if_match':true,'trust_forwarded':true,'key':'header:X-GitHub-Delivery',"
+	    "'scope_headers':['Authorization','X-Tenant'],'fingerprint':'json',"
+	    "'release_on':['5xx',429,'4xx']},"
 	    "{'method':'PUT','path':'/orders','tenant':'shop',"
 	    "'operation':'order.replace_v2-x','upstream':'http://127.0.0.1:9000'},"
 	    "{'method':'DELETE','path':'/v10/a~b/%41','tenant':'other tenant',"
@@ -516,9 +518,22 @@ test_routes_valid(void **state)
 	assert_int_equal(r->timeout_ms, 600000);
 	assert_true(r->client_if_match);
 	assert_true(r->trust_forwarded);
+	assert_string_equal(r->key, "header:X-GitHub-Delivery");
+	assert_int_equal(r->n_scope_headers, 2);
+	assert_string_equal(r->scope_headers[0], "authorization");
+	assert_string_equal(r->scope_headers[1], "x-tenant");
+	assert_string_equal(r->fingerprint, "json");
+	assert_true(r->release_on[429] && r->release_on[400] && r->release_on[599]);
+	assert_false(r->release_on[200] || r->release_on[399]);
 	r = &cfg.routes[1];
 	assert_false(r->client_if_match);
 	assert_false(r->trust_forwarded);
+	assert_string_equal(r->key, "token");
+	assert_int_equal(r->n_scope_headers, 1);
+	assert_string_equal(r->scope_headers[0], "authorization");
+	assert_string_equal(r->fingerprint, "bytes");
+	assert_true(r->release_on[500] && r->release_on[599]);
+	assert_false(r->release_on[499] || r->release_on[429] || r->release_on[200]);
 	assert_string_equal(r->method, "PUT");
 	assert_null(r->store_headers);
 	assert_int_equal(r->n_store_headers, 0);
@@ -617,6 +632,15 @@ test_routes_invalid(void **state)
 		{ "store_headers", "['etag','Transfer-Encoding']", "config: \"routes[0].store_headers[1]\" names transfer-encoding, which is never stored (hop-by-hop, framing, Access-Control-*, Set-Cookie, or set by idemd itself)" },
 		{ "store_headers", "['access-control-allow-origin']", "config: \"routes[0].store_headers[0]\" names access-control-allow-origin, which is never stored (hop-by-hop, framing, Access-Control-*, Set-Cookie, or set by idemd itself)" },
 		{ "store_headers", "['connection']", "config: \"routes[0].store_headers[0]\" names connection, which is never stored (hop-by-hop, framing, Access-Control-*, Set-Cookie, or set by idemd itself)" },
+		{ "key", "'header:'", "config: \"routes[0].key\" must be \"token\", \"body\", \"header:NAME\" or \"json:/POINTER\"" },
+		{ "key", "'header:a b'", "config: \"routes[0].key\" must be \"token\", \"body\", \"header:NAME\" or \"json:/POINTER\"" },
+		{ "key", "'json:id'", "config: \"routes[0].key\" must be \"token\", \"body\", \"header:NAME\" or \"json:/POINTER\"" },
+		{ "key", "'cookie'", "config: \"routes[0].key\" must be \"token\", \"body\", \"header:NAME\" or \"json:/POINTER\"" },
+		{ "scope_headers", "['bad name']", "config: \"routes[0].scope_headers[0]\" must be a header name" },
+		{ "fingerprint", "'md5'", "config: \"routes[0].fingerprint\" must be \"bytes\", \"json\" or \"none\"" },
+		{ "release_on", "'5xx'", "config: \"routes[0].release_on\" must be an array of statuses and classes like [\"5xx\", 429]" },
+		{ "release_on", "[99]", "config: \"routes[0].release_on[0]\" must be a status from 100 to 599 or a class \"1xx\" to \"5xx\"" },
+		{ "release_on", "['6xx']", "config: \"routes[0].release_on[0]\" must be a status from 100 to 599 or a class \"1xx\" to \"5xx\"" },
 		{ "client_if_match", "'yes'", "config: \"routes[0].client_if_match\" must be true or false" },
 		{ "store_headers", "['X-A','x-a']", "config: \"routes[0].store_headers[1]\" duplicates \"routes[0].store_headers[0]\"" },
 		{ "connect_timeout_ms", "0", "config: \"routes[0].connect_timeout_ms\" must be between 1 and 60000" },

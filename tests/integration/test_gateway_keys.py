@@ -1,0 +1,189 @@
+"""Derived keys on gateway routes (PRODUCT.md part two): a route's "key" is
+a header (the IETF Idempotency-Key draft, webhook delivery ids), a member
+of the JSON body, or the request's own hash; "scope_headers" keep two
+callers' equal keys apart; "fingerprint" is bytes, canonical JSON or none;
+"release_on" names the answers after which the claim is released. Against
+the test upstream (upstream.py), which records every request it gets."""
+
+import json
+import os
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Client, IdemdCase, assert_problem, uniq  # noqa: E402
+from test_gateway import Upstream, headers_of  # noqa: E402
+
+
+class DerivedKeys(IdemdCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.up = Upstream()
+        u = "http://127.0.0.1:%d" % cls.up.port
+
+        def route(path, **kw):
+            return dict({"method": "POST", "path": path, "tenant": "acme",
+                         "operation": "webhook.receive", "upstream": u + path}, **kw)
+
+        cls.extra_config = {"routes": [
+            route("/ietf", key="header:Idempotency-Key"),
+            route("/hook", key="header:X-GitHub-Delivery", scope_headers=[]),
+            route("/events", key="json:/id", scope_headers=[], fingerprint="none"),
+            route("/events/deep", key="json:/data/object/id", scope_headers=[],
+                  fingerprint="json"),
+            route("/forms", key="body"),
+            route("/retry429", key="header:Idempotency-Key", release_on=["5xx", 429]),
+        ]}
+        try:
+            super().setUpClass()
+        except BaseException:
+            cls.up.stop()
+            raise
+        r = cls.client.put("/v1/operations/webhook.receive", harness.DEFAULT_POLICY)
+        assert r.status in (200, 201), r.describe()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.up.stop()
+
+    def post(self, path, body=b"{}", headers=None, client=None):
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        return (client or self.anon).request("POST", path, body=body, headers=h)
+
+    def upstream_calls(self, rid):
+        return [q for q in self.up.requests() if q["key"] == '"%s"' % rid]
+
+    def test_ietf_header_route(self):
+        key = uniq("ietf")
+        assert_problem(self, self.post("/ietf"), 400, "idempotency_key_missing")
+        r1 = self.post("/ietf", b'{"a":1}', {"Idempotency-Key": key})
+        self.assertEqual(r1.status, 201, r1.describe())
+        self.assertEqual(r1.header("idempotent-replayed"), "false")
+        # the same key as an sf-string is the same key
+        r2 = self.post("/ietf", b'{"a":1}', {"Idempotency-Key": '"%s"' % key})
+        self.assertEqual(r2.status, 201, r2.describe())
+        self.assertEqual(r2.header("idempotent-replayed"), "true")
+        self.assertEqual(r2.body, r1.body)
+        assert_problem(self, self.post("/ietf", b'{"a":2}', {"Idempotency-Key": key}), 422,
+                       "fingerprint_mismatch")
+        calls = [q for q in self.up.requests() if json.loads(r1.body)["key"] == q["key"]]
+        self.assertEqual(len(calls), 1)
+        fwd = json.loads(r1.body)["key"]
+        self.assertRegex(fwd, r'^"[0-9a-f]{32}"$')
+        h = headers_of(calls[0])
+        self.assertNotIn("idempotency-subject", h)
+        self.assertEqual(h["idempotency-key"], [fwd])
+
+    def test_invalid_keys(self):
+        for bad in ["x" * 256, "a b", '"unterminated', '"a"b', "caf\u00e9"]:
+            r = self.post("/ietf", b"{}", {"Idempotency-Key": bad})
+            assert_problem(self, r, 400, "idempotency_key_invalid")
+        _, data = harness.raw_http(self.server.port, (
+            b"POST /ietf HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+            b"Idempotency-Key: a\r\nIdempotency-Key: b\r\n\r\n{}"))
+        self.assertTrue(data.startswith(b"HTTP/1.1 400 "), data[:200])
+        self.assertIn(b'"code":"invalid_request"', data)
+
+    def test_callers_with_the_same_key_never_meet(self):
+        key = uniq("shared")
+        ra = self.post("/ietf", b"{}", {"Idempotency-Key": key, "Authorization": "Bearer alice"})
+        rb = self.post("/ietf", b"{}", {"Idempotency-Key": key, "Authorization": "Bearer bob"})
+        self.assertEqual((ra.status, rb.status), (201, 201))
+        self.assertEqual(rb.header("idempotent-replayed"), "false")
+        self.assertNotEqual(json.loads(ra.body)["key"], json.loads(rb.body)["key"])
+        again = self.post("/ietf", b"{}", {"Idempotency-Key": key,
+                                           "Authorization": "Bearer alice"})
+        self.assertEqual(again.header("idempotent-replayed"), "true")
+        self.assertEqual(again.body, ra.body)
+
+    def test_webhook_delivered_three_times_runs_once(self):
+        delivery = "72d3162e-cc78-11e3-81ab-" + uniq("d")
+        answers = [self.post("/hook", b'{"action":"opened"}', {"X-GitHub-Delivery": delivery})
+                   for _ in range(3)]
+        self.assertEqual([a.status for a in answers], [201, 201, 201])
+        self.assertEqual([a.header("idempotent-replayed") for a in answers],
+                         ["false", "true", "true"])
+        fwd = json.loads(answers[0].body)["key"]
+        self.assertEqual(len([q for q in self.up.requests() if q["key"] == fwd]), 1)
+
+    def test_json_pointer_key(self):
+        evt = uniq("evt")
+        r1 = self.post("/events", json.dumps({"id": evt, "n": 1}).encode())
+        self.assertEqual(r1.status, 201, r1.describe())
+        # fingerprint "none": another payload with the same id is a duplicate
+        r2 = self.post("/events", json.dumps({"n": 2, "id": evt}).encode())
+        self.assertEqual(r2.header("idempotent-replayed"), "true", r2.describe())
+        # an integer id works; a missing or unusable one is 400
+        self.assertEqual(self.post("/events", b'{"id": 12345678901}').status, 201)
+        for body in [b'{"n":1}', b'{"id":{"x":1}}', b'not json', b'{"id":null}']:
+            assert_problem(self, self.post("/events", body), 400, "idempotency_key_missing")
+        assert_problem(self, self.post("/events", json.dumps({"id": "x" * 300}).encode()),
+                       400, "idempotency_key_invalid")
+
+    def test_json_fingerprint_ignores_key_order(self):
+        obj = uniq("obj")
+        a = {"data": {"object": {"id": obj, "amount": 5}}, "type": "charge"}
+        r1 = self.post("/events/deep", json.dumps(a).encode())
+        self.assertEqual(r1.status, 201, r1.describe())
+        b = '{ "type" : "charge", "data": {"object": {"amount": 5, "id": "%s"}}}' % obj
+        r2 = self.post("/events/deep", b.encode())
+        self.assertEqual(r2.header("idempotent-replayed"), "true", r2.describe())
+        c = {"data": {"object": {"id": obj, "amount": 6}}, "type": "charge"}
+        assert_problem(self, self.post("/events/deep", json.dumps(c).encode()), 422,
+                       "fingerprint_mismatch")
+
+    def test_body_key_identical_submits_are_one(self):
+        body = json.dumps({"form": uniq("f")}).encode()
+        r1 = self.post("/forms", body)
+        r2 = self.post("/forms", body)
+        self.assertEqual((r1.status, r2.status), (201, 201))
+        self.assertEqual(r2.header("idempotent-replayed"), "true")
+        r3 = self.post("/forms", body + b" ")
+        self.assertEqual(r3.header("idempotent-replayed"), "false")
+
+    def test_release_on_429(self):
+        key = uniq("r")
+        r = self.post("/retry429", b"{}", {"Idempotency-Key": key, "X-Upstream-Mode": "status=429"})
+        self.assertEqual(r.status, 429, r.describe())
+        self.assertEqual(r.header("idempotent-replayed"), "false")
+        r = self.post("/retry429", b"{}", {"Idempotency-Key": key})
+        self.assertEqual((r.status, r.header("idempotent-replayed")), (201, "false"))
+        # on a route with the default release_on a 429 is final and replayed
+        key = uniq("s")
+        r = self.post("/ietf", b"{}", {"Idempotency-Key": key, "X-Upstream-Mode": "status=429"})
+        self.assertEqual(r.status, 429)
+        r = self.post("/ietf", b"{}", {"Idempotency-Key": key})
+        self.assertEqual((r.status, r.header("idempotent-replayed")), (429, "true"))
+
+    def test_concurrent_duplicates_one_upstream_call(self):
+        key = uniq("c")
+        results = []
+        lock = threading.Lock()
+
+        def go():
+            r = self.post("/ietf", b'{"x":1}', {"Idempotency-Key": key})
+            with lock:
+                results.append(r)
+
+        threads = [threading.Thread(target=go) for _ in range(30)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        firsts = [r for r in results if r.status == 201 and
+                  r.header("idempotent-replayed") == "false"]
+        self.assertEqual(len(firsts), 1)
+        for r in results:
+            self.assertIn(r.status, (201, 409), r.describe())
+        fwd = json.loads(firsts[0].body)["key"]
+        self.assertEqual(len([q for q in self.up.requests() if q["key"] == fwd]), 1)
+
+
+if __name__ == "__main__":
+    harness.main()
