@@ -216,10 +216,11 @@ static int store_id_list(const char *s, uint32_t **ids, size_t *n)
 		return -1;
 	while (*s != '\0') {
 		char *end;
-		(*ids)[(*n)++] = (uint32_t)strtoul(s, &end, 10);
-		s = *end == ',' ? end + 1 : end;
-		if (end == s && *s != '\0')
+		unsigned long v = strtoul(s, &end, 10);
+		if (end == s || (*end != ',' && *end != '\0') || *n == cap)
 			return -1;
+		(*ids)[(*n)++] = (uint32_t)v;
+		s = *end == ',' ? end + 1 : end;
 	}
 	return 0;
 }
