@@ -1,5 +1,6 @@
 """Integration tests: the idemd command line (help, version, check-config,
-environment overrides, migrate, serve refusing a stale schema, tenant create).
+environment overrides, migrate, serve refusing a stale schema, tenant create,
+and the messages of usage errors and of check-config).
 
 The migrations are compiled into idemd, so these tests never point it at other
 files: a changed or missing migration is made by editing schema_migrations,
@@ -51,6 +52,46 @@ class HelpVersion(unittest.TestCase):
         p = subprocess.run([BIN, "frobnicate"], capture_output=True, text=True, timeout=10)
         self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
 
+    def test_usage_errors_name_what_is_wrong(self):
+        # each: the arguments, what stderr must say; all exit 2 with the usage lines
+        cases = [
+            ([], "idemd: no command given"),
+            (["bogus"], "idemd: unknown command 'bogus'"),
+            (["tenant"], "idemd: tenant needs a command: create, list, delete or key"),
+            (["tenant", "frob"], "idemd: unknown tenant command 'frob'"),
+            (["tenant", "create"], "idemd: tenant create needs a NAME"),
+            (["tenant", "create", "a", "b"],
+             "idemd: tenant create NAME takes no more arguments, got 'b'"),
+            (["tenant", "delete"], "idemd: tenant delete needs a NAME"),
+            (["tenant", "list", "x"], "idemd: tenant list takes no more arguments, got 'x'"),
+            (["tenant", "key"], "idemd: tenant key needs a command: add or revoke"),
+            (["tenant", "key", "add"], "idemd: tenant key add needs a NAME"),
+            (["tenant", "key", "revoke", "a"],
+             "idemd: tenant key revoke needs a NAME and a KEY_ID"),
+            (["tenant", "key", "revoke", "a", "x"], "idemd: KEY_ID must be a positive integer"),
+            (["keys"], "idemd: keys needs a command: rotate"),
+            (["keys", "spin"], "idemd: unknown keys command 'spin'"),
+            (["serve", "now"], "idemd: serve takes no more arguments, got 'now'"),
+            (["serve", "--frob"], "idemd: unknown option '--frob'"),
+            (["serve", "--config"], "idemd: --config needs a FILE"),
+            (["serve", "--status"], "idemd: --status goes only with migrate, alone"),
+        ]
+        for args, msg in cases:
+            with self.subTest(args=args):
+                p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=10)
+                self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+                self.assertEqual(p.stdout, "")
+                self.assertTrue(p.stderr.startswith(msg), p.stderr)
+                self.assertIn("\nusage: idemd [--config FILE] serve", p.stderr)
+                self.assertIn("tenant key revoke NAME KEY_ID", p.stderr)
+
+    def test_help_lists_every_command(self):
+        p = subprocess.run([BIN, "--help"], capture_output=True, text=True, timeout=10)
+        for words in ("tenant list", "tenant delete NAME", "tenant key add NAME",
+                      "tenant key revoke NAME KEY_ID", "master-key rotate --new FILE",
+                      "IDEMD_MASTER_KEY", "CREDENTIALS_DIRECTORY"):
+            self.assertIn(words, p.stdout)
+
     def test_status_only_with_migrate_alone(self):
         for args in (["serve", "--status"], ["migrate", "--status", "now"],
                      ["tenant", "create", "x", "--status"], ["migrate", "--stat"]):
@@ -86,6 +127,39 @@ class CheckConfig(unittest.TestCase):
     def test_valid_file_exits_0(self):
         p = self.check(self.valid())
         self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("idemd: config file %s (from --config) is valid" % self.path, p.stderr)
+
+    def test_says_which_file_it_read(self):
+        with open(self.path, "w") as f:
+            json.dump(self.valid(), f)
+        e = dict(os.environ, IDEMD_CONFIG=self.path)
+        p = subprocess.run([BIN, "check-config"], env=e, cwd=self.tmp,
+                           capture_output=True, text=True, timeout=10)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("config file %s (from $IDEMD_CONFIG) is valid" % self.path, p.stderr)
+        e.pop("IDEMD_CONFIG")
+        p = subprocess.run([BIN, "check-config"], env=e, cwd=self.tmp,
+                           capture_output=True, text=True, timeout=10)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("config file idemd.json (from ./idemd.json) is valid", p.stderr)
+
+    def test_says_no_config_file_was_found(self):
+        empty = os.path.join(self.tmp, "empty")
+        os.mkdir(empty)
+        e = {k: v for k, v in os.environ.items()
+             if k not in ("IDEMD_CONFIG", "IDEMD_DATABASE_URL", "IDEMD_LISTEN")}
+        where = ("no config file found (no --config, $IDEMD_CONFIG unset, no idemd.json "
+                 "in the current directory)")
+        p = subprocess.run([BIN, "check-config"], env=e, cwd=empty,
+                           capture_output=True, text=True, timeout=10)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(where, p.stderr)
+        self.assertIn("database_url", p.stderr)
+        e["IDEMD_DATABASE_URL"] = "host=/tmp dbname=x"
+        p = subprocess.run([BIN, "check-config"], env=e, cwd=empty,
+                           capture_output=True, text=True, timeout=10)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(where, p.stderr)
 
     def test_valid_full_file_exits_0(self):
         cfg = self.valid()
