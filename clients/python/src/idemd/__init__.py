@@ -1,0 +1,87 @@
+"""Client for idemd, the idempotency service.
+
+``Client`` (sync, http.client) and ``AsyncClient`` (asyncio streams) cover
+the whole HTTP API; ``Client.claim`` is a context manager that completes on
+success and releases on a retryable exception, and ``Client.consume``
+processes a batch of queue messages exactly once each.
+"""
+
+from ._core import UNSET, Retry
+from ._helpers import MessageOutcome
+from .aio import AsyncClaim, AsyncClient
+from .client import Claim, Client
+from .errors import (IdemdError, TransportError, ERRORS,
+    InvalidRequestError,
+    IdempotencyKeyMissingError,
+    TokenMalformedError,
+    UnauthorizedError,
+    TokenInvalidError,
+    TokenScopeMismatchError,
+    NotFoundError,
+    MethodNotAllowedError,
+    RequestInProgressError,
+    LeaseLostError,
+    NotInProgressError,
+    IdempotencyKeyInvalidError,
+    RecordNotFoundError,
+    CompletionConflictError,
+    TokenInUseError,
+    TokenExpiredError,
+    TokenRevokedError,
+    VersionMismatchError,
+    PayloadTooLargeError,
+    UnsupportedMediaTypeError,
+    FingerprintMismatchError,
+    OperationUnknownError,
+    VersionRequiredError,
+    RateLimitedError,
+    UnavailableError,
+    CorsOriginDeniedError,
+    UpstreamUnavailableError,
+    UpstreamInvalidError,
+    UpstreamTimeoutError,
+    InternalError,)
+from .types import (BatchClaimItem, BatchClaimResult, BatchCompleteItem,
+                    BatchCompleteResult, Claimed, CompleteResult, Health,
+                    IssuedToken, KeyRecord, Operation, Outcome, ReleaseResult,
+                    StoredResponse, TokenInfo, Version, response_bytes)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "AsyncClient", "Claim", "AsyncClaim", "Retry", "UNSET",
+    "MessageOutcome", "Outcome", "Claimed", "BatchClaimItem", "BatchClaimResult",
+    "BatchCompleteItem", "BatchCompleteResult", "CompleteResult", "Health",
+    "IssuedToken", "KeyRecord", "Operation", "ReleaseResult", "StoredResponse",
+    "TokenInfo", "Version", "response_bytes", "ERRORS", "IdemdError", "TransportError",
+    "InvalidRequestError",
+    "IdempotencyKeyMissingError",
+    "TokenMalformedError",
+    "UnauthorizedError",
+    "TokenInvalidError",
+    "TokenScopeMismatchError",
+    "NotFoundError",
+    "MethodNotAllowedError",
+    "RequestInProgressError",
+    "LeaseLostError",
+    "NotInProgressError",
+    "IdempotencyKeyInvalidError",
+    "RecordNotFoundError",
+    "CompletionConflictError",
+    "TokenInUseError",
+    "TokenExpiredError",
+    "TokenRevokedError",
+    "VersionMismatchError",
+    "PayloadTooLargeError",
+    "UnsupportedMediaTypeError",
+    "FingerprintMismatchError",
+    "OperationUnknownError",
+    "VersionRequiredError",
+    "RateLimitedError",
+    "UnavailableError",
+    "CorsOriginDeniedError",
+    "UpstreamUnavailableError",
+    "UpstreamInvalidError",
+    "UpstreamTimeoutError",
+    "InternalError",
+]

@@ -1,0 +1,382 @@
+"""The asyncio client: native asyncio streams (no threads), one connection
+per call (``Connection: close``), the same methods as :class:`idemd.Client`
+as coroutines."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import ssl
+from types import TracebackType
+from typing import (Any, Awaitable, Callable, Dict, List, Mapping, Optional,
+                    Sequence, Tuple, Type, TypeVar, Union)
+
+from . import _core
+from ._core import UNSET, Call, Endpoint, HttpResponse, Retry
+from ._helpers import (ClaimState, M, MessageOutcome, ReleaseOn, as_outcome,
+                       batch_items, classify, copy_for_duplicates,
+                       failure_outcome, releases)
+from .errors import IdemdError, TransportError
+from .types import (BatchClaimResult, BatchCompleteItem, BatchCompleteResult,
+                    Claimed, CompleteResult, Health, IssuedToken, JSON,
+                    KeyRecord, Operation, Outcome, ReleaseResult,
+                    StoredResponse, TokenInfo, Version)
+
+T = TypeVar("T")
+
+MAX_HEAD = 64 * 1024
+
+
+def _parse_response(data: bytes) -> HttpResponse:
+    head, sep, rest = data.partition(b"\r\n\r\n")
+    if not sep:
+        raise TransportError("incomplete HTTP answer (%d bytes)" % len(data))
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise TransportError("not an HTTP answer: %r" % lines[0][:80])
+    headers: Dict[str, str] = {}
+    for ln in lines[1:]:
+        name, _, value = ln.partition(":")
+        k = name.strip().lower()
+        v = value.strip()
+        headers[k] = headers[k] + ", " + v if k in headers else v
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        body = b""
+        while True:
+            size_line, _, rest = rest.partition(b"\r\n")
+            size = int(size_line.split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                break
+            body += rest[:size]
+            rest = rest[size + 2:]
+    elif "content-length" in headers:
+        n = int(headers["content-length"])
+        if len(rest) < n:
+            raise TransportError("answer cut short: %d of %d body bytes" % (len(rest), n))
+        body = rest[:n]
+    else:
+        body = rest
+    return HttpResponse(int(parts[1]), headers, body)
+
+
+class AsyncClient:
+    """The asyncio client. Same constructor and methods as
+    :class:`idemd.Client`; every method is a coroutine, ``claim`` is an
+    async context manager and ``consume`` accepts async handlers."""
+
+    def __init__(self, base_url: str, api_key: Optional[str] = None, *,
+                 timeout: float = 10.0, retry: Retry = Retry(),
+                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+        self.endpoint = Endpoint.parse(base_url)
+        self.api_key = api_key
+        self.timeout = timeout
+        self.retry = retry
+        self.ssl_context = ssl_context
+
+    async def _exchange(self, call: Call[Any]) -> HttpResponse:
+        ep = self.endpoint
+        ctx: Optional[ssl.SSLContext] = None
+        if ep.scheme == "https":
+            ctx = self.ssl_context or ssl.create_default_context()
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(ep.host, ep.port, ssl=ctx), self.timeout)
+        except (OSError, asyncio.TimeoutError) as e:
+            raise TransportError("cannot connect to %s:%d: %s" % (ep.host, ep.port, e or "timeout"),
+                                 sent=False) from e
+        try:
+            host = ep.host if ep.port in (80, 443) else "%s:%d" % (ep.host, ep.port)
+            body = call.encoded_body()
+            headers = _core.request_headers(call, self.api_key, host)
+            headers["Connection"] = "close"
+            if body is not None or call.method in ("POST", "PUT"):
+                headers["Content-Length"] = str(len(body or b""))
+            head = "%s %s HTTP/1.1\r\n" % (call.method, ep.prefix + call.path)
+            head += "".join("%s: %s\r\n" % kv for kv in headers.items()) + "\r\n"
+            try:
+                writer.write(head.encode("latin-1") + (body or b""))
+                await writer.drain()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # idemd may answer (413, 503) and close before reading the body
+            data = await asyncio.wait_for(reader.read(), self.timeout)
+            return _parse_response(data)
+        except (OSError, asyncio.TimeoutError, ValueError) as e:
+            if isinstance(e, TransportError):
+                raise
+            raise TransportError("%s %s: %s" % (call.method, call.path, e or type(e).__name__)) from e
+        finally:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except (OSError, ssl.SSLError):
+                pass
+
+    async def _send(self, call: Call[T], retry: Optional[Retry] = None) -> T:
+        policy = retry or self.retry
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return call.result(await self._exchange(call))
+            except IdemdError as err:
+                if tries >= policy.attempts or not policy.retryable(err):
+                    raise
+                await asyncio.sleep(policy.delay(tries, err))
+
+    # ------------------------------------------------------------ tokens
+
+    async def issue(self, operation: str, subject: str, *, ttl_seconds: Optional[int] = None) -> IssuedToken:
+        r: IssuedToken = await self._send(_core.issue(operation, subject, ttl_seconds, None))
+        return r
+
+    async def issue_many(self, operation: str, subject: str, count: int, *,
+                         ttl_seconds: Optional[int] = None) -> List[IssuedToken]:
+        r: Dict[str, List[IssuedToken]] = await self._send(
+            _core.issue(operation, subject, ttl_seconds, count))
+        return r["tokens"]
+
+    async def introspect(self, token: str) -> TokenInfo:
+        return await self._send(_core.introspect(token))
+
+    async def revoke(self, token: str) -> None:
+        await self._send(_core.revoke(token))
+
+    async def claim_token(self, token: str, *, request: JSON = UNSET,
+                          fingerprint: Optional[str] = None,
+                          if_match: Union[int, str, None] = None,
+                          wait: Optional[int] = None) -> Claimed:
+        return await self._send(_core.claim_token(token, request, fingerprint, if_match, wait))
+
+    async def complete_token(self, token: str, attempt: int, status: int = 200, body: JSON = UNSET, *,
+                             headers: Optional[Mapping[str, str]] = None,
+                             content: Optional[bytes] = None) -> CompleteResult:
+        return await self._send(_core.complete_token(token, attempt, status, body, headers, content))
+
+    async def release_token(self, token: str, attempt: int) -> ReleaseResult:
+        return await self._send(_core.release_token(token, attempt))
+
+    # ------------------------------------------------------------ caller keys
+
+    async def claim_key(self, operation: str, key: str, *, request: JSON = UNSET,
+                        fingerprint: Optional[str] = None, subject: Optional[str] = None,
+                        if_match: Union[int, str, None] = None,
+                        wait: Optional[int] = None) -> Claimed:
+        return await self._send(_core.claim_key(operation, key, request, fingerprint, subject,
+                                                if_match, wait))
+
+    async def complete_key(self, operation: str, key: str, attempt: int, status: int = 200,
+                           body: JSON = UNSET, *, headers: Optional[Mapping[str, str]] = None,
+                           content: Optional[bytes] = None) -> CompleteResult:
+        return await self._send(_core.complete_key(operation, key, attempt, status, body,
+                                                   headers, content))
+
+    async def release_key(self, operation: str, key: str, attempt: int) -> ReleaseResult:
+        return await self._send(_core.release_key(operation, key, attempt))
+
+    async def get_key(self, operation: str, key: str) -> KeyRecord:
+        return await self._send(_core.get_key(operation, key))
+
+    async def claim_batch(self, operation: str,
+                          items: Sequence[_core.BatchClaimInput]) -> List[BatchClaimResult]:
+        return await self._send(_core.claim_batch(operation, items))
+
+    async def complete_batch(self, operation: str,
+                             items: Sequence[_core.BatchCompleteInput]) -> List[BatchCompleteResult]:
+        return await self._send(_core.complete_batch(operation, items))
+
+    # ------------------------------------------------------------ versions, operations, health
+
+    async def get_version(self, key: str) -> Version:
+        return await self._send(_core.get_version(key))
+
+    async def bump_version(self, key: str, if_match: Union[int, str]) -> int:
+        return await self._send(_core.bump_version(key, if_match))
+
+    async def put_operation(self, name: str, *, token_ttl_seconds: int, retention_seconds: int,
+                            lease_seconds: int, version_key: Optional[str] = None,
+                            require_version: Optional[bool] = None, **extra: Any) -> Operation:
+        return await self._send(_core.put_operation(name, token_ttl_seconds, retention_seconds,
+                                                    lease_seconds, version_key, require_version,
+                                                    extra))
+
+    async def get_operation(self, name: str) -> Operation:
+        return await self._send(_core.get_operation(name))
+
+    async def list_operations(self) -> List[Operation]:
+        return await self._send(_core.list_operations())
+
+    async def health(self) -> Health:
+        return await self._send(_core.health())
+
+    async def ready(self) -> Health:
+        return await self._send(_core.ready(), _core.NO_RETRY)
+
+    # ------------------------------------------------------------ helpers
+
+    def claim(self, operation: Optional[str] = None, key: Optional[str] = None, *,
+              token: Optional[str] = None, request: JSON = UNSET,
+              fingerprint: Optional[str] = None, subject: Optional[str] = None,
+              if_match: Union[int, str, None] = None, wait: Optional[int] = None,
+              release_on: ReleaseOn = (Exception,)) -> "AsyncClaim":
+        """``async with client.claim(op, key, request=...) as c:``; see
+        :meth:`idemd.Client.claim`. Cancellation releases the claim."""
+        return AsyncClaim(self, operation, key, token, release_on, request, fingerprint,
+                          subject, if_match, wait)
+
+    async def run_once(self, operation: Optional[str], key: Optional[str],
+                       fn: Callable[[], Any], *, token: Optional[str] = None,
+                       request: JSON = UNSET, fingerprint: Optional[str] = None,
+                       subject: Optional[str] = None, if_match: Union[int, str, None] = None,
+                       wait: Optional[int] = None,
+                       release_on: ReleaseOn = (Exception,)) -> StoredResponse:
+        """As :meth:`idemd.Client.run_once`; FN may be a coroutine function."""
+        async with self.claim(operation, key, token=token, request=request,
+                              fingerprint=fingerprint, subject=subject, if_match=if_match,
+                              wait=wait, release_on=release_on) as c:
+            if c.replayed:
+                assert c.response is not None
+                return c.response
+            value = fn()
+            if inspect.isawaitable(value):
+                value = await value
+            c.set_result(value)
+        assert c.result is not None
+        return c.result["response"]  # type: ignore[no-any-return]
+
+    async def consume(self, operation: str, messages: Sequence[M], key: Callable[[M], str],
+                      handler: Callable[[M], Union[Any, Awaitable[Any]]], *,
+                      request: Optional[Callable[[M], Any]] = None,
+                      fingerprint: Optional[Callable[[M], str]] = None,
+                      subject: Optional[Callable[[M], str]] = None,
+                      release_on: ReleaseOn = (Exception,),
+                      concurrency: int = 8) -> List[MessageOutcome[M]]:
+        """As :meth:`idemd.Client.consume`; HANDLER may be async, and up to
+        CONCURRENCY handlers run at once. Cancellation releases every claim
+        whose handler has not finished."""
+        if not messages:
+            return []
+        keys, items, first = batch_items(messages, key, request, fingerprint, subject)
+        claims = await self.claim_batch(operation, items)
+        done: Dict[int, MessageOutcome[M]] = {}
+        todo: List[Tuple[int, BatchClaimResult]] = []
+        for res in claims:
+            i = first[res.key]
+            o = classify(messages[i], res)
+            if o is None:
+                todo.append((i, res))
+            else:
+                done[i] = o
+        completions: List[BatchCompleteItem] = []
+        pending: Dict[str, MessageOutcome[M]] = {}
+        to_release: List[Tuple[str, int]] = []
+        sem = asyncio.Semaphore(max(1, concurrency))
+
+        async def run(i: int, res: BatchClaimResult) -> None:
+            m = messages[i]
+            attempt = res.attempt or 0
+            async with sem:
+                try:
+                    value = handler(m)
+                    if inspect.isawaitable(value):
+                        value = await value
+                except BaseException as exc:
+                    if releases(exc, release_on):
+                        done[i] = MessageOutcome(m, res.key, "failed", error=exc, retry=True,
+                                                 attempt=attempt, status=res.status)
+                        to_release.append((res.key, attempt))
+                        if not isinstance(exc, Exception):
+                            raise
+                        return
+                    outcome = failure_outcome(exc)
+                    done[i] = MessageOutcome(m, res.key, "failed", error=exc, attempt=attempt,
+                                             status=res.status)
+                else:
+                    outcome = as_outcome(value)
+                    done[i] = MessageOutcome(m, res.key, "processed", result=value,
+                                             attempt=attempt, status=res.status)
+                completions.append(BatchCompleteItem(res.key, attempt, outcome))
+                pending[res.key] = done[i]
+
+        try:
+            await asyncio.gather(*(run(i, res) for i, res in todo))
+        except BaseException:
+            for i, res in todo:
+                if i not in done:
+                    to_release.append((res.key, res.attempt or 0))
+            await self._finish(operation, completions, pending, to_release)
+            raise
+        await self._finish(operation, completions, pending, to_release)
+        return copy_for_duplicates(messages, keys, first, done)
+
+    async def _finish(self, operation: str, completions: List[BatchCompleteItem],
+                      pending: Dict[str, MessageOutcome[Any]],
+                      to_release: List[Tuple[str, int]]) -> None:
+        async def release(key: str, attempt: int) -> None:
+            try:
+                await self.release_key(operation, key, attempt)
+            except IdemdError:
+                pass  # the lease will run out; the next delivery takes over
+        await asyncio.gather(*(release(k, a) for k, a in to_release))
+        if completions:
+            for r in await self.complete_batch(operation, completions):
+                if not r.ok and r.key in pending:
+                    o = pending[r.key]
+                    o.outcome, o.status, o.code, o.retry = "lost", r.status, r.code, False
+
+
+class AsyncClaim(ClaimState):
+    """A claim made by :meth:`AsyncClient.claim`; use it in ``async with``."""
+
+    def __init__(self, client: AsyncClient, operation: Optional[str], key: Optional[str],
+                 token: Optional[str], release_on: ReleaseOn, request: JSON,
+                 fingerprint: Optional[str], subject: Optional[str],
+                 if_match: Union[int, str, None], wait: Optional[int]) -> None:
+        super().__init__(operation, key, token, release_on)
+        self._client = client
+        self._args = (request, fingerprint, subject, if_match, wait)
+
+    async def __aenter__(self) -> "AsyncClaim":
+        request, fingerprint, subject, if_match, wait = self._args
+        c = self._client
+        if self.token is not None:
+            self.claimed = await c.claim_token(self.token, request=request,
+                                               fingerprint=fingerprint, if_match=if_match,
+                                               wait=wait)
+        else:
+            assert self.operation is not None and self.key is not None
+            self.claimed = await c.claim_key(self.operation, self.key, request=request,
+                                             fingerprint=fingerprint, subject=subject,
+                                             if_match=if_match, wait=wait)
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]],
+                        exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        action, outcome = self.exit_action(exc)
+        if action == "none":
+            return
+        assert self.claimed is not None and self.claimed.attempt is not None
+        attempt = self.claimed.attempt
+        c = self._client
+        try:
+            if action == "release":
+                if self.token is not None:
+                    self.result = await c.release_token(self.token, attempt)
+                else:
+                    assert self.operation is not None and self.key is not None
+                    self.result = await c.release_key(self.operation, self.key, attempt)
+            else:
+                assert outcome is not None
+                if self.token is not None:
+                    self.result = await c.complete_token(self.token, attempt, outcome.status,
+                                                         outcome.body, headers=outcome.headers,
+                                                         content=outcome.content)
+                else:
+                    assert self.operation is not None and self.key is not None
+                    self.result = await c.complete_key(self.operation, self.key, attempt,
+                                                       outcome.status, outcome.body,
+                                                       headers=outcome.headers,
+                                                       content=outcome.content)
+        except IdemdError:
+            if exc is None:
+                raise
