@@ -67,11 +67,14 @@ static int h_key_claimed(struct request *req, const struct claim_result *res, vo
 {
 	json_t *id = arg;
 
-	if (res != NULL)
-		http_reply_json(req, 201, json_pack("{s:s,s:O,s:i,s:o}", "state", "in_progress",
-						    "id", id, "attempt", res->cr_attempt,
-						    "lease_expires_at",
-						    reqjson_time(res->cr_lease_expires_at)));
+	if (res != NULL) {
+		json_t *o = json_pack("{s:s,s:O,s:i,s:o}", "state", "in_progress", "id", id,
+				      "attempt", res->cr_attempt, "lease_expires_at",
+				      reqjson_time(res->cr_lease_expires_at));
+		if (o != NULL && res->cr_checkpoint != NULL)
+			json_object_set(o, "checkpoint", res->cr_checkpoint);
+		http_reply_json(req, 201, o);
+	}
 	json_decref(id);
 	return 0;
 }
@@ -128,6 +131,24 @@ void h_key_release(struct request *req)
 		tokenreq_release(req, &t, 1);
 }
 
+void h_key_extend(struct request *req)
+{
+	struct token t;
+	struct operation op;
+
+	if (h_key_address(req, &t, &op) == 0)
+		tokenreq_extend(req, &t, 1);
+}
+
+void h_key_checkpoint(struct request *req)
+{
+	struct token t;
+	struct operation op;
+
+	if (h_key_address(req, &t, &op) == 0)
+		tokenreq_checkpoint(req, &t, 1);
+}
+
 void h_key_get(struct request *req)
 {
 	struct token t;
@@ -161,6 +182,8 @@ void h_key_get(struct request *req)
 		json_object_set_new(o, "lease_expires_at", reqjson_time(rv.rv_lease_expires_at));
 	if (o != NULL && strcmp(state, "completed") == 0)
 		json_object_set_new(o, "response", reqjson_response(&rv.rv_response));
-	store_response_free(&rv.rv_response);
+	if (o != NULL && rv.rv_checkpoint_phase != NULL)
+		json_object_set_new(o, "checkpoint", tokenreq_checkpoint_json(&rv));
+	store_record_view_free(&rv);
 	http_reply_json(req, 200, o);
 }

@@ -258,7 +258,9 @@ void h_token_get(struct request *req)
 		json_object_set_new(o, "lease_expires_at", reqjson_time(rv.rv_lease_expires_at));
 	if (o != NULL && strcmp(state, "completed") == 0)
 		json_object_set_new(o, "response", reqjson_response(&rv.rv_response));
-	store_response_free(&rv.rv_response);
+	if (o != NULL && rv.rv_checkpoint_phase != NULL)
+		json_object_set_new(o, "checkpoint", tokenreq_checkpoint_json(&rv));
+	store_record_view_free(&rv);
 	http_reply_json(req, 200, o);
 }
 
@@ -289,9 +291,11 @@ static int h_token_claimed(struct request *req, const struct claim_result *res, 
 	(void)arg;
 	if (res == NULL)
 		return 0;
-	http_reply_json(req, 201, json_pack("{s:s,s:i,s:o}", "state", "in_progress", "attempt",
-					    res->cr_attempt, "lease_expires_at",
-					    reqjson_time(res->cr_lease_expires_at)));
+	json_t *o = json_pack("{s:s,s:i,s:o}", "state", "in_progress", "attempt", res->cr_attempt,
+			      "lease_expires_at", reqjson_time(res->cr_lease_expires_at));
+	if (o != NULL && res->cr_checkpoint != NULL)
+		json_object_set(o, "checkpoint", res->cr_checkpoint);
+	http_reply_json(req, 201, o);
 	return 0;
 }
 
@@ -334,4 +338,22 @@ void h_token_release(struct request *req)
 	if (tokenreq_from_path(req, &t) < 0)
 		return;
 	tokenreq_release(req, &t, 0);
+}
+
+void h_token_extend(struct request *req)
+{
+	struct token t;
+
+	if (tokenreq_from_path(req, &t) < 0)
+		return;
+	tokenreq_extend(req, &t, 0);
+}
+
+void h_token_checkpoint(struct request *req)
+{
+	struct token t;
+
+	if (tokenreq_from_path(req, &t) < 0)
+		return;
+	tokenreq_checkpoint(req, &t, 0);
 }

@@ -18,10 +18,14 @@ void h_token_revoke(struct request *req);
 void h_token_claim(struct request *req);
 void h_token_complete(struct request *req);
 void h_token_release(struct request *req);
+void h_token_extend(struct request *req);
+void h_token_checkpoint(struct request *req);
 
 void h_key_claim(struct request *req);
 void h_key_complete(struct request *req);
 void h_key_release(struct request *req);
+void h_key_extend(struct request *req);
+void h_key_checkpoint(struct request *req);
 void h_key_get(struct request *req);
 void h_key_claims(struct request *req);
 void h_key_completions(struct request *req);

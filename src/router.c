@@ -16,6 +16,8 @@ static const struct route router_table[] = {
 	{ "POST", "/v1/tokens/{}/claim", h_token_claim, ROUTE_API_KEY, NULL, 0 },
 	{ "POST", "/v1/tokens/{}/complete", h_token_complete, ROUTE_API_KEY, NULL, 0 },
 	{ "POST", "/v1/tokens/{}/release", h_token_release, ROUTE_API_KEY, NULL, 0 },
+	{ "POST", "/v1/tokens/{}/extend", h_token_extend, ROUTE_API_KEY, NULL, 0 },
+	{ "POST", "/v1/tokens/{}/checkpoint", h_token_checkpoint, ROUTE_API_KEY, NULL, 0 },
 	{ "GET", "/v1/versions/{}", h_version_get, ROUTE_API_KEY, NULL, 0 },
 	{ "POST", "/v1/versions/{}", h_version_bump, ROUTE_API_KEY, NULL, 0 },
 	{ "GET", "/v1/operations", h_operation_list, ROUTE_API_KEY, NULL, 0 },
@@ -27,6 +29,8 @@ static const struct route router_table[] = {
 	{ "POST", "/v1/operations/{}/keys/{}/claim", h_key_claim, ROUTE_API_KEY, NULL, 0 },
 	{ "POST", "/v1/operations/{}/keys/{}/complete", h_key_complete, ROUTE_API_KEY, NULL, 0 },
 	{ "POST", "/v1/operations/{}/keys/{}/release", h_key_release, ROUTE_API_KEY, NULL, 0 },
+	{ "POST", "/v1/operations/{}/keys/{}/extend", h_key_extend, ROUTE_API_KEY, NULL, 0 },
+	{ "POST", "/v1/operations/{}/keys/{}/checkpoint", h_key_checkpoint, ROUTE_API_KEY, NULL, 0 },
 };
 
 /* Matches PATH against PATTERN; on success records where each "{}" segment

@@ -17,7 +17,7 @@ enum {
 	ST_CLAIM, ST_COMPLETE, ST_RELEASE, ST_REVOKE, ST_RECORD_GET,
 	ST_VERSION_GET, ST_VERSION_BUMP, ST_SWEEP, ST_CLAIM_MANY, ST_COMPLETE_MANY,
 	ST_TENANT_LIST, ST_TENANT_DELETE, ST_APIKEY_ADD, ST_APIKEY_REVOKE,
-	ST_KEYS_TABLE, ST_KEYS_COUNT, ST_KEYS_RESEAL,
+	ST_KEYS_TABLE, ST_KEYS_COUNT, ST_KEYS_RESEAL, ST_EXTEND, ST_CHECKPOINT,
 };
 
 #define OP_COLUMNS "id, tenant_id, name, token_ttl_seconds, retention_seconds, " \
@@ -101,7 +101,13 @@ static const struct db_stmt st_revoke = { ST_REVOKE, "revoke",
 static const struct db_stmt st_record_get = { ST_RECORD_GET, "record_get",
 	"SELECT state, attempt, coalesce(" MS("lease_expires_at") ", 0), " MS("expires_at") ", "
 	"response_status, response_headers, response_body, response_is_json, subject, "
-	"operation_id FROM records WHERE tenant_id = $1 AND token_id = $2", 2 };
+	"operation_id, checkpoint_phase, checkpoint_data::text, checkpoint_attempt "
+	"FROM records WHERE tenant_id = $1 AND token_id = $2", 2 };
+static const struct db_stmt st_extend = { ST_EXTEND, "extend",
+	"SELECT outcome, coalesce(" MS("lease_expires_at") ", 0) "
+	"FROM idemd_extend($1, $2, $3, $4)", 4 };
+static const struct db_stmt st_checkpoint = { ST_CHECKPOINT, "checkpoint",
+	"SELECT idemd_checkpoint($1, $2, $3, $4, $5::jsonb)", 5 };
 static const struct db_stmt st_version_get = { ST_VERSION_GET, "version_get",
 	"SELECT version FROM versions WHERE tenant_id = $1 AND key = $2", 2 };
 static const struct db_stmt st_version_bump = { ST_VERSION_BUMP, "version_bump",
@@ -851,6 +857,58 @@ done:
 	return rc;
 }
 
+void store_record_view_free(struct record_view *v)
+{
+	store_response_free(&v->rv_response);
+	free(v->rv_checkpoint_phase);
+	free(v->rv_checkpoint_data);
+	v->rv_checkpoint_phase = v->rv_checkpoint_data = NULL;
+}
+
+/* The outcome text of extend and checkpoint as a release outcome. */
+static enum release_outcome store_fence_outcome(const char *o, const char *done)
+{
+	if (strcmp(o, done) == 0)
+		return RELEASE_DONE;
+	return strcmp(o, "lease_lost") == 0 ? RELEASE_LEASE_LOST : RELEASE_NOT_IN_PROGRESS;
+}
+
+int store_extend(uint32_t tenant_id, const uint8_t *token_id, int attempt, int lease_seconds,
+		 enum release_outcome *outcome, int64_t *lease_expires_at)
+{
+	char tenant[16], att[16], lease[16];
+
+	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
+	snprintf(att, sizeof(att), "%d", attempt);
+	snprintf(lease, sizeof(lease), "%d", lease_seconds);
+	const char *v[] = { tenant, (const char *)token_id, att, lease };
+	const int len[] = { 0, 16, 0, 0 }, fmt[] = { 0, 1, 0, 0 };
+	PGresult *r = store_run(&st_extend, v, len, fmt);
+	if (r == NULL)
+		return -1;
+	*outcome = store_fence_outcome(PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "", "extended");
+	*lease_expires_at = PQntuples(r) == 1 ? store_i64(r, 0, 1) : 0;
+	PQclear(r);
+	return 0;
+}
+
+int store_checkpoint(uint32_t tenant_id, const uint8_t *token_id, int attempt, const char *phase,
+		     const char *data, enum release_outcome *outcome)
+{
+	char tenant[16], att[16];
+
+	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
+	snprintf(att, sizeof(att), "%d", attempt);
+	const char *v[] = { tenant, (const char *)token_id, att, phase, data };
+	const int len[] = { 0, 16, 0, 0, 0 }, fmt[] = { 0, 1, 0, 0, 0 };
+	PGresult *r = store_run(&st_checkpoint, v, len, fmt);
+	if (r == NULL)
+		return -1;
+	*outcome = store_fence_outcome(PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "", "saved");
+	PQclear(r);
+	return 0;
+}
+
 int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt,
 		  enum release_outcome *outcome)
 {
@@ -914,6 +972,17 @@ int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_
 		snprintf(rv->rv_subject, sizeof(rv->rv_subject), "%s", PQgetvalue(r, 0, 8));
 		rv->rv_operation_id = (uint32_t)store_i64(r, 0, 9);
 		rc = store_read_response(r, 0, 4, &rv->rv_response);
+		if (rc == 0 && !PQgetisnull(r, 0, 10)) {
+			rv->rv_checkpoint_phase = strdup(PQgetvalue(r, 0, 10));
+			rv->rv_checkpoint_data = PQgetisnull(r, 0, 11) ? NULL
+							: strdup(PQgetvalue(r, 0, 11));
+			rv->rv_checkpoint_attempt = (int)store_i64(r, 0, 12);
+			if (rv->rv_checkpoint_phase == NULL ||
+			    (!PQgetisnull(r, 0, 11) && rv->rv_checkpoint_data == NULL)) {
+				store_record_view_free(rv);
+				rc = -1;
+			}
+		}
 	}
 	PQclear(r);
 	return rc;

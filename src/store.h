@@ -129,6 +129,9 @@ struct claim_result {
 	int cr_retry_after;
 	int64_t cr_current_version;
 	struct stored_response cr_response; /* for CLAIM_REPLAY */
+	/* the latest checkpoint, on a takeover answered on the request's
+	 * thread (tokenreq.c fills it, owns it and releases it) */
+	struct json_t *cr_checkpoint;
 };
 
 int store_claim(const struct claim_args *a, struct claim_result *r) IDEMD_WUR;
@@ -171,6 +174,14 @@ enum release_outcome { RELEASE_DONE, RELEASE_LEASE_LOST, RELEASE_NOT_IN_PROGRESS
 int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt,
 		  enum release_outcome *outcome) IDEMD_WUR;
 
+/* Long work of the current ATTEMPT (fenced like release; RELEASE_DONE when
+ * written): a new lease of LEASE_SECONDS from now (*LEASE_EXPIRES_AT, unix
+ * ms), or the latest checkpoint PHASE with DATA (JSON text, or NULL). */
+int store_extend(uint32_t tenant_id, const uint8_t *token_id, int attempt, int lease_seconds,
+		 enum release_outcome *outcome, int64_t *lease_expires_at) IDEMD_WUR;
+int store_checkpoint(uint32_t tenant_id, const uint8_t *token_id, int attempt, const char *phase,
+		     const char *data, enum release_outcome *outcome) IDEMD_WUR;
+
 /* *in_use = 1 when the token is in progress or completed (nothing written). */
 int store_revoke(uint32_t tenant_id, const uint8_t *token_id, uint32_t operation_id,
 		 const char *subject, int64_t token_expires_at, int *in_use) IDEMD_WUR;
@@ -184,8 +195,13 @@ struct record_view {
 	int rv_has_subject;
 	char rv_subject[129];
 	uint32_t rv_operation_id;
+	char *rv_checkpoint_phase;   /* NULL: no checkpoint; owned, like the data */
+	char *rv_checkpoint_data;    /* JSON text, or NULL */
+	int rv_checkpoint_attempt;
 	struct stored_response rv_response;
 };
+/* Frees what a filled record_view owns. */
+void store_record_view_free(struct record_view *v);
 int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_view *v) IDEMD_WUR;
 
 /* Version counters. An unknown key is version 0. */

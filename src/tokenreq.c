@@ -18,6 +18,7 @@
 #include "fingerprint.h"
 #include "headers.h"
 #include "keys.h"
+#include "log.h"
 #include "metrics.h"
 #include "opcache.h"
 #include "problem.h"
@@ -450,6 +451,33 @@ static int tokenreq_claim_answer(struct request *req, struct tokenreq_claim *c, 
 	return ret;
 }
 
+json_t *tokenreq_checkpoint_json(const struct record_view *rv)
+{
+	json_t *data = NULL;
+
+	if (rv->rv_checkpoint_phase == NULL)
+		return NULL;
+	if (rv->rv_checkpoint_data != NULL)
+		data = json_loads(rv->rv_checkpoint_data, JSON_DECODE_ANY, NULL);
+	return json_pack("{s:s,s:o,s:i}", "phase", rv->rv_checkpoint_phase, "data",
+			 data ? data : json_null(), "attempt", rv->rv_checkpoint_attempt);
+}
+
+/* The latest checkpoint of T's record, or NULL (none, or the database did
+ * not answer: the takeover then starts from the beginning, logged). */
+static json_t *tokenreq_checkpoint_read(const struct token *t)
+{
+	struct record_view rv;
+
+	if (store_record_get(t->tenant_id, t->id, &rv) < 0) {
+		log_warn("claim: the checkpoint of a taken-over record could not be read");
+		return NULL;
+	}
+	json_t *cp = tokenreq_checkpoint_json(&rv);
+	store_record_view_free(&rv);
+	return cp;
+}
+
 static struct tokenreq_claim *tokenreq_claim_new(struct request *req, const struct token *t,
 						 const uint8_t *fp, tokenreq_replay_fn replay)
 {
@@ -476,10 +504,15 @@ static void tokenreq_claim_finish(struct request *req, void *arg)
 {
 	struct tokenreq_claim *c = arg;
 
-	if (tokenreq_claim_answer(req, c, c->tc_job.bj_rc) == 1)
+	if (tokenreq_claim_answer(req, c, c->tc_job.bj_rc) == 1) {
+		/* a takeover resumes from the last recovery point */
+		if (c->tc_res.cr_attempt > 1)
+			c->tc_res.cr_checkpoint = tokenreq_checkpoint_read(&c->tc_token);
 		(void)c->tc_claimed(req, &c->tc_res, c->tc_arg);
-	else
+		json_decref(c->tc_res.cr_checkpoint);
+	} else {
 		(void)c->tc_claimed(req, NULL, c->tc_arg);
+	}
 	free(c);
 }
 
@@ -530,6 +563,7 @@ int tokenreq_claim_async(struct request *req, const struct token *t, const uint8
 /* ---------------------------------------------------------------- complete, release */
 
 #define TOKENREQ_MAX_STORED_HEADERS 64
+#define TOKENREQ_CHECKPOINT_MAX (64 * 1024)
 
 /* For a caller key (IS_KEY), a record that does not exist is 404
  * record_not_found rather than 409 not_in_progress: 1 after replying so
@@ -544,7 +578,7 @@ static int tokenreq_not_found(struct request *req, const struct token *t, int is
 		problem_unavailable(req);
 		return 1;
 	}
-	store_response_free(&rv.rv_response);
+	store_record_view_free(&rv);
 	if (rv.rv_found)
 		return 0;
 	problem_reply(req, 404, "record_not_found", "this key was never claimed (or was forgotten)");
@@ -732,33 +766,136 @@ done:
 	json_decref(body);
 }
 
+/* Answers a fenced write's refusal (409 lease_lost or not_in_progress, or
+ * for a caller key never claimed 404); 1 when OUTCOME is RELEASE_DONE and
+ * the caller answers. */
+static int tokenreq_fenced(struct request *req, const struct token *t, int is_key,
+			   enum release_outcome outcome, int64_t attempt)
+{
+	if (outcome == RELEASE_DONE)
+		return 1;
+	if (outcome == RELEASE_LEASE_LOST)
+		problem_reply(req, 409, "lease_lost",
+			      "attempt %" PRId64 " is no longer the current attempt", attempt);
+	else if (!tokenreq_not_found(req, t, is_key))
+		problem_reply(req, 409, "not_in_progress", "the token is not claimed by attempt %" PRId64,
+			      attempt);
+	return 0;
+}
+
+/* The body of a fenced write: ALLOWED members, "attempt" among them. The
+ * body (new reference) or NULL after replying. */
+static json_t *tokenreq_fenced_body(struct request *req, const char *const *allowed,
+				    int64_t *attempt)
+{
+	int present;
+	json_t *body = http_body_object(req);
+
+	if (body != NULL && (reqjson_only(req, body, allowed) < 0 ||
+			     reqjson_int(req, body, "attempt", 1, 1, INT32_MAX, attempt,
+					 &present) < 0)) {
+		json_decref(body);
+		body = NULL;
+	}
+	return body;
+}
+
 void tokenreq_release(struct request *req, const struct token *t, int is_key)
 {
 	static const char *const allowed[] = { "attempt", NULL };
 	enum release_outcome outcome;
 	int64_t attempt;
-	int present;
-	json_t *body = NULL;
+	json_t *body = tokenreq_fenced_body(req, allowed, &attempt);
 
-	body = http_body_object(req);
-	if (body == NULL || reqjson_only(req, body, allowed) < 0 ||
-	    reqjson_int(req, body, "attempt", 1, 1, INT32_MAX, &attempt, &present) < 0)
-		goto done;
-	if (store_release(req->req_tenant_id, t->id, (int)attempt, &outcome) < 0) {
+	if (body == NULL)
+		return;
+	if (store_release(req->req_tenant_id, t->id, (int)attempt, &outcome) < 0)
 		problem_unavailable(req);
-		goto done;
-	}
-	if (outcome == RELEASE_DONE) {
+	else if (tokenreq_fenced(req, t, is_key, outcome, attempt)) {
 		metrics_add(METRIC_RELEASES, 1);
 		http_reply_json(req, 200, json_pack("{s:s,s:I}", "state", "issued", "attempt",
 						    (json_int_t)attempt));
-	} else if (outcome == RELEASE_LEASE_LOST) {
-		problem_reply(req, 409, "lease_lost",
-			      "attempt %" PRId64 " is no longer the current attempt", attempt);
-	} else if (!tokenreq_not_found(req, t, is_key)) {
-		problem_reply(req, 409, "not_in_progress", "the token is not claimed by attempt %" PRId64,
-			      attempt);
 	}
+	json_decref(body);
+}
+
+void tokenreq_extend(struct request *req, const struct token *t, int is_key)
+{
+	static const char *const allowed[] = { "attempt", "lease_seconds", NULL };
+	enum release_outcome outcome;
+	struct operation op;
+	int64_t attempt, lease, until;
+	int present, found;
+	json_t *body = tokenreq_fenced_body(req, allowed, &attempt);
+
+	if (body == NULL)
+		return;
+	if (opcache_by_id(t->operation_id, &op, &found) < 0 || !found) {
+		problem_unavailable(req);
+		goto done;
+	}
+	if (reqjson_int(req, body, "lease_seconds", 0, 1, op.op_lease_seconds, &lease,
+			&present) < 0)
+		goto done;
+	if (!present)
+		lease = op.op_lease_seconds;
+	if (store_extend(req->req_tenant_id, t->id, (int)attempt, (int)lease, &outcome, &until) < 0)
+		problem_unavailable(req);
+	else if (tokenreq_fenced(req, t, is_key, outcome, attempt))
+		http_reply_json(req, 200, json_pack("{s:s,s:I,s:o}", "state", "in_progress",
+						    "attempt", (json_int_t)attempt,
+						    "lease_expires_at", reqjson_time(until)));
 done:
+	json_decref(body);
+}
+
+/* 1 when PHASE is 1..64 characters of [a-z0-9._-]. */
+static int tokenreq_phase_ok(const char *phase)
+{
+	size_t n = strlen(phase);
+
+	return n >= 1 && n <= 64 && strspn(phase, "abcdefghijklmnopqrstuvwxyz0123456789._-") == n;
+}
+
+void tokenreq_checkpoint(struct request *req, const struct token *t, int is_key)
+{
+	static const char *const allowed[] = { "attempt", "phase", "data", NULL };
+	enum release_outcome outcome;
+	int64_t attempt;
+	const char *phase;
+	char *data = NULL;
+	json_t *body = tokenreq_fenced_body(req, allowed, &attempt);
+
+	if (body == NULL)
+		return;
+	if (reqjson_string(req, body, "phase", 1, 1, 64, &phase) < 0)
+		goto done;
+	if (!tokenreq_phase_ok(phase)) {
+		problem_reply(req, 400, "invalid_request", "phase must be 1 to 64 of [a-z0-9._-]");
+		goto done;
+	}
+	json_t *jdata = json_object_get(body, "data");
+	if (jdata != NULL) {
+		data = json_dumps(jdata, JSON_COMPACT | JSON_ENCODE_ANY);
+		if (data == NULL) {
+			problem_unavailable(req);
+			goto done;
+		}
+		if (strlen(data) > TOKENREQ_CHECKPOINT_MAX) {
+			problem_reply(req, 400, "invalid_request",
+				      "checkpoint data is at most %d bytes of JSON",
+				      TOKENREQ_CHECKPOINT_MAX);
+			goto done;
+		}
+	}
+	if (store_checkpoint(req->req_tenant_id, t->id, (int)attempt, phase, data, &outcome) < 0)
+		problem_unavailable(req);
+	else if (tokenreq_fenced(req, t, is_key, outcome, attempt))
+		http_reply_json(req, 200, json_pack("{s:s,s:{s:s,s:o,s:I}}", "state", "in_progress",
+						    "checkpoint", "phase", phase, "data",
+						    jdata ? json_incref(jdata) : json_null(),
+						    "attempt", (json_int_t)attempt));
+done:
+	free(data);
 	json_decref(body);
 }

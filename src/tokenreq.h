@@ -83,6 +83,16 @@ int tokenreq_replay_raw(struct request *req, const struct token *t) IDEMD_WUR;
  */
 void tokenreq_complete(struct request *req, const struct token *t, int is_key);
 void tokenreq_release(struct request *req, const struct token *t, int is_key);
+/* POST .../extend {"attempt","lease_seconds"?} (at most, and by default,
+ * the operation's lease) and .../checkpoint {"attempt","phase","data"?}
+ * (phase 1..64 of [a-z0-9._-], data any JSON up to 64 KiB) of the current
+ * attempt; fenced like release. */
+void tokenreq_extend(struct request *req, const struct token *t, int is_key);
+void tokenreq_checkpoint(struct request *req, const struct token *t, int is_key);
+
+/* The latest checkpoint of RV as {"phase","data","attempt"} (new
+ * reference), or NULL when it has none. */
+json_t *tokenreq_checkpoint_json(const struct record_view *rv);
 
 /*
  * The claim arguments of T under policy OP into A: fingerprint FP (NULL:
