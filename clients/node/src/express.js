@@ -1,0 +1,185 @@
+// Express middleware: makes a route idempotent by token or by caller key,
+// both taken from the Idempotency-Key header. Works with Express 4 and 5 (it
+// uses only Node's request/response API).
+import { IdemdError } from './errors.js';
+
+// Never stored: hop-by-hop, framing, CORS grants, cookies, and the headers
+// idemd sets itself (it refuses them in a completion).
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization',
+  'proxy-connection', 'te', 'trailer', 'trailers', 'transfer-encoding', 'upgrade']);
+const NEVER = new Set(['content-length', 'set-cookie', 'idempotent-replayed', 'x-request-id', 'date']);
+
+/** The headers of RES that may be stored and replayed. */
+export function storableHeaders(headers) {
+  const conn = Object.entries(headers).find(([k]) => k.toLowerCase() === 'connection');
+  const named = String(conn?.[1] ?? '').toLowerCase().split(',').map((s) => s.trim()).filter(Boolean);
+  const out = {};
+  for (const [rawName, rawValue] of Object.entries(headers)) {
+    const name = rawName.toLowerCase();
+    if (HOP_BY_HOP.has(name) || NEVER.has(name) || name.startsWith('access-control-') || named.includes(name)) continue;
+    if (rawValue === undefined) continue;
+    const value = Array.isArray(rawValue) ? rawValue.join(', ') : String(rawValue);
+    if (/[\x00-\x08\x0a-\x1f\x7f]/.test(value)) continue;
+    out[name] = value;
+  }
+  return out;
+}
+
+/** The key of an Idempotency-Key header: bare, or an sf-string ("..."). */
+export function parseIdempotencyKey(value) {
+  if (value == null) return null;
+  const v = String(value).trim();
+  if (v.length >= 2 && v.startsWith('"') && v.endsWith('"')) {
+    return v.slice(1, -1).replace(/\\(["\\])/g, '$1');
+  }
+  return v === '' ? null : v;
+}
+
+const isJson = (ct) => /^application\/([a-z0-9.+-]*\+)?json\b/i.test(ct ?? '');
+
+function sendProblem(res, status, code, detail, headers = {}) {
+  const body = JSON.stringify({ type: `https://idemd.dev/problems/${code}`, title: code, status, detail, code });
+  res.statusCode = status;
+  for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
+  res.setHeader('content-type', 'application/problem+json');
+  res.setHeader('content-length', Buffer.byteLength(body));
+  res.end(body);
+}
+
+/** Sends a stored response, marked Idempotent-Replayed: true. */
+export function replay(res, stored) {
+  res.statusCode = stored.status;
+  for (const [k, v] of Object.entries(stored.headers ?? {})) res.setHeader(k, v);
+  let body;
+  if (stored.body_base64 != null) body = Buffer.from(stored.body_base64, 'base64');
+  else if (stored.body !== undefined && stored.body !== null) {
+    body = Buffer.from(JSON.stringify(stored.body), 'utf8');
+    if (!res.getHeader('content-type')) res.setHeader('content-type', 'application/json; charset=utf-8');
+  } else body = Buffer.alloc(0);
+  res.setHeader('idempotent-replayed', 'true');
+  res.setHeader('content-length', body.length);
+  res.end(body);
+}
+
+/**
+ * idempotent(client, options) → Express middleware.
+ *
+ * options.operation: the idemd operation (required with by: 'key').
+ * options.by: 'key' (default; the Idempotency-Key value is a caller key) or
+ *   'token' (it is an idemd token the backend issued).
+ * options.header: where the key is ('Idempotency-Key').
+ * options.request(req): what identifies the request (its fingerprint);
+ *   default {method, path, body}: the same key with another body is 422.
+ * options.subject(req): the subject (fills the operation's version_key).
+ * options.required: refuse a request without the header (400
+ *   idempotency_key_missing; default true) or let it through unprotected.
+ * options.wait: seconds a duplicate waits for the first (Prefer: wait).
+ * options.onError(err, req): called when a completion or release failed
+ *   (the response is sent anyway).
+ */
+export function idempotent(client, options = {}) {
+  const { operation, by = 'key', header = 'Idempotency-Key', required = true, wait,
+    request = (req) => ({ method: req.method, path: req.originalUrl ?? req.url, body: req.body ?? null }),
+    subject, onError = () => {} } = options;
+  if (by !== 'key' && by !== 'token') throw new TypeError("by must be 'key' or 'token'");
+  if (by === 'key' && !operation) throw new TypeError('operation is required with by: key');
+  const headerName = header.toLowerCase();
+
+  return async function idempotentMiddleware(req, res, next) {
+    const key = parseIdempotencyKey(req.headers[headerName]);
+    if (key === null) {
+      if (!required) return next();
+      return sendProblem(res, 400, 'idempotency_key_missing', `the ${header} header is required`);
+    }
+    // A duplicate in progress is answered 409 at once (the caller retries),
+    // unless `wait` asks idemd to hold it until the first one finishes.
+    const claimOptions = { request: request(req), wait, retryInProgress: false };
+    if (subject) claimOptions.subject = subject(req);
+    let claim;
+    try {
+      claim = by === 'token' ? await client.claimToken(key, claimOptions)
+        : await client.claimKey(operation, key, claimOptions);
+    } catch (err) {
+      if (err instanceof IdemdError && err.status && err.problem?.code) {
+        const h = {};
+        if (err.headers['retry-after']) h['retry-after'] = err.headers['retry-after'];
+        if (err.headers.etag) h.etag = err.headers.etag;
+        return sendProblem(res, err.status, err.code, err.detail, h);
+      }
+      return next(err);
+    }
+    if (claim.replayed) return replay(res, claim.response);
+
+    const settle = (o) => (by === 'token' ? client.completeToken(key, claim.attempt, o)
+      : client.completeKey(operation, key, claim.attempt, o));
+    const release = () => (by === 'token' ? client.releaseToken(key, claim.attempt)
+      : client.releaseKey(operation, key, claim.attempt));
+
+    // Hold the route's answer until idemd has stored it.
+    const chunks = [];
+    const { write, end, writeHead } = res;
+    let finished = false;
+    const restore = () => { res.write = write; res.end = end; res.writeHead = writeHead; };
+    res.writeHead = function (status, reason, headers) {
+      if (typeof reason !== 'string') headers = reason;
+      res.statusCode = status;
+      if (Array.isArray(headers)) {
+        for (let i = 0; i + 1 < headers.length; i += 2) res.setHeader(headers[i], headers[i + 1]);
+      } else if (headers) for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
+      return res;
+    };
+    res.write = function (chunk, encoding, cb) {
+      if (typeof encoding === 'function') { cb = encoding; encoding = undefined; }
+      if (chunk != null) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk, encoding));
+      if (cb) process.nextTick(cb);
+      return true;
+    };
+    res.end = function (chunk, encoding, cb) {
+      if (typeof chunk === 'function') { cb = chunk; chunk = undefined; }
+      if (typeof encoding === 'function') { cb = encoding; encoding = undefined; }
+      if (chunk != null) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk, encoding));
+      if (finished) return res;
+      finished = true;
+      const body = Buffer.concat(chunks);
+      const status = res.statusCode;
+      (async () => {
+        try {
+          if (status >= 500) await release();
+          else {
+            const headers = storableHeaders(res.getHeaders());
+            const o = { status, headers };
+            if (body.length) {
+              let parsed;
+              if (isJson(headers['content-type'])) {
+                try { parsed = JSON.parse(body.toString('utf8')); } catch { /* stored as bytes */ }
+              }
+              if (parsed !== undefined && parsed !== null) o.body = parsed;
+              else o.content = body;
+            }
+            await settle(o);
+          }
+        } catch (err) {
+          onError(err, req);
+        }
+        restore();
+        if (!res.headersSent) {
+          res.setHeader('idempotent-replayed', 'false');
+          if (!res.hasHeader('transfer-encoding')) res.setHeader('content-length', body.length);
+        }
+        end.call(res, body, cb);
+      })();
+      return res;
+    };
+    // The client went away, or the route never answered: give the claim back.
+    res.on('close', () => {
+      if (!finished) {
+        finished = true;
+        restore();
+        release().catch((err) => onError(err, req));
+      }
+    });
+    next();
+  };
+}
+
+export default idempotent;
