@@ -133,6 +133,8 @@ static const struct cfg_key config_keys[] = {
 	  .off = CFG_FIELD(issue_rate_per_second), .def = "0", .min = 0, .max = 1000000 },
 	{ .name = "issue_burst", .set = set_int, .off = CFG_FIELD(issue_burst),
 	  .def = "100", .min = 1, .max = 1000000 },
+	{ .name = "max_waiters", .set = set_int, .off = CFG_FIELD(max_waiters),
+	  .def = "10000", .min = 0, .max = 1000000 },
 	{ .name = "database_timeout_ms", .set = set_long,
 	  .off = CFG_FIELD(database_timeout_ms), .def = "10000", .min = 100, .max = 600000 },
 	{ .name = "prepared_statements", .set = set_bool,

@@ -10,11 +10,12 @@
 
 static json_t *h_operation_json(const struct operation *op)
 {
-	json_t *o = json_pack("{s:s,s:i,s:i,s:i,s:b}", "name", op->op_name,
+	json_t *o = json_pack("{s:s,s:i,s:i,s:i,s:b,s:i}", "name", op->op_name,
 			      "token_ttl_seconds", op->op_token_ttl_seconds,
 			      "retention_seconds", op->op_retention_seconds,
 			      "lease_seconds", op->op_lease_seconds,
-			      "require_version", op->op_require_version);
+			      "require_version", op->op_require_version, "wait_seconds",
+			      op->op_wait_seconds);
 
 	if (o != NULL && op->op_has_version_key)
 		json_object_set_new(o, "version_key", json_string(op->op_version_key));
@@ -37,9 +38,9 @@ static const char *h_operation_name(struct request *req)
 void h_operation_put(struct request *req)
 {
 	static const char *const allowed[] = { "token_ttl_seconds", "retention_seconds",
-		"lease_seconds", "version_key", "require_version", NULL };
+		"lease_seconds", "version_key", "require_version", "wait_seconds", NULL };
 	struct operation op = { 0 };
-	int64_t ttl, retention, lease;
+	int64_t ttl, retention, lease, wait;
 	int present, created;
 	const char *vkey;
 	const char *name = h_operation_name(req);
@@ -51,8 +52,10 @@ void h_operation_put(struct request *req)
 	    reqjson_int(req, body, "token_ttl_seconds", 1, 1, 2592000, &ttl, &present) < 0 ||
 	    reqjson_int(req, body, "retention_seconds", 1, 1, 31536000, &retention, &present) < 0 ||
 	    reqjson_int(req, body, "lease_seconds", 1, 1, 3600, &lease, &present) < 0 ||
-	    reqjson_string(req, body, "version_key", 0, 1, STORE_KEY_MAX, &vkey) < 0)
+	    reqjson_string(req, body, "version_key", 0, 1, STORE_KEY_MAX, &vkey) < 0 ||
+	    reqjson_int(req, body, "wait_seconds", 0, 0, 60, &wait, &present) < 0)
 		goto done;
+	op.op_wait_seconds = present ? (int)wait : 0;
 	json_t *rv = json_object_get(body, "require_version");
 	if (rv != NULL && !json_is_boolean(rv)) {
 		problem_reply(req, 400, "invalid_request", "field require_version must be a boolean");

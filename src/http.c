@@ -427,6 +427,11 @@ static enum MHD_Result http_send(struct request *req)
 		return MHD_NO;
 	MHD_add_response_header(req->rep_response, "X-Request-Id", req->req_id);
 	MHD_add_response_header(req->rep_response, "Cache-Control", "no-store");
+	if (req->req_waited > 0) {
+		char applied[16];
+		snprintf(applied, sizeof(applied), "wait=%d", req->req_waited);
+		MHD_add_response_header(req->rep_response, "Preference-Applied", applied);
+	}
 	cors_decorate(req->rep_response, req->req_h_origin);
 	return MHD_queue_response(req->req_conn, req->rep_status, req->rep_response);
 }

@@ -44,6 +44,7 @@ struct request {
 	const char *req_bad_header;        /* first header whose name or value is malformed */
 	int req_has_underscore;            /* some header name holds '_' */
 	int req_no_if_match;               /* a gateway route that ignores If-Match */
+	int req_waited;                    /* seconds of Prefer: wait applied (answer says so) */
 	size_t req_reserved;               /* body bytes counted against max_inflight_body_bytes */
 	uint32_t req_tenant_id;            /* set by authentication */
 	struct timespec req_start;

@@ -21,6 +21,7 @@
 #include "keys.h"
 #include "log.h"
 #include "migrate.h"
+#include "waiters.h"
 #include "store.h"
 #include "tokenreq.h"
 
@@ -137,8 +138,10 @@ static int main_serve(const struct config *cfg)
 	/* two batches in flight: one commits while the next gathers */
 	if (batcher_start(cfg->pool_size < 2 ? 1 : 2) < 0)
 		goto pool;
-	if (gateway_start(cfg) < 0)
+	if (waiters_start(cfg) < 0)
 		goto batcher;
+	if (gateway_start(cfg) < 0)
+		goto waiters;
 	if (http_start(cfg) < 0)
 		goto gateway;
 	if (janitor_start(cfg) < 0) {
@@ -152,12 +155,16 @@ static int main_serve(const struct config *cfg)
 http:
 	/* the order matters: no new requests; forwards in flight end and are
 	 * answered (their connections resume); only then may the daemon stop,
-	 * which libmicrohttpd refuses while any connection is suspended */
+	 * which libmicrohttpd refuses while any connection is suspended;
+	 * waiting duplicates get their 409 first */
 	http_quiesce();
+	waiters_drain();
 	gateway_drain();
 	http_stop();
 gateway:
 	gateway_stop();
+waiters:
+	waiters_stop();
 batcher:
 	batcher_stop();
 pool:

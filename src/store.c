@@ -21,7 +21,7 @@ enum {
 };
 
 #define OP_COLUMNS "id, tenant_id, name, token_ttl_seconds, retention_seconds, " \
-	"lease_seconds, version_key, require_version"
+	"lease_seconds, version_key, require_version, wait_seconds"
 #define MS(col) "(extract(epoch from " col ") * 1000)::bigint"
 
 static const struct db_stmt st_tenant_create = { ST_TENANT_CREATE, "tenant_create",
@@ -47,11 +47,13 @@ static const struct db_stmt st_tenant_by_name = { ST_TENANT_BY_NAME, "tenant_by_
 	"SELECT id FROM tenants WHERE name = $1", 1 };
 static const struct db_stmt st_op_put = { ST_OP_PUT, "op_put",
 	"INSERT INTO operations(tenant_id, name, token_ttl_seconds, retention_seconds, "
-	"lease_seconds, version_key, require_version) VALUES ($1, $2, $3, $4, $5, $6, $7) "
+	"lease_seconds, version_key, require_version, wait_seconds) VALUES ($1, $2, $3, $4, $5, "
+	"$6, $7, $8) "
 	"ON CONFLICT (tenant_id, name) DO UPDATE SET token_ttl_seconds = EXCLUDED.token_ttl_seconds, "
 	"retention_seconds = EXCLUDED.retention_seconds, lease_seconds = EXCLUDED.lease_seconds, "
 	"version_key = EXCLUDED.version_key, require_version = EXCLUDED.require_version, "
-	"updated_at = now() RETURNING id, (xmax = 0)", 7 };
+	"wait_seconds = EXCLUDED.wait_seconds, "
+	"updated_at = now() RETURNING id, (xmax = 0)", 8 };
 static const struct db_stmt st_op_get = { ST_OP_GET, "op_get",
 	"SELECT " OP_COLUMNS " FROM operations WHERE tenant_id = $1 AND name = $2", 2 };
 static const struct db_stmt st_op_by_id = { ST_OP_BY_ID, "op_by_id",
@@ -347,19 +349,21 @@ static void store_read_operation(const PGresult *r, int row, struct operation *o
 		snprintf(op->op_version_key, sizeof(op->op_version_key), "%s",
 			 PQgetvalue(r, row, 6));
 	op->op_require_version = store_bool(r, row, 7);
+	op->op_wait_seconds = (int)store_i64(r, row, 8);
 }
 
 int store_operation_put(struct operation *op, int *created)
 {
-	char tenant[16], ttl[16], ret[16], lease[16];
+	char tenant[16], ttl[16], ret[16], lease[16], wait[16];
 
+	snprintf(wait, sizeof(wait), "%d", op->op_wait_seconds);
 	snprintf(tenant, sizeof(tenant), "%" PRIu32, op->op_tenant_id);
 	snprintf(ttl, sizeof(ttl), "%d", op->op_token_ttl_seconds);
 	snprintf(ret, sizeof(ret), "%d", op->op_retention_seconds);
 	snprintf(lease, sizeof(lease), "%d", op->op_lease_seconds);
 	const char *v[] = { tenant, op->op_name, ttl, ret, lease,
 			    op->op_has_version_key ? op->op_version_key : NULL,
-			    op->op_require_version ? "true" : "false" };
+			    op->op_require_version ? "true" : "false", wait };
 	PGresult *r = store_run(&st_op_put, v, NULL, NULL);
 	if (r == NULL)
 		return -1;

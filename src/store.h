@@ -23,6 +23,7 @@ struct operation {
 	int op_has_version_key;
 	char op_version_key[STORE_KEY_MAX + 1];
 	int op_require_version;
+	int op_wait_seconds;         /* 0..60: a duplicate in progress waits this long */
 };
 
 struct stored_response {

@@ -7,6 +7,8 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
+#include <strings.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +27,7 @@
 #include "replaycache.h"
 #include "reqjson.h"
 #include "versionkey.h"
+#include "waiters.h"
 
 #define TOKENREQ_RATE_SLOTS 4096
 #define TOKENREQ_RATE_PROBES 8
@@ -268,6 +271,16 @@ int tokenreq_replay_raw(struct request *req, const struct token *t)
 }
 
 /* A claim on its way through the database. */
+#define TOKENREQ_WAIT_MAX 60
+
+static int64_t tokenreq_unix_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 struct tokenreq_claim {
 	struct batcher_job tc_job;
 	struct request *tc_req;
@@ -281,6 +294,10 @@ struct tokenreq_claim {
 	tokenreq_claimed_fn tc_claimed;
 	void *tc_arg;
 	int tc_answer_later;        /* CLAIMED never keeps the connection */
+	int tc_wait;                /* seconds a duplicate in progress may wait (0: 409) */
+	int64_t tc_wait_until;      /* unix ms */
+	int64_t tc_submitted;       /* unix ms: when the claim last went to the batcher */
+	struct waiter tc_waiter;
 };
 
 int tokenreq_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
@@ -347,6 +364,29 @@ const char *tokenreq_claim_args(const struct token *t, const struct operation *o
 	return NULL;
 }
 
+/* How long a duplicate of an in-progress claim waits: Prefer: wait=N
+ * (RFC 7240; at most 60), else the operation's wait_seconds. */
+static int tokenreq_wait_seconds(struct request *req, const struct operation *op)
+{
+	const char *p = http_header(req, "Prefer");
+
+	while (p != NULL && *p != '\0') {
+		p += strspn(p, " \t,;");
+		if (strncasecmp(p, "wait", 4) == 0) {
+			const char *v = p + 4;
+			v += strspn(v, " \t");
+			if (*v == '=') {
+				v += 1 + strspn(v + 1, " \t\"");
+				long n = strspn(v, "0123456789") > 0 ? strtol(v, NULL, 10) : -1;
+				if (n >= 0)
+					return n > TOKENREQ_WAIT_MAX ? TOKENREQ_WAIT_MAX : (int)n;
+			}
+		}
+		p += strcspn(p, ",;");
+	}
+	return op->op_wait_seconds;
+}
+
 static int tokenreq_claim_prepare(struct request *req, struct tokenreq_claim *c)
 {
 	const struct token *t = &c->tc_token;
@@ -361,6 +401,7 @@ static int tokenreq_claim_prepare(struct request *req, struct tokenreq_claim *c)
 		problem_reply(req, 422, "operation_unknown", "the token's operation no longer exists");
 		return 0;
 	}
+	c->tc_wait = tokenreq_wait_seconds(req, &op);
 	const char *why = tokenreq_claim_args(t, &op, c->tc_has_fp ? c->tc_fp : NULL,
 					      req->req_no_if_match ? NULL : http_header(req, "If-Match"),
 					      c->tc_vkey, &c->tc_args);
@@ -520,11 +561,59 @@ static void tokenreq_claim_finish(struct request *req, void *arg)
  * may keep the connection (the gateway's forward) is answered here; every
  * other is resumed at once and answered on its request thread, so that the
  * batcher is free for the next batch sooner. */
+static void tokenreq_claim_done(struct batcher_job *j);
+
+/* Waiters' thread: the record C waits for settled, or its lease or C's
+ * deadline passed. Claims again, or (EXPIRED) answers 409. */
+static void tokenreq_woken(struct waiter *w, int expired)
+{
+	struct tokenreq_claim *c =
+		(struct tokenreq_claim *)(void *)((char *)w - offsetof(struct tokenreq_claim,
+								       tc_waiter));
+
+	if (expired) {
+		http_resume_then(c->tc_req, tokenreq_claim_finish, c);
+		return;
+	}
+	store_response_free(&c->tc_res.cr_response);
+	memset(&c->tc_res, 0, sizeof(c->tc_res));
+	c->tc_submitted = tokenreq_unix_ms();
+	batcher_submit(&c->tc_job);
+}
+
+/* Batcher thread: a duplicate in progress that may wait is parked with the
+ * waiters; 1 then (the connection stays suspended), else 0. */
+static int tokenreq_wait(struct tokenreq_claim *c)
+{
+	struct waiter *w = &c->tc_waiter;
+	int64_t now = tokenreq_unix_ms();
+
+	if (c->tc_job.bj_rc != 0 || c->tc_res.cr_outcome != CLAIM_IN_PROGRESS || c->tc_wait == 0 ||
+	    now >= c->tc_wait_until)
+		return 0;
+	w->w_tenant = c->tc_token.tenant_id;
+	memcpy(w->w_id, c->tc_token.id, sizeof(w->w_id));
+	w->w_deadline_ms = c->tc_wait_until;
+	/* a holder that died frees the record when its lease ends */
+	w->w_retry_ms = c->tc_res.cr_lease_expires_at + 20;
+	if (w->w_retry_ms > w->w_deadline_ms)
+		w->w_retry_ms = w->w_deadline_ms;
+	w->w_wake = tokenreq_woken;
+	if (waiters_add(w, c->tc_submitted - 1) < 0)
+		return 0;
+	c->tc_req->req_waited = c->tc_wait;
+	store_response_free(&c->tc_res.cr_response);
+	return 1;
+}
+
 static void tokenreq_claim_done(struct batcher_job *j)
 {
 	struct tokenreq_claim *c = (struct tokenreq_claim *)(void *)j;
 	struct request *req = c->tc_req;
 	int keep = 0;
+
+	if (tokenreq_wait(c))
+		return;
 
 	if (c->tc_answer_later) {
 		http_resume_then(req, tokenreq_claim_finish, c);
@@ -555,6 +644,8 @@ int tokenreq_claim_async(struct request *req, const struct token *t, const uint8
 	c->tc_arg = arg;
 	c->tc_answer_later = keeps == 0;
 	c->tc_job.bj_done = tokenreq_claim_done;
+	c->tc_submitted = tokenreq_unix_ms();
+	c->tc_wait_until = c->tc_submitted + (int64_t)c->tc_wait * 1000;
 	http_suspend(req);
 	batcher_submit(&c->tc_job);
 	return 1;

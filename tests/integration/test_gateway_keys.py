@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -184,6 +185,28 @@ class DerivedKeys(IdemdCase):
         fwd = json.loads(firsts[0].body)["key"]
         self.assertEqual(len([q for q in self.up.requests() if q["key"] == fwd]), 1)
 
+
+    def test_duplicate_waits_for_the_forward(self):
+        key = uniq("wait")
+        first = {}
+
+        def go():
+            first["r"] = self.post("/ietf", b'{"w":1}', {"Idempotency-Key": key,
+                                                          "X-Upstream-Mode": "slow=1"})
+
+        t = threading.Thread(target=go)
+        t.start()
+        time.sleep(0.3)
+        r = self.post("/ietf", b'{"w":1}', {"Idempotency-Key": key, "X-Upstream-Mode": "slow=1",
+                                            "Prefer": "wait=5"})
+        t.join()
+        self.assertEqual(first["r"].status, 201, first["r"].describe())
+        self.assertEqual(r.status, 201, r.describe())
+        self.assertEqual(r.header("idempotent-replayed"), "true")
+        self.assertEqual(r.header("preference-applied"), "wait=5")
+        self.assertEqual(r.body, first["r"].body)
+        fwd = json.loads(r.body)["key"]
+        self.assertEqual(len([q for q in self.up.requests() if q["key"] == fwd]), 1)
 
 if __name__ == "__main__":
     harness.main()

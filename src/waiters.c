@@ -1,0 +1,250 @@
+/* Waiters: duplicates parked until the record they wait for settles, its
+ * lease ends or their deadline passes; one thread LISTENs to PostgreSQL's
+ * notifications of settled records. */
+#include "waiters.h"
+
+#include <libpq-fe.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config.h"
+#include "db.h"
+#include "log.h"
+
+#define WAITERS_TICK_MS 100
+#define WAITERS_OFFLINE_RECHECK_MS 250
+#define WAITERS_RECONNECT_MS 1000
+#define WAITERS_RECENT 4096
+
+/* A record recently notified: a waiter added just after its notification
+ * (its claim saw "in progress" an instant before) must not miss it. */
+struct waiters_recent {
+	uint32_t tenant;
+	uint8_t id[16];
+	int64_t at_ms;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	struct waiter *head;
+	int count, max;
+	int running, stopping;
+	int online;                 /* the LISTEN connection is up (under lock) */
+	struct waiters_recent recent[WAITERS_RECENT]; /* a ring, under lock */
+	size_t n_recent;
+	pthread_t thread;
+	char *conninfo;
+	PGconn *pg;                 /* the LISTEN connection (thread only) */
+	int64_t last_connect_ms;    /* thread only */
+} wt = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static int64_t waiters_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* (Re)opens the LISTEN connection; on success every waiter is due, since
+ * notifications sent while it was down are lost. Thread only. */
+static void waiters_connect(void)
+{
+	int64_t now = waiters_now_ms();
+
+	if (wt.pg != NULL || now - wt.last_connect_ms < WAITERS_RECONNECT_MS)
+		return;
+	wt.last_connect_ms = now;
+	PGconn *pg = db_connect(wt.conninfo);
+	if (pg == NULL)
+		return;
+	PGresult *r = PQexec(pg, "LISTEN idemd_records");
+	int ok = PQresultStatus(r) == PGRES_COMMAND_OK && PQsetnonblocking(pg, 1) == 0;
+	PQclear(r);
+	if (!ok) {
+		log_warn("waiters: cannot LISTEN; duplicates that wait look again every %d ms",
+			 WAITERS_OFFLINE_RECHECK_MS);
+		PQfinish(pg);
+		return;
+	}
+	wt.pg = pg;
+	pthread_mutex_lock(&wt.lock);
+	wt.online = 1;
+	for (struct waiter *w = wt.head; w != NULL; w = w->w_next)
+		w->w_due = 1;
+	pthread_mutex_unlock(&wt.lock);
+}
+
+/* Marks the waiters of the record named by PAYLOAD ("tenant:hex id") due. */
+static void waiters_notified(const char *payload)
+{
+	unsigned long tenant;
+	uint8_t id[16];
+	char *end;
+
+	tenant = strtoul(payload, &end, 10);
+	if (*end != ':' || strlen(end + 1) != 32)
+		return;
+	for (int i = 0; i < 16; i++) {
+		unsigned v;
+		if (sscanf(end + 1 + 2 * i, "%2x", &v) != 1)
+			return;
+		id[i] = (uint8_t)v;
+	}
+	pthread_mutex_lock(&wt.lock);
+	struct waiters_recent *rc = &wt.recent[wt.n_recent++ % WAITERS_RECENT];
+	rc->tenant = (uint32_t)tenant;
+	memcpy(rc->id, id, 16);
+	rc->at_ms = waiters_now_ms();
+	for (struct waiter *w = wt.head; w != NULL; w = w->w_next)
+		if (w->w_tenant == tenant && memcmp(w->w_id, id, 16) == 0)
+			w->w_due = 1;
+	pthread_mutex_unlock(&wt.lock);
+}
+
+/* Waits up to WAITERS_TICK_MS for notifications and reads them. Thread only. */
+static void waiters_listen(void)
+{
+	if (wt.pg == NULL) {
+		struct timespec ts = { 0, WAITERS_TICK_MS * 1000000L };
+		nanosleep(&ts, NULL);
+		return;
+	}
+	struct pollfd p = { PQsocket(wt.pg), POLLIN, 0 };
+	if (poll(&p, 1, WAITERS_TICK_MS) > 0 && PQconsumeInput(wt.pg) == 0) {
+		log_warn("waiters: the LISTEN connection was lost; reconnecting");
+		PQfinish(wt.pg);
+		wt.pg = NULL;
+		pthread_mutex_lock(&wt.lock);
+		wt.online = 0;
+		pthread_mutex_unlock(&wt.lock);
+		return;
+	}
+	PGnotify *n;
+	while ((n = PQnotifies(wt.pg)) != NULL) {
+		waiters_notified(n->extra);
+		PQfreemem(n);
+	}
+}
+
+/* Unlinks the waiters that are due (notified, retry time, deadline; all of
+ * them when stopping) into *OUT, in order. */
+static struct waiter *waiters_take_due(int64_t now, int *stopping)
+{
+	struct waiter *out = NULL, **tail = &out, **link = &wt.head;
+
+	pthread_mutex_lock(&wt.lock);
+	*stopping = wt.stopping;
+	while (*link != NULL) {
+		struct waiter *w = *link;
+		if (wt.stopping || w->w_due || now >= w->w_retry_ms || now >= w->w_deadline_ms) {
+			*link = w->w_next;
+			w->w_next = NULL;
+			*tail = w;
+			tail = &w->w_next;
+			wt.count--;
+		} else {
+			link = &w->w_next;
+		}
+	}
+	pthread_mutex_unlock(&wt.lock);
+	return out;
+}
+
+static void *waiters_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		waiters_connect();
+		waiters_listen();
+		int64_t now = waiters_now_ms();
+		int stopping;
+		struct waiter *w = waiters_take_due(now, &stopping);
+		while (w != NULL) {
+			struct waiter *next = w->w_next;
+			int expired = stopping || now >= w->w_deadline_ms;
+			w->w_due = 0;
+			w->w_wake(w, expired);
+			w = next;
+		}
+		pthread_mutex_lock(&wt.lock);
+		int done = wt.stopping && wt.head == NULL;
+		pthread_mutex_unlock(&wt.lock);
+		if (done)
+			return NULL;
+	}
+}
+
+int waiters_start(const struct config *cfg)
+{
+	wt.conninfo = strdup(cfg->database_url);
+	wt.max = cfg->max_waiters;
+	wt.stopping = 0;
+	if (wt.conninfo == NULL || pthread_create(&wt.thread, NULL, waiters_main, NULL) != 0) {
+		log_error("waiters: cannot start the thread");
+		free(wt.conninfo);
+		wt.conninfo = NULL;
+		return -1;
+	}
+	wt.running = 1;
+	return 0;
+}
+
+int waiters_add(struct waiter *w, int64_t since_ms)
+{
+	int ret = -1;
+
+	pthread_mutex_lock(&wt.lock);
+	if (wt.running && !wt.stopping && wt.count < wt.max) {
+		size_t n = wt.n_recent < WAITERS_RECENT ? wt.n_recent : WAITERS_RECENT;
+		int seen = 0;
+		for (size_t i = 0; i < n && !seen; i++)
+			seen = wt.recent[i].at_ms >= since_ms && wt.recent[i].tenant == w->w_tenant &&
+			       memcmp(wt.recent[i].id, w->w_id, 16) == 0;
+		/* no notification can come while offline: look again soon */
+		int64_t soon = waiters_now_ms() + WAITERS_OFFLINE_RECHECK_MS;
+		if (!wt.online && w->w_retry_ms > soon)
+			w->w_retry_ms = soon;
+		w->w_due = seen;
+		w->w_next = wt.head;
+		wt.head = w;
+		wt.count++;
+		ret = 0;
+	}
+	pthread_mutex_unlock(&wt.lock);
+	return ret;
+}
+
+int waiters_count(void)
+{
+	pthread_mutex_lock(&wt.lock);
+	int n = wt.count;
+	pthread_mutex_unlock(&wt.lock);
+	return n;
+}
+
+void waiters_drain(void)
+{
+	pthread_mutex_lock(&wt.lock);
+	wt.stopping = 1;
+	pthread_mutex_unlock(&wt.lock);
+	/* the thread answers the rest within a tick, then ends */
+	if (wt.running) {
+		pthread_join(wt.thread, NULL);
+		wt.running = 0;
+	}
+}
+
+void waiters_stop(void)
+{
+	waiters_drain();
+	if (wt.pg != NULL)
+		PQfinish(wt.pg);
+	wt.pg = NULL;
+	free(wt.conninfo);
+	wt.conninfo = NULL;
+}

@@ -1,0 +1,174 @@
+"""Duplicates that wait for the answer (PRODUCT.md part two, "Waiting
+instead of 409"): Prefer: wait=N or the operation's wait_seconds; the
+waiter gets the replay when the first completes, becomes the next attempt
+when it is released or its lease ends, or gets 409 when N passes; across
+idemd instances; bounded by max_waiters; holding no HTTP thread; answered
+on shutdown."""
+
+import os
+import sys
+import threading
+import time
+import urllib.parse
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Client, IdemdCase, assert_problem, assert_status, uniq  # noqa: E402
+
+
+def later(fn, *args):
+    """Runs FN(*ARGS) on a thread; returns a getter for (result, seconds)."""
+    box = {}
+
+    def run():
+        t0 = time.monotonic()
+        box["r"] = fn(*args)
+        box["t"] = time.monotonic() - t0
+
+    t = threading.Thread(target=run)
+    t.start()
+
+    def get():
+        t.join(30)
+        return box.get("r"), box.get("t")
+    return get
+
+
+class Waiting(IdemdCase):
+    extra_config = {"threads": 2, "max_waiters": 40}
+
+    def kurl(self, op, key, action):
+        return "/v1/operations/%s/keys/%s/%s" % (op, urllib.parse.quote(key, safe=""), action)
+
+    def kclaim(self, op, key, wait=None, client=None):
+        h = {"Prefer": "wait=%d" % wait} if wait is not None else None
+        return (client or self.client).post(self.kurl(op, key, "claim"), {"request": {"a": 1}},
+                                            headers=h)
+
+    def test_waiter_gets_the_replay(self):
+        op = self.put_operation()
+        key = uniq("w")
+        assert_status(self, self.kclaim(op, key), 201)
+        got = later(self.kclaim, op, key, 5)
+        time.sleep(0.5)
+        t_done = time.monotonic()
+        assert_status(self, self.client.post(self.kurl(op, key, "complete"),
+                                             {"attempt": 1, "status": 201, "body": {"o": 7}}), 200)
+        r, took = got()
+        j = assert_status(self, r, 200)
+        self.assertEqual(j["response"]["body"], {"o": 7})
+        self.assertEqual(r.header("idempotent-replayed"), "true")
+        self.assertEqual(r.header("preference-applied"), "wait=5")
+        self.assertLess(took, 0.5 + (time.monotonic() - t_done) + 1.0, took)
+
+    def test_waiter_becomes_the_next_attempt_after_a_release(self):
+        op = self.put_operation()
+        tok = self.issue(op)
+        assert_status(self, self.claim(tok, {"request": {"a": 1}}), 201)
+        got = later(self.claim, tok, {"request": {"a": 1}}, None, None, {"Prefer": "wait=5"})
+        time.sleep(0.3)
+        assert_status(self, self.release(tok, 1), 200)
+        r, took = got()
+        j = assert_status(self, r, 201)
+        self.assertEqual(j["attempt"], 2)
+        self.assertEqual(r.header("preference-applied"), "wait=5")
+        self.assertLess(took, 2.0)
+
+    def test_deadline_gives_409(self):
+        op = self.put_operation()
+        key = uniq("w")
+        assert_status(self, self.kclaim(op, key), 201)
+        t0 = time.monotonic()
+        r = self.kclaim(op, key, 1)
+        took = time.monotonic() - t0
+        assert_problem(self, r, 409, "request_in_progress")
+        self.assertEqual(r.header("preference-applied"), "wait=1")
+        self.assertGreaterEqual(took, 0.9)
+        self.assertLess(took, 2.5)
+        t0 = time.monotonic()
+        r = self.kclaim(op, key, 0)
+        assert_problem(self, r, 409, "request_in_progress")
+        self.assertIsNone(r.header("preference-applied"))
+        self.assertLess(time.monotonic() - t0, 0.5)
+
+    def test_lease_end_makes_the_waiter_take_over(self):
+        op = self.put_operation(lease_seconds=1)
+        key = uniq("w")
+        assert_status(self, self.kclaim(op, key), 201)
+        r = self.kclaim(op, key, 10)
+        j = assert_status(self, r, 201)
+        self.assertEqual(j["attempt"], 2)
+
+    def test_operation_wait_seconds(self):
+        op = self.put_operation(wait_seconds=3)
+        self.assertEqual(self.client.get("/v1/operations/" + op).json["wait_seconds"], 3)
+        key = uniq("w")
+        assert_status(self, self.kclaim(op, key), 201)
+        got = later(self.kclaim, op, key)
+        time.sleep(0.3)
+        assert_status(self, self.client.post(self.kurl(op, key, "complete"),
+                                             {"attempt": 1, "status": 200}), 200)
+        r, _ = got()
+        self.assertEqual((r.status, r.header("preference-applied")), (200, "wait=3"))
+        for bad in (-1, 61, "3"):
+            r = self.client.put("/v1/operations/" + uniq("op"),
+                                dict(harness.DEFAULT_POLICY, wait_seconds=bad))
+            assert_problem(self, r, 400, "invalid_request")
+
+    def test_across_instances(self):
+        op = self.put_operation()
+        key = uniq("x")
+        second = self.idemd.start()
+        c2 = Client(second.port, self.api_key)
+        assert_status(self, self.kclaim(op, key), 201)
+        got = later(self.kclaim, op, key, 10, c2)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        assert_status(self, self.client.post(self.kurl(op, key, "complete"),
+                                             {"attempt": 1, "status": 200, "body": {"z": 1}}), 200)
+        r, _ = got()
+        j = assert_status(self, r, 200)
+        self.assertEqual(j["response"]["body"], {"z": 1})
+        self.assertLess(time.monotonic() - t0, 1.5)
+        second.stop()
+
+    def test_waiters_hold_no_thread_and_are_bounded(self):
+        op = self.put_operation()
+        key = uniq("m")
+        assert_status(self, self.kclaim(op, key), 201)
+        getters = [later(self.kclaim, op, key, 3) for _ in range(40)]
+        time.sleep(0.5)
+        # 2 HTTP threads, 40 waiting: other requests are still served at once
+        t0 = time.monotonic()
+        for _ in range(10):
+            assert_status(self, self.client.get("/healthz"), 200)
+        self.assertLess(time.monotonic() - t0, 1.0)
+        # max_waiters is 40: one more gets 409 at once
+        t0 = time.monotonic()
+        assert_problem(self, self.kclaim(op, key, 3), 409, "request_in_progress")
+        self.assertLess(time.monotonic() - t0, 0.5)
+        assert_status(self, self.client.post(self.kurl(op, key, "complete"),
+                                             {"attempt": 1, "status": 200}), 200)
+        statuses = [g()[0].status for g in getters]
+        self.assertEqual(statuses, [200] * 40)
+
+
+class WaitingShutdown(IdemdCase):
+
+    def test_sigterm_answers_waiters(self):
+        op = self.put_operation()
+        key = uniq("s")
+        url = "/v1/operations/%s/keys/%s/claim" % (op, key)
+        assert_status(self, self.client.post(url, {}), 201)
+        got = later(lambda: self.client.post(url, {}, headers={"Prefer": "wait=30"}))
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        rc = self.server.stop()
+        self.assertEqual(rc, 0)
+        r, _ = got()
+        assert_problem(self, r, 409, "request_in_progress")
+        self.assertLess(time.monotonic() - t0, 5)
+
+
+if __name__ == "__main__":
+    harness.main()
