@@ -97,6 +97,13 @@ else
   results+=("openapi lint: FAILED"); problems+=("openapi lint")
 fi
 
+say "client libraries (clients/python, clients/node)"
+if bash tests/clients.sh; then
+  results+=("client libraries: ok")
+else
+  results+=("client libraries: FAILED"); problems+=("client libraries")
+fi
+
 say "checking the problem codes against api/openapi.yaml"
 if python3 tests/problem_codes.py; then
   results+=("problem codes: ok")

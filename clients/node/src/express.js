@@ -56,7 +56,7 @@ export function replay(res, stored) {
     body = Buffer.from(JSON.stringify(stored.body), 'utf8');
     if (!res.getHeader('content-type')) res.setHeader('content-type', 'application/json; charset=utf-8');
   } else body = Buffer.alloc(0);
-  res.setHeader('idempotent-replayed', 'true');
+  res.setHeader('Idempotent-Replayed', 'true');
   res.setHeader('content-length', body.length);
   res.end(body);
 }
@@ -163,7 +163,7 @@ export function idempotent(client, options = {}) {
         }
         restore();
         if (!res.headersSent) {
-          res.setHeader('idempotent-replayed', 'false');
+          res.setHeader('Idempotent-Replayed', 'false');
           if (!res.hasHeader('transfer-encoding')) res.setHeader('content-length', body.length);
         }
         end.call(res, body, cb);
