@@ -189,6 +189,7 @@ test_defaults(void **state)
 	assert_int_equal(cfg.max_inflight_body_bytes, 64 * 1024 * 1024);
 	assert_int_equal(cfg.request_timeout_seconds, 30);
 	assert_int_equal(cfg.database_timeout_ms, 10000);
+	assert_int_equal(cfg.max_waiters, 10000);
 	assert_true(cfg.issue_rate_per_second == 0.0);
 	assert_int_equal(cfg.issue_burst, 100);
 	assert_null(cfg.tls_cert_file);
@@ -295,6 +296,7 @@ test_ranges(void **state)
 		{ "'max_connections':0", "config: \"max_connections\" must be between 1 and 100000" },
 		{ "'max_connections':100001", "config: \"max_connections\" must be between 1 and 100000" },
 		{ "'connection_timeout_seconds':0", "config: \"connection_timeout_seconds\" must be between 1 and 3600" },
+		{ "'max_waiters':-1", "config: \"max_waiters\" must be between 0 and 1000000" },
 		{ "'database_timeout_ms':99", "config: \"database_timeout_ms\" must be between 100 and 600000" },
 		{ "'request_timeout_seconds':0", "config: \"request_timeout_seconds\" must be between 1 and 3600" },
 		{ "'max_connections_per_ip':-1", "config: \"max_connections_per_ip\" must be between 0 and 100000" },
