@@ -23,6 +23,7 @@
 struct auth_entry {
 	uint8_t ae_hash[32];
 	uint32_t ae_tenant_id;
+	uint32_t ae_key_id;
 	int ae_used;
 	int64_t ae_checked_ms; /* when the database last confirmed it */
 };
@@ -72,11 +73,12 @@ static size_t auth_slot(const uint8_t hash[32])
 
 /* Stores (or refreshes) the cache entry of HASH in SLOT. */
 static void auth_cache_put(size_t slot, const uint8_t hash[32], uint32_t tenant_id,
-			   int64_t checked_ms)
+			   uint32_t key_id, int64_t checked_ms)
 {
 	pthread_rwlock_wrlock(&auth_lock);
 	memcpy(auth_cache[slot].ae_hash, hash, 32);
 	auth_cache[slot].ae_tenant_id = tenant_id;
+	auth_cache[slot].ae_key_id = key_id;
 	auth_cache[slot].ae_used = 1;
 	auth_cache[slot].ae_checked_ms = checked_ms;
 	pthread_rwlock_unlock(&auth_lock);
@@ -93,8 +95,10 @@ static void auth_cache_drop(size_t slot, const uint8_t hash[32])
 }
 
 /* auth_check(); *CHECKED_MS: when the answer was last confirmed. */
-static int auth_lookup(const char *key, uint32_t *tenant_id, int64_t *checked_ms)
+static int auth_lookup(const char *key, uint32_t *tenant_id, uint32_t *key_id,
+		       int64_t *checked_ms)
 {
+	uint32_t cached_key = 0;
 	uint8_t hash[32];
 	size_t len = strlen(key);
 	int cached = 0, found = 0;
@@ -110,6 +114,7 @@ static int auth_lookup(const char *key, uint32_t *tenant_id, int64_t *checked_ms
 	const struct auth_entry *e = &auth_cache[slot];
 	if (e->ae_used && sodium_memcmp(e->ae_hash, hash, sizeof(hash)) == 0) {
 		cached_tenant = e->ae_tenant_id;
+		cached_key = e->ae_key_id;
 		checked = e->ae_checked_ms;
 		cached = 1;
 	}
@@ -117,18 +122,20 @@ static int auth_lookup(const char *key, uint32_t *tenant_id, int64_t *checked_ms
 	now = auth_now_ms();
 	if (cached && now - checked < AUTH_RECHECK_MS) {
 		*tenant_id = cached_tenant;
+		*key_id = cached_key;
 		*checked_ms = checked;
 		return AUTH_OK;
 	}
 
-	if (store_tenant_by_key(hash, tenant_id, &found) < 0) {
+	if (store_tenant_by_key(hash, tenant_id, key_id, &found) < 0) {
 		if (!cached)
 			return AUTH_UNAVAILABLE;
 		/* the database cannot say it was revoked: keep the last answer,
 		 * ask again in a second */
 		checked = now - AUTH_RECHECK_MS + AUTH_RETRY_MS;
-		auth_cache_put(slot, hash, cached_tenant, checked);
+		auth_cache_put(slot, hash, cached_tenant, cached_key, checked);
 		*tenant_id = cached_tenant;
+		*key_id = cached_key;
 		*checked_ms = checked;
 		return AUTH_OK;
 	}
@@ -137,7 +144,7 @@ static int auth_lookup(const char *key, uint32_t *tenant_id, int64_t *checked_ms
 			auth_cache_drop(slot, hash);
 		return AUTH_DENIED;
 	}
-	auth_cache_put(slot, hash, *tenant_id, now);
+	auth_cache_put(slot, hash, *tenant_id, *key_id, now);
 	*checked_ms = now;
 	return AUTH_OK;
 }
@@ -146,7 +153,9 @@ int auth_check(const char *key, uint32_t *tenant_id)
 {
 	int64_t checked;
 
-	return auth_lookup(key, tenant_id, &checked);
+	uint32_t key_id;
+
+	return auth_lookup(key, tenant_id, &key_id, &checked);
 }
 
 int auth_check_memo(const char *key, struct auth_memo *memo, uint32_t *tenant_id)
@@ -169,12 +178,14 @@ int auth_check_memo(const char *key, struct auth_memo *memo, uint32_t *tenant_id
 			return AUTH_OK;
 		}
 	}
-	int rc = auth_lookup(key, tenant_id, &checked);
+	uint32_t key_id = 0;
+	int rc = auth_lookup(key, tenant_id, &key_id, &checked);
 	if (rc == AUTH_OK) {
 		/* auth_check accepts only keys of exactly AUTH_KEY_CHARS */
 		memset(memo->am_key, 0, sizeof(memo->am_key));
 		memcpy(memo->am_key, key, AUTH_KEY_CHARS);
 		memo->am_tenant_id = *tenant_id;
+		memo->am_key_id = key_id;
 		memo->am_gen = gen;
 		memo->am_checked_ms = checked;
 	}

@@ -53,6 +53,7 @@ struct gateway_route {
 	char *gr_target;                   /* URL the request goes to, before its query */
 	enum gateway_key gr_key;
 	const char *gr_key_arg;            /* the header name or JSON pointer, in gr_cfg */
+	char *gr_by;                       /* "route:METHOD path", for the audit trail */
 };
 
 /* A growable byte buffer (NUL-terminated when non-empty). */
@@ -455,7 +456,7 @@ static void gateway_release(const struct gateway_route *gr, const uint8_t *token
 {
 	enum release_outcome outcome;
 
-	if (store_release(gr->gr_tenant_id, token_id, attempt, &outcome) < 0)
+	if (store_release(gr->gr_tenant_id, token_id, attempt, gr->gr_by, &outcome) < 0)
 		log_warn("gateway: request %s: the claim could not be released (database "
 			 "unavailable); it frees itself when its lease ends", request_id);
 	else if (outcome != RELEASE_DONE)
@@ -541,6 +542,7 @@ static int gateway_store(struct gateway_job *j)
 	j->gj_cargs.attempt = j->gj_attempt;
 	j->gj_cargs.resp = &j->gj_resp;
 	j->gj_cargs.retention_seconds = j->gj_retention_seconds;
+	j->gj_cargs.by = j->gj_route->gr_by;
 	j->gj_bj.bj_kind = BATCHER_COMPLETE;
 	j->gj_bj.bj_complete = &j->gj_cargs;
 	j->gj_bj.bj_complete_result = &j->gj_cres;
@@ -960,6 +962,7 @@ static void gateway_submit(struct request *req)
 	req->req_no_if_match = !gr->gr_cfg->client_if_match;
 	/* the route, not an API key, names the tenant */
 	req->req_tenant_id = gr->gr_tenant_id;
+	req->req_by = gr->gr_by;
 	if (gateway_query(req, &query) < 0) {
 		problem_unavailable(req);
 		return;
@@ -1032,8 +1035,10 @@ static void gateway_url_for_log(const char *url, char *out, size_t outlen)
 
 static void gateway_free_routes(void)
 {
-	for (size_t i = 0; i < gw.n_routes; i++)
+	for (size_t i = 0; i < gw.n_routes; i++) {
 		free(gw.routes[i].gr_target);
+		free(gw.routes[i].gr_by);
+	}
 	router_clear_added();
 	free(gw.routes);
 	gw.routes = NULL;
@@ -1070,6 +1075,10 @@ static int gateway_load_routes(const struct config *cfg)
 		gr->gr_key_arg = gr->gr_key == GATEWAY_KEY_HEADER ? r->key + 7
 			       : gr->gr_key == GATEWAY_KEY_JSON	 ? r->key + 5
 								 : NULL;
+		if (asprintf(&gr->gr_by, "route:%s %s", r->method, r->path) < 0) {
+			gr->gr_by = NULL;
+			return -1;
+		}
 		if ((gr->gr_target = gateway_target(r)) == NULL)
 			return -1;
 		if (store_tenant_by_name(r->tenant, &gr->gr_tenant_id, &found) < 0) {

@@ -337,6 +337,7 @@ static void h_claim_item_prepare(struct h_batch *b, struct h_item *it, json_t *o
 		h_item_refuse(it, 400, "invalid_request");
 		return;
 	}
+	b->hb_cargs[k].by = b->hb_req->req_by;
 	it->db = (int)k;
 	b->hb_m++;
 }
@@ -430,6 +431,7 @@ void h_key_completions(struct request *req)
 		a->attempt = (int)it->attempt;
 		a->resp = &b->hb_resp[k];
 		a->retention_seconds = b->hb_op.op_retention_seconds;
+		a->by = req->req_by;
 		it->db = (int)k;
 		b->hb_m++;
 	}

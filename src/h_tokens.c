@@ -272,7 +272,7 @@ void h_token_revoke(struct request *req)
 	if (tokenreq_from_path(req, &t) < 0)
 		return;
 	if (store_revoke(req->req_tenant_id, t.id, t.operation_id, t.subject,
-			 (int64_t)t.expires_at, &in_use) < 0) {
+			 (int64_t)t.expires_at, req->req_by, &in_use) < 0) {
 		problem_unavailable(req);
 		return;
 	}

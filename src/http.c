@@ -381,8 +381,12 @@ static int http_route(struct request *req, unsigned long long declared)
 	}
 	if (req->req_route->auth == ROUTE_API_KEY) {
 		const char *key = http_bearer(req);
-		struct auth_memo *memo = req->req_conn_ctx ? &req->req_conn_ctx->hc_auth : NULL;
+		struct auth_memo alone = { 0 };
+		struct auth_memo *memo = req->req_conn_ctx ? &req->req_conn_ctx->hc_auth : &alone;
 		int rc = key ? auth_check_memo(key, memo, &req->req_tenant_id) : AUTH_DENIED;
+		snprintf(req->req_by_buf, sizeof(req->req_by_buf), "api_key:%u", memo->am_key_id);
+		req->req_by = req->req_by_buf;
+		auth_memo_wipe(&alone);
 		if (rc == AUTH_UNAVAILABLE) {
 			problem_unavailable(req);
 			return 1;

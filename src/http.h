@@ -47,6 +47,10 @@ struct request {
 	int req_waited;                    /* seconds of Prefer: wait applied (answer says so) */
 	size_t req_reserved;               /* body bytes counted against max_inflight_body_bytes */
 	uint32_t req_tenant_id;            /* set by authentication */
+	/* who acts, for the audit trail: "api_key:<id>" (set by
+	 * authentication, in req_by_buf) or the gateway route's name */
+	const char *req_by;
+	char req_by_buf[24];
 	struct timespec req_start;
 	int req_dispatched;
 	int req_suspended;                 /* another thread builds the reply (http_suspend) */

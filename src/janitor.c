@@ -68,6 +68,15 @@ long janitor_sweep_now(int paced)
 				break;
 		}
 	} while (deleted == JANITOR_SWEEP_BATCH);
+	/* and the audit events past their retention, in the same batches */
+	int events = 0;
+	do {
+		if (store_events_sweep(JANITOR_SWEEP_BATCH, &deleted) < 0)
+			break;
+		events += deleted;
+	} while (deleted == JANITOR_SWEEP_BATCH);
+	if (events > 0)
+		log_info("janitor: swept %d audit events past their retention", events);
 	if (total > 0) {
 		metrics_add(METRIC_SWEPT, total);
 		log_info("janitor: swept %ld expired records", total);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "db.h"
+#include "reqjson.h"
 
 enum {
 	ST_TENANT_CREATE = 1, ST_TENANT_BY_KEY, ST_TENANT_BY_NAME,
@@ -18,10 +19,14 @@ enum {
 	ST_VERSION_GET, ST_VERSION_BUMP, ST_SWEEP, ST_CLAIM_MANY, ST_COMPLETE_MANY,
 	ST_TENANT_LIST, ST_TENANT_DELETE, ST_APIKEY_ADD, ST_APIKEY_REVOKE,
 	ST_KEYS_TABLE, ST_KEYS_COUNT, ST_KEYS_RESEAL, ST_EXTEND, ST_CHECKPOINT,
+	ST_EVENTS_GET, ST_EVENTS_SWEEP,
 };
 
 #define OP_COLUMNS "id, tenant_id, name, token_ttl_seconds, retention_seconds, " \
-	"lease_seconds, version_key, require_version, wait_seconds"
+	"lease_seconds, version_key, require_version, wait_seconds, " \
+	"coalesce(audit_retention_seconds, -1)"
+/* Who did it, for the audit trail; never NULL in a statement. */
+#define STORE_BY(by) ((by) != NULL ? (by) : "unknown")
 #define MS(col) "(extract(epoch from " col ") * 1000)::bigint"
 
 static const struct db_stmt st_tenant_create = { ST_TENANT_CREATE, "tenant_create",
@@ -42,18 +47,19 @@ static const struct db_stmt st_apikey_revoke = { ST_APIKEY_REVOKE, "apikey_revok
 	"d AS (DELETE FROM api_keys k USING t WHERE k.tenant_id = t.id AND k.id = $2 RETURNING k.id) "
 	"SELECT (SELECT count(*) FROM t), (SELECT count(*) FROM d)", 2 };
 static const struct db_stmt st_tenant_by_key = { ST_TENANT_BY_KEY, "tenant_by_key",
-	"SELECT tenant_id FROM api_keys WHERE key_hash = $1", 1 };
+	"SELECT tenant_id, id FROM api_keys WHERE key_hash = $1", 1 };
 static const struct db_stmt st_tenant_by_name = { ST_TENANT_BY_NAME, "tenant_by_name",
 	"SELECT id FROM tenants WHERE name = $1", 1 };
 static const struct db_stmt st_op_put = { ST_OP_PUT, "op_put",
 	"INSERT INTO operations(tenant_id, name, token_ttl_seconds, retention_seconds, "
-	"lease_seconds, version_key, require_version, wait_seconds) VALUES ($1, $2, $3, $4, $5, "
-	"$6, $7, $8) "
+	"lease_seconds, version_key, require_version, wait_seconds, audit_retention_seconds) "
+	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($9::int, -1)) "
 	"ON CONFLICT (tenant_id, name) DO UPDATE SET token_ttl_seconds = EXCLUDED.token_ttl_seconds, "
 	"retention_seconds = EXCLUDED.retention_seconds, lease_seconds = EXCLUDED.lease_seconds, "
 	"version_key = EXCLUDED.version_key, require_version = EXCLUDED.require_version, "
 	"wait_seconds = EXCLUDED.wait_seconds, "
-	"updated_at = now() RETURNING id, (xmax = 0)", 8 };
+	"audit_retention_seconds = EXCLUDED.audit_retention_seconds, "
+	"updated_at = now() RETURNING id, (xmax = 0)", 9 };
 static const struct db_stmt st_op_get = { ST_OP_GET, "op_get",
 	"SELECT " OP_COLUMNS " FROM operations WHERE tenant_id = $1 AND name = $2", 2 };
 static const struct db_stmt st_op_by_id = { ST_OP_BY_ID, "op_by_id",
@@ -78,38 +84,76 @@ static const struct db_stmt st_keys_reseal = { ST_KEYS_RESEAL, "keys_reseal",
 	"SELECT idemd_reseal_keys($1::int[], $2::bytea[], $3::bytea[])", 3 };
 static const struct db_stmt st_keys_prune = { ST_KEYS_PRUNE, "keys_prune",
 	"DELETE FROM signing_keys WHERE retired_at < now() - make_interval(secs => $1)", 1 };
+/*
+ * Every state change writes its audit event in the same statement, so in
+ * the same transaction (migrations/0007): an INSERT into record_events
+ * over the change's own result, naming who did it (the last parameter).
+ */
+#define EVENT_COLUMNS "INSERT INTO record_events (tenant_id, token_id, event, attempt, status, " \
+	"phase, by, expires_at) "
+#define CLAIM_EVENT "CASE WHEN r.attempt = 1 THEN 'claimed' ELSE 'taken_over' END"
 static const struct db_stmt st_claim = { ST_CLAIM, "claim",
+	"WITH r AS (SELECT * FROM idemd_claim($1, $2, $3, $4, $5, to_timestamp($6), $7, $8, $9, "
+	"$10)), ev AS (" EVENT_COLUMNS "SELECT $1, $2, " CLAIM_EVENT ", r.attempt, NULL, NULL, $11, "
+	"idemd_audit_until($3) FROM r WHERE r.outcome = 'claimed') "
 	"SELECT outcome, attempt, " MS("lease_expires_at") ", retry_after, resp_status, "
-	"resp_headers, resp_body, resp_is_json, current_version FROM idemd_claim($1, $2, $3, $4, $5, "
-	"to_timestamp($6), $7, $8, $9, $10)", 10 };
+	"resp_headers, resp_body, resp_is_json, current_version FROM r", 11 };
 static const struct db_stmt st_complete = { ST_COMPLETE, "complete",
+	"WITH r AS (SELECT * FROM idemd_complete($1, $2, $3, $4, $5, $6, $7, $8)), "
+	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, 'completed', $3, $4, NULL, $9, "
+	"idemd_audit_until(rec.operation_id) FROM r JOIN records rec ON rec.tenant_id = $1 "
+	"AND rec.token_id = $2 WHERE r.outcome = 'completed') "
 	"SELECT outcome, resp_status, resp_headers, resp_body, resp_is_json, " MS("expires_at")
-	", fingerprint FROM idemd_complete($1, $2, $3, $4, $5, $6, $7, $8)", 8 };
+	", fingerprint FROM r", 9 };
 /* The same over arrays: one statement, one transaction and one commit for a
  * whole batch (migrations/0002); rows sorted back into array order. */
 static const struct db_stmt st_claim_many = { ST_CLAIM_MANY, "claim_many",
+	"WITH r AS (SELECT * FROM idemd_claim_batch($1::int[], $2::bytea[], $3::int[], $4::text[], "
+	"$5::bytea[], $6::bigint[], $7::int[], $8::text[], $9::bigint[], $10::boolean[])), "
+	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[r.i], ($2::bytea[])[r.i], " CLAIM_EVENT ", "
+	"r.attempt, NULL, NULL, ($11::text[])[r.i], idemd_audit_until(($3::int[])[r.i]) FROM r "
+	"WHERE r.outcome = 'claimed') "
 	"SELECT outcome, attempt, " MS("lease_expires_at") ", retry_after, resp_status, "
-	"resp_headers, resp_body, resp_is_json, current_version, i FROM idemd_claim_batch("
-	"$1::int[], $2::bytea[], $3::int[], $4::text[], $5::bytea[], $6::bigint[], $7::int[], "
-	"$8::text[], $9::bigint[], $10::boolean[]) ORDER BY i", 10 };
+	"resp_headers, resp_body, resp_is_json, current_version, i FROM r ORDER BY i", 11 };
 static const struct db_stmt st_complete_many = { ST_COMPLETE_MANY, "complete_many",
+	"WITH r AS (SELECT * FROM idemd_complete_batch($1::int[], $2::bytea[], $3::int[], "
+	"$4::int[], $5::jsonb[], $6::bytea[], $7::boolean[], $8::int[])), "
+	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[r.i], ($2::bytea[])[r.i], 'completed', "
+	"($3::int[])[r.i], ($4::int[])[r.i], NULL, ($9::text[])[r.i], "
+	"idemd_audit_until(rec.operation_id) FROM r JOIN records rec ON "
+	"rec.tenant_id = ($1::int[])[r.i] AND rec.token_id = ($2::bytea[])[r.i] "
+	"WHERE r.outcome = 'completed') "
 	"SELECT outcome, resp_status, resp_headers, resp_body, resp_is_json, " MS("expires_at")
-	", fingerprint, i FROM idemd_complete_batch($1::int[], $2::bytea[], $3::int[], $4::int[], "
-	"$5::jsonb[], $6::bytea[], $7::boolean[], $8::int[]) ORDER BY i", 8 };
+	", fingerprint, i FROM r ORDER BY i", 9 };
+/* The fenced writes of one record: release, extend, checkpoint. */
+#define FENCED_EVENT(what, attempt, phase, by) \
+	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, '" what "', " attempt ", NULL, " phase ", " by ", " \
+	"idemd_audit_until(rec.operation_id) FROM r JOIN records rec ON rec.tenant_id = $1 " \
+	"AND rec.token_id = $2 WHERE r.o = "
 static const struct db_stmt st_release = { ST_RELEASE, "release",
-	"SELECT idemd_release($1, $2, $3)", 3 };
+	"WITH r AS (SELECT idemd_release($1, $2, $3) AS o), "
+	FENCED_EVENT("released", "$3", "NULL", "$4") "'released') SELECT o FROM r", 4 };
 static const struct db_stmt st_revoke = { ST_REVOKE, "revoke",
-	"SELECT idemd_revoke($1, $2, $3, $4, to_timestamp($5))", 5 };
+	"WITH r AS (SELECT idemd_revoke($1, $2, $3, $4, to_timestamp($5)) AS o), "
+	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, 'revoked', NULL, NULL, NULL, $6, "
+	"idemd_audit_until($3) FROM r WHERE r.o = 'revoked') SELECT o FROM r", 6 };
 static const struct db_stmt st_record_get = { ST_RECORD_GET, "record_get",
 	"SELECT state, attempt, coalesce(" MS("lease_expires_at") ", 0), " MS("expires_at") ", "
 	"response_status, response_headers, response_body, response_is_json, subject, "
 	"operation_id, checkpoint_phase, checkpoint_data::text, checkpoint_attempt "
 	"FROM records WHERE tenant_id = $1 AND token_id = $2", 2 };
 static const struct db_stmt st_extend = { ST_EXTEND, "extend",
-	"SELECT outcome, coalesce(" MS("lease_expires_at") ", 0) "
-	"FROM idemd_extend($1, $2, $3, $4)", 4 };
+	"WITH r AS (SELECT outcome AS o, lease_expires_at FROM idemd_extend($1, $2, $3, $4)), "
+	FENCED_EVENT("extended", "$3", "NULL", "$5") "'extended') "
+	"SELECT o, coalesce(" MS("lease_expires_at") ", 0) FROM r", 5 };
 static const struct db_stmt st_checkpoint = { ST_CHECKPOINT, "checkpoint",
-	"SELECT idemd_checkpoint($1, $2, $3, $4, $5::jsonb)", 5 };
+	"WITH r AS (SELECT idemd_checkpoint($1, $2, $3, $4, $5::jsonb) AS o), "
+	FENCED_EVENT("checkpoint", "$3", "$4", "$6") "'saved') SELECT o FROM r", 6 };
+static const struct db_stmt st_events_get = { ST_EVENTS_GET, "events_get",
+	"SELECT " MS("at") ", event, attempt, status, phase, by FROM record_events "
+	"WHERE tenant_id = $1 AND token_id = $2 ORDER BY seq LIMIT 1000", 2 };
+static const struct db_stmt st_events_sweep = { ST_EVENTS_SWEEP, "events_sweep",
+	"SELECT idemd_sweep_events($1)", 1 };
 static const struct db_stmt st_version_get = { ST_VERSION_GET, "version_get",
 	"SELECT version FROM versions WHERE tenant_id = $1 AND key = $2", 2 };
 static const struct db_stmt st_version_bump = { ST_VERSION_BUMP, "version_bump",
@@ -308,7 +352,7 @@ int store_api_key_revoke(const char *tenant, uint32_t key_id, int *tenant_found,
 }
 
 int store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tenant_id,
-			int *found)
+			uint32_t *key_id, int *found)
 {
 	const char *v[] = { (const char *)key_hash };
 	const int len[] = { STORE_HASH_BYTES }, fmt[] = { 1 };
@@ -318,6 +362,7 @@ int store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tena
 		return -1;
 	*found = PQntuples(r) == 1;
 	*tenant_id = *found ? (uint32_t)store_i64(r, 0, 0) : 0;
+	*key_id = *found ? (uint32_t)store_i64(r, 0, 1) : 0;
 	PQclear(r);
 	return 0;
 }
@@ -350,20 +395,22 @@ static void store_read_operation(const PGresult *r, int row, struct operation *o
 			 PQgetvalue(r, row, 6));
 	op->op_require_version = store_bool(r, row, 7);
 	op->op_wait_seconds = (int)store_i64(r, row, 8);
+	op->op_audit_retention = (int)store_i64(r, row, 9);
 }
 
 int store_operation_put(struct operation *op, int *created)
 {
-	char tenant[16], ttl[16], ret[16], lease[16], wait[16];
+	char tenant[16], ttl[16], ret[16], lease[16], wait[16], audit[16];
 
 	snprintf(wait, sizeof(wait), "%d", op->op_wait_seconds);
+	snprintf(audit, sizeof(audit), "%d", op->op_audit_retention);
 	snprintf(tenant, sizeof(tenant), "%" PRIu32, op->op_tenant_id);
 	snprintf(ttl, sizeof(ttl), "%d", op->op_token_ttl_seconds);
 	snprintf(ret, sizeof(ret), "%d", op->op_retention_seconds);
 	snprintf(lease, sizeof(lease), "%d", op->op_lease_seconds);
 	const char *v[] = { tenant, op->op_name, ttl, ret, lease,
 			    op->op_has_version_key ? op->op_version_key : NULL,
-			    op->op_require_version ? "true" : "false", wait };
+			    op->op_require_version ? "true" : "false", wait, audit };
 	PGresult *r = store_run(&st_op_put, v, NULL, NULL);
 	if (r == NULL)
 		return -1;
@@ -567,9 +614,9 @@ int store_claim(const struct claim_args *a, struct claim_result *res)
 	const char *v[] = { tenant, (const char *)a->token_id, op, a->subject,
 			    (const char *)a->fingerprint, expires, lease, a->version_key,
 			    a->has_expected ? expected : NULL,
-			    a->require_version ? "true" : "false" };
-	const int len[] = { 0, 16, 0, 0, STORE_HASH_BYTES, 0, 0, 0, 0, 0 };
-	const int fmt[] = { 0, 1, 0, 0, 1, 0, 0, 0, 0, 0 };
+			    a->require_version ? "true" : "false", STORE_BY(a->by) };
+	const int len[] = { 0, 16, 0, 0, STORE_HASH_BYTES, 0, 0, 0, 0, 0, 0 };
+	const int fmt[] = { 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0 };
 	PGresult *r = store_run(&st_claim, v, len, fmt);
 	if (r == NULL)
 		return -1;
@@ -623,9 +670,9 @@ int store_complete(const struct complete_args *a, struct complete_result *res)
 	snprintf(ret, sizeof(ret), "%d", a->retention_seconds);
 	const char *v[] = { tenant, (const char *)a->token_id, att, status, resp->sr_headers,
 			    resp->sr_body ? (const char *)resp->sr_body : "",
-			    resp->sr_is_json ? "true" : "false", ret };
-	const int len[] = { 0, 16, 0, 0, 0, (int)resp->sr_body_len, 0, 0 };
-	const int fmt[] = { 0, 1, 0, 0, 0, 1, 0, 0 };
+			    resp->sr_is_json ? "true" : "false", ret, STORE_BY(a->by) };
+	const int len[] = { 0, 16, 0, 0, 0, (int)resp->sr_body_len, 0, 0, 0 };
+	const int fmt[] = { 0, 1, 0, 0, 0, 1, 0, 0, 0 };
 	PGresult *r = store_run(&st_complete, v, len, fmt);
 	if (r == NULL)
 		return -1;
@@ -775,7 +822,7 @@ static PGresult *store_run_arrays(const struct db_stmt *stmt, struct store_array
 int store_claim_many(const struct claim_args *const *a, struct claim_result *const *res,
 		     size_t n)
 {
-	struct store_array arrs[10] = { { 0 } };
+	struct store_array arrs[11] = { { 0 } };
 	PGresult *r = NULL;
 	int rc = -1;
 
@@ -803,8 +850,9 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 		else
 			store_array_null(&arrs[8]);
 		store_array_bool(&arrs[9], c->require_version);
+		store_array_text(&arrs[10], STORE_BY(c->by), strlen(STORE_BY(c->by)));
 	}
-	if (n == 0 || store_arrays_close(arrs, 10) < 0 ||
+	if (n == 0 || store_arrays_close(arrs, 11) < 0 ||
 	    (r = store_run_arrays(&st_claim_many, arrs, n)) == NULL)
 		goto done;
 	size_t i;
@@ -819,14 +867,14 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 	}
 done:
 	PQclear(r);
-	store_arrays_free(arrs, 10);
+	store_arrays_free(arrs, 11);
 	return rc;
 }
 
 int store_complete_many(const struct complete_args *const *a, struct complete_result *const *res,
 			size_t n)
 {
-	struct store_array arrs[8] = { { 0 } };
+	struct store_array arrs[9] = { { 0 } };
 	PGresult *r = NULL;
 	int rc = -1;
 
@@ -841,8 +889,9 @@ int store_complete_many(const struct complete_args *const *a, struct complete_re
 		store_array_bytea(&arrs[5], resp->sr_body, resp->sr_body ? resp->sr_body_len : 0);
 		store_array_bool(&arrs[6], resp->sr_is_json);
 		store_array_i64(&arrs[7], c->retention_seconds);
+		store_array_text(&arrs[8], STORE_BY(c->by), strlen(STORE_BY(c->by)));
 	}
-	if (n == 0 || store_arrays_close(arrs, 8) < 0 ||
+	if (n == 0 || store_arrays_close(arrs, 9) < 0 ||
 	    (r = store_run_arrays(&st_complete_many, arrs, n)) == NULL)
 		goto done;
 	size_t i;
@@ -878,15 +927,15 @@ static enum release_outcome store_fence_outcome(const char *o, const char *done)
 }
 
 int store_extend(uint32_t tenant_id, const uint8_t *token_id, int attempt, int lease_seconds,
-		 enum release_outcome *outcome, int64_t *lease_expires_at)
+		 const char *by, enum release_outcome *outcome, int64_t *lease_expires_at)
 {
 	char tenant[16], att[16], lease[16];
 
 	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
 	snprintf(att, sizeof(att), "%d", attempt);
 	snprintf(lease, sizeof(lease), "%d", lease_seconds);
-	const char *v[] = { tenant, (const char *)token_id, att, lease };
-	const int len[] = { 0, 16, 0, 0 }, fmt[] = { 0, 1, 0, 0 };
+	const char *v[] = { tenant, (const char *)token_id, att, lease, STORE_BY(by) };
+	const int len[] = { 0, 16, 0, 0, 0 }, fmt[] = { 0, 1, 0, 0, 0 };
 	PGresult *r = store_run(&st_extend, v, len, fmt);
 	if (r == NULL)
 		return -1;
@@ -897,14 +946,14 @@ int store_extend(uint32_t tenant_id, const uint8_t *token_id, int attempt, int l
 }
 
 int store_checkpoint(uint32_t tenant_id, const uint8_t *token_id, int attempt, const char *phase,
-		     const char *data, enum release_outcome *outcome)
+		     const char *data, const char *by, enum release_outcome *outcome)
 {
 	char tenant[16], att[16];
 
 	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
 	snprintf(att, sizeof(att), "%d", attempt);
-	const char *v[] = { tenant, (const char *)token_id, att, phase, data };
-	const int len[] = { 0, 16, 0, 0, 0 }, fmt[] = { 0, 1, 0, 0, 0 };
+	const char *v[] = { tenant, (const char *)token_id, att, phase, data, STORE_BY(by) };
+	const int len[] = { 0, 16, 0, 0, 0, 0 }, fmt[] = { 0, 1, 0, 0, 0, 0 };
 	PGresult *r = store_run(&st_checkpoint, v, len, fmt);
 	if (r == NULL)
 		return -1;
@@ -913,15 +962,15 @@ int store_checkpoint(uint32_t tenant_id, const uint8_t *token_id, int attempt, c
 	return 0;
 }
 
-int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt,
+int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt, const char *by,
 		  enum release_outcome *outcome)
 {
 	char tenant[16], att[16];
 
 	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
 	snprintf(att, sizeof(att), "%d", attempt);
-	const char *v[] = { tenant, (const char *)token_id, att };
-	const int len[] = { 0, 16, 0 }, fmt[] = { 0, 1, 0 };
+	const char *v[] = { tenant, (const char *)token_id, att, STORE_BY(by) };
+	const int len[] = { 0, 16, 0, 0 }, fmt[] = { 0, 1, 0, 0 };
 	PGresult *r = store_run(&st_release, v, len, fmt);
 	if (r == NULL)
 		return -1;
@@ -937,15 +986,15 @@ int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt,
 }
 
 int store_revoke(uint32_t tenant_id, const uint8_t *token_id, uint32_t operation_id,
-		 const char *subject, int64_t token_expires_at, int *in_use)
+		 const char *subject, int64_t token_expires_at, const char *by, int *in_use)
 {
 	char tenant[16], op[16], expires[24];
 
 	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
 	snprintf(op, sizeof(op), "%" PRIu32, operation_id);
 	snprintf(expires, sizeof(expires), "%" PRId64, token_expires_at);
-	const char *v[] = { tenant, (const char *)token_id, op, subject, expires };
-	const int len[] = { 0, 16, 0, 0, 0 }, fmt[] = { 0, 1, 0, 0, 0 };
+	const char *v[] = { tenant, (const char *)token_id, op, subject, expires, STORE_BY(by) };
+	const int len[] = { 0, 16, 0, 0, 0, 0 }, fmt[] = { 0, 1, 0, 0, 0, 0 };
 	PGresult *r = store_run(&st_revoke, v, len, fmt);
 	if (r == NULL)
 		return -1;
@@ -990,6 +1039,52 @@ int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_
 	}
 	PQclear(r);
 	return rc;
+}
+
+int store_events_get(uint32_t tenant_id, const uint8_t *token_id, json_t **events)
+{
+	char tenant[16];
+
+	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
+	const char *v[] = { tenant, (const char *)token_id };
+	const int len[] = { 0, 16 }, fmt[] = { 0, 1 };
+	PGresult *r = store_run(&st_events_get, v, len, fmt);
+	if (r == NULL)
+		return -1;
+	json_t *a = json_array();
+	for (int i = 0; a != NULL && i < PQntuples(r); i++) {
+		json_t *e = json_pack("{s:o,s:s}", "at", reqjson_time(store_i64(r, i, 0)), "event",
+				      PQgetvalue(r, i, 1));
+		if (e != NULL && !PQgetisnull(r, i, 2))
+			json_object_set_new(e, "attempt", json_integer(store_i64(r, i, 2)));
+		if (e != NULL && !PQgetisnull(r, i, 3))
+			json_object_set_new(e, "status", json_integer(store_i64(r, i, 3)));
+		if (e != NULL && !PQgetisnull(r, i, 4))
+			json_object_set_new(e, "phase", json_string(PQgetvalue(r, i, 4)));
+		if (e != NULL)
+			json_object_set_new(e, "by", json_string(PQgetvalue(r, i, 5)));
+		if (e == NULL || json_array_append_new(a, e) < 0) {
+			json_decref(a);
+			a = NULL;
+		}
+	}
+	PQclear(r);
+	*events = a;
+	return a != NULL ? 0 : -1;
+}
+
+int store_events_sweep(int limit, int *deleted)
+{
+	char lim[16];
+
+	snprintf(lim, sizeof(lim), "%d", limit);
+	const char *v[] = { lim };
+	PGresult *r = store_run(&st_events_sweep, v, NULL, NULL);
+	if (r == NULL)
+		return -1;
+	*deleted = (int)store_i64(r, 0, 0);
+	PQclear(r);
+	return 0;
 }
 
 int store_version_get(uint32_t tenant_id, const char *key, int64_t *version)

@@ -24,6 +24,7 @@ struct operation {
 	char op_version_key[STORE_KEY_MAX + 1];
 	int op_require_version;
 	int op_wait_seconds;         /* 0..60: a duplicate in progress waits this long */
+	int op_audit_retention;      /* seconds audit events are kept; -1: retention_seconds */
 };
 
 struct stored_response {
@@ -62,7 +63,7 @@ int store_api_key_revoke(const char *tenant, uint32_t key_id, int *tenant_found,
 			 int *key_found) IDEMD_WUR;
 /* *found = 0 when no key has that hash. */
 int store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tenant_id,
-			int *found) IDEMD_WUR;
+			uint32_t *key_id, int *found) IDEMD_WUR;
 int store_tenant_by_name(const char *name, uint32_t *tenant_id, int *found) IDEMD_WUR;
 
 /* Operations. */
@@ -114,6 +115,7 @@ struct claim_args {
 	int has_expected;
 	int64_t expected;
 	int require_version;
+	const char *by;            /* who, for the audit trail: "api_key:<id>" or "route:..." */
 };
 
 enum claim_outcome {
@@ -147,6 +149,7 @@ struct complete_args {
 	int attempt;
 	const struct stored_response *resp;
 	int retention_seconds;
+	const char *by;                      /* who, for the audit trail */
 };
 
 struct complete_result {
@@ -172,20 +175,21 @@ int store_complete_many(const struct complete_args *const *a, struct complete_re
 			size_t n) IDEMD_WUR;
 
 enum release_outcome { RELEASE_DONE, RELEASE_LEASE_LOST, RELEASE_NOT_IN_PROGRESS };
-int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt,
+int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt, const char *by,
 		  enum release_outcome *outcome) IDEMD_WUR;
 
 /* Long work of the current ATTEMPT (fenced like release; RELEASE_DONE when
  * written): a new lease of LEASE_SECONDS from now (*LEASE_EXPIRES_AT, unix
  * ms), or the latest checkpoint PHASE with DATA (JSON text, or NULL). */
 int store_extend(uint32_t tenant_id, const uint8_t *token_id, int attempt, int lease_seconds,
-		 enum release_outcome *outcome, int64_t *lease_expires_at) IDEMD_WUR;
+		 const char *by, enum release_outcome *outcome, int64_t *lease_expires_at) IDEMD_WUR;
 int store_checkpoint(uint32_t tenant_id, const uint8_t *token_id, int attempt, const char *phase,
-		     const char *data, enum release_outcome *outcome) IDEMD_WUR;
+		     const char *data, const char *by, enum release_outcome *outcome) IDEMD_WUR;
 
 /* *in_use = 1 when the token is in progress or completed (nothing written). */
 int store_revoke(uint32_t tenant_id, const uint8_t *token_id, uint32_t operation_id,
-		 const char *subject, int64_t token_expires_at, int *in_use) IDEMD_WUR;
+		 const char *subject, int64_t token_expires_at, const char *by,
+		 int *in_use) IDEMD_WUR;
 
 struct record_view {
 	int rv_found;
@@ -204,6 +208,12 @@ struct record_view {
 /* Frees what a filled record_view owns. */
 void store_record_view_free(struct record_view *v);
 int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_view *v) IDEMD_WUR;
+
+/* The audit trail of a record, oldest first (at most 1000 events), as a
+ * new JSON array of {"at","event","attempt"?,"status"?,"phase"?,"by"}. */
+int store_events_get(uint32_t tenant_id, const uint8_t *token_id, struct json_t **events) IDEMD_WUR;
+/* Deletes at most LIMIT events past their audit retention. */
+int store_events_sweep(int limit, int *deleted) IDEMD_WUR;
 
 /* Version counters. An unknown key is version 0. */
 int store_version_get(uint32_t tenant_id, const char *key, int64_t *version) IDEMD_WUR;

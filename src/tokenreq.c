@@ -409,6 +409,7 @@ static int tokenreq_claim_prepare(struct request *req, struct tokenreq_claim *c)
 		problem_reply(req, 400, "invalid_request", "%s", why);
 		return 0;
 	}
+	c->tc_args.by = req->req_by;
 	return 1;
 }
 
@@ -844,6 +845,7 @@ void tokenreq_complete(struct request *req, const struct token *tok, int is_key)
 	c->hc_args.attempt = (int)c->hc_attempt;
 	c->hc_args.resp = &c->hc_resp;
 	c->hc_args.retention_seconds = op.op_retention_seconds;
+	c->hc_args.by = req->req_by;
 	c->hc_job.bj_kind = BATCHER_COMPLETE;
 	c->hc_job.bj_complete = &c->hc_args;
 	c->hc_job.bj_complete_result = &c->hc_res;
@@ -900,7 +902,7 @@ void tokenreq_release(struct request *req, const struct token *t, int is_key)
 
 	if (body == NULL)
 		return;
-	if (store_release(req->req_tenant_id, t->id, (int)attempt, &outcome) < 0)
+	if (store_release(req->req_tenant_id, t->id, (int)attempt, req->req_by, &outcome) < 0)
 		problem_unavailable(req);
 	else if (tokenreq_fenced(req, t, is_key, outcome, attempt)) {
 		metrics_add(METRIC_RELEASES, 1);
@@ -930,7 +932,8 @@ void tokenreq_extend(struct request *req, const struct token *t, int is_key)
 		goto done;
 	if (!present)
 		lease = op.op_lease_seconds;
-	if (store_extend(req->req_tenant_id, t->id, (int)attempt, (int)lease, &outcome, &until) < 0)
+	if (store_extend(req->req_tenant_id, t->id, (int)attempt, (int)lease, req->req_by, &outcome,
+			 &until) < 0)
 		problem_unavailable(req);
 	else if (tokenreq_fenced(req, t, is_key, outcome, attempt))
 		http_reply_json(req, 200, json_pack("{s:s,s:I,s:o}", "state", "in_progress",
@@ -979,7 +982,8 @@ void tokenreq_checkpoint(struct request *req, const struct token *t, int is_key)
 			goto done;
 		}
 	}
-	if (store_checkpoint(req->req_tenant_id, t->id, (int)attempt, phase, data, &outcome) < 0)
+	if (store_checkpoint(req->req_tenant_id, t->id, (int)attempt, phase, data, req->req_by,
+			     &outcome) < 0)
 		problem_unavailable(req);
 	else if (tokenreq_fenced(req, t, is_key, outcome, attempt))
 		http_reply_json(req, 200, json_pack("{s:s,s:{s:s,s:o,s:I}}", "state", "in_progress",

@@ -27,14 +27,16 @@ static void expect_lookup(const char *key, int rc, int found, uint32_t tenant);
 
 int
 store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tenant_id,
-		    int *found)
+		    uint32_t *key_id, int *found)
 {
 	check_expected(key_hash);
 	int rc = mock_type(int);
 	*found = mock_type(int);
 	uint32_t t = mock_type(uint32_t);
-	if (rc == 0 && *found)
+	if (rc == 0 && *found) {
 		*tenant_id = t;
+		*key_id = t + 1000; /* each test tenant's key has id tenant + 1000 */
+	}
 	return rc;
 }
 

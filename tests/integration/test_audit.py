@@ -1,0 +1,141 @@
+"""Records and their audit trail (PRODUCT.md part two, "Records, audit and
+duplicates prevented"): GET /v1/records/{id} and /v1/records/{id}/events;
+every state change leaves one event written with it, naming who did it
+(an API key's id or a gateway route, never a secret); events outlive the
+swept record for the operation's audit_retention_seconds; tenants never see
+each other's records."""
+
+import os
+import re
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import IdemdCase, assert_problem, assert_status, uniq  # noqa: E402
+
+
+class Audit(IdemdCase):
+    extra_config = {"sweep_interval_seconds": 1}
+
+    def events(self, rid, client=None):
+        r = (client or self.client).get("/v1/records/%s/events" % rid)
+        return assert_status(self, r, 200)["events"]
+
+    def test_token_lifecycle_events(self):
+        op = self.put_operation()
+        r = self.issue_resp(op)
+        tok, rid = r.json["token"], r.json["id"]
+        self.claim_ok(tok, {"request": {"a": 1}})
+        assert_status(self, self.client.post("/v1/tokens/%s/checkpoint" % tok,
+                                             {"attempt": 1, "phase": "paid"}), 200)
+        assert_status(self, self.client.post("/v1/tokens/%s/extend" % tok, {"attempt": 1}), 200)
+        assert_status(self, self.release(tok, 1), 200)
+        self.claim_ok(tok, {"request": {"a": 1}}, attempt=2)
+        assert_status(self, self.complete(tok, 2, 201, body={"ok": 1}), 200)
+        # duplicates write nothing
+        self.claim(tok, {"request": {"a": 1}})
+        self.claim(tok, {"request": {"a": 9}})
+        ev = self.events(rid)
+        self.assertEqual([(e["event"], e.get("attempt")) for e in ev],
+                         [("claimed", 1), ("checkpoint", 1), ("extended", 1), ("released", 1),
+                          ("taken_over", 2), ("completed", 2)])
+        self.assertEqual(ev[1]["phase"], "paid")
+        self.assertEqual(ev[5]["status"], 201)
+        bys = {e["by"] for e in ev}
+        self.assertEqual(len(bys), 1, bys)
+        self.assertRegex(bys.pop(), r"^api_key:[0-9]+$")
+        self.assertEqual([e["at"] for e in ev], sorted(e["at"] for e in ev))
+        for e in ev:
+            self.assertNotIn(self.api_key, str(e))
+        j = assert_status(self, self.client.get("/v1/records/" + rid), 200)
+        self.assertEqual((j["id"], j["operation"], j["state"], j["attempt"]),
+                         (rid, op, "completed", 2))
+        self.assertEqual(j["response"]["body"], {"ok": 1})
+        self.assertEqual(j["checkpoint"]["phase"], "paid")
+        # another tenant sees nothing
+        assert_problem(self, self.other.get("/v1/records/" + rid), 404, "record_not_found")
+        assert_problem(self, self.other.get("/v1/records/%s/events" % rid), 404,
+                       "record_not_found")
+
+    def test_caller_keys_batches_and_revoke(self):
+        op = self.put_operation()
+        items = [{"key": uniq("e")} for _ in range(3)]
+        j = assert_status(self, self.client.post("/v1/operations/%s/claims" % op,
+                                                 {"items": items}), 200)
+        ids = [x["id"] for x in j["items"]]
+        j = assert_status(self, self.client.post("/v1/operations/%s/completions" % op, {
+            "items": [{"key": x["key"], "attempt": 1, "status": 200} for x in items]}), 200)
+        for rid in ids:
+            self.assertEqual([e["event"] for e in self.events(rid)], ["claimed", "completed"])
+            self.assertEqual(assert_status(self, self.client.get("/v1/records/" + rid),
+                                           200)["state"], "completed")
+        r = self.issue_resp(op)
+        assert_status(self, self.revoke(r.json["token"]), 204)
+        self.assertEqual([e["event"] for e in self.events(r.json["id"])], ["revoked"])
+
+    def test_bad_ids(self):
+        for bad in ["xyz", "0" * 31, "G" * 32, "A" * 32]:
+            assert_problem(self, self.client.get("/v1/records/" + bad), 400, "invalid_request")
+        assert_problem(self, self.client.get("/v1/records/" + "0" * 32), 404, "record_not_found")
+        assert_problem(self, self.anon.get("/v1/records/" + "0" * 32), 401, "unauthorized")
+
+    def test_events_outlive_the_record_then_go(self):
+        op = self.put_operation(token_ttl_seconds=1, retention_seconds=1,
+                                audit_retention_seconds=4)
+        self.assertEqual(self.client.get("/v1/operations/" + op).json["audit_retention_seconds"],
+                         4)
+        r = self.issue_resp(op)
+        tok, rid = r.json["token"], r.json["id"]
+        self.claim_ok(tok)
+        assert_status(self, self.complete(tok, 1, 200), 200)
+        deadline = time.monotonic() + 8
+        while self.client.get("/v1/records/" + rid).status == 200:
+            self.assertLess(time.monotonic(), deadline, "the record was never swept")
+            time.sleep(0.3)
+        ev = self.events(rid)
+        self.assertEqual([e["event"] for e in ev], ["claimed", "completed", "expired"])
+        self.assertEqual(ev[2]["by"], "sweeper")
+        deadline = time.monotonic() + 10
+        while self.client.get("/v1/records/%s/events" % rid).status == 200:
+            self.assertLess(time.monotonic(), deadline, "the events were never swept")
+            time.sleep(0.5)
+
+
+class GatewayAudit(IdemdCase):
+
+    @classmethod
+    def setUpClass(cls):
+        from test_gateway import Upstream
+        cls.up = Upstream()
+        cls.extra_config = {"routes": [{
+            "method": "POST", "path": "/orders", "tenant": "acme", "operation": "order.create",
+            "upstream": "http://127.0.0.1:%d/ok" % cls.up.port}]}
+        try:
+            super().setUpClass()
+        except BaseException:
+            cls.up.stop()
+            raise
+        assert cls.client.put("/v1/operations/order.create",
+                              harness.DEFAULT_POLICY).status in (200, 201)
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.up.stop()
+
+    def test_route_is_named(self):
+        r = self.issue_resp("order.create")
+        tok, rid = r.json["token"], r.json["id"]
+        g = self.anon.request("POST", "/orders", body=b"x=1",
+                              headers={"Idempotency-Key": tok, "Content-Type": "text/plain"})
+        self.assertEqual(g.status, 201, g.describe())
+        ev = self.client.get("/v1/records/%s/events" % rid).json["events"]
+        self.assertEqual([(e["event"], e["by"]) for e in ev],
+                         [("claimed", "route:POST /orders"), ("completed", "route:POST /orders")])
+
+
+if __name__ == "__main__":
+    harness.main()
