@@ -1,6 +1,11 @@
-/* Records by id: GET /v1/records/{id} (a record, whichever way its id was
- * made: a token's id, a caller key's, the one forwarded upstream) and
- * GET /v1/records/{id}/events (its audit trail, which may outlive it). */
+/* Records: GET /v1/records/{id} (a record, whichever way its id was made: a
+ * token's id, a caller key's, the one forwarded upstream), GET
+ * /v1/records/{id}/events (its audit trail, which may outlive it) and
+ * GET /v1/records (a listing, newest claim first, keyset-paginated: for
+ * finding work stuck in progress). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -8,6 +13,7 @@
 #include "opcache.h"
 #include "problem.h"
 #include "reqjson.h"
+#include "router.h"
 #include "store.h"
 #include "token.h"
 #include "tokenreq.h"
@@ -93,4 +99,146 @@ void h_record_events(struct request *req)
 		return;
 	}
 	http_reply_json(req, 200, json_pack("{s:o}", "events", events));
+}
+
+#define H_RECORDS_DEFAULT 100
+#define H_RECORDS_MAX 500
+
+/* A non-negative integer query argument NAME into *OUT (absent: untouched).
+ * 0, or -1 after replying 400. */
+static int h_query_int(struct request *req, const char *name, int64_t max, int64_t *out)
+{
+	const char *v = http_query(req, name);
+	char *end;
+
+	if (v == NULL)
+		return 0;
+	long long n = strtoll(v, &end, 10);
+	if (*v == '\0' || *end != '\0' || n < 0 || n > max || strspn(v, "0123456789") != strlen(v)) {
+		problem_reply(req, 400, "invalid_request",
+			      "%s must be an integer from 0 to %" PRId64, name, max);
+		return -1;
+	}
+	*out = n;
+	return 0;
+}
+
+/* The filters of GET /v1/records into F (*NONE: an operation that does
+ * not exist, so nothing matches). SUBJECT receives the decoded subject. 0,
+ * or -1 after replying. */
+static int h_record_filter(struct request *req, struct record_filter *f, int64_t *limit,
+			   char **subject, int *none)
+{
+	static const char *const states[] = { "issued", "in_progress", "completed", "revoked" };
+	const char *op = http_query(req, "operation"), *st = http_query(req, "state");
+	const char *cursor = http_query(req, "cursor"), *subj = http_query(req, "subject");
+	struct operation o;
+	int found;
+
+	memset(f, 0, sizeof(*f));
+	f->rf_older_than = -1;
+	*limit = H_RECORDS_DEFAULT;
+	if (h_query_int(req, "limit", H_RECORDS_MAX, limit) < 0 ||
+	    h_query_int(req, "older_than", 315360000, &f->rf_older_than) < 0)
+		return -1;
+	if (*limit < 1) {
+		problem_reply(req, 400, "invalid_request", "limit must be from 1 to %d",
+			      H_RECORDS_MAX);
+		return -1;
+	}
+	if (st != NULL) {
+		size_t i;
+		for (i = 0; i < IDEMD_ARRAY_LEN(states) && strcmp(st, states[i]) != 0; i++)
+			;
+		if (i == IDEMD_ARRAY_LEN(states)) {
+			problem_reply(req, 400, "invalid_request",
+				      "state must be issued, in_progress, completed or revoked");
+			return -1;
+		}
+		f->rf_state = states[i];
+	}
+	if (cursor != NULL) {
+		char hex[33];
+		long long us;
+		int used = 0;
+		if (sscanf(cursor, "%lld.%32[0-9a-f]%n", &us, hex, &used) != 2 ||
+		    cursor[used] != '\0' || strlen(hex) != 32 || us < 0) {
+			problem_reply(req, 400, "invalid_request", "cursor is not one this API gave");
+			return -1;
+		}
+		for (int i = 0; i < 16; i++) {
+			unsigned b;
+			if (sscanf(hex + 2 * i, "%2x", &b) != 1)
+				return -1;
+			f->rf_after_id[i] = (uint8_t)b;
+		}
+		f->rf_after_us = us;
+		f->rf_has_after = 1;
+	}
+	if (subj != NULL) {
+		size_t n;
+		*subject = router_decode(subj, strlen(subj), &n);
+		if (*subject == NULL) {
+			problem_unavailable(req);
+			return -1;
+		}
+		f->rf_subject = *subject;
+	}
+	*none = 0;
+	if (op != NULL) {
+		if (opcache_by_name(req->req_tenant_id, op, &o, &found) < 0) {
+			problem_unavailable(req);
+			return -1;
+		}
+		*none = !found;
+		f->rf_operation_id = o.op_id;
+	}
+	return 0;
+}
+
+void h_record_list(struct request *req)
+{
+	struct record_filter f;
+	struct record_row *rows = NULL;
+	char *subject = NULL;
+	int64_t limit;
+	size_t n = 0;
+	int none = 0;
+
+	if (h_record_filter(req, &f, &limit, &subject, &none) < 0)
+		goto done;
+	if (!none && store_record_list(req->req_tenant_id, &f, (size_t)limit, &rows, &n) < 0) {
+		problem_unavailable(req);
+		goto done;
+	}
+	json_t *list = json_array();
+	char hex[2 * TOKEN_ID_BYTES + 1], cursor[64];
+	for (size_t i = 0; list != NULL && i < n; i++) {
+		const struct record_row *r = &rows[i];
+		struct operation op;
+		int found = 0;
+		if (opcache_by_id(r->rr_operation_id, &op, &found) < 0)
+			found = 0;
+		token_id_hex(r->rr_id, hex);
+		json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:o,s:o}", "id", hex, "operation",
+				      found ? op.op_name : "", "state", r->rr_state, "attempt",
+				      r->rr_attempt, "claimed_at", reqjson_time(r->rr_created_us / 1000),
+				      "expires_at", reqjson_time(r->rr_expires_at));
+		if (o != NULL && r->rr_has_subject)
+			json_object_set_new(o, "subject", json_string(r->rr_subject));
+		if (o != NULL && strcmp(r->rr_state, "in_progress") == 0)
+			json_object_set_new(o, "lease_expires_at", reqjson_time(r->rr_lease_expires_at));
+		json_array_append_new(list, o);
+	}
+	json_t *next = json_null();
+	if (n == (size_t)limit && n > 0) {
+		token_id_hex(rows[n - 1].rr_id, hex);
+		snprintf(cursor, sizeof(cursor), "%" PRId64 ".%s", rows[n - 1].rr_created_us, hex);
+		next = json_string(cursor);
+	}
+	http_reply_json(req, 200, list ? json_pack("{s:o,s:o}", "records", list, "next_cursor", next)
+				  : NULL);
+done:
+	free(rows);
+	free(subject);
 }

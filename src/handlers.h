@@ -32,6 +32,7 @@ void h_key_completions(struct request *req);
 
 void h_record_get(struct request *req);
 void h_record_events(struct request *req);
+void h_record_list(struct request *req);
 
 void h_version_get(struct request *req);
 void h_version_bump(struct request *req);

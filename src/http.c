@@ -133,6 +133,11 @@ const char *http_header(const struct request *req, const char *name)
 	return MHD_lookup_connection_value(req->req_conn, MHD_HEADER_KIND, name);
 }
 
+const char *http_query(const struct request *req, const char *name)
+{
+	return MHD_lookup_connection_value(req->req_conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
 /* The headers http_scan_header() picks out, where each goes, and for the
  * ones that must come once, where their count goes. */
 static const struct {

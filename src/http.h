@@ -74,6 +74,9 @@ void http_stop(void);
 
 /* Header of the request, or NULL (borrowed, valid during the request). */
 const char *http_header(const struct request *req, const char *name);
+/* A query argument as sent (not percent-decoded; '+' read as a space), or
+ * NULL (borrowed, valid during the request). */
+const char *http_query(const struct request *req, const char *name);
 
 
 /* V as JSON text (json_dumps FLAGS) followed by a newline, so that

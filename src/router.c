@@ -18,6 +18,7 @@ static const struct route router_table[] = {
 	{ "POST", "/v1/tokens/{}/release", h_token_release, ROUTE_API_KEY, NULL, 0 },
 	{ "POST", "/v1/tokens/{}/extend", h_token_extend, ROUTE_API_KEY, NULL, 0 },
 	{ "POST", "/v1/tokens/{}/checkpoint", h_token_checkpoint, ROUTE_API_KEY, NULL, 0 },
+	{ "GET", "/v1/records", h_record_list, ROUTE_API_KEY, NULL, 0 },
 	{ "GET", "/v1/records/{}", h_record_get, ROUTE_API_KEY, NULL, 0 },
 	{ "GET", "/v1/records/{}/events", h_record_events, ROUTE_API_KEY, NULL, 0 },
 	{ "GET", "/v1/versions/{}", h_version_get, ROUTE_API_KEY, NULL, 0 },

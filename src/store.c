@@ -19,7 +19,7 @@ enum {
 	ST_VERSION_GET, ST_VERSION_BUMP, ST_SWEEP, ST_CLAIM_MANY, ST_COMPLETE_MANY,
 	ST_TENANT_LIST, ST_TENANT_DELETE, ST_APIKEY_ADD, ST_APIKEY_REVOKE,
 	ST_KEYS_TABLE, ST_KEYS_COUNT, ST_KEYS_RESEAL, ST_EXTEND, ST_CHECKPOINT,
-	ST_EVENTS_GET, ST_EVENTS_SWEEP,
+	ST_EVENTS_GET, ST_EVENTS_SWEEP, ST_RECORD_LIST,
 };
 
 #define OP_COLUMNS "id, tenant_id, name, token_ttl_seconds, retention_seconds, " \
@@ -152,6 +152,16 @@ static const struct db_stmt st_checkpoint = { ST_CHECKPOINT, "checkpoint",
 static const struct db_stmt st_events_get = { ST_EVENTS_GET, "events_get",
 	"SELECT " MS("at") ", event, attempt, status, phase, by FROM record_events "
 	"WHERE tenant_id = $1 AND token_id = $2 ORDER BY seq LIMIT 1000", 2 };
+static const struct db_stmt st_record_list = { ST_RECORD_LIST, "record_list",
+	"SELECT token_id, operation_id, state, subject, attempt, "
+	"coalesce(" MS("lease_expires_at") ", 0), " MS("expires_at") ", "
+	"(extract(epoch from created_at) * 1000000)::bigint FROM records "
+	"WHERE tenant_id = $1 AND ($2::int IS NULL OR operation_id = $2) "
+	"AND ($3::text IS NULL OR state = $3) AND ($4::text IS NULL OR subject = $4) "
+	"AND ($5::bigint IS NULL OR created_at <= now() - make_interval(secs => $5)) "
+	"AND ($6::bigint IS NULL OR (created_at, token_id) < "
+	"('epoch'::timestamptz + ($6::bigint || ' microseconds')::interval, $7::bytea)) "
+	"ORDER BY created_at DESC, token_id DESC LIMIT $8", 8 };
 static const struct db_stmt st_events_sweep = { ST_EVENTS_SWEEP, "events_sweep",
 	"SELECT idemd_sweep_events($1)", 1 };
 static const struct db_stmt st_version_get = { ST_VERSION_GET, "version_get",
@@ -1071,6 +1081,58 @@ int store_events_get(uint32_t tenant_id, const uint8_t *token_id, json_t **event
 	PQclear(r);
 	*events = a;
 	return a != NULL ? 0 : -1;
+}
+
+int store_record_list(uint32_t tenant_id, const struct record_filter *f, size_t limit,
+		      struct record_row **rows, size_t *n)
+{
+	char tenant[16], op[16], older[24], after[24], lim[16];
+
+	*rows = NULL;
+	*n = 0;
+	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
+	snprintf(op, sizeof(op), "%" PRIu32, f->rf_operation_id);
+	snprintf(older, sizeof(older), "%" PRId64, f->rf_older_than);
+	snprintf(after, sizeof(after), "%" PRId64, f->rf_after_us);
+	snprintf(lim, sizeof(lim), "%zu", limit);
+	const char *v[] = { tenant, f->rf_operation_id ? op : NULL, f->rf_state, f->rf_subject,
+			    f->rf_older_than >= 0 ? older : NULL, f->rf_has_after ? after : NULL,
+			    f->rf_has_after ? (const char *)f->rf_after_id : NULL, lim };
+	const int len[] = { 0, 0, 0, 0, 0, 0, 16, 0 }, fmt[] = { 0, 0, 0, 0, 0, 0, 1, 0 };
+	PGresult *r = store_run(&st_record_list, v, len, fmt);
+	if (r == NULL)
+		return -1;
+	size_t m = (size_t)PQntuples(r);
+	struct record_row *out = m > 0 ? calloc(m, sizeof(*out)) : NULL;
+	if (m > 0 && out == NULL) {
+		PQclear(r);
+		return -1;
+	}
+	for (size_t i = 0; i < m; i++) {
+		int row = (int)i;
+		size_t idlen;
+		unsigned char *id = store_bytea(r, row, 0, &idlen);
+		if (id == NULL || idlen != 16) {
+			free(id);
+			free(out);
+			PQclear(r);
+			return -1;
+		}
+		memcpy(out[i].rr_id, id, 16);
+		free(id);
+		out[i].rr_operation_id = (uint32_t)store_i64(r, row, 1);
+		snprintf(out[i].rr_state, sizeof(out[i].rr_state), "%s", PQgetvalue(r, row, 2));
+		out[i].rr_has_subject = !PQgetisnull(r, row, 3);
+		snprintf(out[i].rr_subject, sizeof(out[i].rr_subject), "%s", PQgetvalue(r, row, 3));
+		out[i].rr_attempt = (int)store_i64(r, row, 4);
+		out[i].rr_lease_expires_at = store_i64(r, row, 5);
+		out[i].rr_expires_at = store_i64(r, row, 6);
+		out[i].rr_created_us = store_i64(r, row, 7);
+	}
+	PQclear(r);
+	*rows = out;
+	*n = m;
+	return 0;
 }
 
 int store_events_sweep(int limit, int *deleted)

@@ -212,6 +212,32 @@ int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_
 /* The audit trail of a record, oldest first (at most 1000 events), as a
  * new JSON array of {"at","event","attempt"?,"status"?,"phase"?,"by"}. */
 int store_events_get(uint32_t tenant_id, const uint8_t *token_id, struct json_t **events) IDEMD_WUR;
+/* Filters of a record listing; NULL strings, a 0 operation, a negative
+ * older_than are "any". RF_AFTER_*: the keyset cursor (the last row seen). */
+struct record_filter {
+	uint32_t rf_operation_id;
+	const char *rf_state;
+	const char *rf_subject;
+	int64_t rf_older_than;       /* seconds since the first claim */
+	int rf_has_after;
+	int64_t rf_after_us;         /* created_at, unix microseconds */
+	uint8_t rf_after_id[16];
+};
+struct record_row {
+	uint8_t rr_id[16];
+	uint32_t rr_operation_id;
+	char rr_state[16];
+	int rr_has_subject;
+	char rr_subject[129];
+	int rr_attempt;
+	int64_t rr_lease_expires_at, rr_expires_at; /* unix ms */
+	int64_t rr_created_us;                      /* the first claim, unix microseconds */
+};
+/* One page of a tenant's records, newest first claim first: a new array
+ * of *N rows (free()). */
+int store_record_list(uint32_t tenant_id, const struct record_filter *f, size_t limit,
+		      struct record_row **rows, size_t *n) IDEMD_WUR;
+
 /* Deletes at most LIMIT events past their audit retention. */
 int store_events_sweep(int limit, int *deleted) IDEMD_WUR;
 

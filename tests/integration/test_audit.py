@@ -137,5 +137,65 @@ class GatewayAudit(IdemdCase):
                          [("claimed", "route:POST /orders"), ("completed", "route:POST /orders")])
 
 
+class Listing(IdemdCase):
+
+    def page(self, query, client=None):
+        r = (client or self.client).get("/v1/records?" + query)
+        return assert_status(self, r, 200)
+
+    def test_keyset_pages_stable_under_inserts(self):
+        op = self.put_operation()
+        keys = [uniq("l") for _ in range(45)]
+        j = assert_status(self, self.client.post("/v1/operations/%s/claims" % op, {
+            "items": [{"key": k, "subject": "user-%d" % (i % 3)} for i, k in enumerate(keys)]}),
+            200)
+        ids = {x["id"] for x in j["items"]}
+        seen, cursor, pages = [], None, 0
+        while True:
+            q = "operation=%s&limit=10" % op + ("&cursor=" + cursor if cursor else "")
+            page = self.page(q)
+            pages += 1
+            seen += [x["id"] for x in page["records"]]
+            # inserts between pages never shift a page
+            assert_status(self, self.client.post("/v1/operations/%s/keys/%s/claim"
+                                                 % (op, uniq("new")), {}), 201)
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        self.assertEqual(len(seen), len(set(seen)), "a record came twice")
+        self.assertTrue(ids <= set(seen), "records missing from the pages")
+        claimed = [x for x in self.page("operation=%s&limit=500" % op)["records"]]
+        stamps = [x["claimed_at"] for x in claimed]
+        self.assertEqual(stamps, sorted(stamps, reverse=True))
+
+    def test_filters_and_stuck_work(self):
+        op = self.put_operation(lease_seconds=1)
+        other_op = self.put_operation()
+        stuck = uniq("stuck")
+        assert_status(self, self.client.post("/v1/operations/%s/keys/%s/claim" % (op, stuck),
+                                             {"subject": "u1"}), 201)
+        done = uniq("done")
+        assert_status(self, self.client.post("/v1/operations/%s/keys/%s/claim" % (op, done),
+                                             {"subject": "u2"}), 201)
+        assert_status(self, self.client.post("/v1/operations/%s/keys/%s/complete" % (op, done),
+                                             {"attempt": 1, "status": 200}), 200)
+        assert_status(self, self.client.post("/v1/operations/%s/keys/%s/claim"
+                                             % (other_op, uniq("x")), {}), 201)
+        time.sleep(1.2)
+        j = self.page("operation=%s&state=in_progress&older_than=1" % op)
+        self.assertEqual([(x["state"], x["subject"]) for x in j["records"]],
+                         [("in_progress", "u1")])
+        j = self.page("operation=%s&subject=u2" % op)
+        self.assertEqual([x["state"] for x in j["records"]], ["completed"])
+        self.assertEqual(self.page("operation=%s" % uniq("none"))["records"], [])
+        self.assertEqual(self.page("operation=%s&older_than=3600" % op)["records"], [])
+        # another tenant sees none of them
+        self.put_operation(op, client=self.other)
+        self.assertEqual(self.page("operation=%s" % op, client=self.other)["records"], [])
+        for bad in ["limit=0", "limit=501", "limit=x", "state=bogus", "older_than=-1",
+                    "cursor=abc", "cursor=1.zz"]:
+            assert_problem(self, self.client.get("/v1/records?" + bad), 400, "invalid_request")
+
+
 if __name__ == "__main__":
     harness.main()
