@@ -916,7 +916,7 @@ int store_complete_many(const struct complete_args *const *a, struct complete_re
 	}
 done:
 	PQclear(r);
-	store_arrays_free(arrs, 8);
+	store_arrays_free(arrs, 9);
 	return rc;
 }
 
