@@ -119,8 +119,15 @@ static void waiters_listen(void)
 		log_warn("waiters: the LISTEN connection was lost; reconnecting");
 		PQfinish(wt.pg);
 		wt.pg = NULL;
+		/* notifications are lost until it is back: everyone looks again
+		 * soon, and again after each look (waiters_add), so none is
+		 * stranded until its holder's lease ends */
+		int64_t soon = waiters_now_ms() + WAITERS_OFFLINE_RECHECK_MS;
 		pthread_mutex_lock(&wt.lock);
 		wt.online = 0;
+		for (struct waiter *w = wt.head; w != NULL; w = w->w_next)
+			if (w->w_retry_ms > soon)
+				w->w_retry_ms = soon;
 		pthread_mutex_unlock(&wt.lock);
 		return;
 	}

@@ -24,7 +24,9 @@
  *   - disables the form's submit controls and sets aria-busy while the
  *     request is in flight; a second call for the same form while the first
  *     is in flight returns the first call's promise (no second request);
- *   - sends the token in `Idempotency-Key`;
+ *   - sends the token in `Idempotency-Key` as an RFC 8941 sf-string, and
+ *     `Prefer: wait=10` (option `waitSeconds`; 0: none), so that a duplicate
+ *     of a submit still in flight waits for its answer instead of a 409;
  *   - retries network failures, per-attempt timeouts and the statuses of
  *     `retryOn` (409 request_in_progress, 429, 502, 503, 504) with
  *     exponential backoff and jitter, never sooner than the answer's
@@ -54,6 +56,7 @@ const DEFAULTS = Object.freeze({
   maxBackoffMs: 8000,
   maxRetryAfterMs: 60000,
   timeoutMs: 30000,
+  waitSeconds: 10,
 });
 
 /** Forms whose submit is in flight: form -> promise of its result. */
@@ -337,7 +340,12 @@ async function submitRequest(target, options) {
   const headers = new Headers(target.headers || {});
   for (const [k, v] of Object.entries(options.headers || {})) headers.set(k, v);
   if (type && !headers.has('Content-Type')) headers.set('Content-Type', type);
-  headers.set('Idempotency-Key', token);
+  // an RFC 8941 sf-string: a token is URL-safe base64, nothing to escape
+  headers.set('Idempotency-Key', `"${token}"`);
+  // a duplicate of a submit still in flight waits for its answer instead of
+  // getting 409 (Prefer: wait, RFC 7240); 0 turns it off
+  const waitSeconds = Math.min(60, Math.max(0, options.waitSeconds ?? DEFAULTS.waitSeconds));
+  if (waitSeconds > 0 && !headers.has('Prefer')) headers.set('Prefer', `wait=${waitSeconds}`);
   const method = String(target.method || 'POST').toUpperCase();
 
   let lastResult = null;

@@ -77,7 +77,8 @@ describe('submitWithToken (request object)', () => {
     assert.deepEqual(r.body, { order_id: 7 });
     assert.equal(seen.length, 1);
     assert.equal(seen[0].method, 'POST');
-    assert.equal(seen[0].headers['idempotency-key'], TOKEN);
+    assert.equal(seen[0].headers['idempotency-key'], `"${TOKEN}"`);
+    assert.equal(seen[0].headers.prefer, 'wait=10');
     assert.equal(seen[0].headers['content-type'], 'application/json');
     assert.equal(seen[0].body.toString(), '{"name":"Ada","quantity":1}');
   });
@@ -92,7 +93,7 @@ describe('submitWithToken (request object)', () => {
     assert.equal(r.attempts, 3);
     assert.equal(seen.length, 3);
     for (const s of seen) {
-      assert.equal(s.headers['idempotency-key'], TOKEN);
+      assert.equal(s.headers['idempotency-key'], `"${TOKEN}"`);
       assert.equal(s.body.toString(), '{"a":1}');
     }
     assert.equal(retries.length, 2);
@@ -220,6 +221,14 @@ describe('submitWithToken (request object)', () => {
     assert.equal(seen.length, 0);
   });
 
+  test('waitSeconds sets Prefer: wait, 0 leaves it out', async () => {
+    script = [created, created];
+    await submitWithToken({ url: `${base}/orders`, body: {} }, { token: TOKEN, waitSeconds: 3 });
+    await submitWithToken({ url: `${base}/orders`, body: {} }, { token: TOKEN, waitSeconds: 0 });
+    assert.equal(seen[0].headers.prefer, 'wait=3');
+    assert.equal(seen[1].headers.prefer, undefined);
+  });
+
   test('a custom fetch is used', async () => {
     const calls = [];
     const r = await submitWithToken({ url: 'http://example.invalid/orders', method: 'put' }, {
@@ -227,7 +236,7 @@ describe('submitWithToken (request object)', () => {
       fetch: async (url, init) => { calls.push([url, init.method, init.headers.get('Idempotency-Key')]); return new Response('{}', { status: 200, headers: { 'Content-Type': 'application/json' } }); },
     });
     assert.equal(r.status, 200);
-    assert.deepEqual(calls, [['http://example.invalid/orders', 'PUT', TOKEN]]);
+    assert.deepEqual(calls, [['http://example.invalid/orders', 'PUT', `"${TOKEN}"`]]);
   });
 });
 

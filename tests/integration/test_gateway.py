@@ -397,7 +397,8 @@ class Gateway(IdemdCase):
         self.assertEqual(r.header("access-control-allow-credentials"), "true")
         self.assertEqual(r.header("access-control-allow-methods"), "POST, PUT")
         allowed = [h.strip().lower() for h in r.header("access-control-allow-headers").split(",")]
-        for h in ("content-type", "idempotency-key", "if-match", "authorization", "x-request-id"):
+        for h in ("content-type", "idempotency-key", "if-match", "prefer", "authorization",
+                  "x-request-id"):
             self.assertIn(h, allowed)
         self.assertEqual(r.header("access-control-max-age"), "600")
         self.assertIn("Origin", r.header("vary"))
@@ -431,7 +432,8 @@ class Gateway(IdemdCase):
             self.assertEqual(r.header("access-control-allow-credentials"), "true")
             exposed = [h.strip().lower() for h in
                        r.header("access-control-expose-headers").split(",")]
-            for h in ("idempotent-replayed", "etag", "retry-after", "x-request-id"):
+            for h in ("idempotent-replayed", "etag", "retry-after", "preference-applied",
+                      "x-request-id"):
                 self.assertIn(h, exposed)
             self.assertIn("Origin", r.header("vary"))
         # errors are readable by the page too

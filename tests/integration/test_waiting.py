@@ -152,6 +152,45 @@ class Waiting(IdemdCase):
         statuses = [g()[0].status for g in getters]
         self.assertEqual(statuses, [200] * 40)
 
+    def test_rejected_duplicates_change_nothing_and_422_wins(self):
+        op = self.put_operation()
+        key = uniq("r")
+        j = assert_status(self, self.kclaim(op, key), 201)
+        before = assert_status(self, self.client.get(self.kurl(op, key, "")[:-1]), 200)
+        other = {"request": {"a": 2}}
+        for order in (("same", "other"), ("other", "same")):
+            for which in order:
+                if which == "same":
+                    assert_problem(self, self.kclaim(op, key, 0), 409, "request_in_progress")
+                else:
+                    r = self.client.post(self.kurl(op, key, "claim"), other,
+                                         headers={"Prefer": "wait=2"})
+                    # a different request is refused at once, never waits
+                    assert_problem(self, r, 422, "fingerprint_mismatch")
+                    self.assertIsNone(r.header("preference-applied"))
+        after = assert_status(self, self.client.get(self.kurl(op, key, "")[:-1]), 200)
+        for f in ("state", "attempt", "lease_expires_at"):
+            self.assertEqual(before[f], after[f], f)
+        self.assertEqual(j["lease_expires_at"], after["lease_expires_at"])
+
+    def test_waiters_survive_the_notification_connection_being_killed(self):
+        op = self.put_operation()
+        key = uniq("k")
+        assert_status(self, self.kclaim(op, key), 201)
+        got = later(self.kclaim, op, key, 10)
+        time.sleep(0.4)
+        killed = harness.psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                              "WHERE datname = '%s' AND query ILIKE 'LISTEN%%'" % self.idemd.db)
+        self.assertEqual(killed.strip(), "1", "the LISTEN connection was not found")
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        assert_status(self, self.client.post(self.kurl(op, key, "complete"),
+                                             {"attempt": 1, "status": 200}), 200)
+        r, _ = got()
+        assert_status(self, r, 200)
+        # woken by the bounded re-check (or the reconnected LISTEN), not the lease's end
+        self.assertLess(time.monotonic() - t0, 2.0)
+
 
 class WaitingShutdown(IdemdCase):
 
