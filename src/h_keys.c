@@ -168,22 +168,13 @@ void h_key_get(struct request *req)
 	}
 	clock_gettime(CLOCK_REALTIME, &now);
 	int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-	const char *state = "issued";
-	if (strcmp(rv.rv_state, "completed") == 0 || strcmp(rv.rv_state, "revoked") == 0)
-		state = rv.rv_state;
-	else if (strcmp(rv.rv_state, "in_progress") == 0 && rv.rv_lease_expires_at > now_ms)
-		state = "in_progress";
+	const char *state = tokenreq_record_state(&rv, now_ms, 0);
 	json_t *o = json_pack("{s:o,s:s,s:s,s:s,s:o,s:i}", "id", h_key_id(&t), "operation",
 			      op.op_name, "key", req->req_params[1], "state", state, "expires_at",
 			      reqjson_time(rv.rv_expires_at), "attempt", rv.rv_attempt);
 	if (o != NULL && rv.rv_has_subject)
 		json_object_set_new(o, "subject", json_string(rv.rv_subject));
-	if (o != NULL && strcmp(state, "in_progress") == 0)
-		json_object_set_new(o, "lease_expires_at", reqjson_time(rv.rv_lease_expires_at));
-	if (o != NULL && strcmp(state, "completed") == 0)
-		json_object_set_new(o, "response", reqjson_response(&rv.rv_response));
-	if (o != NULL && rv.rv_checkpoint_phase != NULL)
-		json_object_set_new(o, "checkpoint", tokenreq_checkpoint_json(&rv));
+	tokenreq_record_fields(o, &rv, state);
 	store_record_view_free(&rv);
 	http_reply_json(req, 200, o);
 }

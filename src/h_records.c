@@ -62,22 +62,13 @@ void h_record_get(struct request *req)
 	}
 	clock_gettime(CLOCK_REALTIME, &now);
 	int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-	const char *state = "issued";
-	if (strcmp(rv.rv_state, "completed") == 0 || strcmp(rv.rv_state, "revoked") == 0)
-		state = rv.rv_state;
-	else if (strcmp(rv.rv_state, "in_progress") == 0)
-		state = rv.rv_lease_expires_at > now_ms ? "in_progress" : "lease_expired";
+	const char *state = tokenreq_record_state(&rv, now_ms, 1);
 	json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:i}", "id", req->req_params[0], "operation",
 			      found ? op.op_name : "", "state", state, "expires_at",
 			      reqjson_time(rv.rv_expires_at), "attempt", rv.rv_attempt);
 	if (o != NULL && rv.rv_has_subject)
 		json_object_set_new(o, "subject", json_string(rv.rv_subject));
-	if (o != NULL && strcmp(rv.rv_state, "in_progress") == 0)
-		json_object_set_new(o, "lease_expires_at", reqjson_time(rv.rv_lease_expires_at));
-	if (o != NULL && strcmp(state, "completed") == 0)
-		json_object_set_new(o, "response", reqjson_response(&rv.rv_response));
-	if (o != NULL && rv.rv_checkpoint_phase != NULL)
-		json_object_set_new(o, "checkpoint", tokenreq_checkpoint_json(&rv));
+	tokenreq_record_fields(o, &rv, state);
 	store_record_view_free(&rv);
 	http_reply_json(req, 200, o);
 }

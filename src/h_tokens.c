@@ -242,24 +242,15 @@ void h_token_get(struct request *req)
 	}
 	int64_t now = h_now_ms();
 	int expired = now >= (int64_t)t.expires_at * 1000;
-	const char *state = expired ? "expired" : "issued";
-	if (rv.rv_found) {
-		if (strcmp(rv.rv_state, "revoked") == 0 || strcmp(rv.rv_state, "completed") == 0)
-			state = rv.rv_state;
-		else if (strcmp(rv.rv_state, "in_progress") == 0 && rv.rv_lease_expires_at > now)
-			state = "in_progress";
-	}
+	const char *state = rv.rv_found ? tokenreq_record_state(&rv, now, 0) : "issued";
+	if (expired && strcmp(state, "issued") == 0)
+		state = "expired";
 	token_id_hex(t.id, hex);
 	json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:o,s:i}", "id", hex,
 			      "operation", found ? op.op_name : "", "subject", t.subject,
 			      "state", state, "expires_at", reqjson_time((int64_t)t.expires_at * 1000),
 			      "attempt", rv.rv_attempt);
-	if (o != NULL && strcmp(state, "in_progress") == 0)
-		json_object_set_new(o, "lease_expires_at", reqjson_time(rv.rv_lease_expires_at));
-	if (o != NULL && strcmp(state, "completed") == 0)
-		json_object_set_new(o, "response", reqjson_response(&rv.rv_response));
-	if (o != NULL && rv.rv_checkpoint_phase != NULL)
-		json_object_set_new(o, "checkpoint", tokenreq_checkpoint_json(&rv));
+	tokenreq_record_fields(o, &rv, state);
 	store_record_view_free(&rv);
 	http_reply_json(req, 200, o);
 }

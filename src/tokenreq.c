@@ -493,6 +493,31 @@ static int tokenreq_claim_answer(struct request *req, struct tokenreq_claim *c, 
 	return ret;
 }
 
+const char *tokenreq_record_state(const struct record_view *rv, int64_t now_ms, int lapsed)
+{
+	if (strcmp(rv->rv_state, "completed") == 0 || strcmp(rv->rv_state, "revoked") == 0)
+		return rv->rv_state;
+	if (strcmp(rv->rv_state, "in_progress") == 0) {
+		if (rv->rv_lease_expires_at > now_ms)
+			return "in_progress";
+		if (lapsed)
+			return "lease_expired";
+	}
+	return "issued";
+}
+
+void tokenreq_record_fields(json_t *o, const struct record_view *rv, const char *state)
+{
+	if (o == NULL)
+		return;
+	if (strcmp(state, "in_progress") == 0 || strcmp(state, "lease_expired") == 0)
+		json_object_set_new(o, "lease_expires_at", reqjson_time(rv->rv_lease_expires_at));
+	if (strcmp(state, "completed") == 0)
+		json_object_set_new(o, "response", reqjson_response(&rv->rv_response));
+	if (rv->rv_checkpoint_phase != NULL)
+		json_object_set_new(o, "checkpoint", tokenreq_checkpoint_json(rv));
+}
+
 json_t *tokenreq_checkpoint_json(const struct record_view *rv)
 {
 	json_t *data = NULL;

@@ -90,6 +90,15 @@ void tokenreq_release(struct request *req, const struct token *t, int is_key);
 void tokenreq_extend(struct request *req, const struct token *t, int is_key);
 void tokenreq_checkpoint(struct request *req, const struct token *t, int is_key);
 
+/* The state introspection shows for RV at NOW_MS (unix ms): completed,
+ * revoked, in_progress (a live lease), and otherwise issued, or with
+ * LAPSED "lease_expired" for one in progress whose lease ran out. */
+const char *tokenreq_record_state(const struct record_view *rv, int64_t now_ms, int lapsed);
+
+/* Adds to introspection O what STATE shows of RV: lease_expires_at,
+ * response, checkpoint (O may be NULL). */
+void tokenreq_record_fields(json_t *o, const struct record_view *rv, const char *state);
+
 /* The latest checkpoint of RV as {"phase","data","attempt"} (new
  * reference), or NULL when it has none. */
 json_t *tokenreq_checkpoint_json(const struct record_view *rv);
