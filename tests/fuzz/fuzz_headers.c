@@ -119,7 +119,7 @@ check_token_header(const char *v)
 }
 
 /*
- * Reference for reqjson_etag: SP* '"' ("0" / %x31-39 DIGIT*) '"' SP*, value
+ * Reference for reqjson_etag: SP* ["W/"] '"' ("0" / %x31-39 DIGIT*) '"' SP*, value
  * <= INT64_MAX (no leading zeros: strong comparison is by characters).
  */
 static int
