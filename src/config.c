@@ -143,6 +143,9 @@ static const struct cfg_key config_keys[] = {
 	  .def = "null", .flags = CFG_NONEMPTY | CFG_NULLABLE },
 	{ .name = "tls_key_file", .set = set_string, .off = CFG_FIELD(tls_key_file),
 	  .def = "null", .flags = CFG_NONEMPTY | CFG_NULLABLE },
+	{ .name = "listen_database_url", .set = set_string,
+	  .off = CFG_FIELD(listen_database_url), .def = "null",
+	  .flags = CFG_NONEMPTY | CFG_NULLABLE },
 };
 
 static const struct cfg_key route_keys[] = {
@@ -1074,6 +1077,7 @@ config_free(struct config *cfg)
 		return;
 	free(cfg->listen_host);
 	secret_free(cfg->database_url);
+	secret_free(cfg->listen_database_url);
 	free(cfg->master_key_file);
 	strlist_free(cfg->cors_origins, cfg->n_cors_origins);
 	for (i = 0; i < cfg->n_routes; i++)

@@ -72,6 +72,8 @@ struct config {
 	int prepared_statements;     /* default true; false behind a transaction-pooling pgbouncer */
 	long database_timeout_ms;    /* default 10000, 100..600000: wait for one statement */
 	int max_waiters;             /* default 10000, 0..1000000: duplicates waiting at once */
+	char *listen_database_url;   /* NULL: database_url; secret; the waiters' LISTEN, which
+				      * a transaction-pooling proxy cannot carry */
 	char *tls_cert_file;         /* NULL = plain HTTP; set with tls_key_file */
 	char *tls_key_file;
 };

@@ -4,6 +4,7 @@
 #include "waiters.h"
 
 #include <libpq-fe.h>
+#include <sodium.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +19,10 @@
 #define WAITERS_TICK_MS 100
 #define WAITERS_OFFLINE_RECHECK_MS 250
 #define WAITERS_RECONNECT_MS 1000
+/* a LISTEN whose own probe never comes back (a transaction-pooling proxy
+ * in between) is tried again this much later */
+#define WAITERS_REPROBE_MS 60000
+#define WAITERS_PROBE_WAIT_MS 1000
 #define WAITERS_RECENT 4096
 
 /* A record recently notified: a waiter added just after its notification
@@ -40,6 +45,8 @@ static struct {
 	char *conninfo;
 	PGconn *pg;                 /* the LISTEN connection (thread only) */
 	int64_t last_connect_ms;    /* thread only */
+	int64_t retry_after_ms;     /* thread only: no (re)connect before */
+	int offline_only;           /* nothing to LISTEN to: re-checks only */
 } wt = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static int64_t waiters_now_ms(void)
@@ -50,21 +57,56 @@ static int64_t waiters_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Whether notifications reach PG: it notifies itself and waits a moment
+ * for its own probe. Behind a transaction-pooling proxy LISTEN is accepted
+ * but nothing ever arrives. */
+static int waiters_probe(PGconn *pg)
+{
+	PGresult *r = PQexec(pg, "NOTIFY idemd_records, 'probe'");
+	int sent = PQresultStatus(r) == PGRES_COMMAND_OK;
+	int64_t until = waiters_now_ms() + WAITERS_PROBE_WAIT_MS;
+
+	PQclear(r);
+	while (sent && waiters_now_ms() < until) {
+		struct pollfd p = { PQsocket(pg), POLLIN, 0 };
+		if (poll(&p, 1, 50) < 0 || PQconsumeInput(pg) == 0)
+			return 0;
+		PGnotify *n;
+		while ((n = PQnotifies(pg)) != NULL) {
+			int mine = strcmp(n->extra, "probe") == 0;
+			PQfreemem(n);
+			if (mine)
+				return 1;
+		}
+	}
+	return 0;
+}
+
 /* (Re)opens the LISTEN connection; on success every waiter is due, since
  * notifications sent while it was down are lost. Thread only. */
 static void waiters_connect(void)
 {
 	int64_t now = waiters_now_ms();
 
-	if (wt.pg != NULL || now - wt.last_connect_ms < WAITERS_RECONNECT_MS)
+	if (wt.offline_only || wt.pg != NULL || now - wt.last_connect_ms < WAITERS_RECONNECT_MS ||
+	    now < wt.retry_after_ms)
 		return;
 	wt.last_connect_ms = now;
 	PGconn *pg = db_connect(wt.conninfo);
 	if (pg == NULL)
 		return;
 	PGresult *r = PQexec(pg, "LISTEN idemd_records");
-	int ok = PQresultStatus(r) == PGRES_COMMAND_OK && PQsetnonblocking(pg, 1) == 0;
+	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
 	PQclear(r);
+	if (ok && !waiters_probe(pg)) {
+		log_warn("waiters: notifications do not arrive on this connection (a "
+			 "transaction-pooling proxy?); duplicates that wait look again every %d ms",
+			 WAITERS_OFFLINE_RECHECK_MS);
+		wt.retry_after_ms = now + WAITERS_REPROBE_MS;
+		PQfinish(pg);
+		return;
+	}
+	ok = ok && PQsetnonblocking(pg, 1) == 0;
 	if (!ok) {
 		log_warn("waiters: cannot LISTEN; duplicates that wait look again every %d ms",
 			 WAITERS_OFFLINE_RECHECK_MS);
@@ -188,9 +230,21 @@ static void *waiters_main(void *arg)
 
 int waiters_start(const struct config *cfg)
 {
-	wt.conninfo = strdup(cfg->database_url);
+	/* notifications reach only a session of its own: through a
+	 * transaction-pooling proxy (prepared_statements false) LISTEN is
+	 * accepted and then nothing arrives, so there is nothing to listen to
+	 * unless listen_database_url reaches PostgreSQL itself */
+	const char *url = cfg->listen_database_url ? cfg->listen_database_url
+			  : cfg->prepared_statements ? cfg->database_url : NULL;
+
 	wt.max = cfg->max_waiters;
 	wt.stopping = 0;
+	wt.offline_only = url == NULL;
+	wt.conninfo = strdup(url != NULL ? url : "");
+	if (url == NULL)
+		log_warn("waiters: prepared_statements is false (a transaction-pooling proxy?) and "
+			 "no listen_database_url is set: duplicates that wait look again every %d ms "
+			 "instead of being notified", WAITERS_OFFLINE_RECHECK_MS);
 	if (wt.conninfo == NULL || pthread_create(&wt.thread, NULL, waiters_main, NULL) != 0) {
 		log_error("waiters: cannot start the thread");
 		free(wt.conninfo);
@@ -252,6 +306,8 @@ void waiters_stop(void)
 	if (wt.pg != NULL)
 		PQfinish(wt.pg);
 	wt.pg = NULL;
+	if (wt.conninfo != NULL)
+		sodium_memzero(wt.conninfo, strlen(wt.conninfo));
 	free(wt.conninfo);
 	wt.conninfo = NULL;
 }

@@ -10,6 +10,7 @@ this test FAILS (it is not skipped)."""
 
 import base64
 import os
+import threading
 import sys
 import time
 import unittest
@@ -157,6 +158,32 @@ class BehindPgBouncer(IdemdCase):
         for bad in ("prepared statement", "does not exist", "current transaction is aborted",
                     '"level":"error"'):
             self.assertNotIn(bad, log, "an error in the logs")
+
+    def test_7_waiting_duplicates_behind_pgbouncer(self):
+        """LISTEN through transaction pooling is accepted but never delivers:
+        with prepared_statements false and no listen_database_url, idemd
+        re-checks waiters instead, so a waiting duplicate still gets the
+        replay soon after the completion, not after its deadline."""
+        op = self.put_operation(lease_seconds=30)
+        key = harness.uniq("w")
+        url = "/v1/operations/%s/keys/%s/" % (op, key)
+        assert_status(self, self.clients[0].post(url + "claim", {}), 201)
+        box = {}
+
+        def wait():
+            box["r"] = self.clients[1].post(url + "claim", {}, headers={"Prefer": "wait=10"})
+
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(1.5)
+        t0 = time.monotonic()
+        assert_status(self, self.clients[0].post(url + "complete",
+                                                 {"attempt": 1, "status": 200}), 200)
+        t.join(15)
+        took = time.monotonic() - t0
+        self.assertEqual(box["r"].status, 200, box["r"].describe())
+        self.assertLess(took, 2.0, "the waiter was answered %.1f s after the completion" % took)
+        self.assertIn("no listen_database_url is set", self.server2.stderr_text())
 
 
 def key_id(token):

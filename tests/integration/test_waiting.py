@@ -180,7 +180,7 @@ class Waiting(IdemdCase):
         got = later(self.kclaim, op, key, 10)
         time.sleep(0.4)
         killed = harness.psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                              "WHERE datname = '%s' AND query ILIKE 'LISTEN%%'" % self.idemd.db)
+                              "WHERE datname = '%s' AND query LIKE '%%idemd_records%%'" % self.idemd.db)
         self.assertEqual(killed.strip(), "1", "the LISTEN connection was not found")
         time.sleep(0.2)
         t0 = time.monotonic()

@@ -190,6 +190,7 @@ test_defaults(void **state)
 	assert_int_equal(cfg.request_timeout_seconds, 30);
 	assert_int_equal(cfg.database_timeout_ms, 10000);
 	assert_int_equal(cfg.max_waiters, 10000);
+	assert_null(cfg.listen_database_url);
 	assert_true(cfg.issue_rate_per_second == 0.0);
 	assert_int_equal(cfg.issue_burst, 100);
 	assert_null(cfg.tls_cert_file);
