@@ -97,8 +97,6 @@ static int main_serve(const struct config *cfg)
 
 	if (keys_init(cfg->master_key_file) < 0)
 		return 1;
-	db_use_prepared(cfg->prepared_statements);
-	db_set_timeout(cfg->database_timeout_ms);
 	if (db_pool_init(cfg->database_url, cfg->pool_size) < 0)
 		goto keys;
 	/* a schema ahead (migrations a newer idemd applied) is fine: rolling
@@ -658,6 +656,10 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	/* every command's connections, not only serve's, may go through a
+	 * transaction-pooling proxy and must be bounded */
+	db_use_prepared(cfg.prepared_statements);
+	db_set_timeout(cfg.database_timeout_ms);
 
 	int ret;
 	switch (cmd) {

@@ -186,6 +186,12 @@ class BehindPgBouncer(IdemdCase):
         self.assertIn("no listen_database_url is set", self.server2.stderr_text())
 
 
+    def test_8_cli_through_pgbouncer(self):
+        # the CLI uses the config's database_url (pgbouncer) and must not
+        # prepare statements there either
+        for _ in range(3):
+            self.assertTrue(self.idemd.tenant_create(harness.uniq("cli")))
+
 def key_id(token):
     """The signing key id a token was made with (bytes 2..5, little-endian)."""
     raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
