@@ -132,7 +132,38 @@ test('(a) a double click on Pay creates exactly one order, shown once', async ()
   }
 });
 
-test('(a2) two concurrent submits of one token: one order; the second gets 409, retries and gets the replay', async () => {
+test('(a2) two concurrent submits of one token: the duplicate waits for the answer (Prefer: wait) and shows the same order, with no 409', async () => {
+  const ctx = await newContext();
+  try {
+    const { page, net, errors, subject } = await openCheckout(ctx);
+    const out = await page.evaluate(async (url) => {
+      const m = await import('/idemd.js');
+      const token = document.getElementById('checkout').dataset.idempotencyToken;
+      const retried = [];
+      const one = () => m.submitWithToken({ url, body: { quantity: '2', name: 'Grace Hopper' } },
+        { token, onRetry: (i) => { retried.push(i.status); } });
+      const rs = await Promise.all([one(), one()]);
+      return { results: rs.map((r) => ({ status: r.status, replayed: r.replayed, id: r.body.order_id, attempts: r.attempts })), retried };
+    }, stack.ordersURL);
+
+    const ids = out.results.map((r) => r.id);
+    assert.equal(ids[0], ids[1], `both submits got the same order: ${JSON.stringify(out)}`);
+    assert.deepEqual(out.results.map((r) => r.status), [201, 201]);
+    assert.deepEqual(out.results.map((r) => r.replayed).sort(), [false, true], 'one original, one replay');
+    assert.deepEqual(out.retried, [], `the duplicate waited instead of retrying: ${JSON.stringify(out)}`);
+    assert.deepEqual(out.results.map((r) => r.attempts), [1, 1], 'one request each');
+    assert.ok(!net.some((n) => n.status === 409), `no 409 reached the page: ${JSON.stringify(net)}`);
+    const orders = stack.orders(subject);
+    assert.equal(orders.length, 1);
+    assert.equal(postsFor(ids[0]).length, 1, 'the shop received the order once');
+    assert.deepEqual(errors, []);
+    console.log(`  observed (a2): page POSTs ${JSON.stringify(net)}, no retries`);
+  } finally {
+    await ctx.close();
+  }
+});
+
+test('(a3) without Prefer: wait (waitSeconds 0) the duplicate gets 409, retries and gets the replay', async () => {
   const ctx = await newContext();
   try {
     const { page, net, errors, subject } = await openCheckout(ctx);
@@ -142,7 +173,7 @@ test('(a2) two concurrent submits of one token: one order; the second gets 409, 
       const retried = [];
       const waits = [];
       const one = () => m.submitWithToken({ url, body: { quantity: '2', name: 'Grace Hopper' } },
-        { token, onRetry: (i) => { retried.push(i.status); waits.push(i.delayMs); } });
+        { token, waitSeconds: 0, onRetry: (i) => { retried.push(i.status); waits.push(i.delayMs); } });
       const rs = await Promise.all([one(), one()]);
       return { results: rs.map((r) => ({ status: r.status, replayed: r.replayed, id: r.body.order_id })), retried, waits };
     }, stack.ordersURL);
@@ -162,7 +193,7 @@ test('(a2) two concurrent submits of one token: one order; the second gets 409, 
     assert.equal(orders[0].amount, 4800, 'the price came from the shop, not from the browser');
     assert.equal(postsFor(ids[0]).length, 1, 'the shop received the order once');
     assert.deepEqual(errors, []);
-    console.log(`  observed (a2): page POSTs ${JSON.stringify(net)}, retried on ${JSON.stringify(out.retried)} after ${JSON.stringify(out.waits)} ms`);
+    console.log(`  observed (a3): page POSTs ${JSON.stringify(net)}, retried on ${JSON.stringify(out.retried)} after ${JSON.stringify(out.waits)} ms`);
   } finally {
     await ctx.close();
   }
