@@ -89,6 +89,7 @@ static int main_serve(const struct config *cfg)
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	/* a dozen threads allocate: a few arenas hold less idle memory than
 	 * glibc's default of eight per core, and thread caches keep malloc
@@ -146,7 +147,11 @@ static int main_serve(const struct config *cfg)
 		log_error("serve: cannot start the janitor thread");
 		goto http;
 	}
-	sigwait(&set, &sig);
+	/* SIGHUP (log rotation, a reload by habit) must not end the service:
+	 * there is no reload, so it is said and ignored */
+	while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
+		log_warn("serve: SIGHUP ignored: idemd has no configuration reload; restart it "
+			 "to apply a change");
 	log_info("serve: %s received, finishing in-flight requests", strsignal(sig));
 	ret = 0;
 	janitor_stop();

@@ -8,6 +8,7 @@
 static atomic_long metrics_counters[METRIC_COUNT];
 static atomic_long metrics_by_class[6]; /* 0 = no reply, 1xx .. 5xx */
 static atomic_long metrics_duration_us;
+static atomic_long metrics_requests; /* every answered or ended request, any status */
 
 static const char *const metrics_names[METRIC_COUNT] = {
 	"idemd_tokens_issued_total", "idemd_claims_total", "idemd_replays_total",
@@ -28,6 +29,7 @@ void metrics_request(unsigned status, double ms)
 
 	atomic_fetch_add_explicit(&metrics_by_class[cls < 6 ? cls : 0], 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&metrics_duration_us, (long)(ms * 1000.0), memory_order_relaxed);
+	atomic_fetch_add_explicit(&metrics_requests, 1, memory_order_relaxed);
 }
 
 char *metrics_render(void)
@@ -46,8 +48,10 @@ char *metrics_render(void)
 		fprintf(f, "idemd_http_requests_total{class=\"%dxx\"} %ld\n", c,
 			atomic_load(&metrics_by_class[c]));
 	fprintf(f, "# TYPE idemd_http_request_duration_seconds_sum counter\n"
-		   "idemd_http_request_duration_seconds_sum %.6f\n",
-		(double)atomic_load(&metrics_duration_us) / 1e6);
+		   "idemd_http_request_duration_seconds_sum %.6f\n"
+		   "# TYPE idemd_http_request_duration_seconds_count counter\n"
+		   "idemd_http_request_duration_seconds_count %ld\n",
+		(double)atomic_load(&metrics_duration_us) / 1e6, atomic_load(&metrics_requests));
 	if (fclose(f) != 0) {
 		free(buf);
 		return NULL;

@@ -1,5 +1,6 @@
 """Integration tests: graceful shutdown on SIGTERM (exit 0, port closed,
-in-flight request finished, idle keep-alive connections do not hold it up)."""
+in-flight request finished, idle keep-alive connections do not hold it up),
+and SIGHUP ignored (there is no reload)."""
 
 import http.client
 import os
@@ -48,6 +49,23 @@ class Shutdown(unittest.TestCase):
         print("\n  exited %d after %.3fs" % (rc, took))
         self.assertEqual(rc, 0, self.srv.stderr_text()[-2000:])
         self.assertFalse(port_open(self.srv.port), "port still open after exit")
+
+    def test_sighup_is_ignored(self):
+        assert_status(self, self.c.get("/healthz"), 200)
+        self.srv.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.3)
+        self.assertIsNone(self.srv.proc.poll(), "SIGHUP ended idemd")
+        assert_status(self, self.c.get("/healthz"), 200)
+        self.assertIn("SIGHUP ignored", self.srv.stderr_text())
+        # the duration sum comes with its count (every request, answered or not)
+        text = self.c.get("/metrics").body.decode()
+        count = [ln for ln in text.splitlines()
+                 if ln.startswith("idemd_http_request_duration_seconds_count ")]
+        self.assertEqual(len(count), 1, text)
+        self.assertGreaterEqual(int(count[0].split()[1]), 2)
+        self.srv.proc.send_signal(signal.SIGTERM)
+        rc, _ = self.wait_exit(5)
+        self.assertEqual(rc, 0, self.srv.stderr_text()[-2000:])
 
     def test_idle_keepalive_connection_does_not_block_shutdown(self):
         conn = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=10)
