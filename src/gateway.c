@@ -661,19 +661,6 @@ static void *gateway_finisher(void *arg)
 
 /* ---------------------------------------------------------------- submit */
 
-/* 1 when S can travel as a header value unchanged. */
-static int gateway_header_safe(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (n == 0 || s[0] == ' ' || s[n - 1] == ' ')
-		return 0;
-	for (; *s != '\0'; s++)
-		if ((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f)
-			return 0;
-	return 1;
-}
-
 /* What a gateway submit needs once its claim went through. */
 struct gateway_pending {
 	const struct gateway_route *gp_route;
@@ -763,6 +750,7 @@ static int gateway_check_headers(struct request *req)
 		MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_count_cb, &c);
 		n = c.n;
 		name = gr->gr_key_arg;
+		req->req_h_route_key = c.value; /* the one value, read by the submit */
 	}
 	if (gr->gr_key == GATEWAY_KEY_TOKEN || gr->gr_key == GATEWAY_KEY_HEADER) {
 		if (n == 0) {
@@ -814,7 +802,7 @@ static int gateway_token_address(struct request *req, const struct gateway_route
 			      "the token is for another operation than this route's");
 		return -1;
 	}
-	if (!gateway_header_safe(t->subject)) {
+	if (!headers_arg_ok(t->subject)) {
 		problem_reply(req, 400, "invalid_request",
 			      "the token's subject cannot be forwarded as a header value");
 		return -1;
@@ -878,10 +866,10 @@ static int gateway_derived_address(struct request *req, const struct gateway_rou
 	}
 	switch (gr->gr_key) {
 	case GATEWAY_KEY_HEADER: {
-		struct gateway_count c = { gr->gr_key_arg, NULL, 0 };
-		MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_count_cb, &c);
-		n = c.value != NULL ? callerkey_from_header(c.value, key, sizeof(key)) : -1;
-		if (n == -1 && c.value != NULL) {
+		/* gateway_check_headers() has seen exactly one */
+		const char *value = req->req_h_route_key;
+		n = value != NULL ? callerkey_from_header(value, key, sizeof(key)) : -1;
+		if (n == -1 && value != NULL) {
 			problem_reply(req, 400, "idempotency_key_invalid",
 				      "%s must be a key of 1 to %d visible ASCII characters, bare or "
 				      "as a quoted string", gr->gr_key_arg, CALLERKEY_MAX);

@@ -227,8 +227,13 @@ void h_record_list(struct request *req)
 		snprintf(cursor, sizeof(cursor), "%" PRId64 ".%s", rows[n - 1].rr_created_us, hex);
 		next = json_string(cursor);
 	}
-	http_reply_json(req, 200, list ? json_pack("{s:o,s:o}", "records", list, "next_cursor", next)
-				  : NULL);
+	if (list == NULL || next == NULL) {
+		json_decref(list);
+		json_decref(next);
+		problem_unavailable(req);
+		goto done;
+	}
+	http_reply_json(req, 200, json_pack("{s:o,s:o}", "records", list, "next_cursor", next));
 done:
 	free(rows);
 	free(subject);

@@ -171,9 +171,7 @@ static int headers_field_ok(const struct headers_field *f)
 	       headers_value_ok(f->hf_value, strlen(f->hf_value)) && !headers_is_alias(f->hf_name);
 }
 
-/* A value idemd puts in a header itself: non-empty, no control bytes, no
- * surrounding space (a parser would strip it). */
-static int headers_arg_ok(const char *s)
+int headers_arg_ok(const char *s)
 {
 	size_t n = strlen(s);
 

@@ -16,6 +16,11 @@ int headers_is_token(const char *name, size_t len);
  * NUL or DEL); bytes 0x80 and up (obs-text) are allowed. */
 int headers_value_ok(const char *value, size_t len);
 
+/* 1 when S can be a header value idemd sets itself: non-empty, no control
+ * byte but tab (headers_value_ok), no surrounding space or tab (a parser
+ * would strip it). */
+int headers_arg_ok(const char *s);
+
 /* 1 when NAME holds '_' and, read with '-' for '_', is a header idemd sets,
  * strips or frames by (Idempotency_Subject): such a name would reach an
  * upstream that folds '_' into '-' (CGI, WSGI) as the real header. */

@@ -39,6 +39,7 @@ struct request {
 	const char *req_h_authorization, *req_h_content_length, *req_h_content_type,
 		*req_h_origin, *req_h_request_id, *req_h_transfer_encoding,
 		*req_h_idempotency_key;
+	const char *req_h_route_key;       /* a derived-key route's header (gateway) */
 	int req_n_content_length;          /* how many Content-Length headers */
 	int req_n_idempotency_key;         /* how many Idempotency-Key headers */
 	const char *req_bad_header;        /* first header whose name or value is malformed */
