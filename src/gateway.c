@@ -1,19 +1,20 @@
 /*
- * Gateway: route table, token checks and claim on the HTTP thread, the
- * request sent upstream (upstream.c runs it), and the outcome (store or
- * release, reply, resume) on the finisher threads.
+ * Gateway, routes and submit: the route table (added to the router), the
+ * header-phase check, and the submit on the HTTP thread: the record a
+ * request names (token or derived key), its fingerprint, the replay cache,
+ * then the claim queued. gateway_forward.c builds the forward once the
+ * claim holds; gateway_finish.c writes the outcome.
  *
- * A job's life: gateway_submit() claims the token, builds the job and
- * suspends the connection; the upstream thread runs the call and hands the
- * job to a finisher, which writes the outcome, builds the reply into the
- * request, frees the job and resumes the connection. After that nothing
- * here touches the request.
+ * A job's life: gateway_submit() claims the token and suspends the
+ * connection; gateway_claimed() (batcher thread) builds the job and hands it
+ * to upstream.c; when the call ends a finisher writes the outcome, builds
+ * the reply into the request, frees the job and resumes the connection.
+ * After that nothing here touches the request.
  */
 #include "gateway.h"
+#include "gateway_int.h"
 
-#include <arpa/inet.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,358 +22,24 @@
 #include <strings.h>
 #include <time.h>
 
-#include "batcher.h"
 #include "callerkey.h"
 #include "config.h"
 #include "fingerprint.h"
 #include "headers.h"
 #include "http.h"
 #include "log.h"
-#include "metrics.h"
 #include "opcache.h"
 #include "problem.h"
-#include "replaycache.h"
 #include "reqjson.h"
-#include "router.h"
-#include "store.h"
-#include "token.h"
 #include "tokenreq.h"
-#include "upstream.h"
-
-#define GATEWAY_FINISHERS 4
-#define GATEWAY_LEASE_MARGIN_MS 500
-#define GATEWAY_MIN_TIMEOUT_MS 100
-
-/* Where a route's submits get their key (config "key"). */
-enum gateway_key { GATEWAY_KEY_TOKEN, GATEWAY_KEY_HEADER, GATEWAY_KEY_JSON, GATEWAY_KEY_BODY };
-
-struct gateway_route {
-	struct route gr_route;             /* first member: handlers get &gr_route */
-	const struct config_route *gr_cfg; /* borrowed from the config */
-	uint32_t gr_tenant_id;
-	char *gr_target;                   /* URL the request goes to, before its query */
-	enum gateway_key gr_key;
-	const char *gr_key_arg;            /* the header name or JSON pointer, in gr_cfg */
-	char *gr_by;                       /* "route:METHOD path", for the audit trail */
-};
-
-/* A growable byte buffer (NUL-terminated when non-empty). */
-struct gateway_buf {
-	char *gb_data;
-	size_t gb_len, gb_cap;
-};
-
-struct gateway_job {
-	struct upstream_call gj_call;      /* first member: the done callback gets it */
-	struct gateway_job *gj_next;       /* in the finishers' queue */
-	struct request *gj_req;            /* borrowed; suspended until the job ends */
-	const struct gateway_route *gj_route;
-	uint8_t gj_token_id[TOKEN_ID_BYTES];
-	int gj_attempt;
-	int gj_retention_seconds;
-	char *gj_url;
-	int gj_stopped;                    /* refused: the gateway is stopping */
-	/* storing a final answer (gateway_store) */
-	struct batcher_job gj_bj;
-	struct stored_response gj_resp;    /* headers owned, body borrowed from gj_call */
-	struct complete_args gj_cargs;
-	struct complete_result gj_cres;
-};
 
 static struct {
 	const struct config *cfg;
 	struct gateway_route *routes;
 	size_t n_routes;
-	pthread_mutex_t lock;
-	pthread_cond_t done_cond;
-	struct gateway_job *done_head, *done_tail; /* for the finishers */
-	int finishers_stop;
-	pthread_t finishers[GATEWAY_FINISHERS];
-	int n_finishers;
-} gw = { .lock = PTHREAD_MUTEX_INITIALIZER, .done_cond = PTHREAD_COND_INITIALIZER };
+} gw;
 
 static void gateway_submit(struct request *req);
-
-/* ---------------------------------------------------------------- headers */
-
-/* Whether the upstream's header LNAME (lower case) is kept with the answer:
- * Content-Type and Content-Encoding always (the body means nothing without
- * them), plus the route's store_headers. */
-static int gateway_keeps(const void *arg, const char *lname)
-{
-	const struct gateway_route *gr = arg;
-
-	if (headers_never_stored(lname))
-		return 0;
-	if (strcmp(lname, "content-type") == 0 || strcmp(lname, "content-encoding") == 0)
-		return 1;
-	for (size_t i = 0; i < gr->gr_cfg->n_store_headers; i++)
-		if (strcmp(lname, gr->gr_cfg->store_headers[i]) == 0)
-			return 1;
-	return 0;
-}
-
-static int gateway_buf_add(struct gateway_buf *b, const void *data, size_t len)
-{
-	if (b->gb_len + len + 1 > b->gb_cap) {
-		size_t cap = b->gb_cap ? b->gb_cap : 256;
-		while (cap < b->gb_len + len + 1)
-			cap *= 2;
-		char *p = realloc(b->gb_data, cap);
-		if (p == NULL)
-			return -1;
-		b->gb_data = p;
-		b->gb_cap = cap;
-	}
-	memcpy(b->gb_data + b->gb_len, data, len);
-	b->gb_len += len;
-	b->gb_data[b->gb_len] = '\0';
-	return 0;
-}
-
-static int gateway_buf_str(struct gateway_buf *b, const char *s)
-{
-	return gateway_buf_add(b, s, strlen(s));
-}
-
-static void gateway_client_ip(struct MHD_Connection *conn, char *out, size_t outlen)
-{
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-
-	snprintf(out, outlen, "unknown");
-	if (ci == NULL || ci->client_addr == NULL)
-		return;
-	const struct sockaddr *sa = ci->client_addr;
-	if (sa->sa_family == AF_INET)
-		inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, out,
-			  (socklen_t)outlen);
-	else if (sa->sa_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, out,
-			  (socklen_t)outlen);
-}
-
-/* Gathers the request's headers into a growing array. */
-struct gateway_fields {
-	struct headers_field *f;
-	size_t n, cap;
-	int failed;
-};
-
-static enum MHD_Result gateway_field_cb(void *cls, enum MHD_ValueKind kind, const char *key,
-					const char *value)
-{
-	struct gateway_fields *g = cls;
-
-	(void)kind;
-	if (g->n == g->cap) {
-		size_t cap = g->cap ? 2 * g->cap : 32;
-		struct headers_field *p = realloc(g->f, cap * sizeof(*p));
-		if (p == NULL) {
-			g->failed = 1;
-			return MHD_NO;
-		}
-		g->f = p;
-		g->cap = cap;
-	}
-	g->f[g->n].hf_name = key;
-	g->f[g->n].hf_value = value != NULL ? value : "";
-	g->n++;
-	return MHD_YES;
-}
-
-/* The headers sent upstream (headers_forward): a new list, or NULL. */
-static struct curl_slist *gateway_request_headers(struct request *req,
-						  const struct gateway_route *gr,
-						  const struct token *t)
-{
-	struct gateway_fields g = { NULL, 0, 0, 0 };
-	struct curl_slist *list = NULL;
-	char hex[2 * TOKEN_ID_BYTES + 3], ip[INET6_ADDRSTRLEN + 1];
-
-	MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_field_cb, &g);
-	if (gr->gr_key == GATEWAY_KEY_TOKEN) {
-		token_id_hex(t->id, hex);
-	} else {
-		/* a derived key's record id travels as an RFC 8941 sf-string */
-		hex[0] = '"';
-		token_id_hex(t->id, hex + 1);
-		memcpy(hex + 1 + 2 * TOKEN_ID_BYTES, "\"", 2);
-	}
-	gateway_client_ip(req->req_conn, ip, sizeof(ip));
-	struct headers_forward_args a = {
-		.fa_token_id = hex, .fa_subject = t->subject_len > 0 ? t->subject : NULL,
-		.fa_client_ip = ip,
-		.fa_request_id = req->req_id, .fa_trust_forwarded = gr->gr_cfg->trust_forwarded,
-	};
-	if (!g.failed && headers_forward(g.f, g.n, &a, &list) != HEADERS_OK)
-		list = NULL;
-	free(g.f);
-	return list;
-}
-
-/* ---------------------------------------------------------------- query */
-
-/*
- * Appends S, an argument as libmicrohttpd hands it over (not percent-decoded,
- * http.c installs no unescaper, but with '+' turned into ' '), restoring the
- * text as sent: ' ' back to '+'; bytes a request line cannot carry raw are
- * percent-encoded for safety.
- */
-static int gateway_query_text(struct gateway_buf *b, const char *s)
-{
-	static const char hexd[] = "0123456789ABCDEF";
-
-	for (; *s != '\0'; s++) {
-		unsigned char c = (unsigned char)*s;
-		char enc[3] = { '%', hexd[c >> 4], hexd[c & 15] };
-		int rc;
-		if (c == ' ')
-			rc = gateway_buf_add(b, "+", 1);
-		else if (c > 0x20 && c < 0x7f)
-			rc = gateway_buf_add(b, s, 1);
-		else
-			rc = gateway_buf_add(b, enc, 3);
-		if (rc < 0)
-			return -1;
-	}
-	return 0;
-}
-
-struct gateway_query {
-	struct gateway_buf q;
-	int failed;
-};
-
-static enum MHD_Result gateway_query_cb(void *cls, enum MHD_ValueKind kind,
-					const char *key, const char *value)
-{
-	struct gateway_query *g = cls;
-
-	(void)kind;
-	if ((g->q.gb_len > 0 && gateway_buf_str(&g->q, "&") < 0) || gateway_query_text(&g->q, key) < 0 ||
-	    (value != NULL && (gateway_buf_str(&g->q, "=") < 0 || gateway_query_text(&g->q, value) < 0)))
-		g->failed = 1;
-	return MHD_YES;
-}
-
-/*
- * The request's query string rebuilt from libmicrohttpd's arguments (it
- * keeps no raw copy): into *OUT as a new string ("" when there is none).
- * 0 or -1.
- */
-static int gateway_query(struct request *req, char **out)
-{
-	struct gateway_query g = { { 0 }, 0 };
-
-	MHD_get_connection_values(req->req_conn, MHD_GET_ARGUMENT_KIND, gateway_query_cb, &g);
-	if (g.failed) {
-		free(g.q.gb_data);
-		return -1;
-	}
-	*out = g.q.gb_data != NULL ? g.q.gb_data : strdup("");
-	return *out != NULL ? 0 : -1;
-}
-
-/* ---------------------------------------------------------------- replies */
-
-/* Answers with a stored (or about to be stored) response R. */
-/* The stored headers of a response, read without jansson when they are
- * simple (reqjson_flat_each): at most GATEWAY_FAST_HEADERS string members. */
-#define GATEWAY_FAST_HEADERS 16
-struct gateway_fast_headers {
-	struct reqjson_member fh_m[GATEWAY_FAST_HEADERS];
-	size_t fh_n;
-};
-
-static int gateway_fast_header(void *arg, const struct reqjson_member *m)
-{
-	struct gateway_fast_headers *h = arg;
-
-	if (!m->rm_is_string || h->fh_n == GATEWAY_FAST_HEADERS || m->rm_name_len > 128 ||
-	    m->rm_len > 8192)
-		return 0;
-	h->fh_m[h->fh_n++] = *m;
-	return 1;
-}
-
-/* Adds header NAME: VALUE (not NUL-terminated, at most 128 and 8192
- * bytes: gateway_fast_header) to the reply unless it may not be replayed
- * (a record stored before that rule); 1 if it is Content-Type. */
-static int gateway_add_header(struct request *req, const char *name, size_t name_len,
-			      const char *value, size_t value_len)
-{
-	char n[129], v[8193];
-
-	memcpy(n, name, name_len);
-	n[name_len] = '\0';
-	memcpy(v, value, value_len);
-	v[value_len] = '\0';
-	if (!headers_is_token(n, name_len) || !headers_value_ok(v, value_len) ||
-	    headers_never_stored(n))
-		return 0;
-	MHD_add_response_header(req->rep_response, n, v);
-	return strcasecmp(n, "content-type") == 0;
-}
-
-static void gateway_reply_response(struct request *req, const struct stored_response *r,
-				   const char *replayed)
-{
-	const char *stored = r->sr_headers ? r->sr_headers : "{}";
-	struct gateway_fast_headers fast = { .fh_n = 0 };
-	int has_type = 0;
-
-	http_reply_bytes(req, (unsigned)r->sr_status, NULL, r->sr_body, r->sr_body_len);
-	if (req->rep_response == NULL)
-		return;
-	if (reqjson_flat_each(stored, strlen(stored), gateway_fast_header, &fast)) {
-		for (size_t i = 0; i < fast.fh_n; i++)
-			has_type |= gateway_add_header(req, fast.fh_m[i].rm_name,
-						       fast.fh_m[i].rm_name_len,
-						       fast.fh_m[i].rm_str, fast.fh_m[i].rm_len);
-	} else {
-		const char *name;
-		json_t *v, *headers = json_loads(stored, 0, NULL);
-		json_object_foreach(headers, name, v) {
-			if (json_is_string(v) && strlen(name) <= 128 && json_string_length(v) <= 8192)
-				has_type |= gateway_add_header(req, name, strlen(name),
-							       json_string_value(v),
-							       json_string_length(v));
-		}
-		json_decref(headers);
-	}
-	if (!has_type && r->sr_is_json)
-		MHD_add_response_header(req->rep_response, "Content-Type", "application/json");
-	if (replayed != NULL)
-		http_set_header(req, "Idempotent-Replayed", replayed);
-}
-
-static void gateway_replay(struct request *req, const struct stored_response *r,
-			   const struct token *t)
-{
-	(void)t;
-	gateway_reply_response(req, r, "true");
-}
-
-/* ---------------------------------------------------------------- jobs */
-
-static void gateway_job_free(struct gateway_job *j)
-{
-	if (j == NULL)
-		return;
-	free(j->gj_url);
-	curl_slist_free_all(j->gj_call.uc_headers);
-	upstream_call_clear(&j->gj_call);
-	free(j);
-}
-
-static int64_t gateway_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* BLAKE2b-256 of "g:" METHOD "\n" PATH[?QUERY] "\n" BODY. */
 static void gateway_fingerprint(const struct request *req, const char *query,
@@ -395,268 +62,6 @@ static void gateway_fingerprint(const struct request *req, const char *query,
 		crypto_generichash_update(&st, (const unsigned char *)req->req_body,
 					  req->req_body_len);
 	crypto_generichash_final(&st, out, FINGERPRINT_BYTES);
-}
-
-static void gateway_on_done(struct upstream_call *c);
-
-/* Builds the job for a request that now holds the claim RES; takes
- * *HEADERS (set to NULL). NULL on OOM. Touches no libmicrohttpd state: it
- * runs on a batcher thread while the connection is suspended. */
-static struct gateway_job *gateway_job_new(struct request *req, const struct gateway_route *gr,
-					   const struct token *t, const struct operation *op,
-					   const struct claim_result *res, const char *query,
-					   struct curl_slist **headers)
-{
-	struct gateway_job *j = calloc(1, sizeof(*j));
-	struct gateway_buf url = { 0 };
-
-	if (j == NULL)
-		return NULL;
-	j->gj_req = req;
-	j->gj_route = gr;
-	memcpy(j->gj_token_id, t->id, TOKEN_ID_BYTES);
-	j->gj_attempt = res->cr_attempt;
-	j->gj_retention_seconds = op->op_retention_seconds;
-	if (gateway_buf_str(&url, gr->gr_target) < 0 ||
-	    (*query != '\0' && (gateway_buf_str(&url, strchr(gr->gr_target, '?') ? "&" : "?") < 0 ||
-				gateway_buf_str(&url, query) < 0))) {
-		free(url.gb_data);
-		free(j);
-		return NULL;
-	}
-	j->gj_url = url.gb_data;
-
-	struct upstream_call *c = &j->gj_call;
-	c->uc_method = req->req_method;
-	c->uc_url = j->gj_url;
-	c->uc_body = req->req_body;
-	c->uc_body_len = req->req_body_len;
-	c->uc_headers = *headers;
-	*headers = NULL;
-	c->uc_connect_timeout_ms = gr->gr_cfg->connect_timeout_ms;
-	/* a forward never outlives its lease: past it, a duplicate may take over */
-	int64_t left = res->cr_lease_expires_at - gateway_now_ms() - GATEWAY_LEASE_MARGIN_MS;
-	c->uc_timeout_ms = gr->gr_cfg->timeout_ms;
-	if (left < c->uc_timeout_ms)
-		c->uc_timeout_ms = left > GATEWAY_MIN_TIMEOUT_MS ? (long)left : GATEWAY_MIN_TIMEOUT_MS;
-	c->uc_max_body = gw.cfg->max_body_bytes;
-	c->uc_keep = gateway_keeps;
-	c->uc_keep_arg = gr;
-	c->uc_done = gateway_on_done;
-	if (c->uc_headers == NULL) {
-		gateway_job_free(j);
-		return NULL;
-	}
-	return j;
-}
-
-/* Gives the claim back so that the same token can be submitted again. */
-static void gateway_release(const struct gateway_route *gr, const uint8_t *token_id,
-			    int attempt, const char *request_id)
-{
-	enum release_outcome outcome;
-
-	if (store_release(gr->gr_tenant_id, token_id, attempt, gr->gr_by, &outcome) < 0)
-		log_warn("gateway: request %s: the claim could not be released (database "
-			 "unavailable); it frees itself when its lease ends", request_id);
-	else if (outcome != RELEASE_DONE)
-		log_warn("gateway: request %s: attempt %d no longer held the claim", request_id,
-			 attempt);
-	else
-		metrics_add(METRIC_RELEASES, 1);
-}
-
-static void gateway_job_release(const struct gateway_job *j)
-{
-	gateway_release(j->gj_route, j->gj_token_id, j->gj_attempt, j->gj_req->req_id);
-}
-
-/* Request thread, after the batch with the job's complete committed:
- * answers with what was stored, then frees the job. */
-static void gateway_store_answer(struct request *req, void *arg)
-{
-	struct gateway_job *j = arg;
-	struct complete_result *res = &j->gj_cres;
-
-	if (j->gj_bj.bj_rc < 0) {
-		/* the upstream acted but nothing is stored: the claim stays until
-		 * its lease ends, then a retry forwards again with the same
-		 * Idempotency-Key, which the upstream must recognise */
-		log_warn("gateway: request %s: the upstream answered %ld but the outcome could "
-			 "not be stored (database unavailable)", req->req_id, j->gj_call.uc_status);
-		metrics_add(METRIC_DB_UNAVAILABLE, 1);
-		problem_unavailable(req);
-		goto done;
-	}
-	switch (res->cpr_outcome) {
-	case COMPLETE_STORED:
-	case COMPLETE_ALREADY:
-		if (res->cpr_outcome == COMPLETE_STORED)
-			metrics_add(METRIC_COMPLETIONS, 1);
-		replaycache_put(j->gj_route->gr_tenant_id, j->gj_token_id,
-				res->cpr_has_fingerprint ? res->cpr_fingerprint : NULL,
-				&res->cpr_stored, res->cpr_expires_at);
-		gateway_reply_response(req, &res->cpr_stored, "false");
-		break;
-	case COMPLETE_LEASE_LOST:
-		problem_reply(req, 409, "lease_lost",
-			      "the lease ran out and a newer attempt took the token over");
-		break;
-	case COMPLETE_NOT_IN_PROGRESS:
-		problem_reply(req, 409, "not_in_progress", "the token is no longer claimed by attempt %d",
-			      j->gj_attempt);
-		break;
-	}
-done:
-	free(j->gj_resp.sr_headers);
-	store_response_free(&res->cpr_stored);
-	gateway_job_free(j);
-}
-
-/* Batcher thread: the complete has its answer; resume at once. */
-static void gateway_stored(struct batcher_job *bj)
-{
-	struct gateway_job *j = bj->bj_arg;
-
-	http_resume_then(j->gj_req, gateway_store_answer, j);
-}
-
-/* The upstream answered 2xx-4xx: queue the complete (in a batch with other
- * completes); gateway_store_answer() answers once it committed. Returns 1
- * when queued (the job is no longer the caller's), 0 after answering. */
-static int gateway_store(struct gateway_job *j)
-{
-	const struct upstream_call *c = &j->gj_call;
-
-	j->gj_resp.sr_status = (int)c->uc_status;
-	j->gj_resp.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT | JSON_SORT_KEYS);
-	j->gj_resp.sr_body = (unsigned char *)c->uc_resp_body;
-	j->gj_resp.sr_body_len = c->uc_resp_len;
-	if (j->gj_resp.sr_headers == NULL) {
-		gateway_job_release(j);
-		problem_unavailable(j->gj_req);
-		return 0;
-	}
-	j->gj_cargs.tenant_id = j->gj_route->gr_tenant_id;
-	j->gj_cargs.token_id = j->gj_token_id;
-	j->gj_cargs.attempt = j->gj_attempt;
-	j->gj_cargs.resp = &j->gj_resp;
-	j->gj_cargs.retention_seconds = j->gj_retention_seconds;
-	j->gj_cargs.by = j->gj_route->gr_by;
-	j->gj_bj.bj_kind = BATCHER_COMPLETE;
-	j->gj_bj.bj_complete = &j->gj_cargs;
-	j->gj_bj.bj_complete_result = &j->gj_cres;
-	j->gj_bj.bj_done = gateway_stored;
-	j->gj_bj.bj_arg = j;
-	batcher_submit(&j->gj_bj);
-	return 1;
-}
-
-/* Every outcome but a final answer gives the claim back, so the client may
- * retry with the same token; a 5xx is passed through unstored. */
-static void gateway_not_final(struct gateway_job *j)
-{
-	const struct upstream_call *c = &j->gj_call;
-	struct request *req = j->gj_req;
-
-	gateway_job_release(j);
-	if (j->gj_stopped) {
-		problem_unavailable(req);
-		return;
-	}
-	switch (c->uc_result) {
-	case UPSTREAM_ANSWERED:
-		/* an answer release_on names (5xx by default): passed through */
-		if (c->uc_status >= 200 && c->uc_status <= 599) {
-			struct stored_response pass = { (int)c->uc_status, NULL,
-				(unsigned char *)c->uc_resp_body, c->uc_resp_len, 0 };
-			pass.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT);
-			gateway_reply_response(req, &pass, "false");
-			free(pass.sr_headers);
-			return;
-		}
-		problem_reply(req, 502, "upstream_invalid", "the upstream answered with status %ld",
-			      c->uc_status);
-		break;
-	case UPSTREAM_INVALID:
-		problem_reply(req, 502, "upstream_invalid",
-			      "the upstream's answer has a malformed header line");
-		break;
-	case UPSTREAM_TOO_LARGE:
-		problem_reply(req, 502, "upstream_invalid", "the upstream's answer exceeds %zu bytes",
-			      c->uc_max_body);
-		break;
-	case UPSTREAM_UNREACHABLE:
-		problem_reply(req, 502, "upstream_unavailable", "the upstream could not be reached");
-		break;
-	case UPSTREAM_FAILED:
-		problem_reply(req, 502, "upstream_unavailable",
-			      "the connection to the upstream failed before it answered");
-		break;
-	case UPSTREAM_TIMEOUT:
-		problem_reply(req, 504, "upstream_timeout", "the upstream did not answer within %ld ms",
-			      c->uc_timeout_ms);
-		break;
-	}
-	/* the claim is given back: the same token may be submitted again */
-	http_set_header(req, "Retry-After", "1");
-	log_warn("gateway: request %s: %s %s: %s (%s)", req->req_id, req->req_method,
-		 req->req_path, c->uc_error, c->uc_sent ? "request sent" : "request not sent");
-}
-
-/* Writes the outcome of a finished (or refused) forward and resumes. */
-static void gateway_finish(struct gateway_job *j)
-{
-	const struct upstream_call *c = &j->gj_call;
-	struct request *req = j->gj_req;
-
-	if (!j->gj_stopped && c->uc_result == UPSTREAM_ANSWERED && c->uc_status >= 200 &&
-	    c->uc_status <= 599 && !j->gj_route->gr_cfg->release_on[c->uc_status]) {
-		if (gateway_store(j) == 1)
-			return;
-	} else {
-		gateway_not_final(j);
-	}
-	gateway_job_free(j);
-	http_resume(req);
-}
-
-/* ---------------------------------------------------------------- finishers */
-
-/* Upstream thread: queues the ended call's job for a finisher. */
-static void gateway_on_done(struct upstream_call *c)
-{
-	struct gateway_job *j = (struct gateway_job *)(void *)c;
-
-	pthread_mutex_lock(&gw.lock);
-	j->gj_next = NULL;
-	if (gw.done_tail != NULL)
-		gw.done_tail->gj_next = j;
-	else
-		gw.done_head = j;
-	gw.done_tail = j;
-	pthread_cond_signal(&gw.done_cond);
-	pthread_mutex_unlock(&gw.lock);
-}
-
-static void *gateway_finisher(void *arg)
-{
-	(void)arg;
-	for (;;) {
-		pthread_mutex_lock(&gw.lock);
-		while (gw.done_head == NULL && !gw.finishers_stop)
-			pthread_cond_wait(&gw.done_cond, &gw.lock);
-		struct gateway_job *j = gw.done_head;
-		if (j != NULL) {
-			gw.done_head = j->gj_next;
-			if (gw.done_head == NULL)
-				gw.done_tail = NULL;
-		}
-		pthread_mutex_unlock(&gw.lock);
-		if (j == NULL)
-			return NULL;
-		gateway_finish(j);
-	}
 }
 
 /* ---------------------------------------------------------------- submit */
@@ -688,7 +93,8 @@ static int gateway_claimed(struct request *req, const struct claim_result *res, 
 
 	if (res != NULL) {
 		struct gateway_job *j = gateway_job_new(req, p->gp_route, &p->gp_token, &p->gp_op,
-							res, p->gp_query, &p->gp_headers);
+							res, p->gp_query, &p->gp_headers,
+							gw.cfg->max_body_bytes);
 		if (j == NULL) {
 			gateway_release(p->gp_route, p->gp_token.id, res->cr_attempt, req->req_id);
 			problem_unavailable(req);
@@ -1106,16 +512,8 @@ int gateway_start(const struct config *cfg)
 	gw.cfg = cfg;
 	if (cfg->n_routes == 0)
 		return 0;
-	if (gateway_load_routes(cfg) < 0 || upstream_start() < 0)
+	if (gateway_load_routes(cfg) < 0 || upstream_start() < 0 || gateway_finish_start() < 0)
 		goto fail;
-	gw.finishers_stop = 0;
-	for (int i = 0; i < GATEWAY_FINISHERS; i++) {
-		if (pthread_create(&gw.finishers[i], NULL, gateway_finisher, NULL) != 0) {
-			log_error("gateway: cannot start a finisher thread");
-			goto fail;
-		}
-		gw.n_finishers++;
-	}
 	return 0;
 fail:
 	gateway_stop();
@@ -1126,13 +524,7 @@ void gateway_drain(void)
 {
 	/* every call ends, and with it is queued for the finishers */
 	upstream_drain();
-	pthread_mutex_lock(&gw.lock);
-	gw.finishers_stop = 1;
-	pthread_cond_broadcast(&gw.done_cond);
-	pthread_mutex_unlock(&gw.lock);
-	for (int i = 0; i < gw.n_finishers; i++)
-		pthread_join(gw.finishers[i], NULL);
-	gw.n_finishers = 0;
+	gateway_finish_stop();
 }
 
 void gateway_stop(void)

@@ -1,0 +1,345 @@
+/*
+ * Gateway, finish: the outcome of a forward on the finisher threads. A
+ * final answer (2xx-4xx unless release_on) is queued as a complete for the
+ * batcher and replied once it committed; anything else releases the claim
+ * and answers 502/504/5xx. Also the replies built from a stored answer.
+ */
+#include "gateway_int.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config.h"
+#include "headers.h"
+#include "http.h"
+#include "log.h"
+#include "metrics.h"
+#include "problem.h"
+#include "replaycache.h"
+#include "reqjson.h"
+
+#define GATEWAY_FINISHERS 4
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t done_cond;
+	struct gateway_job *done_head, *done_tail; /* for the finishers */
+	int finishers_stop;
+	pthread_t finishers[GATEWAY_FINISHERS];
+	int n_finishers;
+} gw = { .lock = PTHREAD_MUTEX_INITIALIZER, .done_cond = PTHREAD_COND_INITIALIZER };
+
+/* ---------------------------------------------------------------- replies */
+
+/* Answers with a stored (or about to be stored) response R. */
+/* The stored headers of a response, read without jansson when they are
+ * simple (reqjson_flat_each): at most GATEWAY_FAST_HEADERS string members. */
+#define GATEWAY_FAST_HEADERS 16
+struct gateway_fast_headers {
+	struct reqjson_member fh_m[GATEWAY_FAST_HEADERS];
+	size_t fh_n;
+};
+
+static int gateway_fast_header(void *arg, const struct reqjson_member *m)
+{
+	struct gateway_fast_headers *h = arg;
+
+	if (!m->rm_is_string || h->fh_n == GATEWAY_FAST_HEADERS || m->rm_name_len > 128 ||
+	    m->rm_len > 8192)
+		return 0;
+	h->fh_m[h->fh_n++] = *m;
+	return 1;
+}
+
+/* Adds header NAME: VALUE (not NUL-terminated, at most 128 and 8192
+ * bytes: gateway_fast_header) to the reply unless it may not be replayed
+ * (a record stored before that rule); 1 if it is Content-Type. */
+static int gateway_add_header(struct request *req, const char *name, size_t name_len,
+			      const char *value, size_t value_len)
+{
+	char n[129], v[8193];
+
+	memcpy(n, name, name_len);
+	n[name_len] = '\0';
+	memcpy(v, value, value_len);
+	v[value_len] = '\0';
+	if (!headers_is_token(n, name_len) || !headers_value_ok(v, value_len) ||
+	    headers_never_stored(n))
+		return 0;
+	MHD_add_response_header(req->rep_response, n, v);
+	return strcasecmp(n, "content-type") == 0;
+}
+
+static void gateway_reply_response(struct request *req, const struct stored_response *r,
+				   const char *replayed)
+{
+	const char *stored = r->sr_headers ? r->sr_headers : "{}";
+	struct gateway_fast_headers fast = { .fh_n = 0 };
+	int has_type = 0;
+
+	http_reply_bytes(req, (unsigned)r->sr_status, NULL, r->sr_body, r->sr_body_len);
+	if (req->rep_response == NULL)
+		return;
+	if (reqjson_flat_each(stored, strlen(stored), gateway_fast_header, &fast)) {
+		for (size_t i = 0; i < fast.fh_n; i++)
+			has_type |= gateway_add_header(req, fast.fh_m[i].rm_name,
+						       fast.fh_m[i].rm_name_len,
+						       fast.fh_m[i].rm_str, fast.fh_m[i].rm_len);
+	} else {
+		const char *name;
+		json_t *v, *headers = json_loads(stored, 0, NULL);
+		json_object_foreach(headers, name, v) {
+			if (json_is_string(v) && strlen(name) <= 128 && json_string_length(v) <= 8192)
+				has_type |= gateway_add_header(req, name, strlen(name),
+							       json_string_value(v),
+							       json_string_length(v));
+		}
+		json_decref(headers);
+	}
+	if (!has_type && r->sr_is_json)
+		MHD_add_response_header(req->rep_response, "Content-Type", "application/json");
+	if (replayed != NULL)
+		http_set_header(req, "Idempotent-Replayed", replayed);
+}
+
+void gateway_replay(struct request *req, const struct stored_response *r,
+			   const struct token *t)
+{
+	(void)t;
+	gateway_reply_response(req, r, "true");
+}
+
+/* Gives the claim back so that the same token can be submitted again. */
+void gateway_release(const struct gateway_route *gr, const uint8_t *token_id,
+			    int attempt, const char *request_id)
+{
+	enum release_outcome outcome;
+
+	if (store_release(gr->gr_tenant_id, token_id, attempt, gr->gr_by, &outcome) < 0)
+		log_warn("gateway: request %s: the claim could not be released (database "
+			 "unavailable); it frees itself when its lease ends", request_id);
+	else if (outcome != RELEASE_DONE)
+		log_warn("gateway: request %s: attempt %d no longer held the claim", request_id,
+			 attempt);
+	else
+		metrics_add(METRIC_RELEASES, 1);
+}
+
+static void gateway_job_release(const struct gateway_job *j)
+{
+	gateway_release(j->gj_route, j->gj_token_id, j->gj_attempt, j->gj_req->req_id);
+}
+
+/* Request thread, after the batch with the job's complete committed:
+ * answers with what was stored, then frees the job. */
+static void gateway_store_answer(struct request *req, void *arg)
+{
+	struct gateway_job *j = arg;
+	struct complete_result *res = &j->gj_cres;
+
+	if (j->gj_bj.bj_rc < 0) {
+		/* the upstream acted but nothing is stored: the claim stays until
+		 * its lease ends, then a retry forwards again with the same
+		 * Idempotency-Key, which the upstream must recognise */
+		log_warn("gateway: request %s: the upstream answered %ld but the outcome could "
+			 "not be stored (database unavailable)", req->req_id, j->gj_call.uc_status);
+		metrics_add(METRIC_DB_UNAVAILABLE, 1);
+		problem_unavailable(req);
+		goto done;
+	}
+	switch (res->cpr_outcome) {
+	case COMPLETE_STORED:
+	case COMPLETE_ALREADY:
+		if (res->cpr_outcome == COMPLETE_STORED)
+			metrics_add(METRIC_COMPLETIONS, 1);
+		replaycache_put(j->gj_route->gr_tenant_id, j->gj_token_id,
+				res->cpr_has_fingerprint ? res->cpr_fingerprint : NULL,
+				&res->cpr_stored, res->cpr_expires_at);
+		gateway_reply_response(req, &res->cpr_stored, "false");
+		break;
+	case COMPLETE_LEASE_LOST:
+		problem_reply(req, 409, "lease_lost",
+			      "the lease ran out and a newer attempt took the token over");
+		break;
+	case COMPLETE_NOT_IN_PROGRESS:
+		problem_reply(req, 409, "not_in_progress", "the token is no longer claimed by attempt %d",
+			      j->gj_attempt);
+		break;
+	}
+done:
+	free(j->gj_resp.sr_headers);
+	store_response_free(&res->cpr_stored);
+	gateway_job_free(j);
+}
+
+/* Batcher thread: the complete has its answer; resume at once. */
+static void gateway_stored(struct batcher_job *bj)
+{
+	struct gateway_job *j = bj->bj_arg;
+
+	http_resume_then(j->gj_req, gateway_store_answer, j);
+}
+
+/* The upstream answered 2xx-4xx: queue the complete (in a batch with other
+ * completes); gateway_store_answer() answers once it committed. Returns 1
+ * when queued (the job is no longer the caller's), 0 after answering. */
+static int gateway_store(struct gateway_job *j)
+{
+	const struct upstream_call *c = &j->gj_call;
+
+	j->gj_resp.sr_status = (int)c->uc_status;
+	j->gj_resp.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT | JSON_SORT_KEYS);
+	j->gj_resp.sr_body = (unsigned char *)c->uc_resp_body;
+	j->gj_resp.sr_body_len = c->uc_resp_len;
+	if (j->gj_resp.sr_headers == NULL) {
+		gateway_job_release(j);
+		problem_unavailable(j->gj_req);
+		return 0;
+	}
+	j->gj_cargs.tenant_id = j->gj_route->gr_tenant_id;
+	j->gj_cargs.token_id = j->gj_token_id;
+	j->gj_cargs.attempt = j->gj_attempt;
+	j->gj_cargs.resp = &j->gj_resp;
+	j->gj_cargs.retention_seconds = j->gj_retention_seconds;
+	j->gj_cargs.by = j->gj_route->gr_by;
+	j->gj_bj.bj_kind = BATCHER_COMPLETE;
+	j->gj_bj.bj_complete = &j->gj_cargs;
+	j->gj_bj.bj_complete_result = &j->gj_cres;
+	j->gj_bj.bj_done = gateway_stored;
+	j->gj_bj.bj_arg = j;
+	batcher_submit(&j->gj_bj);
+	return 1;
+}
+
+/* Every outcome but a final answer gives the claim back, so the client may
+ * retry with the same token; a 5xx is passed through unstored. */
+static void gateway_not_final(struct gateway_job *j)
+{
+	const struct upstream_call *c = &j->gj_call;
+	struct request *req = j->gj_req;
+
+	gateway_job_release(j);
+	if (j->gj_stopped) {
+		problem_unavailable(req);
+		return;
+	}
+	switch (c->uc_result) {
+	case UPSTREAM_ANSWERED:
+		/* an answer release_on names (5xx by default): passed through */
+		if (c->uc_status >= 200 && c->uc_status <= 599) {
+			struct stored_response pass = { (int)c->uc_status, NULL,
+				(unsigned char *)c->uc_resp_body, c->uc_resp_len, 0 };
+			pass.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT);
+			gateway_reply_response(req, &pass, "false");
+			free(pass.sr_headers);
+			return;
+		}
+		problem_reply(req, 502, "upstream_invalid", "the upstream answered with status %ld",
+			      c->uc_status);
+		break;
+	case UPSTREAM_INVALID:
+		problem_reply(req, 502, "upstream_invalid",
+			      "the upstream's answer has a malformed header line");
+		break;
+	case UPSTREAM_TOO_LARGE:
+		problem_reply(req, 502, "upstream_invalid", "the upstream's answer exceeds %zu bytes",
+			      c->uc_max_body);
+		break;
+	case UPSTREAM_UNREACHABLE:
+		problem_reply(req, 502, "upstream_unavailable", "the upstream could not be reached");
+		break;
+	case UPSTREAM_FAILED:
+		problem_reply(req, 502, "upstream_unavailable",
+			      "the connection to the upstream failed before it answered");
+		break;
+	case UPSTREAM_TIMEOUT:
+		problem_reply(req, 504, "upstream_timeout", "the upstream did not answer within %ld ms",
+			      c->uc_timeout_ms);
+		break;
+	}
+	/* the claim is given back: the same token may be submitted again */
+	http_set_header(req, "Retry-After", "1");
+	log_warn("gateway: request %s: %s %s: %s (%s)", req->req_id, req->req_method,
+		 req->req_path, c->uc_error, c->uc_sent ? "request sent" : "request not sent");
+}
+
+/* Writes the outcome of a finished (or refused) forward and resumes. */
+void gateway_finish(struct gateway_job *j)
+{
+	const struct upstream_call *c = &j->gj_call;
+	struct request *req = j->gj_req;
+
+	if (!j->gj_stopped && c->uc_result == UPSTREAM_ANSWERED && c->uc_status >= 200 &&
+	    c->uc_status <= 599 && !j->gj_route->gr_cfg->release_on[c->uc_status]) {
+		if (gateway_store(j) == 1)
+			return;
+	} else {
+		gateway_not_final(j);
+	}
+	gateway_job_free(j);
+	http_resume(req);
+}
+
+/* ---------------------------------------------------------------- finishers */
+
+/* Upstream thread: queues the ended call's job for a finisher. */
+void gateway_on_done(struct upstream_call *c)
+{
+	struct gateway_job *j = (struct gateway_job *)(void *)c;
+
+	pthread_mutex_lock(&gw.lock);
+	j->gj_next = NULL;
+	if (gw.done_tail != NULL)
+		gw.done_tail->gj_next = j;
+	else
+		gw.done_head = j;
+	gw.done_tail = j;
+	pthread_cond_signal(&gw.done_cond);
+	pthread_mutex_unlock(&gw.lock);
+}
+
+static void *gateway_finisher(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		pthread_mutex_lock(&gw.lock);
+		while (gw.done_head == NULL && !gw.finishers_stop)
+			pthread_cond_wait(&gw.done_cond, &gw.lock);
+		struct gateway_job *j = gw.done_head;
+		if (j != NULL) {
+			gw.done_head = j->gj_next;
+			if (gw.done_head == NULL)
+				gw.done_tail = NULL;
+		}
+		pthread_mutex_unlock(&gw.lock);
+		if (j == NULL)
+			return NULL;
+		gateway_finish(j);
+	}
+}
+
+int gateway_finish_start(void)
+{
+	gw.finishers_stop = 0;
+	for (int i = 0; i < GATEWAY_FINISHERS; i++) {
+		if (pthread_create(&gw.finishers[i], NULL, gateway_finisher, NULL) != 0) {
+			log_error("gateway: cannot start a finisher thread");
+			return -1;
+		}
+		gw.n_finishers++;
+	}
+	return 0;
+}
+
+void gateway_finish_stop(void)
+{
+	pthread_mutex_lock(&gw.lock);
+	gw.finishers_stop = 1;
+	pthread_cond_broadcast(&gw.done_cond);
+	pthread_mutex_unlock(&gw.lock);
+	for (int i = 0; i < gw.n_finishers; i++)
+		pthread_join(gw.finishers[i], NULL);
+	gw.n_finishers = 0;
+}

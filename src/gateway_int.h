@@ -1,0 +1,90 @@
+/*
+ * Gateway internals shared by its three parts: gateway.c (route table and
+ * submit, on the HTTP thread), gateway_forward.c (the request sent
+ * upstream, built on the batcher thread) and gateway_finish.c (the outcome,
+ * on the finisher threads). Not for other modules: they see gateway.h.
+ */
+#ifndef IDEMD_GATEWAY_INT_H
+#define IDEMD_GATEWAY_INT_H
+
+#include <curl/curl.h>
+#include <stdint.h>
+
+#include "batcher.h"
+#include "router.h"
+#include "store.h"
+#include "token.h"
+#include "upstream.h"
+
+struct config_route;
+struct request;
+
+/* Where a route's submits get their key (config "key"). */
+enum gateway_key { GATEWAY_KEY_TOKEN, GATEWAY_KEY_HEADER, GATEWAY_KEY_JSON, GATEWAY_KEY_BODY };
+
+struct gateway_route {
+	struct route gr_route;             /* first member: handlers get &gr_route */
+	const struct config_route *gr_cfg; /* borrowed from the config */
+	uint32_t gr_tenant_id;
+	char *gr_target;                   /* URL the request goes to, before its query */
+	enum gateway_key gr_key;
+	const char *gr_key_arg;            /* the header name or JSON pointer, in gr_cfg */
+	char *gr_by;                       /* "route:METHOD path", for the audit trail */
+};
+
+/* A growable byte buffer (NUL-terminated when non-empty). */
+struct gateway_buf {
+	char *gb_data;
+	size_t gb_len, gb_cap;
+};
+
+struct gateway_job {
+	struct upstream_call gj_call;      /* first member: the done callback gets it */
+	struct gateway_job *gj_next;       /* in the finishers' queue */
+	struct request *gj_req;            /* borrowed; suspended until the job ends */
+	const struct gateway_route *gj_route;
+	uint8_t gj_token_id[TOKEN_ID_BYTES];
+	int gj_attempt;
+	int gj_retention_seconds;
+	char *gj_url;
+	int gj_stopped;                    /* refused: the gateway is stopping */
+	/* storing a final answer (gateway_store) */
+	struct batcher_job gj_bj;
+	struct stored_response gj_resp;    /* headers owned, body borrowed from gj_call */
+	struct complete_args gj_cargs;
+	struct complete_result gj_cres;
+};
+
+/* gateway_forward.c */
+int gateway_buf_add(struct gateway_buf *b, const void *data, size_t len);
+int gateway_buf_str(struct gateway_buf *b, const char *s);
+/* The headers sent upstream (headers_forward): a new list, or NULL. */
+struct curl_slist *gateway_request_headers(struct request *req, const struct gateway_route *gr,
+					   const struct token *t);
+/* The request's query string rebuilt: into *OUT as a new string ("" when
+ * there is none). 0 or -1. */
+int gateway_query(struct request *req, char **out);
+/* Builds the job for a request that now holds the claim RES; takes
+ * *HEADERS (set to NULL). NULL on OOM. Runs on a batcher thread. */
+struct gateway_job *gateway_job_new(struct request *req, const struct gateway_route *gr,
+				    const struct token *t, const struct operation *op,
+				    const struct claim_result *res, const char *query,
+				    struct curl_slist **headers, size_t max_body);
+void gateway_job_free(struct gateway_job *j);
+
+/* gateway_finish.c */
+/* Answers with a stored response R, replayed. */
+void gateway_replay(struct request *req, const struct stored_response *r, const struct token *t);
+/* Gives the claim back so that the same token can be submitted again. */
+void gateway_release(const struct gateway_route *gr, const uint8_t *token_id, int attempt,
+		     const char *request_id);
+/* Writes the outcome of a finished (or refused) forward and resumes. */
+void gateway_finish(struct gateway_job *j);
+/* Upstream thread: queues the ended call's job for a finisher. */
+void gateway_on_done(struct upstream_call *c);
+/* Starts the finisher threads: 0, or -1 after logging. */
+int gateway_finish_start(void);
+/* Lets the finishers empty their queue and joins them. */
+void gateway_finish_stop(void);
+
+#endif
