@@ -31,7 +31,7 @@
 #include "opcache.h"
 #include "problem.h"
 #include "reqjson.h"
-#include "tokenreq.h"
+#include "engine.h"
 
 static struct {
 	const struct config *cfg;
@@ -196,7 +196,7 @@ static int gateway_token_address(struct request *req, const struct gateway_route
 		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
 		return -1;
 	}
-	if (tokenreq_verify(req, text, t) < 0)
+	if (engine_verify(req, text, t) < 0)
 		return -1;
 	if (opcache_by_id(t->operation_id, op, &found) < 0) {
 		problem_unavailable(req);
@@ -366,7 +366,7 @@ static void gateway_submit(struct request *req)
 	     : gateway_derived_address(req, gr, bytes_fp, &doc, &t, &op)) < 0 ||
 	    gateway_route_fingerprint(req, gr, bytes_fp, &doc, json_fp, &fp) < 0)
 		goto done;
-	if (tokenreq_claim_cached(req, &t, fp, gateway_replay))
+	if (engine_claim_cached(req, &t, fp, gateway_replay))
 		goto done;
 	p = calloc(1, sizeof(*p));
 	if (p == NULL) {
@@ -384,7 +384,7 @@ static void gateway_submit(struct request *req)
 		goto done;
 	}
 	/* the claim runs in a batch; gateway_claimed() goes on from there */
-	if (tokenreq_claim_async(req, &t, fp, gateway_replay, gateway_claimed, 1, p) == 1)
+	if (engine_claim_async(req, &t, fp, gateway_replay, gateway_claimed, 1, p) == 1)
 		p = NULL;
 done:
 	json_decref(doc);

@@ -24,7 +24,7 @@
 #include "problem.h"
 #include "replaycache.h"
 #include "reqjson.h"
-#include "tokenreq.h"
+#include "engine.h"
 
 struct h_item {
 	const char *key;               /* borrowed from the body; NULL when unusable */
@@ -247,7 +247,7 @@ static json_t *h_item_id(const struct h_item *it)
 /* One claim item's answer, after the set ran (or without it). */
 static json_t *h_claim_item_answer(struct h_batch *b, struct h_item *it)
 {
-	struct tokenreq_verdict v;
+	struct engine_verdict v;
 	json_t *o;
 
 	if (it->status == 200) {
@@ -263,7 +263,7 @@ static json_t *h_claim_item_answer(struct h_batch *b, struct h_item *it)
 		metrics_add(METRIC_DB_UNAVAILABLE, 1);
 		return h_item_json(it, 503, "unavailable");
 	}
-	tokenreq_claim_verdict(res, &v);
+	engine_claim_verdict(res, &v);
 	o = h_item_json(it, v.status, v.code);
 	switch (res->cr_outcome) {
 	case CLAIM_CLAIMED:
@@ -311,7 +311,7 @@ static void h_claim_item_prepare(struct h_batch *b, struct h_item *it, json_t *o
 
 	if (reqjson_only(&scratch, o, allowed) < 0 ||
 	    reqjson_string(&scratch, o, "subject", 0, 1, TOKEN_SUBJECT_MAX, &subject) < 0 ||
-	    tokenreq_fingerprint(&scratch, o, it->fp, &it->has_fp) < 0) {
+	    engine_fingerprint(&scratch, o, it->fp, &it->has_fp) < 0) {
 		h_item_refused(it, &scratch);
 		return;
 	}
@@ -332,7 +332,7 @@ static void h_claim_item_prepare(struct h_batch *b, struct h_item *it, json_t *o
 		break;
 	}
 	size_t k = b->hb_m;
-	if (tokenreq_claim_args(&it->t, &b->hb_op, it->has_fp ? it->fp : NULL, NULL,
+	if (engine_claim_args(&it->t, &b->hb_op, it->has_fp ? it->fp : NULL, NULL,
 				b->hb_vkeys[k], &b->hb_cargs[k]) != NULL) {
 		h_item_refuse(it, 400, "invalid_request");
 		return;
@@ -375,7 +375,7 @@ static json_t *h_complete_item_answer(struct h_batch *b, struct h_item *it)
 	case COMPLETE_STORED:
 	case COMPLETE_ALREADY:
 		if (res->cpr_outcome == COMPLETE_ALREADY &&
-		    !tokenreq_same_response(&b->hb_resp[it->db], &res->cpr_stored))
+		    !engine_same_response(&b->hb_resp[it->db], &res->cpr_stored))
 			return h_item_json(it, 409, "completion_conflict");
 		if (res->cpr_outcome == COMPLETE_STORED)
 			metrics_add(METRIC_COMPLETIONS, 1);
@@ -419,7 +419,7 @@ void h_key_completions(struct request *req)
 		size_t k = b->hb_m;
 		if (it->key == NULL)
 			continue;
-		if (tokenreq_complete_parse(&scratch, json_array_get(items, i), "key", &it->attempt,
+		if (engine_complete_parse(&scratch, json_array_get(items, i), "key", &it->attempt,
 					    &b->hb_resp[k]) < 0) {
 			store_response_free(&b->hb_resp[k]);
 			h_item_refused(it, &scratch);

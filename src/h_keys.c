@@ -1,7 +1,7 @@
 /* Caller keys: records addressed by (tenant, operation, key) for callers
  * that bring their own Idempotency-Key (service calls, webhooks, queue
  * consumers). A key is turned into a record id and then goes through the
- * same claim, complete and release as a token (tokenreq.c); only what a
+ * same claim, complete and release as a token (engine.c); only what a
  * signature would have said is checked here: the key's form, the
  * operation, the subject. */
 #include <stdio.h>
@@ -15,7 +15,7 @@
 #include "problem.h"
 #include "reqjson.h"
 #include "store.h"
-#include "tokenreq.h"
+#include "engine.h"
 
 /* The record address of the {op}/keys/{key} path (callerkey_address); OP
  * receives the policy. 0, or -1 after replying (400
@@ -93,20 +93,20 @@ void h_key_claim(struct request *req)
 		return;
 	if (reqjson_only(req, body, allowed) < 0 ||
 	    reqjson_string(req, body, "subject", 0, 1, TOKEN_SUBJECT_MAX, &subject) < 0 ||
-	    tokenreq_fingerprint(req, body, fp, &has_fp) < 0)
+	    engine_fingerprint(req, body, fp, &has_fp) < 0)
 		goto done;
 	if (subject != NULL) {
 		t.subject_len = strlen(subject);
 		memcpy(t.subject, subject, t.subject_len + 1);
 	}
-	if (tokenreq_claim_cached(req, &t, has_fp ? fp : NULL, h_key_replay))
+	if (engine_claim_cached(req, &t, has_fp ? fp : NULL, h_key_replay))
 		goto done;
 	id = h_key_id(&t);
 	if (id == NULL) {
 		problem_unavailable(req);
 		goto done;
 	}
-	if (tokenreq_claim_async(req, &t, has_fp ? fp : NULL, h_key_replay, h_key_claimed, 0,
+	if (engine_claim_async(req, &t, has_fp ? fp : NULL, h_key_replay, h_key_claimed, 0,
 				 id) == 0)
 		json_decref(id); /* answered at once: the callback never runs */
 done:
@@ -119,7 +119,7 @@ void h_key_complete(struct request *req)
 	struct operation op;
 
 	if (h_key_address(req, &t, &op) == 0)
-		tokenreq_complete(req, &t, 1);
+		engine_complete(req, &t, 1);
 }
 
 void h_key_release(struct request *req)
@@ -128,7 +128,7 @@ void h_key_release(struct request *req)
 	struct operation op;
 
 	if (h_key_address(req, &t, &op) == 0)
-		tokenreq_release(req, &t, 1);
+		engine_release(req, &t, 1);
 }
 
 void h_key_extend(struct request *req)
@@ -137,7 +137,7 @@ void h_key_extend(struct request *req)
 	struct operation op;
 
 	if (h_key_address(req, &t, &op) == 0)
-		tokenreq_extend(req, &t, 1);
+		engine_extend(req, &t, 1);
 }
 
 void h_key_checkpoint(struct request *req)
@@ -146,7 +146,7 @@ void h_key_checkpoint(struct request *req)
 	struct operation op;
 
 	if (h_key_address(req, &t, &op) == 0)
-		tokenreq_checkpoint(req, &t, 1);
+		engine_checkpoint(req, &t, 1);
 }
 
 void h_key_get(struct request *req)
@@ -168,13 +168,13 @@ void h_key_get(struct request *req)
 	}
 	clock_gettime(CLOCK_REALTIME, &now);
 	int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-	const char *state = tokenreq_record_state(&rv, now_ms, 0);
+	const char *state = engine_record_state(&rv, now_ms, 0);
 	json_t *o = json_pack("{s:o,s:s,s:s,s:s,s:o,s:i}", "id", h_key_id(&t), "operation",
 			      op.op_name, "key", req->req_params[1], "state", state, "expires_at",
 			      reqjson_time(rv.rv_expires_at), "attempt", rv.rv_attempt);
 	if (o != NULL && rv.rv_has_subject)
 		json_object_set_new(o, "subject", json_string(rv.rv_subject));
-	tokenreq_record_fields(o, &rv, state);
+	engine_record_fields(o, &rv, state);
 	store_record_view_free(&rv);
 	http_reply_json(req, 200, o);
 }

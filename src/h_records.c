@@ -16,7 +16,7 @@
 #include "router.h"
 #include "store.h"
 #include "token.h"
-#include "tokenreq.h"
+#include "engine.h"
 
 /* The {id} path segment as 16 bytes. 0, or -1 after replying 400. */
 static int h_record_id(struct request *req, uint8_t id[TOKEN_ID_BYTES])
@@ -62,13 +62,13 @@ void h_record_get(struct request *req)
 	}
 	clock_gettime(CLOCK_REALTIME, &now);
 	int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-	const char *state = tokenreq_record_state(&rv, now_ms, 1);
+	const char *state = engine_record_state(&rv, now_ms, 1);
 	json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:i}", "id", req->req_params[0], "operation",
 			      found ? op.op_name : "", "state", state, "expires_at",
 			      reqjson_time(rv.rv_expires_at), "attempt", rv.rv_attempt);
 	if (o != NULL && rv.rv_has_subject)
 		json_object_set_new(o, "subject", json_string(rv.rv_subject));
-	tokenreq_record_fields(o, &rv, state);
+	engine_record_fields(o, &rv, state);
 	store_record_view_free(&rv);
 	http_reply_json(req, 200, o);
 }

@@ -19,7 +19,7 @@
 #include "replaycache.h"
 #include "reqjson.h"
 #include "store.h"
-#include "tokenreq.h"
+#include "engine.h"
 #include "versionkey.h"
 
 #define H_TOKENS_MAX_COUNT 100
@@ -160,7 +160,7 @@ void h_token_issue(struct request *req)
 	count = a.count;
 	has_ttl = a.has_ttl;
 	has_count = a.has_count;
-	if (!tokenreq_rate_allow(req, has_count ? (int)count : 1))
+	if (!engine_rate_allow(req, has_count ? (int)count : 1))
 		goto done;
 	if (opcache_by_name(req->req_tenant_id, opname, &op, &found) < 0) {
 		problem_unavailable(req);
@@ -233,7 +233,7 @@ void h_token_get(struct request *req)
 	int found;
 	char hex[2 * TOKEN_ID_BYTES + 1];
 
-	if (tokenreq_from_path(req, &t) < 0)
+	if (engine_from_path(req, &t) < 0)
 		return;
 	if (opcache_by_id(t.operation_id, &op, &found) < 0 ||
 	    store_record_get(req->req_tenant_id, t.id, &rv) < 0) {
@@ -242,7 +242,7 @@ void h_token_get(struct request *req)
 	}
 	int64_t now = h_now_ms();
 	int expired = now >= (int64_t)t.expires_at * 1000;
-	const char *state = rv.rv_found ? tokenreq_record_state(&rv, now, 0) : "issued";
+	const char *state = rv.rv_found ? engine_record_state(&rv, now, 0) : "issued";
 	if (expired && strcmp(state, "issued") == 0)
 		state = "expired";
 	token_id_hex(t.id, hex);
@@ -250,7 +250,7 @@ void h_token_get(struct request *req)
 			      "operation", found ? op.op_name : "", "subject", t.subject,
 			      "state", state, "expires_at", reqjson_time((int64_t)t.expires_at * 1000),
 			      "attempt", rv.rv_attempt);
-	tokenreq_record_fields(o, &rv, state);
+	engine_record_fields(o, &rv, state);
 	store_record_view_free(&rv);
 	http_reply_json(req, 200, o);
 }
@@ -260,7 +260,7 @@ void h_token_revoke(struct request *req)
 	struct token t;
 	int in_use;
 
-	if (tokenreq_from_path(req, &t) < 0)
+	if (engine_from_path(req, &t) < 0)
 		return;
 	if (store_revoke(req->req_tenant_id, t.id, t.operation_id, t.subject,
 			 (int64_t)t.expires_at, req->req_by, &in_use) < 0) {
@@ -298,15 +298,15 @@ void h_token_claim(struct request *req)
 	int has_fp = 0;
 	json_t *body = NULL;
 
-	if (tokenreq_from_path(req, &t) < 0 || tokenreq_replay_raw(req, &t))
+	if (engine_from_path(req, &t) < 0 || engine_replay_raw(req, &t))
 		return;
 	body = http_body_object(req);
 	if (body == NULL)
 		return;
-	if (reqjson_only(req, body, allowed) < 0 || tokenreq_fingerprint(req, body, fp, &has_fp) < 0)
+	if (reqjson_only(req, body, allowed) < 0 || engine_fingerprint(req, body, fp, &has_fp) < 0)
 		goto done;
-	if (tokenreq_claim_cached(req, &t, has_fp ? fp : NULL, NULL) == 0 &&
-	    tokenreq_claim_async(req, &t, has_fp ? fp : NULL, NULL, h_token_claimed, 0, NULL) == 1) {
+	if (engine_claim_cached(req, &t, has_fp ? fp : NULL, NULL) == 0 &&
+	    engine_claim_async(req, &t, has_fp ? fp : NULL, NULL, h_token_claimed, 0, NULL) == 1) {
 		/* suspended: the batcher thread answers */
 	}
 done:
@@ -317,34 +317,34 @@ void h_token_complete(struct request *req)
 {
 	struct token t;
 
-	if (tokenreq_from_path(req, &t) < 0)
+	if (engine_from_path(req, &t) < 0)
 		return;
-	tokenreq_complete(req, &t, 0);
+	engine_complete(req, &t, 0);
 }
 
 void h_token_release(struct request *req)
 {
 	struct token t;
 
-	if (tokenreq_from_path(req, &t) < 0)
+	if (engine_from_path(req, &t) < 0)
 		return;
-	tokenreq_release(req, &t, 0);
+	engine_release(req, &t, 0);
 }
 
 void h_token_extend(struct request *req)
 {
 	struct token t;
 
-	if (tokenreq_from_path(req, &t) < 0)
+	if (engine_from_path(req, &t) < 0)
 		return;
-	tokenreq_extend(req, &t, 0);
+	engine_extend(req, &t, 0);
 }
 
 void h_token_checkpoint(struct request *req)
 {
 	struct token t;
 
-	if (tokenreq_from_path(req, &t) < 0)
+	if (engine_from_path(req, &t) < 0)
 		return;
-	tokenreq_checkpoint(req, &t, 0);
+	engine_checkpoint(req, &t, 0);
 }

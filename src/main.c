@@ -23,7 +23,7 @@
 #include "migrate.h"
 #include "waiters.h"
 #include "store.h"
-#include "tokenreq.h"
+#include "engine.h"
 
 #define EXIT_USAGE 2
 
@@ -133,7 +133,7 @@ static int main_serve(const struct config *cfg)
 		log_error("serve: no signing key could be loaded; run 'idemd migrate' first");
 		goto pool;
 	}
-	tokenreq_init(cfg);
+	engine_init(cfg);
 	/* two batches in flight: one commits while the next gathers */
 	if (batcher_start(cfg->pool_size < 2 ? 1 : 2) < 0)
 		goto pool;

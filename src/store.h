@@ -133,7 +133,7 @@ struct claim_result {
 	int64_t cr_current_version;
 	struct stored_response cr_response; /* for CLAIM_REPLAY */
 	/* the latest checkpoint, on a takeover answered on the request's
-	 * thread (tokenreq.c fills it, owns it and releases it) */
+	 * thread (engine.c fills it, owns it and releases it) */
 	struct json_t *cr_checkpoint;
 };
 

@@ -1,8 +1,8 @@
-/* Record requests: token verification and scope, then the claim, complete
- * and release of a record, whichever way its id was made (a token, or a
- * caller key: h_keys.c), and the per-tenant issuance rate limit (a token
- * bucket per tenant slot). */
-#include "tokenreq.h"
+/* The record engine: token verification and scope, then the claim,
+ * complete and release of a record, whichever way its id was made (a
+ * token, a caller key: h_keys.c, a derived gateway key), and the
+ * per-tenant issuance rate limit (a token bucket per tenant slot). */
+#include "engine.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -29,27 +29,27 @@
 #include "versionkey.h"
 #include "waiters.h"
 
-#define TOKENREQ_RATE_SLOTS 4096
-#define TOKENREQ_RATE_PROBES 8
+#define ENGINE_RATE_SLOTS 4096
+#define ENGINE_RATE_PROBES 8
 
-static const struct config *tokenreq_cfg;
+static const struct config *engine_cfg;
 
 /* One token bucket per tenant, in a table probed from the tenant's id. */
-struct tokenreq_bucket {
+struct engine_bucket {
 	uint32_t tb_tenant_id;
 	double tb_tokens;
 	double tb_last;
 };
 
-static pthread_mutex_t tokenreq_rate_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct tokenreq_bucket tokenreq_buckets[TOKENREQ_RATE_SLOTS];
+static pthread_mutex_t engine_rate_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct engine_bucket engine_buckets[ENGINE_RATE_SLOTS];
 
-void tokenreq_init(const struct config *cfg)
+void engine_init(const struct config *cfg)
 {
-	tokenreq_cfg = cfg;
+	engine_cfg = cfg;
 }
 
-int tokenreq_verify(struct request *req, const char *text, struct token *t)
+int engine_verify(struct request *req, const char *text, struct token *t)
 {
 	size_t len = strlen(text);
 
@@ -73,16 +73,16 @@ int tokenreq_verify(struct request *req, const char *text, struct token *t)
 	return 0;
 }
 
-int tokenreq_from_path(struct request *req, struct token *t)
+int engine_from_path(struct request *req, struct token *t)
 {
 	if (strlen(req->req_params[0]) != req->req_param_lens[0]) {
 		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
 		return -1;
 	}
-	return tokenreq_verify(req, req->req_params[0], t);
+	return engine_verify(req, req->req_params[0], t);
 }
 
-static double tokenreq_now(void)
+static double engine_now(void)
 {
 	struct timespec ts;
 
@@ -93,13 +93,13 @@ static double tokenreq_now(void)
 /* The tenant's bucket: its own if it has one among the probed slots, else a
  * free slot, else the one idle longest (only then does a tenant's bucket
  * start over). Called with the lock held. */
-static struct tokenreq_bucket *tokenreq_bucket_of(uint32_t tenant_id)
+static struct engine_bucket *engine_bucket_of(uint32_t tenant_id)
 {
-	struct tokenreq_bucket *pick = NULL;
+	struct engine_bucket *pick = NULL;
 
-	for (size_t i = 0; i < TOKENREQ_RATE_PROBES; i++) {
-		struct tokenreq_bucket *b =
-			&tokenreq_buckets[(tenant_id + i) % TOKENREQ_RATE_SLOTS];
+	for (size_t i = 0; i < ENGINE_RATE_PROBES; i++) {
+		struct engine_bucket *b =
+			&engine_buckets[(tenant_id + i) % ENGINE_RATE_SLOTS];
 		if (b->tb_last != 0 && b->tb_tenant_id == tenant_id)
 			return b;
 		if (pick == NULL || (pick->tb_last != 0 && b->tb_last < pick->tb_last))
@@ -108,15 +108,15 @@ static struct tokenreq_bucket *tokenreq_bucket_of(uint32_t tenant_id)
 	return pick;
 }
 
-int tokenreq_rate_allow(struct request *req, int n)
+int engine_rate_allow(struct request *req, int n)
 {
-	double rate = tokenreq_cfg ? tokenreq_cfg->issue_rate_per_second : 0;
+	double rate = engine_cfg ? engine_cfg->issue_rate_per_second : 0;
 
 	if (rate <= 0)
 		return 1;
-	double burst = tokenreq_cfg->issue_burst, now = tokenreq_now(), wait = 0;
-	pthread_mutex_lock(&tokenreq_rate_lock);
-	struct tokenreq_bucket *s = tokenreq_bucket_of(req->req_tenant_id);
+	double burst = engine_cfg->issue_burst, now = engine_now(), wait = 0;
+	pthread_mutex_lock(&engine_rate_lock);
+	struct engine_bucket *s = engine_bucket_of(req->req_tenant_id);
 	if (s->tb_tenant_id != req->req_tenant_id || s->tb_last == 0) {
 		s->tb_tenant_id = req->req_tenant_id;
 		s->tb_tokens = burst;
@@ -131,7 +131,7 @@ int tokenreq_rate_allow(struct request *req, int n)
 		s->tb_tokens -= (double)n;
 	else
 		wait = (need - s->tb_tokens) / rate;
-	pthread_mutex_unlock(&tokenreq_rate_lock);
+	pthread_mutex_unlock(&engine_rate_lock);
 	if (wait == 0)
 		return 1;
 	char after[16];
@@ -142,7 +142,7 @@ int tokenreq_rate_allow(struct request *req, int n)
 	return 0;
 }
 
-int tokenreq_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES],
+int engine_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES],
 			 int *has_fp)
 {
 	const char *text;
@@ -163,7 +163,7 @@ int tokenreq_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HAS
 	return 0;
 }
 
-int tokenreq_check_headers(struct request *req, json_t *headers, size_t max)
+int engine_check_headers(struct request *req, json_t *headers, size_t max)
 {
 	const char *name;
 	json_t *value;
@@ -202,7 +202,7 @@ int tokenreq_check_headers(struct request *req, json_t *headers, size_t max)
 
 /* The direct API's reply to a duplicate of a completed claim (new text,
  * free with free), or NULL. */
-static char *tokenreq_replay_text(const struct stored_response *r)
+static char *engine_replay_text(const struct stored_response *r)
 {
 	json_t *o = json_pack("{s:s,s:o}", "state", "completed", "response", reqjson_response(r));
 	char *text = http_json_text(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY, NULL);
@@ -213,7 +213,7 @@ static char *tokenreq_replay_text(const struct stored_response *r)
 
 /* Sends TEXT (LEN bytes) as the reply to a duplicate; NULL (out of memory
  * while rendering it): 503, which the client retries like any other. */
-static void tokenreq_replay_send(struct request *req, const char *text, size_t len)
+static void engine_replay_send(struct request *req, const char *text, size_t len)
 {
 	if (text == NULL) {
 		problem_unavailable(req);
@@ -224,31 +224,31 @@ static void tokenreq_replay_send(struct request *req, const char *text, size_t l
 }
 
 /* Replays a completed response to a duplicate. */
-static void tokenreq_replay(struct request *req, const struct stored_response *r,
+static void engine_replay(struct request *req, const struct stored_response *r,
 			    const struct token *t)
 {
 	(void)t;
-	char *text = tokenreq_replay_text(r);
+	char *text = engine_replay_text(r);
 
-	tokenreq_replay_send(req, text, text ? strlen(text) : 0);
+	engine_replay_send(req, text, text ? strlen(text) : 0);
 	free(text);
 }
 
 /* A replay cache hit of the direct API: sends REPLY (the rendered reply,
  * or NULL to render R), and keeps the rendered reply and this request's
  * body in the entry, so that the same body next time is answered by
- * tokenreq_replay_raw(). */
-static void tokenreq_replay_cached(struct request *req, const struct token *t,
+ * engine_replay_raw(). */
+static void engine_replay_cached(struct request *req, const struct token *t,
 				   const uint8_t *fp, const struct stored_response *r,
 				   char *reply, size_t reply_len)
 {
 	char *text = reply;
 
 	if (text == NULL) {
-		text = tokenreq_replay_text(r);
+		text = engine_replay_text(r);
 		reply_len = text ? strlen(text) : 0;
 	}
-	tokenreq_replay_send(req, text, reply_len);
+	engine_replay_send(req, text, reply_len);
 	if (text != NULL)
 		replaycache_set_reply(t->tenant_id, t->id, fp, req->req_body ? req->req_body : "",
 				      req->req_body_len, text, reply_len);
@@ -256,7 +256,7 @@ static void tokenreq_replay_cached(struct request *req, const struct token *t,
 		free(text);
 }
 
-int tokenreq_replay_raw(struct request *req, const struct token *t)
+int engine_replay_raw(struct request *req, const struct token *t)
 {
 	char *reply;
 	size_t len;
@@ -271,9 +271,9 @@ int tokenreq_replay_raw(struct request *req, const struct token *t)
 }
 
 /* A claim on its way through the database. */
-#define TOKENREQ_WAIT_MAX 60
+#define ENGINE_WAIT_MAX 60
 
-static int64_t tokenreq_unix_ms(void)
+static int64_t engine_unix_ms(void)
 {
 	struct timespec ts;
 
@@ -281,7 +281,7 @@ static int64_t tokenreq_unix_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-struct tokenreq_claim {
+struct engine_claim {
 	struct batcher_job tc_job;
 	struct request *tc_req;
 	struct token tc_token;
@@ -290,8 +290,8 @@ struct tokenreq_claim {
 	char tc_vkey[VERSIONKEY_MAX + 1];
 	struct claim_args tc_args;
 	struct claim_result tc_res;
-	tokenreq_replay_fn tc_replay;
-	tokenreq_claimed_fn tc_claimed;
+	engine_replay_fn tc_replay;
+	engine_claimed_fn tc_claimed;
 	void *tc_arg;
 	int tc_answer_later;        /* CLAIMED never keeps the connection */
 	int tc_wait;                /* seconds a duplicate in progress may wait (0: 409) */
@@ -300,8 +300,8 @@ struct tokenreq_claim {
 	struct waiter tc_waiter;
 };
 
-int tokenreq_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
-			  tokenreq_replay_fn replay)
+int engine_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
+			  engine_replay_fn replay)
 {
 	struct stored_response r;
 	char *reply = NULL;
@@ -313,7 +313,7 @@ int tokenreq_claim_cached(struct request *req, const struct token *t, const uint
 	if (cached == 1) {
 		metrics_add(METRIC_REPLAYS, 1);
 		if (direct)
-			tokenreq_replay_cached(req, t, fp, &r, reply, reply_len);
+			engine_replay_cached(req, t, fp, &r, reply, reply_len);
 		else
 			replay(req, &r, t);
 		free(reply);
@@ -333,7 +333,7 @@ int tokenreq_claim_cached(struct request *req, const struct token *t, const uint
  * precondition. Returns 1 with C's claim arguments filled, or 0 after
  * replying. C must not move afterwards (the arguments point into it).
  */
-const char *tokenreq_claim_args(const struct token *t, const struct operation *op,
+const char *engine_claim_args(const struct token *t, const struct operation *op,
 				const uint8_t *fp, const char *if_match,
 				char vkey[VERSIONKEY_MAX + 1], struct claim_args *a)
 {
@@ -366,7 +366,7 @@ const char *tokenreq_claim_args(const struct token *t, const struct operation *o
 
 /* How long a duplicate of an in-progress claim waits: Prefer: wait=N
  * (RFC 7240; at most 60), else the operation's wait_seconds. */
-static int tokenreq_wait_seconds(struct request *req, const struct operation *op)
+static int engine_wait_seconds(struct request *req, const struct operation *op)
 {
 	const char *p = http_header(req, "Prefer");
 
@@ -379,7 +379,7 @@ static int tokenreq_wait_seconds(struct request *req, const struct operation *op
 				v += 1 + strspn(v + 1, " \t\"");
 				long n = strspn(v, "0123456789") > 0 ? strtol(v, NULL, 10) : -1;
 				if (n >= 0)
-					return n > TOKENREQ_WAIT_MAX ? TOKENREQ_WAIT_MAX : (int)n;
+					return n > ENGINE_WAIT_MAX ? ENGINE_WAIT_MAX : (int)n;
 			}
 		}
 		p += strcspn(p, ",;");
@@ -387,7 +387,7 @@ static int tokenreq_wait_seconds(struct request *req, const struct operation *op
 	return op->op_wait_seconds;
 }
 
-static int tokenreq_claim_prepare(struct request *req, struct tokenreq_claim *c)
+static int engine_claim_prepare(struct request *req, struct engine_claim *c)
 {
 	const struct token *t = &c->tc_token;
 	struct operation op;
@@ -401,8 +401,8 @@ static int tokenreq_claim_prepare(struct request *req, struct tokenreq_claim *c)
 		problem_reply(req, 422, "operation_unknown", "the token's operation no longer exists");
 		return 0;
 	}
-	c->tc_wait = tokenreq_wait_seconds(req, &op);
-	const char *why = tokenreq_claim_args(t, &op, c->tc_has_fp ? c->tc_fp : NULL,
+	c->tc_wait = engine_wait_seconds(req, &op);
+	const char *why = engine_claim_args(t, &op, c->tc_has_fp ? c->tc_fp : NULL,
 					      req->req_no_if_match ? NULL : http_header(req, "If-Match"),
 					      c->tc_vkey, &c->tc_args);
 	if (why != NULL) {
@@ -413,9 +413,9 @@ static int tokenreq_claim_prepare(struct request *req, struct tokenreq_claim *c)
 	return 1;
 }
 
-void tokenreq_claim_verdict(const struct claim_result *res, struct tokenreq_verdict *v)
+void engine_claim_verdict(const struct claim_result *res, struct engine_verdict *v)
 {
-	static const struct tokenreq_verdict verdicts[] = {
+	static const struct engine_verdict verdicts[] = {
 		[CLAIM_CLAIMED] = { 201, NULL, NULL },
 		[CLAIM_REPLAY] = { 200, NULL, NULL },
 		[CLAIM_IN_PROGRESS] = { 409, "request_in_progress",
@@ -435,7 +435,7 @@ void tokenreq_claim_verdict(const struct claim_result *res, struct tokenreq_verd
 
 /* Answers every outcome of the database step but CLAIM_CLAIMED: returns 1
  * for that one (nothing replied), else 0 after replying. */
-static int tokenreq_claim_answer(struct request *req, struct tokenreq_claim *c, int rc)
+static int engine_claim_answer(struct request *req, struct engine_claim *c, int rc)
 {
 	const struct token *t = &c->tc_token;
 	struct claim_result *res = &c->tc_res;
@@ -493,7 +493,7 @@ static int tokenreq_claim_answer(struct request *req, struct tokenreq_claim *c, 
 	return ret;
 }
 
-const char *tokenreq_record_state(const struct record_view *rv, int64_t now_ms, int lapsed)
+const char *engine_record_state(const struct record_view *rv, int64_t now_ms, int lapsed)
 {
 	if (strcmp(rv->rv_state, "completed") == 0 || strcmp(rv->rv_state, "revoked") == 0)
 		return rv->rv_state;
@@ -506,7 +506,7 @@ const char *tokenreq_record_state(const struct record_view *rv, int64_t now_ms, 
 	return "issued";
 }
 
-void tokenreq_record_fields(json_t *o, const struct record_view *rv, const char *state)
+void engine_record_fields(json_t *o, const struct record_view *rv, const char *state)
 {
 	if (o == NULL)
 		return;
@@ -515,10 +515,10 @@ void tokenreq_record_fields(json_t *o, const struct record_view *rv, const char 
 	if (strcmp(state, "completed") == 0)
 		json_object_set_new(o, "response", reqjson_response(&rv->rv_response));
 	if (rv->rv_checkpoint_phase != NULL)
-		json_object_set_new(o, "checkpoint", tokenreq_checkpoint_json(rv));
+		json_object_set_new(o, "checkpoint", engine_checkpoint_json(rv));
 }
 
-json_t *tokenreq_checkpoint_json(const struct record_view *rv)
+json_t *engine_checkpoint_json(const struct record_view *rv)
 {
 	json_t *data = NULL;
 
@@ -532,7 +532,7 @@ json_t *tokenreq_checkpoint_json(const struct record_view *rv)
 
 /* The latest checkpoint of T's record, or NULL (none, or the database did
  * not answer: the takeover then starts from the beginning, logged). */
-static json_t *tokenreq_checkpoint_read(const struct token *t)
+static json_t *engine_checkpoint_read(const struct token *t)
 {
 	struct record_view rv;
 
@@ -540,15 +540,15 @@ static json_t *tokenreq_checkpoint_read(const struct token *t)
 		log_warn("claim: the checkpoint of a taken-over record could not be read");
 		return NULL;
 	}
-	json_t *cp = tokenreq_checkpoint_json(&rv);
+	json_t *cp = engine_checkpoint_json(&rv);
 	store_record_view_free(&rv);
 	return cp;
 }
 
-static struct tokenreq_claim *tokenreq_claim_new(struct request *req, const struct token *t,
-						 const uint8_t *fp, tokenreq_replay_fn replay)
+static struct engine_claim *engine_claim_new(struct request *req, const struct token *t,
+						 const uint8_t *fp, engine_replay_fn replay)
 {
-	struct tokenreq_claim *c = calloc(1, sizeof(*c));
+	struct engine_claim *c = calloc(1, sizeof(*c));
 
 	if (c == NULL) {
 		problem_unavailable(req);
@@ -559,7 +559,7 @@ static struct tokenreq_claim *tokenreq_claim_new(struct request *req, const stru
 	c->tc_has_fp = fp != NULL;
 	if (fp != NULL)
 		memcpy(c->tc_fp, fp, STORE_HASH_BYTES);
-	c->tc_replay = replay != NULL ? replay : tokenreq_replay;
+	c->tc_replay = replay != NULL ? replay : engine_replay;
 	c->tc_job.bj_kind = BATCHER_CLAIM;
 	c->tc_job.bj_claim = &c->tc_args;
 	c->tc_job.bj_claim_result = &c->tc_res;
@@ -567,14 +567,14 @@ static struct tokenreq_claim *tokenreq_claim_new(struct request *req, const stru
 }
 
 /* The claim's answer, built on the thread that then sends it. */
-static void tokenreq_claim_finish(struct request *req, void *arg)
+static void engine_claim_finish(struct request *req, void *arg)
 {
-	struct tokenreq_claim *c = arg;
+	struct engine_claim *c = arg;
 
-	if (tokenreq_claim_answer(req, c, c->tc_job.bj_rc) == 1) {
+	if (engine_claim_answer(req, c, c->tc_job.bj_rc) == 1) {
 		/* a takeover resumes from the last recovery point */
 		if (c->tc_res.cr_attempt > 1)
-			c->tc_res.cr_checkpoint = tokenreq_checkpoint_read(&c->tc_token);
+			c->tc_res.cr_checkpoint = engine_checkpoint_read(&c->tc_token);
 		(void)c->tc_claimed(req, &c->tc_res, c->tc_arg);
 		json_decref(c->tc_res.cr_checkpoint);
 	} else {
@@ -587,32 +587,32 @@ static void tokenreq_claim_finish(struct request *req, void *arg)
  * may keep the connection (the gateway's forward) is answered here; every
  * other is resumed at once and answered on its request thread, so that the
  * batcher is free for the next batch sooner. */
-static void tokenreq_claim_done(struct batcher_job *j);
+static void engine_claim_done(struct batcher_job *j);
 
 /* Waiters' thread: the record C waits for settled, or its lease or C's
  * deadline passed. Claims again, or (EXPIRED) answers 409. */
-static void tokenreq_woken(struct waiter *w, int expired)
+static void engine_woken(struct waiter *w, int expired)
 {
-	struct tokenreq_claim *c =
-		(struct tokenreq_claim *)(void *)((char *)w - offsetof(struct tokenreq_claim,
+	struct engine_claim *c =
+		(struct engine_claim *)(void *)((char *)w - offsetof(struct engine_claim,
 								       tc_waiter));
 
 	if (expired) {
-		http_resume_then(c->tc_req, tokenreq_claim_finish, c);
+		http_resume_then(c->tc_req, engine_claim_finish, c);
 		return;
 	}
 	store_response_free(&c->tc_res.cr_response);
 	memset(&c->tc_res, 0, sizeof(c->tc_res));
-	c->tc_submitted = tokenreq_unix_ms();
+	c->tc_submitted = engine_unix_ms();
 	batcher_submit(&c->tc_job);
 }
 
 /* Batcher thread: a duplicate in progress that may wait is parked with the
  * waiters; 1 then (the connection stays suspended), else 0. */
-static int tokenreq_wait(struct tokenreq_claim *c)
+static int engine_wait(struct engine_claim *c)
 {
 	struct waiter *w = &c->tc_waiter;
-	int64_t now = tokenreq_unix_ms();
+	int64_t now = engine_unix_ms();
 
 	if (c->tc_job.bj_rc != 0 || c->tc_res.cr_outcome != CLAIM_IN_PROGRESS || c->tc_wait == 0 ||
 	    now >= c->tc_wait_until)
@@ -624,7 +624,7 @@ static int tokenreq_wait(struct tokenreq_claim *c)
 	w->w_retry_ms = c->tc_res.cr_lease_expires_at + 20;
 	if (w->w_retry_ms > w->w_deadline_ms)
 		w->w_retry_ms = w->w_deadline_ms;
-	w->w_wake = tokenreq_woken;
+	w->w_wake = engine_woken;
 	if (waiters_add(w, c->tc_submitted - 1) < 0)
 		return 0;
 	c->tc_req->req_waited = c->tc_wait;
@@ -632,20 +632,20 @@ static int tokenreq_wait(struct tokenreq_claim *c)
 	return 1;
 }
 
-static void tokenreq_claim_done(struct batcher_job *j)
+static void engine_claim_done(struct batcher_job *j)
 {
-	struct tokenreq_claim *c = (struct tokenreq_claim *)(void *)j;
+	struct engine_claim *c = (struct engine_claim *)(void *)j;
 	struct request *req = c->tc_req;
 	int keep = 0;
 
-	if (tokenreq_wait(c))
+	if (engine_wait(c))
 		return;
 
 	if (c->tc_answer_later) {
-		http_resume_then(req, tokenreq_claim_finish, c);
+		http_resume_then(req, engine_claim_finish, c);
 		return;
 	}
-	if (tokenreq_claim_answer(req, c, j->bj_rc) == 1)
+	if (engine_claim_answer(req, c, j->bj_rc) == 1)
 		keep = c->tc_claimed(req, &c->tc_res, c->tc_arg);
 	else
 		(void)c->tc_claimed(req, NULL, c->tc_arg);
@@ -654,23 +654,23 @@ static void tokenreq_claim_done(struct batcher_job *j)
 		http_resume(req);
 }
 
-int tokenreq_claim_async(struct request *req, const struct token *t, const uint8_t *fp,
-			 tokenreq_replay_fn replay, tokenreq_claimed_fn claimed, int keeps,
+int engine_claim_async(struct request *req, const struct token *t, const uint8_t *fp,
+			 engine_replay_fn replay, engine_claimed_fn claimed, int keeps,
 			 void *arg)
 {
-	struct tokenreq_claim *c = tokenreq_claim_new(req, t, fp, replay);
+	struct engine_claim *c = engine_claim_new(req, t, fp, replay);
 
 	if (c == NULL)
 		return 0;
-	if (tokenreq_claim_prepare(req, c) == 0) {
+	if (engine_claim_prepare(req, c) == 0) {
 		free(c);
 		return 0;
 	}
 	c->tc_claimed = claimed;
 	c->tc_arg = arg;
 	c->tc_answer_later = keeps == 0;
-	c->tc_job.bj_done = tokenreq_claim_done;
-	c->tc_submitted = tokenreq_unix_ms();
+	c->tc_job.bj_done = engine_claim_done;
+	c->tc_submitted = engine_unix_ms();
 	c->tc_wait_until = c->tc_submitted + (int64_t)c->tc_wait * 1000;
 	http_suspend(req);
 	batcher_submit(&c->tc_job);
@@ -679,13 +679,13 @@ int tokenreq_claim_async(struct request *req, const struct token *t, const uint8
 
 /* ---------------------------------------------------------------- complete, release */
 
-#define TOKENREQ_MAX_STORED_HEADERS 64
-#define TOKENREQ_CHECKPOINT_MAX (64 * 1024)
+#define ENGINE_MAX_STORED_HEADERS 64
+#define ENGINE_CHECKPOINT_MAX (64 * 1024)
 
 /* For a caller key (IS_KEY), a record that does not exist is 404
  * record_not_found rather than 409 not_in_progress: 1 after replying so
  * (or 503), else 0. */
-static int tokenreq_not_found(struct request *req, const struct token *t, int is_key)
+static int engine_not_found(struct request *req, const struct token *t, int is_key)
 {
 	struct record_view rv;
 
@@ -703,7 +703,7 @@ static int tokenreq_not_found(struct request *req, const struct token *t, int is
 }
 
 /* Validates a complete body into RESP (headers text and body owned). */
-int tokenreq_complete_parse(struct request *req, json_t *body, const char *extra,
+int engine_complete_parse(struct request *req, json_t *body, const char *extra,
 			    int64_t *attempt, struct stored_response *resp)
 {
 	const char *const allowed[] = { "attempt", "status", "headers", "body", "body_base64",
@@ -720,7 +720,7 @@ int tokenreq_complete_parse(struct request *req, json_t *body, const char *extra
 		return -1;
 	resp->sr_status = (int)status;
 	json_t *headers = json_object_get(body, "headers");
-	if (headers != NULL && tokenreq_check_headers(req, headers, TOKENREQ_MAX_STORED_HEADERS) < 0)
+	if (headers != NULL && engine_check_headers(req, headers, ENGINE_MAX_STORED_HEADERS) < 0)
 		return -1;
 	json_t *jbody = json_object_get(body, "body");
 	if (jbody != NULL && b64 != NULL) {
@@ -751,7 +751,7 @@ int tokenreq_complete_parse(struct request *req, json_t *body, const char *extra
 }
 
 /* A complete on its way through the database. */
-struct tokenreq_complete {
+struct engine_complete {
 	struct batcher_job hc_job;
 	struct request *hc_req;
 	struct token hc_token;
@@ -762,7 +762,7 @@ struct tokenreq_complete {
 	struct complete_result hc_res;
 };
 
-static void tokenreq_complete_free(struct tokenreq_complete *c)
+static void engine_complete_free(struct engine_complete *c)
 {
 	store_response_free(&c->hc_res.cpr_stored);
 	store_response_free(&c->hc_resp);
@@ -771,7 +771,7 @@ static void tokenreq_complete_free(struct tokenreq_complete *c)
 
 /* 1 when a repeated completion A says what the stored one B says: same
  * status, headers (as JSON values) and body bytes. */
-int tokenreq_same_response(const struct stored_response *a, const struct stored_response *b)
+int engine_same_response(const struct stored_response *a, const struct stored_response *b)
 {
 	if (a->sr_status != b->sr_status || a->sr_body_len != b->sr_body_len ||
 	    (a->sr_body_len > 0 && memcmp(a->sr_body, b->sr_body, a->sr_body_len) != 0))
@@ -785,16 +785,16 @@ int tokenreq_same_response(const struct stored_response *a, const struct stored_
 }
 
 /* The complete's answer, built on the request's thread after the resume. */
-static void tokenreq_complete_answer(struct request *req, void *arg)
+static void engine_complete_answer(struct request *req, void *arg)
 {
-	struct tokenreq_complete *c = arg;
+	struct engine_complete *c = arg;
 	struct complete_result *res = &c->hc_res;
 
 	if (c->hc_job.bj_rc < 0) {
 		problem_unavailable(req);
 		goto done;
 	}
-	if (res->cpr_outcome == COMPLETE_ALREADY && !tokenreq_same_response(&c->hc_resp, &res->cpr_stored)) {
+	if (res->cpr_outcome == COMPLETE_ALREADY && !engine_same_response(&c->hc_resp, &res->cpr_stored)) {
 		problem_reply(req, 409, "completion_conflict",
 			      "attempt %" PRId64 " was already completed with another response",
 			      c->hc_attempt);
@@ -818,29 +818,29 @@ static void tokenreq_complete_answer(struct request *req, void *arg)
 			      "attempt %" PRId64 " is no longer the current attempt", c->hc_attempt);
 		break;
 	case COMPLETE_NOT_IN_PROGRESS:
-		if (tokenreq_not_found(req, &c->hc_token, c->hc_is_key))
+		if (engine_not_found(req, &c->hc_token, c->hc_is_key))
 			break;
 		problem_reply(req, 409, "not_in_progress", "the token is not claimed by attempt %" PRId64,
 			      c->hc_attempt);
 		break;
 	}
 done:
-	tokenreq_complete_free(c);
+	engine_complete_free(c);
 }
 
 /* Batcher thread: the complete is committed (or refused); resume at once. */
-static void tokenreq_completed(struct batcher_job *j)
+static void engine_completed(struct batcher_job *j)
 {
-	struct tokenreq_complete *c = (struct tokenreq_complete *)(void *)j;
+	struct engine_complete *c = (struct engine_complete *)(void *)j;
 
-	http_resume_then(c->hc_req, tokenreq_complete_answer, c);
+	http_resume_then(c->hc_req, engine_complete_answer, c);
 }
 
-void tokenreq_complete(struct request *req, const struct token *tok, int is_key)
+void engine_complete(struct request *req, const struct token *tok, int is_key)
 {
 	struct token t = *tok;
 	struct operation op;
-	struct tokenreq_complete *c = NULL;
+	struct engine_complete *c = NULL;
 	int found;
 	json_t *body = NULL;
 
@@ -852,7 +852,7 @@ void tokenreq_complete(struct request *req, const struct token *tok, int is_key)
 		problem_unavailable(req);
 		goto done;
 	}
-	if (tokenreq_complete_parse(req, body, NULL, &c->hc_attempt, &c->hc_resp) < 0)
+	if (engine_complete_parse(req, body, NULL, &c->hc_attempt, &c->hc_resp) < 0)
 		goto done;
 	if (opcache_by_id(t.operation_id, &op, &found) < 0) {
 		problem_unavailable(req);
@@ -874,20 +874,20 @@ void tokenreq_complete(struct request *req, const struct token *tok, int is_key)
 	c->hc_job.bj_kind = BATCHER_COMPLETE;
 	c->hc_job.bj_complete = &c->hc_args;
 	c->hc_job.bj_complete_result = &c->hc_res;
-	c->hc_job.bj_done = tokenreq_completed;
+	c->hc_job.bj_done = engine_completed;
 	http_suspend(req);
 	batcher_submit(&c->hc_job);
 	c = NULL;
 done:
 	if (c != NULL)
-		tokenreq_complete_free(c);
+		engine_complete_free(c);
 	json_decref(body);
 }
 
 /* Answers a fenced write's refusal (409 lease_lost or not_in_progress, or
  * for a caller key never claimed 404); 1 when OUTCOME is RELEASE_DONE and
  * the caller answers. */
-static int tokenreq_fenced(struct request *req, const struct token *t, int is_key,
+static int engine_fenced(struct request *req, const struct token *t, int is_key,
 			   enum release_outcome outcome, int64_t attempt)
 {
 	if (outcome == RELEASE_DONE)
@@ -895,7 +895,7 @@ static int tokenreq_fenced(struct request *req, const struct token *t, int is_ke
 	if (outcome == RELEASE_LEASE_LOST)
 		problem_reply(req, 409, "lease_lost",
 			      "attempt %" PRId64 " is no longer the current attempt", attempt);
-	else if (!tokenreq_not_found(req, t, is_key))
+	else if (!engine_not_found(req, t, is_key))
 		problem_reply(req, 409, "not_in_progress", "the token is not claimed by attempt %" PRId64,
 			      attempt);
 	return 0;
@@ -903,7 +903,7 @@ static int tokenreq_fenced(struct request *req, const struct token *t, int is_ke
 
 /* The body of a fenced write: ALLOWED members, "attempt" among them. The
  * body (new reference) or NULL after replying. */
-static json_t *tokenreq_fenced_body(struct request *req, const char *const *allowed,
+static json_t *engine_fenced_body(struct request *req, const char *const *allowed,
 				    int64_t *attempt)
 {
 	int present;
@@ -918,18 +918,18 @@ static json_t *tokenreq_fenced_body(struct request *req, const char *const *allo
 	return body;
 }
 
-void tokenreq_release(struct request *req, const struct token *t, int is_key)
+void engine_release(struct request *req, const struct token *t, int is_key)
 {
 	static const char *const allowed[] = { "attempt", NULL };
 	enum release_outcome outcome;
 	int64_t attempt;
-	json_t *body = tokenreq_fenced_body(req, allowed, &attempt);
+	json_t *body = engine_fenced_body(req, allowed, &attempt);
 
 	if (body == NULL)
 		return;
 	if (store_release(req->req_tenant_id, t->id, (int)attempt, req->req_by, &outcome) < 0)
 		problem_unavailable(req);
-	else if (tokenreq_fenced(req, t, is_key, outcome, attempt)) {
+	else if (engine_fenced(req, t, is_key, outcome, attempt)) {
 		metrics_add(METRIC_RELEASES, 1);
 		http_reply_json(req, 200, json_pack("{s:s,s:I}", "state", "issued", "attempt",
 						    (json_int_t)attempt));
@@ -937,14 +937,14 @@ void tokenreq_release(struct request *req, const struct token *t, int is_key)
 	json_decref(body);
 }
 
-void tokenreq_extend(struct request *req, const struct token *t, int is_key)
+void engine_extend(struct request *req, const struct token *t, int is_key)
 {
 	static const char *const allowed[] = { "attempt", "lease_seconds", NULL };
 	enum release_outcome outcome;
 	struct operation op;
 	int64_t attempt, lease, until;
 	int present, found;
-	json_t *body = tokenreq_fenced_body(req, allowed, &attempt);
+	json_t *body = engine_fenced_body(req, allowed, &attempt);
 
 	if (body == NULL)
 		return;
@@ -960,7 +960,7 @@ void tokenreq_extend(struct request *req, const struct token *t, int is_key)
 	if (store_extend(req->req_tenant_id, t->id, (int)attempt, (int)lease, req->req_by, &outcome,
 			 &until) < 0)
 		problem_unavailable(req);
-	else if (tokenreq_fenced(req, t, is_key, outcome, attempt))
+	else if (engine_fenced(req, t, is_key, outcome, attempt))
 		http_reply_json(req, 200, json_pack("{s:s,s:I,s:o}", "state", "in_progress",
 						    "attempt", (json_int_t)attempt,
 						    "lease_expires_at", reqjson_time(until)));
@@ -969,27 +969,27 @@ done:
 }
 
 /* 1 when PHASE is 1..64 characters of [a-z0-9._-]. */
-static int tokenreq_phase_ok(const char *phase)
+static int engine_phase_ok(const char *phase)
 {
 	size_t n = strlen(phase);
 
 	return n >= 1 && n <= 64 && strspn(phase, "abcdefghijklmnopqrstuvwxyz0123456789._-") == n;
 }
 
-void tokenreq_checkpoint(struct request *req, const struct token *t, int is_key)
+void engine_checkpoint(struct request *req, const struct token *t, int is_key)
 {
 	static const char *const allowed[] = { "attempt", "phase", "data", NULL };
 	enum release_outcome outcome;
 	int64_t attempt;
 	const char *phase;
 	char *data = NULL;
-	json_t *body = tokenreq_fenced_body(req, allowed, &attempt);
+	json_t *body = engine_fenced_body(req, allowed, &attempt);
 
 	if (body == NULL)
 		return;
 	if (reqjson_string(req, body, "phase", 1, 1, 64, &phase) < 0)
 		goto done;
-	if (!tokenreq_phase_ok(phase)) {
+	if (!engine_phase_ok(phase)) {
 		problem_reply(req, 400, "invalid_request", "phase must be 1 to 64 of [a-z0-9._-]");
 		goto done;
 	}
@@ -1000,17 +1000,17 @@ void tokenreq_checkpoint(struct request *req, const struct token *t, int is_key)
 			problem_unavailable(req);
 			goto done;
 		}
-		if (strlen(data) > TOKENREQ_CHECKPOINT_MAX) {
+		if (strlen(data) > ENGINE_CHECKPOINT_MAX) {
 			problem_reply(req, 400, "invalid_request",
 				      "checkpoint data is at most %d bytes of JSON",
-				      TOKENREQ_CHECKPOINT_MAX);
+				      ENGINE_CHECKPOINT_MAX);
 			goto done;
 		}
 	}
 	if (store_checkpoint(req->req_tenant_id, t->id, (int)attempt, phase, data, req->req_by,
 			     &outcome) < 0)
 		problem_unavailable(req);
-	else if (tokenreq_fenced(req, t, is_key, outcome, attempt))
+	else if (engine_fenced(req, t, is_key, outcome, attempt))
 		http_reply_json(req, 200, json_pack("{s:s,s:{s:s,s:o,s:I}}", "state", "in_progress",
 						    "checkpoint", "phase", phase, "data",
 						    jdata ? json_incref(jdata) : json_null(),

@@ -1,8 +1,11 @@
-/* Token requests: the steps every token-carrying request shares, for the
- * direct API and gateway routes alike: reading and verifying the token,
- * checking its scope, running the claim and answering its outcomes. */
-#ifndef IDEMD_TOKENREQ_H
-#define IDEMD_TOKENREQ_H
+/* The record engine: the steps every request on a record shares, for the
+ * direct API (tokens, caller keys, batches) and gateway routes alike:
+ * verifying a token and its scope, the claim and its outcomes, complete,
+ * release, extend and checkpoint. A record is (tenant, operation, record
+ * id); a token is one way to name it, a caller key or a derived gateway key
+ * another: the engine does not care which. */
+#ifndef IDEMD_ENGINE_H
+#define IDEMD_ENGINE_H
 
 #include <jansson.h>
 #include <stdint.h>
@@ -15,18 +18,18 @@
 
 struct config;
 
-void tokenreq_init(const struct config *cfg);
+void engine_init(const struct config *cfg);
 
 /* Verifies TEXT as a token of the request's tenant. 0, or -1 after replying
  * 400 token_malformed, 403 token_invalid or 403 token_scope_mismatch. */
-int tokenreq_verify(struct request *req, const char *text, struct token *t) IDEMD_WUR;
+int engine_verify(struct request *req, const char *text, struct token *t) IDEMD_WUR;
 
-/* tokenreq_verify() on the {token} path segment. */
-int tokenreq_from_path(struct request *req, struct token *t) IDEMD_WUR;
+/* engine_verify() on the {token} path segment. */
+int engine_from_path(struct request *req, struct token *t) IDEMD_WUR;
 
 /* Answers a duplicate of a completed claim of T from its stored response R
  * (both borrowed for the call). */
-typedef void (*tokenreq_replay_fn)(struct request *req, const struct stored_response *r,
+typedef void (*engine_replay_fn)(struct request *req, const struct stored_response *r,
 				   const struct token *t);
 
 /* Called on a batcher thread when an asynchronous claim has its answer,
@@ -35,7 +38,7 @@ typedef void (*tokenreq_replay_fn)(struct request *req, const struct stored_resp
  * 0 to have the connection resumed now or 1 when the callee takes over
  * resuming it (http_resume). RES is NULL when the claim was answered
  * otherwise (409, 410, replay...): only release ARG, and return 0. */
-typedef int (*tokenreq_claimed_fn)(struct request *req, const struct claim_result *res,
+typedef int (*engine_claimed_fn)(struct request *req, const struct claim_result *res,
 				   void *arg);
 
 /*
@@ -43,14 +46,14 @@ typedef int (*tokenreq_claimed_fn)(struct request *req, const struct claim_resul
  * FP (NULL: none) from the replay cache when it can. 1 after replying (the
  * cached response through REPLAY, NULL: the direct API's envelope; or 422
  * for another request's fingerprint), 0 when the database must be asked
- * (tokenreq_claim_async).
+ * (engine_claim_async).
  */
-int tokenreq_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
-			  tokenreq_replay_fn replay) IDEMD_WUR;
+int engine_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
+			  engine_replay_fn replay) IDEMD_WUR;
 
 /*
  * Claims T with fingerprint FP (NULL: none), honouring If-Match, without
- * blocking the request thread (after tokenreq_claim_cached found nothing):
+ * blocking the request thread (after engine_claim_cached found nothing):
  * the checks run now;
  * the database step runs on a batcher thread (in a batch with other
  * claims) while the connection is suspended, every outcome is answered
@@ -62,8 +65,8 @@ int tokenreq_claim_cached(struct request *req, const struct token *t, const uint
  * when the request is suspended, 0 after replying at once (validation;
  * CLAIMED is not called and ARG stays the caller's).
  */
-int tokenreq_claim_async(struct request *req, const struct token *t, const uint8_t *fp,
-			 tokenreq_replay_fn replay, tokenreq_claimed_fn claimed, int keeps,
+int engine_claim_async(struct request *req, const struct token *t, const uint8_t *fp,
+			 engine_replay_fn replay, engine_claimed_fn claimed, int keeps,
 			 void *arg) IDEMD_WUR;
 
 /*
@@ -73,7 +76,7 @@ int tokenreq_claim_async(struct request *req, const struct token *t, const uint8
  * answer is the same. Returns 1 after replying, 0 when the full way must
  * run.
  */
-int tokenreq_replay_raw(struct request *req, const struct token *t) IDEMD_WUR;
+int engine_replay_raw(struct request *req, const struct token *t) IDEMD_WUR;
 
 /*
  * POST .../complete and .../release of the record T addresses (a token, or
@@ -81,27 +84,27 @@ int tokenreq_replay_raw(struct request *req, const struct token *t) IDEMD_WUR;
  * record_not_found). Reads the body, runs the step (complete: batched,
  * answered after the commit) and replies.
  */
-void tokenreq_complete(struct request *req, const struct token *t, int is_key);
-void tokenreq_release(struct request *req, const struct token *t, int is_key);
+void engine_complete(struct request *req, const struct token *t, int is_key);
+void engine_release(struct request *req, const struct token *t, int is_key);
 /* POST .../extend {"attempt","lease_seconds"?} (at most, and by default,
  * the operation's lease) and .../checkpoint {"attempt","phase","data"?}
  * (phase 1..64 of [a-z0-9._-], data any JSON up to 64 KiB) of the current
  * attempt; fenced like release. */
-void tokenreq_extend(struct request *req, const struct token *t, int is_key);
-void tokenreq_checkpoint(struct request *req, const struct token *t, int is_key);
+void engine_extend(struct request *req, const struct token *t, int is_key);
+void engine_checkpoint(struct request *req, const struct token *t, int is_key);
 
 /* The state introspection shows for RV at NOW_MS (unix ms): completed,
  * revoked, in_progress (a live lease), and otherwise issued, or with
  * LAPSED "lease_expired" for one in progress whose lease ran out. */
-const char *tokenreq_record_state(const struct record_view *rv, int64_t now_ms, int lapsed);
+const char *engine_record_state(const struct record_view *rv, int64_t now_ms, int lapsed);
 
 /* Adds to introspection O what STATE shows of RV: lease_expires_at,
  * response, checkpoint (O may be NULL). */
-void tokenreq_record_fields(json_t *o, const struct record_view *rv, const char *state);
+void engine_record_fields(json_t *o, const struct record_view *rv, const char *state);
 
 /* The latest checkpoint of RV as {"phase","data","attempt"} (new
  * reference), or NULL when it has none. */
-json_t *tokenreq_checkpoint_json(const struct record_view *rv);
+json_t *engine_checkpoint_json(const struct record_view *rv);
 
 /*
  * The claim arguments of T under policy OP into A: fingerprint FP (NULL:
@@ -109,41 +112,41 @@ json_t *tokenreq_checkpoint_json(const struct record_view *rv);
  * VKEY receives the expanded counter name A points to. NULL, or why the
  * claim is refused (400 invalid_request).
  */
-const char *tokenreq_claim_args(const struct token *t, const struct operation *op,
+const char *engine_claim_args(const struct token *t, const struct operation *op,
 				const uint8_t *fp, const char *if_match,
 				char vkey[VERSIONKEY_MAX + 1], struct claim_args *a);
 
 /* What a claim outcome answers: STATUS, and for a refusal its problem
  * CODE and a DETAIL (NULL for 201 and 200). */
-struct tokenreq_verdict {
+struct engine_verdict {
 	unsigned status;
 	const char *code;
 	const char *detail;
 };
-void tokenreq_claim_verdict(const struct claim_result *res, struct tokenreq_verdict *v);
+void engine_claim_verdict(const struct claim_result *res, struct engine_verdict *v);
 
 /* The fingerprint of a claim body: its "fingerprint" string, else the
  * canonical JSON of its "request", else none (*HAS_FP 0). 0, or -1 after
  * replying. */
-int tokenreq_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES],
+int engine_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES],
 			 int *has_fp) IDEMD_WUR;
 
 /* Validates a completion (BODY: attempt, status, headers, body or
  * body_base64, and EXTRA when not NULL) into *ATTEMPT and RESP (headers
  * text and body owned: store_response_free). 0, or -1 after replying. */
-int tokenreq_complete_parse(struct request *req, json_t *body, const char *extra,
+int engine_complete_parse(struct request *req, json_t *body, const char *extra,
 			    int64_t *attempt, struct stored_response *resp) IDEMD_WUR;
 
 /* 1 when a repeated completion A says what the stored one B says: same
  * status, headers (as JSON values) and body bytes. */
-int tokenreq_same_response(const struct stored_response *a, const struct stored_response *b);
+int engine_same_response(const struct stored_response *a, const struct stored_response *b);
 
 /* Checks a headers object: at most MAX string values with token names. */
-int tokenreq_check_headers(struct request *req, json_t *headers, size_t max) IDEMD_WUR;
+int engine_check_headers(struct request *req, json_t *headers, size_t max) IDEMD_WUR;
 
 /* Token issuance rate limit per tenant, N tokens at once (a request for
  * more than the burst needs a full bucket and leaves it in debt): 1 allowed,
  * 0 after replying 429. */
-int tokenreq_rate_allow(struct request *req, int n);
+int engine_rate_allow(struct request *req, int n);
 
 #endif
