@@ -1,0 +1,188 @@
+/* The record engine, request checks: a token's verification and scope,
+ * a claim body's fingerprint, a stored headers object, and the per-tenant
+ * issuance rate limit (a token bucket per tenant slot). */
+#include "engine.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "config.h"
+#include "fingerprint.h"
+#include "headers.h"
+#include "keys.h"
+#include "problem.h"
+#include "reqjson.h"
+
+#define ENGINE_RATE_SLOTS 4096
+#define ENGINE_RATE_PROBES 8
+
+static const struct config *engine_cfg;
+
+/* One token bucket per tenant, in a table probed from the tenant's id. */
+struct engine_bucket {
+	uint32_t tb_tenant_id;
+	double tb_tokens;
+	double tb_last;
+};
+
+static pthread_mutex_t engine_rate_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct engine_bucket engine_buckets[ENGINE_RATE_SLOTS];
+
+void engine_init(const struct config *cfg)
+{
+	engine_cfg = cfg;
+}
+
+int engine_verify(struct request *req, const char *text, struct token *t)
+{
+	size_t len = strlen(text);
+
+	if (len == 0 || len > TOKEN_MAX_CHARS) {
+		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
+		return -1;
+	}
+	int rc = keys_verify_token(text, len, t);
+	if (rc == TOKEN_MALFORMED) {
+		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
+		return -1;
+	}
+	if (rc != TOKEN_OK) {
+		problem_reply(req, 403, "token_invalid", "the token's signature does not verify");
+		return -1;
+	}
+	if (t->tenant_id != req->req_tenant_id) {
+		problem_reply(req, 403, "token_scope_mismatch", "the token belongs to another tenant");
+		return -1;
+	}
+	return 0;
+}
+
+int engine_from_path(struct request *req, struct token *t)
+{
+	if (strlen(req->req_params[0]) != req->req_param_lens[0]) {
+		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
+		return -1;
+	}
+	return engine_verify(req, req->req_params[0], t);
+}
+
+static double engine_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The tenant's bucket: its own if it has one among the probed slots, else a
+ * free slot, else the one idle longest (only then does a tenant's bucket
+ * start over). Called with the lock held. */
+static struct engine_bucket *engine_bucket_of(uint32_t tenant_id)
+{
+	struct engine_bucket *pick = NULL;
+
+	for (size_t i = 0; i < ENGINE_RATE_PROBES; i++) {
+		struct engine_bucket *b =
+			&engine_buckets[(tenant_id + i) % ENGINE_RATE_SLOTS];
+		if (b->tb_last != 0 && b->tb_tenant_id == tenant_id)
+			return b;
+		if (pick == NULL || (pick->tb_last != 0 && b->tb_last < pick->tb_last))
+			pick = b;
+	}
+	return pick;
+}
+
+int engine_rate_allow(struct request *req, int n)
+{
+	double rate = engine_cfg ? engine_cfg->issue_rate_per_second : 0;
+
+	if (rate <= 0)
+		return 1;
+	double burst = engine_cfg->issue_burst, now = engine_now(), wait = 0;
+	pthread_mutex_lock(&engine_rate_lock);
+	struct engine_bucket *s = engine_bucket_of(req->req_tenant_id);
+	if (s->tb_tenant_id != req->req_tenant_id || s->tb_last == 0) {
+		s->tb_tenant_id = req->req_tenant_id;
+		s->tb_tokens = burst;
+		s->tb_last = now;
+	}
+	s->tb_tokens = fmin(burst, s->tb_tokens + (now - s->tb_last) * rate);
+	s->tb_last = now;
+	/* a batch larger than the burst goes from a full bucket and leaves it in
+	 * debt, so batches cannot get round the rate */
+	double need = fmin((double)n, burst);
+	if (s->tb_tokens >= need)
+		s->tb_tokens -= (double)n;
+	else
+		wait = (need - s->tb_tokens) / rate;
+	pthread_mutex_unlock(&engine_rate_lock);
+	if (wait == 0)
+		return 1;
+	char after[16];
+	snprintf(after, sizeof(after), "%d", (int)ceil(wait));
+	problem_reply(req, 429, "rate_limited", "token issuance is limited to %g per second",
+		      rate);
+	http_set_header(req, "Retry-After", after);
+	return 0;
+}
+
+int engine_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES],
+			 int *has_fp)
+{
+	const char *text;
+
+	*has_fp = 0;
+	if (reqjson_string(req, body, "fingerprint", 0, 1, 1024, &text) < 0)
+		return -1;
+	if (text != NULL) {
+		fingerprint_of_string(text, strlen(text), fp);
+		*has_fp = 1;
+	} else if (json_object_get(body, "request") != NULL) {
+		if (fingerprint_of_json(json_object_get(body, "request"), fp) < 0) {
+			problem_unavailable(req);
+			return -1;
+		}
+		*has_fp = 1;
+	}
+	return 0;
+}
+
+int engine_check_headers(struct request *req, json_t *headers, size_t max)
+{
+	const char *name;
+	json_t *value;
+
+	if (!json_is_object(headers) || json_object_size(headers) > max) {
+		problem_reply(req, 400, "invalid_request",
+			      "headers must be an object of at most %zu string values", max);
+		return -1;
+	}
+	json_object_foreach(headers, name, value) {
+		size_t n = strlen(name);
+		if (n == 0 || n > 128 ||
+		    strspn(name, "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				 "abcdefghijklmnopqrstuvwxyz") != n) {
+			problem_reply(req, 400, "invalid_request", "a header name is not a valid token");
+			return -1;
+		}
+		if (headers_never_stored(name)) {
+			problem_reply(req, 400, "invalid_request",
+				      "header %s cannot be stored: hop-by-hop, framing, "
+				      "Access-Control-*, Set-Cookie and idemd's own headers never are",
+				      name);
+			return -1;
+		}
+		const char *v = json_string_value(value);
+		if (v == NULL || json_string_length(value) > 8192 ||
+		    !headers_value_ok(v, json_string_length(value))) {
+			problem_reply(req, 400, "invalid_request",
+				      "header values must be strings without control characters "
+				      "(at most 8192 bytes)");
+			return -1;
+		}
+	}
+	return 0;
+}
