@@ -1,7 +1,10 @@
 /* HTTP core: runs libmicrohttpd in epoll thread-pool mode, owns the
  * per-request context, enforces limits before routing, authenticates,
- * calls the handler, adds common headers and logs one line per request. */
+ * calls the handler, adds common headers and logs one line per request.
+ * Connections and their deadline reaper are in http_conn.c, the replies in
+ * http_reply.c. */
 #include "http.h"
+#include "http_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,82 +30,12 @@
 #include "randpool.h"
 #include "router.h"
 
-/* What outlives one request on a connection. */
-struct http_conn {
-	struct auth_memo hc_auth;     /* the API key it last authenticated with */
-	/* monotonic ms since which the connection has been receiving a
-	 * request (opened, or answered its previous one); 0 while a request
-	 * is being answered. The reaper closes it past request_timeout. */
-	_Atomic int64_t hc_since;
-	MHD_socket hc_fd;
-	struct http_conn *hc_prev, *hc_next; /* in http_conns, under its lock */
-};
-
 static struct MHD_Daemon *http_daemon;
 static const struct config *http_cfg;
 static atomic_int http_active;
 static atomic_int http_suspended; /* connections between suspend and resume */
 static int http_quiesced;
 static atomic_size_t http_inflight; /* body bytes held by requests (reserved) */
-
-/* Every open connection, for the reaper thread. */
-static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t wake;
-	struct http_conn *head;
-	int stop, started;
-	pthread_t reaper;
-} http_conns = { .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
-
-static int64_t http_now_ms(void)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 + 1; /* never 0 */
-}
-
-static void http_receiving(struct request *req, int yes)
-{
-	if (req->req_conn_ctx != NULL)
-		atomic_store(&req->req_conn_ctx->hc_since, yes ? http_now_ms() : 0);
-}
-
-/*
- * The reaper: a connection that has not delivered a whole request within
- * request_timeout_seconds of opening (or of its previous answer) is shut
- * down, however slowly it trickles; libmicrohttpd then sees the end of the
- * stream and closes it. Connections are unlinked under the lock before
- * their socket is closed, so a shut-down descriptor is never a reused one.
- */
-static void *http_reaper(void *arg)
-{
-	int64_t limit = (int64_t)http_cfg->request_timeout_seconds * 1000;
-
-	(void)arg;
-	pthread_mutex_lock(&http_conns.lock);
-	while (!http_conns.stop) {
-		struct timespec until;
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_nsec += 250 * 1000000L;
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&http_conns.wake, &http_conns.lock, &until);
-		int64_t now = http_now_ms();
-		for (struct http_conn *c = http_conns.head; c != NULL; c = c->hc_next) {
-			int64_t since = atomic_load(&c->hc_since);
-			if (since != 0 && now - since > limit) {
-				atomic_store(&c->hc_since, 0);
-				shutdown(c->hc_fd, SHUT_RDWR);
-				metrics_add(METRIC_REQUEST_TIMEOUTS, 1);
-			}
-		}
-	}
-	pthread_mutex_unlock(&http_conns.lock);
-	return NULL;
-}
 
 /* Counts N more body bytes against max_inflight_body_bytes: 1, or 0 when
  * that would pass the bound. Given back when the request ends. */
@@ -181,104 +114,6 @@ static enum MHD_Result http_scan_header(void *cls, enum MHD_ValueKind kind,
 		break;
 	}
 	return MHD_YES;
-}
-
-static void http_clear_reply(struct request *req)
-{
-	if (req->rep_response != NULL)
-		MHD_destroy_response(req->rep_response);
-	req->rep_response = NULL;
-}
-
-void http_reply_discard(struct request *req)
-{
-	http_clear_reply(req);
-}
-
-void http_reply_bytes(struct request *req, unsigned status, const char *content_type,
-		      const void *data, size_t len)
-{
-	http_clear_reply(req);
-	if (status < 400)
-		req->rep_code = NULL;
-	/* libmicrohttpd copies the buffer; the cast is its API's, not a write */
-	req->rep_response = MHD_create_response_from_buffer(len, (void *)(uintptr_t)data,
-							    MHD_RESPMEM_MUST_COPY);
-	req->rep_status = status;
-	if (req->rep_response != NULL && content_type != NULL)
-		MHD_add_response_header(req->rep_response, "Content-Type", content_type);
-}
-
-void http_reply_take(struct request *req, unsigned status, const char *content_type,
-		     char *data, size_t len)
-{
-	http_clear_reply(req);
-	req->rep_response = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
-	if (req->rep_response == NULL)
-		free(data);
-	req->rep_status = status;
-	if (req->rep_response != NULL && content_type != NULL)
-		MHD_add_response_header(req->rep_response, "Content-Type", content_type);
-}
-
-void http_reply_empty(struct request *req, unsigned status)
-{
-	http_reply_bytes(req, status, NULL, "", 0);
-}
-
-char *http_json_text(const json_t *v, size_t flags, size_t *len)
-{
-	char *text = v ? json_dumps(v, flags) : NULL;
-	size_t n = text ? strlen(text) : 0;
-	char *line = text ? realloc(text, n + 2) : NULL;
-
-	if (line == NULL) {
-		free(text);
-		return NULL;
-	}
-	line[n] = '\n';
-	line[n + 1] = '\0';
-	if (len != NULL)
-		*len = n + 1;
-	return line;
-}
-
-void http_reply_json(struct request *req, unsigned status, json_t *body)
-{
-	size_t len;
-	char *text = http_json_text(body, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY, &len);
-
-	json_decref(body);
-	if (text == NULL) {
-		http_reply_empty(req, 500);
-		return;
-	}
-	http_reply_take(req, status, "application/json", text, len);
-}
-
-void http_set_header(struct request *req, const char *name, const char *value)
-{
-	if (req->rep_response != NULL)
-		MHD_add_response_header(req->rep_response, name, value);
-}
-
-json_t *http_body_object(struct request *req)
-{
-	json_error_t err;
-
-	if (req->req_body_len == 0)
-		return json_object();
-	json_t *v = json_loadb(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, &err);
-	if (v == NULL) {
-		problem_reply(req, 400, "invalid_request", "malformed JSON at position %d", err.position);
-		return NULL;
-	}
-	if (!json_is_object(v)) {
-		json_decref(v);
-		problem_reply(req, 400, "invalid_request", "the body must be a JSON object");
-		return NULL;
-	}
-	return v;
 }
 
 static int http_valid_request_id(const char *id)
@@ -627,47 +462,6 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
 	atomic_fetch_sub(&http_active, 1);
 }
 
-/* A connection opens (its state is made) or closes (the state is wiped). */
-static void http_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
-			    enum MHD_ConnectionNotificationCode toe)
-{
-	struct http_conn *c = *socket_context;
-
-	(void)cls;
-	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-		const union MHD_ConnectionInfo *ci =
-			MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-		/* NULL when out of memory: requests then go without a memo or a
-		 * deadline (the idle timeout still holds) */
-		c = ci != NULL ? calloc(1, sizeof(*c)) : NULL;
-		*socket_context = c;
-		if (c == NULL)
-			return;
-		c->hc_fd = ci->connect_fd;
-		atomic_store(&c->hc_since, http_now_ms());
-		pthread_mutex_lock(&http_conns.lock);
-		c->hc_next = http_conns.head;
-		if (c->hc_next != NULL)
-			c->hc_next->hc_prev = c;
-		http_conns.head = c;
-		pthread_mutex_unlock(&http_conns.lock);
-		return;
-	}
-	if (c != NULL) {
-		pthread_mutex_lock(&http_conns.lock);
-		if (c->hc_prev != NULL)
-			c->hc_prev->hc_next = c->hc_next;
-		else
-			http_conns.head = c->hc_next;
-		if (c->hc_next != NULL)
-			c->hc_next->hc_prev = c->hc_prev;
-		pthread_mutex_unlock(&http_conns.lock);
-		auth_memo_wipe(&c->hc_auth);
-		free(c);
-	}
-	*socket_context = NULL;
-}
-
 /* Keeps the URL as sent: the router splits the raw path and decodes each
  * segment itself, so "%2F" and "%00" cannot change the shape of a path. */
 static size_t http_no_unescape(void *cls, struct MHD_Connection *conn, char *uri)
@@ -791,14 +585,11 @@ int http_start(const struct config *cfg)
 		log_error("http: cannot listen on %s:%u", cfg->listen_host, cfg->listen_port);
 		return -1;
 	}
-	http_conns.stop = 0;
-	if (pthread_create(&http_conns.reaper, NULL, http_reaper, NULL) != 0) {
-		log_error("http: cannot start the request deadline thread");
+	if (http_conn_start(cfg) < 0) {
 		MHD_stop_daemon(http_daemon);
 		http_daemon = NULL;
 		return -1;
 	}
-	http_conns.started = 1;
 	log_info("http: listening on %s:%u (%s) with %d threads", cfg->listen_host,
 		 cfg->listen_port, cfg->tls_cert_file ? "https" : "http", cfg->threads);
 	return 0;
@@ -832,12 +623,5 @@ void http_stop(void)
 	}
 	MHD_stop_daemon(http_daemon);
 	http_daemon = NULL;
-	if (http_conns.started) {
-		pthread_mutex_lock(&http_conns.lock);
-		http_conns.stop = 1;
-		pthread_cond_signal(&http_conns.wake);
-		pthread_mutex_unlock(&http_conns.lock);
-		pthread_join(http_conns.reaper, NULL);
-		http_conns.started = 0;
-	}
+	http_conn_stop();
 }

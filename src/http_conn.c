@@ -1,0 +1,140 @@
+/* HTTP connections: the state each keeps across its requests (the API
+ * key memo, the receiving deadline) and the reaper thread that shuts down
+ * connections past request_timeout_seconds. */
+#include "http_int.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "config.h"
+#include "log.h"
+#include "metrics.h"
+
+static const struct config *http_conn_cfg;
+
+/* Every open connection, for the reaper thread. */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	struct http_conn *head;
+	int stop, started;
+	pthread_t reaper;
+} http_conns = { .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
+
+static int64_t http_now_ms(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 + 1; /* never 0 */
+}
+
+void http_receiving(struct request *req, int yes)
+{
+	if (req->req_conn_ctx != NULL)
+		atomic_store(&req->req_conn_ctx->hc_since, yes ? http_now_ms() : 0);
+}
+
+/*
+ * The reaper: a connection that has not delivered a whole request within
+ * request_timeout_seconds of opening (or of its previous answer) is shut
+ * down, however slowly it trickles; libmicrohttpd then sees the end of the
+ * stream and closes it. Connections are unlinked under the lock before
+ * their socket is closed, so a shut-down descriptor is never a reused one.
+ */
+static void *http_reaper(void *arg)
+{
+	int64_t limit = (int64_t)http_conn_cfg->request_timeout_seconds * 1000;
+
+	(void)arg;
+	pthread_mutex_lock(&http_conns.lock);
+	while (!http_conns.stop) {
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += 250 * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&http_conns.wake, &http_conns.lock, &until);
+		int64_t now = http_now_ms();
+		for (struct http_conn *c = http_conns.head; c != NULL; c = c->hc_next) {
+			int64_t since = atomic_load(&c->hc_since);
+			if (since != 0 && now - since > limit) {
+				atomic_store(&c->hc_since, 0);
+				shutdown(c->hc_fd, SHUT_RDWR);
+				metrics_add(METRIC_REQUEST_TIMEOUTS, 1);
+			}
+		}
+	}
+	pthread_mutex_unlock(&http_conns.lock);
+	return NULL;
+}
+
+/* A connection opens (its state is made) or closes (the state is wiped). */
+void http_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+			    enum MHD_ConnectionNotificationCode toe)
+{
+	struct http_conn *c = *socket_context;
+
+	(void)cls;
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci =
+			MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		/* NULL when out of memory: requests then go without a memo or a
+		 * deadline (the idle timeout still holds) */
+		c = ci != NULL ? calloc(1, sizeof(*c)) : NULL;
+		*socket_context = c;
+		if (c == NULL)
+			return;
+		c->hc_fd = ci->connect_fd;
+		atomic_store(&c->hc_since, http_now_ms());
+		pthread_mutex_lock(&http_conns.lock);
+		c->hc_next = http_conns.head;
+		if (c->hc_next != NULL)
+			c->hc_next->hc_prev = c;
+		http_conns.head = c;
+		pthread_mutex_unlock(&http_conns.lock);
+		return;
+	}
+	if (c != NULL) {
+		pthread_mutex_lock(&http_conns.lock);
+		if (c->hc_prev != NULL)
+			c->hc_prev->hc_next = c->hc_next;
+		else
+			http_conns.head = c->hc_next;
+		if (c->hc_next != NULL)
+			c->hc_next->hc_prev = c->hc_prev;
+		pthread_mutex_unlock(&http_conns.lock);
+		auth_memo_wipe(&c->hc_auth);
+		free(c);
+	}
+	*socket_context = NULL;
+}
+
+int http_conn_start(const struct config *cfg)
+{
+	http_conn_cfg = cfg;
+	http_conns.stop = 0;
+	if (pthread_create(&http_conns.reaper, NULL, http_reaper, NULL) != 0) {
+		log_error("http: cannot start the request deadline thread");
+		return -1;
+	}
+	http_conns.started = 1;
+	return 0;
+}
+
+void http_conn_stop(void)
+{
+	if (http_conns.started) {
+		pthread_mutex_lock(&http_conns.lock);
+		http_conns.stop = 1;
+		pthread_cond_signal(&http_conns.wake);
+		pthread_mutex_unlock(&http_conns.lock);
+		pthread_join(http_conns.reaper, NULL);
+		http_conns.started = 0;
+	}
+}
