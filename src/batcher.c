@@ -17,14 +17,10 @@
 #define BATCHER_MAX_THREADS 16
 
 static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t queued;
-	struct batcher_job *head, *tail;
+	struct workq q;
 	pthread_t threads[BATCHER_MAX_THREADS];
 	int nthreads;
-	int running;
-	int stopping;
-} bt = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, { 0 }, 0, 0, 0 };
+} bt = { WORKQ_INITIALIZER, { 0 }, 0 };
 
 /* Orders claims (completes) by tenant, then token. */
 static int batcher_cmp(const void *pa, const void *pb)
@@ -165,28 +161,14 @@ static void batcher_run_set(struct batcher_job *j)
 	j->bj_done(j);
 }
 
-/* Takes the next batch off the queue (lock held): the head job and every
- * later job of its kind, up to BATCHER_MAX. */
-static size_t batcher_take(struct batcher_job **jobs)
+/* Whether queued job J runs in one batch with FIRST, the queue's head: of
+ * its kind, and neither alone. */
+static int batcher_match(const struct workq_item *first, const struct workq_item *it)
 {
-	struct batcher_job **link = &bt.head;
-	enum batcher_kind kind = bt.head->bj_kind;
-	int alone = batcher_alone(bt.head);
-	size_t n = 0;
+	const struct batcher_job *f = WORKQ_CJOB(first, struct batcher_job, bj_item);
+	const struct batcher_job *j = WORKQ_CJOB(it, struct batcher_job, bj_item);
 
-	while (*link != NULL && n < BATCHER_MAX) {
-		struct batcher_job *j = *link;
-		if (j->bj_kind == kind && batcher_alone(j) == alone && (n == 0 || !alone)) {
-			*link = j->bj_next;
-			jobs[n++] = j;
-		} else {
-			link = &j->bj_next;
-		}
-	}
-	bt.tail = NULL;
-	for (struct batcher_job *j = bt.head; j != NULL; j = j->bj_next)
-		bt.tail = j;
-	return n;
+	return j->bj_kind == f->bj_kind && !batcher_alone(f) && !batcher_alone(j);
 }
 
 static void *batcher_thread(void *arg)
@@ -195,18 +177,13 @@ static void *batcher_thread(void *arg)
 
 	(void)arg;
 	for (;;) {
-		pthread_mutex_lock(&bt.lock);
-		while (bt.head == NULL && !bt.stopping)
-			pthread_cond_wait(&bt.queued, &bt.lock);
-		if (bt.head == NULL) {
-			pthread_mutex_unlock(&bt.lock);
+		struct workq_item *it = workq_take(&bt.q, BATCHER_MAX, batcher_match, 1, NULL);
+		size_t n = 0;
+
+		if (it == NULL)
 			return NULL;
-		}
-		size_t n = batcher_take(jobs);
-		/* more left: let another thread start on it now */
-		if (bt.head != NULL)
-			pthread_cond_signal(&bt.queued);
-		pthread_mutex_unlock(&bt.lock);
+		for (; it != NULL; it = it->wi_next)
+			jobs[n++] = WORKQ_JOB(it, struct batcher_job, bj_item);
 		if (jobs[0]->bj_n > 0)
 			batcher_run_set(jobs[0]);
 		else
@@ -218,9 +195,7 @@ int batcher_start(int threads)
 {
 	if (threads < 1 || threads > BATCHER_MAX_THREADS)
 		return -1;
-	pthread_mutex_lock(&bt.lock);
-	bt.stopping = 0;
-	pthread_mutex_unlock(&bt.lock);
+	workq_open(&bt.q);
 	for (int i = 0; i < threads; i++) {
 		if (pthread_create(&bt.threads[i], NULL, batcher_thread, NULL) != 0) {
 			log_error("batcher: cannot start a thread");
@@ -230,19 +205,13 @@ int batcher_start(int threads)
 		}
 	}
 	bt.nthreads = threads;
-	pthread_mutex_lock(&bt.lock);
-	bt.running = 1;
-	pthread_mutex_unlock(&bt.lock);
 	return 0;
 }
 
 void batcher_stop(void)
 {
-	pthread_mutex_lock(&bt.lock);
-	bt.stopping = 1;
-	bt.running = 0;
-	pthread_cond_broadcast(&bt.queued);
-	pthread_mutex_unlock(&bt.lock);
+	/* the threads run what is queued, then return */
+	workq_close(&bt.q);
 	for (int i = 0; i < bt.nthreads; i++)
 		pthread_join(bt.threads[i], NULL);
 	bt.nthreads = 0;
@@ -250,23 +219,13 @@ void batcher_stop(void)
 
 void batcher_submit(struct batcher_job *j)
 {
-	j->bj_next = NULL;
-	pthread_mutex_lock(&bt.lock);
-	if (!bt.running) {
-		pthread_mutex_unlock(&bt.lock);
-		if (j->bj_n > 0) {
-			batcher_run_set(j);
-			return;
-		}
-		batcher_run_one(j);
-		j->bj_done(j);
+	if (workq_push(&bt.q, &j->bj_item) == 0)
+		return;
+	/* not started, or stopped: run it here */
+	if (j->bj_n > 0) {
+		batcher_run_set(j);
 		return;
 	}
-	if (bt.tail != NULL)
-		bt.tail->bj_next = j;
-	else
-		bt.head = j;
-	bt.tail = j;
-	pthread_cond_signal(&bt.queued);
-	pthread_mutex_unlock(&bt.lock);
+	batcher_run_one(j);
+	j->bj_done(j);
 }

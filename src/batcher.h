@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "store.h"
+#include "workq.h"
 
 enum batcher_kind { BATCHER_CLAIM, BATCHER_COMPLETE };
 
@@ -28,7 +29,7 @@ struct batcher_job {
 	/* Called on a batcher thread once the result is known (committed). */
 	void (*bj_done)(struct batcher_job *j);
 	void *bj_arg;
-	struct batcher_job *bj_next;               /* queue link, the batcher's own */
+	struct workq_item bj_item;                 /* queue link, the batcher's own */
 };
 
 /* Starts THREADS batcher threads. 0 or -1. */

@@ -402,16 +402,16 @@ static char *gateway_target(const struct config_route *r)
 	size_t alen = strcspn(auth, "/?");
 	const char *rest = auth + alen;
 	size_t plen = strcspn(rest, "?");
-	struct gateway_buf b = { 0 };
+	struct buf b = { 0 };
 
 	if (plen > 1) /* a path other than "/" */
 		return strdup(u);
-	if (gateway_buf_add(&b, u, (size_t)(auth + alen - u)) < 0 ||
-	    gateway_buf_str(&b, r->path) < 0 || gateway_buf_str(&b, rest + plen) < 0) {
-		free(b.gb_data);
+	if (buf_add(&b, u, (size_t)(auth + alen - u)) < 0 ||
+	    buf_str(&b, r->path) < 0 || buf_str(&b, rest + plen) < 0) {
+		buf_free(&b);
 		return NULL;
 	}
-	return b.gb_data;
+	return b.b_data;
 }
 
 /* URL for log lines: any user:password in it replaced by "***". */

@@ -23,13 +23,10 @@
 #define GATEWAY_FINISHERS 4
 
 static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t done_cond;
-	struct gateway_job *done_head, *done_tail; /* for the finishers */
-	int finishers_stop;
+	struct workq q;                    /* ended calls, for the finishers */
 	pthread_t finishers[GATEWAY_FINISHERS];
 	int n_finishers;
-} gw = { .lock = PTHREAD_MUTEX_INITIALIZER, .done_cond = PTHREAD_COND_INITIALIZER };
+} gw = { .q = WORKQ_INITIALIZER };
 
 /* ---------------------------------------------------------------- replies */
 
@@ -191,8 +188,8 @@ static int gateway_store(struct gateway_job *j)
 
 	j->gj_resp.sr_status = (int)c->uc_status;
 	j->gj_resp.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT | JSON_SORT_KEYS);
-	j->gj_resp.sr_body = (unsigned char *)c->uc_resp_body;
-	j->gj_resp.sr_body_len = c->uc_resp_len;
+	j->gj_resp.sr_body = (unsigned char *)c->uc_resp.b_data;
+	j->gj_resp.sr_body_len = c->uc_resp.b_len;
 	if (j->gj_resp.sr_headers == NULL) {
 		gateway_job_release(j);
 		problem_unavailable(j->gj_req);
@@ -230,7 +227,7 @@ static void gateway_not_final(struct gateway_job *j)
 		/* an answer release_on names (5xx by default): passed through */
 		if (c->uc_status >= 200 && c->uc_status <= 599) {
 			struct stored_response pass = { (int)c->uc_status, NULL,
-				(unsigned char *)c->uc_resp_body, c->uc_resp_len, 0 };
+				(unsigned char *)c->uc_resp.b_data, c->uc_resp.b_len, 0 };
 			pass.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT);
 			gateway_reply_response(req, &pass, "false");
 			free(pass.sr_headers);
@@ -289,40 +286,26 @@ void gateway_on_done(struct upstream_call *c)
 {
 	struct gateway_job *j = (struct gateway_job *)(void *)c;
 
-	pthread_mutex_lock(&gw.lock);
-	j->gj_next = NULL;
-	if (gw.done_tail != NULL)
-		gw.done_tail->gj_next = j;
-	else
-		gw.done_head = j;
-	gw.done_tail = j;
-	pthread_cond_signal(&gw.done_cond);
-	pthread_mutex_unlock(&gw.lock);
+	/* closed only after the upstream thread ended: never refused */
+	if (workq_push(&gw.q, &j->gj_item) < 0)
+		gateway_finish(j);
 }
 
 static void *gateway_finisher(void *arg)
 {
 	(void)arg;
 	for (;;) {
-		pthread_mutex_lock(&gw.lock);
-		while (gw.done_head == NULL && !gw.finishers_stop)
-			pthread_cond_wait(&gw.done_cond, &gw.lock);
-		struct gateway_job *j = gw.done_head;
-		if (j != NULL) {
-			gw.done_head = j->gj_next;
-			if (gw.done_head == NULL)
-				gw.done_tail = NULL;
-		}
-		pthread_mutex_unlock(&gw.lock);
-		if (j == NULL)
+		struct workq_item *it = workq_take(&gw.q, 1, NULL, 1, NULL);
+
+		if (it == NULL)
 			return NULL;
-		gateway_finish(j);
+		gateway_finish(WORKQ_JOB(it, struct gateway_job, gj_item));
 	}
 }
 
 int gateway_finish_start(void)
 {
-	gw.finishers_stop = 0;
+	workq_open(&gw.q);
 	for (int i = 0; i < GATEWAY_FINISHERS; i++) {
 		if (pthread_create(&gw.finishers[i], NULL, gateway_finisher, NULL) != 0) {
 			log_error("gateway: cannot start a finisher thread");
@@ -335,10 +318,8 @@ int gateway_finish_start(void)
 
 void gateway_finish_stop(void)
 {
-	pthread_mutex_lock(&gw.lock);
-	gw.finishers_stop = 1;
-	pthread_cond_broadcast(&gw.done_cond);
-	pthread_mutex_unlock(&gw.lock);
+	/* the finishers empty the queue, then return */
+	workq_close(&gw.q);
 	for (int i = 0; i < gw.n_finishers; i++)
 		pthread_join(gw.finishers[i], NULL);
 	gw.n_finishers = 0;

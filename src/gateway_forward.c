@@ -39,29 +39,6 @@ static int gateway_keeps(const void *arg, const char *lname)
 	return 0;
 }
 
-int gateway_buf_add(struct gateway_buf *b, const void *data, size_t len)
-{
-	if (b->gb_len + len + 1 > b->gb_cap) {
-		size_t cap = b->gb_cap ? b->gb_cap : 256;
-		while (cap < b->gb_len + len + 1)
-			cap *= 2;
-		char *p = realloc(b->gb_data, cap);
-		if (p == NULL)
-			return -1;
-		b->gb_data = p;
-		b->gb_cap = cap;
-	}
-	memcpy(b->gb_data + b->gb_len, data, len);
-	b->gb_len += len;
-	b->gb_data[b->gb_len] = '\0';
-	return 0;
-}
-
-int gateway_buf_str(struct gateway_buf *b, const char *s)
-{
-	return gateway_buf_add(b, s, strlen(s));
-}
-
 static void gateway_client_ip(struct MHD_Connection *conn, char *out, size_t outlen)
 {
 	const union MHD_ConnectionInfo *ci =
@@ -146,7 +123,7 @@ struct curl_slist *gateway_request_headers(struct request *req,
  * text as sent: ' ' back to '+'; bytes a request line cannot carry raw are
  * percent-encoded for safety.
  */
-static int gateway_query_text(struct gateway_buf *b, const char *s)
+static int gateway_query_text(struct buf *b, const char *s)
 {
 	static const char hexd[] = "0123456789ABCDEF";
 
@@ -155,11 +132,11 @@ static int gateway_query_text(struct gateway_buf *b, const char *s)
 		char enc[3] = { '%', hexd[c >> 4], hexd[c & 15] };
 		int rc;
 		if (c == ' ')
-			rc = gateway_buf_add(b, "+", 1);
+			rc = buf_add(b, "+", 1);
 		else if (c > 0x20 && c < 0x7f)
-			rc = gateway_buf_add(b, s, 1);
+			rc = buf_add(b, s, 1);
 		else
-			rc = gateway_buf_add(b, enc, 3);
+			rc = buf_add(b, enc, 3);
 		if (rc < 0)
 			return -1;
 	}
@@ -167,7 +144,7 @@ static int gateway_query_text(struct gateway_buf *b, const char *s)
 }
 
 struct gateway_query {
-	struct gateway_buf q;
+	struct buf q;
 	int failed;
 };
 
@@ -177,8 +154,8 @@ static enum MHD_Result gateway_query_cb(void *cls, enum MHD_ValueKind kind,
 	struct gateway_query *g = cls;
 
 	(void)kind;
-	if ((g->q.gb_len > 0 && gateway_buf_str(&g->q, "&") < 0) || gateway_query_text(&g->q, key) < 0 ||
-	    (value != NULL && (gateway_buf_str(&g->q, "=") < 0 || gateway_query_text(&g->q, value) < 0)))
+	if ((g->q.b_len > 0 && buf_str(&g->q, "&") < 0) || gateway_query_text(&g->q, key) < 0 ||
+	    (value != NULL && (buf_str(&g->q, "=") < 0 || gateway_query_text(&g->q, value) < 0)))
 		g->failed = 1;
 	return MHD_YES;
 }
@@ -194,10 +171,10 @@ int gateway_query(struct request *req, char **out)
 
 	MHD_get_connection_values(req->req_conn, MHD_GET_ARGUMENT_KIND, gateway_query_cb, &g);
 	if (g.failed) {
-		free(g.q.gb_data);
+		buf_free(&g.q);
 		return -1;
 	}
-	*out = g.q.gb_data != NULL ? g.q.gb_data : strdup("");
+	*out = g.q.b_data != NULL ? g.q.b_data : strdup("");
 	return *out != NULL ? 0 : -1;
 }
 
@@ -230,7 +207,7 @@ struct gateway_job *gateway_job_new(struct request *req, const struct gateway_ro
 					   struct curl_slist **headers, size_t max_body)
 {
 	struct gateway_job *j = calloc(1, sizeof(*j));
-	struct gateway_buf url = { 0 };
+	struct buf url = { 0 };
 
 	if (j == NULL)
 		return NULL;
@@ -239,14 +216,14 @@ struct gateway_job *gateway_job_new(struct request *req, const struct gateway_ro
 	memcpy(j->gj_token_id, t->id, TOKEN_ID_BYTES);
 	j->gj_attempt = res->cr_attempt;
 	j->gj_retention_seconds = op->op_retention_seconds;
-	if (gateway_buf_str(&url, gr->gr_target) < 0 ||
-	    (*query != '\0' && (gateway_buf_str(&url, strchr(gr->gr_target, '?') ? "&" : "?") < 0 ||
-				gateway_buf_str(&url, query) < 0))) {
-		free(url.gb_data);
+	if (buf_str(&url, gr->gr_target) < 0 ||
+	    (*query != '\0' && (buf_str(&url, strchr(gr->gr_target, '?') ? "&" : "?") < 0 ||
+				buf_str(&url, query) < 0))) {
+		buf_free(&url);
 		free(j);
 		return NULL;
 	}
-	j->gj_url = url.gb_data;
+	j->gj_url = url.b_data;
 
 	struct upstream_call *c = &j->gj_call;
 	c->uc_method = req->req_method;

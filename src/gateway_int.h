@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "batcher.h"
+#include "buf.h"
 #include "router.h"
 #include "store.h"
 #include "token.h"
@@ -32,15 +33,9 @@ struct gateway_route {
 	char *gr_by;                       /* "route:METHOD path", for the audit trail */
 };
 
-/* A growable byte buffer (NUL-terminated when non-empty). */
-struct gateway_buf {
-	char *gb_data;
-	size_t gb_len, gb_cap;
-};
-
 struct gateway_job {
 	struct upstream_call gj_call;      /* first member: the done callback gets it */
-	struct gateway_job *gj_next;       /* in the finishers' queue */
+	struct workq_item gj_item;         /* in the finishers' queue */
 	struct request *gj_req;            /* borrowed; suspended until the job ends */
 	const struct gateway_route *gj_route;
 	uint8_t gj_token_id[TOKEN_ID_BYTES];
@@ -56,8 +51,6 @@ struct gateway_job {
 };
 
 /* gateway_forward.c */
-int gateway_buf_add(struct gateway_buf *b, const void *data, size_t len);
-int gateway_buf_str(struct gateway_buf *b, const char *s);
 /* The headers sent upstream (headers_forward): a new list, or NULL. */
 struct curl_slist *gateway_request_headers(struct request *req, const struct gateway_route *gr,
 					   const struct token *t);

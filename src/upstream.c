@@ -18,22 +18,19 @@
 #define UPSTREAM_MAX_IDLE_SECONDS 4L
 
 static struct {
-	pthread_mutex_t lock;
-	struct upstream_call *in_head, *in_tail;
-	int running, stopping, curl_ready;
+	struct workq q;                    /* calls for the thread; open while it runs */
+	int running, curl_ready;           /* touched by start and stop only */
 	CURLM *multi;
 	CURL **idle;                       /* easy handles kept for reuse (thread only) */
 	size_t n_idle, cap_idle;
 	pthread_t thread;
-} up = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} up = { .q = WORKQ_INITIALIZER };
 
 void upstream_call_clear(struct upstream_call *c)
 {
 	json_decref(c->uc_resp_headers);
-	free(c->uc_resp_body);
 	c->uc_resp_headers = NULL;
-	c->uc_resp_body = NULL;
-	c->uc_resp_len = c->uc_resp_cap = 0;
+	buf_free(&c->uc_resp);
 }
 
 /* ---------------------------------------------------------------- callbacks */
@@ -43,24 +40,11 @@ static size_t upstream_on_body(char *data, size_t size, size_t n, void *arg)
 	struct upstream_call *c = arg;
 	size_t len = size * n;
 
-	if (c->uc_resp_len + len > c->uc_max_body) {
+	if (c->uc_resp.b_len + len > c->uc_max_body) {
 		c->uc_too_large = 1;
 		return 0;
 	}
-	if (c->uc_resp_len + len + 1 > c->uc_resp_cap) {
-		size_t cap = c->uc_resp_cap ? c->uc_resp_cap : 1024;
-		while (cap < c->uc_resp_len + len + 1)
-			cap *= 2;
-		char *p = realloc(c->uc_resp_body, cap);
-		if (p == NULL)
-			return 0;
-		c->uc_resp_body = p;
-		c->uc_resp_cap = cap;
-	}
-	memcpy(c->uc_resp_body + c->uc_resp_len, data, len);
-	c->uc_resp_len += len;
-	c->uc_resp_body[c->uc_resp_len] = '\0';
-	return len;
+	return buf_add(&c->uc_resp, data, len) == 0 ? len : 0;
 }
 
 /* Keeps the header line DATA if uc_keep wants it; repeated headers are
@@ -299,15 +283,12 @@ static void *upstream_thread(void *arg)
 
 	(void)arg;
 	for (;;) {
-		pthread_mutex_lock(&up.lock);
-		struct upstream_call *calls = up.in_head;
-		int stopping = up.stopping;
-		up.in_head = up.in_tail = NULL;
-		pthread_mutex_unlock(&up.lock);
-		while (calls != NULL) {
-			struct upstream_call *next = calls->uc_next;
-			upstream_begin(calls);
-			calls = next;
+		int stopping;
+		struct workq_item *it = workq_take(&up.q, (size_t)-1, NULL, 0, &stopping);
+		while (it != NULL) {
+			struct workq_item *next = it->wi_next;
+			upstream_begin(WORKQ_JOB(it, struct upstream_call, uc_item));
+			it = next;
 		}
 		curl_multi_perform(up.multi, &running);
 		upstream_collect();
@@ -330,18 +311,7 @@ int upstream_call(struct upstream_call *c)
 	c->uc_resp_headers = json_object();
 	if (c->uc_resp_headers == NULL)
 		return -1;
-	pthread_mutex_lock(&up.lock);
-	int ok = up.running && !up.stopping;
-	if (ok) {
-		c->uc_next = NULL;
-		if (up.in_tail != NULL)
-			up.in_tail->uc_next = c;
-		else
-			up.in_head = c;
-		up.in_tail = c;
-	}
-	pthread_mutex_unlock(&up.lock);
-	if (!ok)
+	if (workq_push(&up.q, &c->uc_item) < 0)
 		return -1;
 	/* the multi handle lives until upstream_stop(), after every caller */
 	curl_multi_wakeup(up.multi);
@@ -362,8 +332,10 @@ int upstream_start(void)
 		log_error("upstream: libcurl could not be initialised");
 		return -1;
 	}
-	up.stopping = 0;
+	/* open first: the thread ends when it finds the queue closed and idle */
+	workq_open(&up.q);
 	if (pthread_create(&up.thread, NULL, upstream_thread, NULL) != 0) {
+		workq_close(&up.q);
 		log_error("upstream: cannot start the upstream thread");
 		return -1;
 	}
@@ -373,17 +345,13 @@ int upstream_start(void)
 
 void upstream_drain(void)
 {
-	pthread_mutex_lock(&up.lock);
-	int running = up.running;
-	up.stopping = 1;
-	pthread_mutex_unlock(&up.lock);
-	if (!running)
+	/* calls queued from now on are refused */
+	workq_close(&up.q);
+	if (!up.running)
 		return;
 	curl_multi_wakeup(up.multi);
 	pthread_join(up.thread, NULL);
-	pthread_mutex_lock(&up.lock);
 	up.running = 0;
-	pthread_mutex_unlock(&up.lock);
 }
 
 void upstream_stop(void)

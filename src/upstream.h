@@ -15,7 +15,7 @@
  *
  * Ownership: the caller owns the struct upstream_call and everything its
  * inputs point to until uc_done has run. The results (uc_resp_headers,
- * uc_resp_body) are owned by the call and released by upstream_call_clear().
+ * uc_resp) are owned by the call and released by upstream_call_clear().
  */
 #ifndef IDEMD_UPSTREAM_H
 #define IDEMD_UPSTREAM_H
@@ -24,10 +24,12 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "buf.h"
 #include "common.h"
+#include "workq.h"
 
 enum upstream_result {
-	UPSTREAM_ANSWERED,      /* uc_status, uc_resp_headers, uc_resp_body are set */
+	UPSTREAM_ANSWERED,      /* uc_status, uc_resp_headers, uc_resp are set */
 	UPSTREAM_UNREACHABLE,   /* nothing was sent: no connection could be made */
 	UPSTREAM_TIMEOUT,       /* sent, but no whole answer within uc_timeout_ms */
 	UPSTREAM_FAILED,        /* sent, then the connection failed or closed */
@@ -57,12 +59,10 @@ struct upstream_call {
 	char uc_error[CURL_ERROR_SIZE];    /* what went wrong, for logs */
 	long uc_status;
 	json_t *uc_resp_headers;           /* kept headers, lower-cased names */
-	char *uc_resp_body;
-	size_t uc_resp_len;
+	struct buf uc_resp;                /* the answer's body */
 
 	/* private to upstream.c */
-	struct upstream_call *uc_next;
-	size_t uc_resp_cap;
+	struct workq_item uc_item;         /* in the upstream thread's queue */
 	int uc_resend_refused;
 	int uc_too_large;
 	int uc_invalid;

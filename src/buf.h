@@ -1,0 +1,37 @@
+/*
+ * A growable byte buffer, NUL-terminated once anything was added. A failed
+ * append keeps what was there and marks the buffer failed, so a caller may
+ * append several pieces and check once (buf_failed).
+ *
+ * Ownership: b_data belongs to the buffer until buf_take() hands it over;
+ * buf_free() releases it. A zeroed struct buf is an empty buffer.
+ */
+#ifndef IDEMD_BUF_H
+#define IDEMD_BUF_H
+
+#include <stddef.h>
+
+#include "common.h"
+
+struct buf {
+	char *b_data;     /* NULL while nothing was added */
+	size_t b_len;     /* bytes held, the NUL not counted */
+	size_t b_cap;
+	int b_failed;     /* an append ran out of memory */
+};
+
+/* Appends LEN bytes of DATA: 0, or -1 (out of memory; the buffer is then
+ * failed and every later append is refused). */
+int buf_add(struct buf *b, const void *data, size_t len);
+
+/* buf_add() of the string S without its NUL. */
+int buf_str(struct buf *b, const char *s);
+
+/* Hands the data over (the caller frees it; NULL when nothing was added)
+ * and leaves B empty. */
+char *buf_take(struct buf *b) IDEMD_WUR;
+
+/* Frees the data; B is empty afterwards. */
+void buf_free(struct buf *b);
+
+#endif

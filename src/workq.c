@@ -1,0 +1,75 @@
+/* The work queue of the batcher, the upstream thread and the gateway's
+ * finishers: one lock, one condition, one intrusive list. */
+#include "workq.h"
+
+void workq_open(struct workq *q)
+{
+	pthread_mutex_lock(&q->wq_lock);
+	q->wq_open = 1;
+	pthread_mutex_unlock(&q->wq_lock);
+}
+
+void workq_close(struct workq *q)
+{
+	pthread_mutex_lock(&q->wq_lock);
+	q->wq_open = 0;
+	pthread_cond_broadcast(&q->wq_cond);
+	pthread_mutex_unlock(&q->wq_lock);
+}
+
+int workq_push(struct workq *q, struct workq_item *it)
+{
+	it->wi_next = NULL;
+	pthread_mutex_lock(&q->wq_lock);
+	if (!q->wq_open) {
+		pthread_mutex_unlock(&q->wq_lock);
+		return -1;
+	}
+	if (q->wq_tail != NULL)
+		q->wq_tail->wi_next = it;
+	else
+		q->wq_head = it;
+	q->wq_tail = it;
+	pthread_cond_signal(&q->wq_cond);
+	pthread_mutex_unlock(&q->wq_lock);
+	return 0;
+}
+
+struct workq_item *workq_take(struct workq *q, size_t max, workq_match_fn match, int wait,
+			      int *closed)
+{
+	struct workq_item *first, *out = NULL, **out_tail = &out, **link;
+	size_t n = 0;
+
+	pthread_mutex_lock(&q->wq_lock);
+	while (wait && q->wq_head == NULL && q->wq_open)
+		pthread_cond_wait(&q->wq_cond, &q->wq_lock);
+	if (closed != NULL)
+		*closed = !q->wq_open;
+	first = q->wq_head;
+	link = &q->wq_head;
+	while (*link != NULL && n < max) {
+		struct workq_item *it = *link;
+		if (n == 0 || match == NULL || match(first, it)) {
+			*link = it->wi_next;
+			it->wi_next = NULL;
+			*out_tail = it;
+			out_tail = &it->wi_next;
+			n++;
+		} else {
+			link = &it->wi_next;
+		}
+	}
+	if (q->wq_head == NULL) {
+		q->wq_tail = NULL;
+	} else if (match != NULL) {
+		/* the tail may have been taken: find it again */
+		for (struct workq_item *it = q->wq_head; it != NULL; it = it->wi_next)
+			q->wq_tail = it;
+	}
+	/* more left: let another taker start on it now */
+	if (q->wq_head != NULL)
+		pthread_cond_signal(&q->wq_cond);
+	pthread_mutex_unlock(&q->wq_lock);
+	return out;
+}

@@ -1,0 +1,66 @@
+/*
+ * A work queue: an intrusive FIFO under one lock, shared by the batcher
+ * (claims and completes), the upstream thread (forwards) and the gateway's
+ * finishers (outcomes). An item is a struct workq_item embedded in the
+ * caller's job; WORKQ_JOB() finds the job again.
+ *
+ * A queue is open or closed. A push to a closed queue is refused (the item
+ * stays the caller's); takers still empty it, and a waiting take returns
+ * nothing once it is closed and empty: that is how worker threads stop.
+ *
+ * Ownership: the queue borrows each item from its push until a take hands
+ * it back; it owns no memory.
+ */
+#ifndef IDEMD_WORKQ_H
+#define IDEMD_WORKQ_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+#include "common.h"
+
+struct workq_item {
+	struct workq_item *wi_next;
+};
+
+struct workq {
+	pthread_mutex_t wq_lock;
+	pthread_cond_t wq_cond;
+	struct workq_item *wq_head, *wq_tail;
+	int wq_open;
+};
+
+/* A queue as a static initialiser, closed until workq_open(). */
+#define WORKQ_INITIALIZER \
+	{ PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0 }
+
+/* The job of type TYPE whose member MEMBER is the item IT (WORKQ_CJOB:
+ * a const item, a const job). */
+#define WORKQ_JOB(it, type, member) \
+	((type *)(void *)((char *)(it) - offsetof(type, member)))
+#define WORKQ_CJOB(it, type, member) \
+	((const type *)(const void *)((const char *)(it) - offsetof(type, member)))
+
+/* Whether IT may be taken in one go with FIRST, the queue's head. */
+typedef int (*workq_match_fn)(const struct workq_item *first, const struct workq_item *it);
+
+void workq_open(struct workq *q);
+
+/* Closes Q and wakes every waiting take. */
+void workq_close(struct workq *q);
+
+/* Queues IT at the tail: 0, or -1 when Q is closed (IT stays the caller's). */
+int workq_push(struct workq *q, struct workq_item *it) IDEMD_WUR;
+
+/*
+ * Takes the head and, after it, each later item MATCH accepts (MATCH NULL:
+ * every one), at most MAX in all, in queue order, as a chain linked by
+ * wi_next. With WAIT, blocks while Q is open and empty. Returns NULL when
+ * there is nothing (with WAIT: only once Q is closed and empty). *CLOSED
+ * (may be NULL) receives whether Q was closed at the take, under the same
+ * lock. When items stay queued, another waiting take is woken.
+ */
+struct workq_item *workq_take(struct workq *q, size_t max, workq_match_fn match, int wait,
+			      int *closed);
+
+#endif
