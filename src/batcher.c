@@ -53,6 +53,8 @@ static void batcher_run_batch(struct batcher_job **jobs, size_t n)
 
 	metrics_add(METRIC_DB_BATCHES, 1);
 	metrics_add(METRIC_DB_BATCH_JOBS, (long)n);
+	log_debug("batcher: a batch of %zu %s", n,
+		  jobs[0]->bj_kind == BATCHER_CLAIM ? "claims" : "completes");
 	if (n > 1) {
 		const struct claim_args *ca[BATCHER_MAX];
 		struct claim_result *cr[BATCHER_MAX];
@@ -118,6 +120,7 @@ static void batcher_run_set(struct batcher_job *j)
 
 	metrics_add(METRIC_DB_BATCHES, 1);
 	metrics_add(METRIC_DB_BATCH_JOBS, (long)n);
+	log_debug("batcher: a set of %zu %s", n, j->bj_kind == BATCHER_CLAIM ? "claims" : "completes");
 	if (e != NULL && args != NULL && res != NULL) {
 		for (size_t i = 0; i < n; i++) {
 			const struct claim_args *ca = &j->bj_claim[i];

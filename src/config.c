@@ -74,6 +74,8 @@ static const struct cfg_key config_keys[] = {
 	  .off = CFG_FIELD(database_timeout_ms), .def = "10000", .min = 100, .max = 600000 },
 	{ .name = "prepared_statements", .set = config_set_bool,
 	  .off = CFG_FIELD(prepared_statements), .def = "true" },
+	{ .name = "log_level", .set = config_set_string, .off = CFG_FIELD(log_level),
+	  .def = "\"info\"", .check = config_check_log_level },
 	{ .name = "tls_cert_file", .set = config_set_string, .off = CFG_FIELD(tls_cert_file),
 	  .def = "null", .flags = CFG_NONEMPTY | CFG_NULLABLE },
 	{ .name = "tls_key_file", .set = config_set_string, .off = CFG_FIELD(tls_key_file),
@@ -438,6 +440,7 @@ config_free(struct config *cfg)
 	for (i = 0; i < cfg->n_routes; i++)
 		route_free(&cfg->routes[i]);
 	free(cfg->routes);
+	free(cfg->log_level);
 	free(cfg->tls_cert_file);
 	free(cfg->tls_key_file);
 	memset(cfg, 0, sizeof(*cfg));

@@ -74,6 +74,7 @@ struct config {
 	int max_waiters;             /* default 10000, 0..1000000: duplicates waiting at once */
 	char *listen_database_url;   /* NULL: database_url; secret; the waiters' LISTEN, which
 				      * a transaction-pooling proxy cannot carry */
+	char *log_level;             /* "debug", "info" (default), "warn" or "error" */
 	char *tls_cert_file;         /* NULL = plain HTTP; set with tls_key_file */
 	char *tls_key_file;
 };

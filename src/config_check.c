@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "headers.h"
+#include "log.h"
 
 #define LISTEN_FORMS "must be \"host:port\", \"[ipv6]:port\" or \":port\""
 #define MAX_PATH_LEN 1024
@@ -336,4 +337,14 @@ config_check_origin(char *s)
 		return form;
 	}
 	return NULL;
+}
+
+const char *
+config_check_log_level(char *s)
+{
+	enum log_level level;
+
+	if (log_level_parse(s, &level) == 0)
+		return NULL;
+	return "must be \"debug\", \"info\", \"warn\" or \"error\"";
 }

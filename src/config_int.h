@@ -74,5 +74,6 @@ const char *config_check_operation(char *s);
 const char *config_check_upstream(char *s);
 const char *config_check_header_name(char *s);
 const char *config_check_origin(char *s);
+const char *config_check_log_level(char *s);
 
 #endif

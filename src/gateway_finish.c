@@ -268,6 +268,9 @@ void gateway_finish(struct gateway_job *j)
 	const struct upstream_call *c = &j->gj_call;
 	struct request *req = j->gj_req;
 
+	log_debug("gateway: request %s: %s %s: the upstream call ended (%s, status %ld)",
+		  req->req_id, req->req_method, req->req_path,
+		  c->uc_result == UPSTREAM_ANSWERED ? "answered" : c->uc_error, c->uc_status);
 	if (!j->gj_stopped && c->uc_result == UPSTREAM_ANSWERED && c->uc_status >= 200 &&
 	    c->uc_status <= 599 && !j->gj_route->gr_cfg->release_on[c->uc_status]) {
 		if (gateway_store(j) == 1)

@@ -19,6 +19,17 @@ enum log_level log_min_level = LOG_LEVEL_INFO;
 
 static const char *const log_level_names[] = { "debug", "info", "warn", "error" };
 
+int log_level_parse(const char *name, enum log_level *out)
+{
+	for (size_t i = 0; i < sizeof(log_level_names) / sizeof(log_level_names[0]); i++) {
+		if (strcmp(name, log_level_names[i]) == 0) {
+			*out = (enum log_level)i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
 /* The date and time to the second, formatted once per second per thread:
  * gmtime_r and strftime cost more than the rest of an access line. */
 struct log_clock {

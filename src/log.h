@@ -6,7 +6,13 @@
 
 enum log_level { LOG_LEVEL_DEBUG, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LEVEL_ERROR };
 
+/* Lines below this level are neither formatted nor written (default
+ * LOG_LEVEL_INFO; config "log_level"). Access lines are info. */
 extern enum log_level log_min_level;
+
+/* The level named NAME ("debug", "info", "warn", "error") into *OUT: 0, or
+ * -1 when NAME is none of them. */
+int log_level_parse(const char *name, enum log_level *out);
 
 void log_write(enum log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

@@ -660,6 +660,9 @@ int main(int argc, char **argv)
 			fprintf(stderr, "idemd: %s\n", err);
 		return EXIT_USAGE;
 	}
+	/* checked by config_load(): one of the four names */
+	if (log_level_parse(cfg.log_level, &log_min_level) < 0)
+		log_min_level = LOG_LEVEL_INFO;
 	signal(SIGPIPE, SIG_IGN);
 	/* every command's connections, not only serve's, may go through a
 	 * transaction-pooling proxy and must be bounded */

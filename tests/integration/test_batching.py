@@ -123,5 +123,32 @@ class Batching(IdemdCase):
         self.assertLess(batches, jobs)
 
 
+
+class DebugLog(IdemdCase):
+    """log_level debug: the batcher's debug lines are written."""
+    extra_config = {"log_level": "debug"}
+
+    def test_batches_are_logged_at_debug(self):
+        op = self.put_operation()
+        token = self.issue(op)
+        assert_status(self, self.client.post("/v1/tokens/%s/claim" % token, {}), 201)
+        lines = [r for r in self.server.log_records()
+                 if isinstance(r, dict) and r.get("level") == "debug"]
+        self.assertTrue(any(r.get("msg", "").startswith("batcher: a batch of 1 claims")
+                            for r in lines), self.server.stderr_text()[-3000:])
+
+
+class WarnLog(IdemdCase):
+    """log_level warn: no info line (start-up lines, access lines) is written."""
+    extra_config = {"log_level": "warn"}
+
+    def test_nothing_below_warn(self):
+        op = self.put_operation()
+        token = self.issue(op)
+        assert_status(self, self.client.post("/v1/tokens/%s/claim" % token, {}), 201)
+        levels = {r.get("level") for r in self.server.log_records() if isinstance(r, dict)}
+        self.assertFalse(levels & {"debug", "info"}, self.server.stderr_text()[-3000:])
+
+
 if __name__ == "__main__":
     harness.main()

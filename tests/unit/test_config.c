@@ -195,6 +195,7 @@ test_defaults(void **state)
 	assert_int_equal(cfg.issue_burst, 100);
 	assert_null(cfg.tls_cert_file);
 	assert_null(cfg.tls_key_file);
+	assert_string_equal(cfg.log_level, "info");
 	config_free(&cfg);
 }
 
@@ -307,6 +308,9 @@ test_ranges(void **state)
 		{ "'issue_rate_per_second':1000000.5", "config: \"issue_rate_per_second\" must be between 0 and 1000000" },
 		{ "'issue_burst':0", "config: \"issue_burst\" must be between 1 and 1000000" },
 		{ "'issue_burst':1000001", "config: \"issue_burst\" must be between 1 and 1000000" },
+		{ "'log_level':'verbose'", "config: \"log_level\" must be \"debug\", \"info\", \"warn\" or \"error\"" },
+		{ "'log_level':'INFO'", "config: \"log_level\" must be \"debug\", \"info\", \"warn\" or \"error\"" },
+		{ "'log_level':3", "config: \"log_level\" must be a string" },
 	};
 	struct config cfg;
 
@@ -318,6 +322,24 @@ test_ranges(void **state)
 	assert_int_equal(cfg.pool_size, 256);
 	assert_int_equal(cfg.max_body_bytes, 1024);
 	config_free(&cfg);
+}
+
+/* log_level takes each of the four names. */
+static void
+test_log_level(void **state)
+{
+	static const char *const names[] = { "debug", "info", "warn", "error" };
+	struct config cfg;
+	char members[64];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < IDEMD_ARRAY_LEN(names); i++) {
+		snprintf(members, sizeof(members), "'log_level':'%s'", names[i]);
+		parse_ok(&cfg, members);
+		assert_string_equal(cfg.log_level, names[i]);
+		config_free(&cfg);
+	}
 }
 
 static void
@@ -892,6 +914,7 @@ main(void)
 		cmocka_unit_test_teardown(test_every_key, clear_env),
 		cmocka_unit_test_teardown(test_unknown_and_types, clear_env),
 		cmocka_unit_test_teardown(test_ranges, clear_env),
+		cmocka_unit_test_teardown(test_log_level, clear_env),
 		cmocka_unit_test_teardown(test_database_url_required, clear_env),
 		cmocka_unit_test_teardown(test_invalid_json, clear_env),
 		cmocka_unit_test_teardown(test_listen_forms, clear_env),

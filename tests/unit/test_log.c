@@ -1,5 +1,7 @@
-/* Unit tests for the access log: lines from many threads arrive whole and
- * in order per thread, within the age bound, and all of them by log_flush. */
+/* Unit tests for the log: access lines from many threads arrive whole and
+ * in order per thread, within the age bound, and all of them by log_flush;
+ * levels (log_level) write what is at or above them and format nothing
+ * below. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -136,11 +138,63 @@ static void test_idle_line_written_soon(void **state)
 	assert_true(waited < 100);
 }
 
+static int formatted;
+
+/* An argument whose evaluation is counted: below the level, the line's
+ * arguments are not even evaluated. */
+static const char *counted(const char *s)
+{
+	formatted++;
+	return s;
+}
+
+/* At each level, lines at or above it are written and the others are
+ * neither formatted nor written; access lines are info. */
+static void test_levels(void **state)
+{
+	static const char *const names[] = { "debug", "info", "warn", "error" };
+	enum log_level level;
+	char want[64], id[32];
+	size_t len;
+
+	(void)state;
+	assert_int_equal(log_level_parse("verbose", &level), -1);
+	assert_int_equal(log_level_parse("", &level), -1);
+	assert_int_equal(log_level_parse("INFO", &level), -1);
+	for (int min = 0; min < 4; min++) {
+		assert_int_equal(log_level_parse(names[min], &level), 0);
+		assert_int_equal((int)level, min);
+		log_min_level = level;
+		formatted = 0;
+		log_debug("lv%d-%s", min, counted("debug"));
+		log_info("lv%d-%s", min, counted("info"));
+		log_warn("lv%d-%s", min, counted("warn"));
+		log_error("lv%d-%s", min, counted("error"));
+		assert_int_equal(formatted, 4 - min);
+		snprintf(id, sizeof(id), "access-%d", min);
+		log_access(id, "GET", "/healthz", 200, 0.5, 0);
+	}
+	log_min_level = LOG_LEVEL_INFO;
+	log_flush();
+	char *text = read_log(&len);
+	for (int min = 0; min < 4; min++) {
+		for (int at = 0; at < 4; at++) {
+			snprintf(want, sizeof(want), "\"level\":\"%s\",\"msg\":\"lv%d-%s\"", names[at],
+				 min, names[at]);
+			assert_int_equal(strstr(text, want) != NULL, at >= min);
+		}
+		snprintf(want, sizeof(want), "\"request_id\":\"access-%d\"", min);
+		assert_int_equal(strstr(text, want) != NULL, min <= LOG_LEVEL_INFO);
+	}
+	free(text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_threads_whole_lines),
 		cmocka_unit_test(test_idle_line_written_soon),
+		cmocka_unit_test(test_levels),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
