@@ -93,12 +93,12 @@ int engine_replay_raw(struct request *req, const struct token *t)
 	size_t len;
 
 	if (replaycache_get_raw(t->tenant_id, t->id, req->req_body ? req->req_body : "",
-				req->req_body_len, &reply, &len) != 1)
+				req->req_body_len, &reply, &len) != REPLAYCACHE_HIT)
 		return 0;
 	metrics_add(METRIC_REPLAYS, 1);
 	http_reply_take(req, 200, "application/json", reply, len);
 	http_set_header(req, "Idempotent-Replayed", "true");
-	return 1;
+	return -1;
 }
 
 /* A claim on its way through the database. */
@@ -138,10 +138,10 @@ int engine_claim_cached(struct request *req, const struct token *t, const uint8_
 	char *reply = NULL;
 	size_t reply_len = 0;
 	int direct = replay == NULL;
-	int cached = replaycache_lookup(t->tenant_id, t->id, fp, &r, direct ? &reply : NULL,
-					&reply_len);
+	enum replaycache_hit cached = replaycache_lookup(t->tenant_id, t->id, fp, &r,
+							 direct ? &reply : NULL, &reply_len);
 
-	if (cached == 1) {
+	if (cached == REPLAYCACHE_HIT) {
 		metrics_add(METRIC_REPLAYS, 1);
 		if (direct)
 			engine_replay_cached(req, t, fp, &r, reply, reply_len);
@@ -149,12 +149,12 @@ int engine_claim_cached(struct request *req, const struct token *t, const uint8_
 			replay(req, &r, t);
 		free(reply);
 		store_response_free(&r);
-		return 1;
+		return -1;
 	}
-	if (cached == 2) {
+	if (cached == REPLAYCACHE_OTHER_FP) {
 		problem_reply(req, 422, "fingerprint_mismatch",
 			      "the token was first used with a different request");
-		return 1;
+		return -1;
 	}
 	return 0;
 }
@@ -218,6 +218,7 @@ static int engine_wait_seconds(struct request *req, const struct operation *op)
 	return op->op_wait_seconds;
 }
 
+/* The claim's policy and arguments into C: 0, or -1 after replying. */
 static int engine_claim_prepare(struct request *req, struct engine_claim *c)
 {
 	const struct token *t = &c->tc_token;
@@ -226,11 +227,11 @@ static int engine_claim_prepare(struct request *req, struct engine_claim *c)
 
 	if (opcache_by_id(t->operation_id, &op, &found) < 0) {
 		problem_unavailable(req);
-		return 0;
+		return -1;
 	}
 	if (!found || op.op_tenant_id != t->tenant_id) {
 		problem_reply(req, 422, "operation_unknown", "the token's operation no longer exists");
-		return 0;
+		return -1;
 	}
 	c->tc_wait = engine_wait_seconds(req, &op);
 	const char *why = engine_claim_args(t, &op, c->tc_has_fp ? c->tc_fp : NULL,
@@ -238,10 +239,10 @@ static int engine_claim_prepare(struct request *req, struct engine_claim *c)
 					      c->tc_vkey, &c->tc_args);
 	if (why != NULL) {
 		problem_reply(req, 400, "invalid_request", "%s", why);
-		return 0;
+		return -1;
 	}
 	c->tc_args.by = req->req_by;
-	return 1;
+	return 0;
 }
 
 void engine_claim_verdict(const struct claim_result *res, struct engine_verdict *v)
@@ -485,17 +486,16 @@ static void engine_claim_done(struct batcher_job *j)
 		http_resume(req);
 }
 
-int engine_claim_async(struct request *req, const struct token *t, const uint8_t *fp,
-			 engine_replay_fn replay, engine_claimed_fn claimed, int keeps,
-			 void *arg)
+int engine_claim(struct request *req, const struct token *t, const uint8_t *fp,
+		 engine_replay_fn replay, engine_claimed_fn claimed, int keeps, void *arg)
 {
 	struct engine_claim *c = engine_claim_new(req, t, fp, replay);
 
 	if (c == NULL)
-		return 0;
-	if (engine_claim_prepare(req, c) == 0) {
+		return -1;
+	if (engine_claim_prepare(req, c) < 0) {
 		free(c);
-		return 0;
+		return -1;
 	}
 	c->tc_claimed = claimed;
 	c->tc_arg = arg;
@@ -505,5 +505,5 @@ int engine_claim_async(struct request *req, const struct token *t, const uint8_t
 	c->tc_wait_until = c->tc_submitted + (int64_t)c->tc_wait * 1000;
 	http_suspend(req);
 	batcher_submit(&c->tc_job);
-	return 1;
+	return 0;
 }

@@ -20,6 +20,13 @@ struct config;
 
 void engine_init(const struct config *cfg);
 
+/*
+ * Return rule of the engine: 0 carry on (for engine_claim: the request is
+ * suspended and will be answered), -1 a reply was sent (an error, a
+ * refusal, or an answer from the cache). engine_claimed_fn alone differs: it
+ * says who resumes the connection.
+ */
+
 /* Verifies TEXT as a token of the request's tenant. 0, or -1 after replying
  * 400 token_malformed, 403 token_invalid or 403 token_scope_mismatch. */
 int engine_verify(struct request *req, const char *text, struct token *t) IDEMD_WUR;
@@ -43,10 +50,10 @@ typedef int (*engine_claimed_fn)(struct request *req, const struct claim_result 
 
 /*
  * A completed submit never changes: answers a claim of T with fingerprint
- * FP (NULL: none) from the replay cache when it can. 1 after replying (the
+ * FP (NULL: none) from the replay cache when it can. -1 after replying (the
  * cached response through REPLAY, NULL: the direct API's envelope; or 422
  * for another request's fingerprint), 0 when the database must be asked
- * (engine_claim_async).
+ * (engine_claim).
  */
 int engine_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
 			  engine_replay_fn replay) IDEMD_WUR;
@@ -61,19 +68,19 @@ int engine_claim_cached(struct request *req, const struct token *t, const uint8_
  * in every case. With KEEPS 0 (CLAIMED always returns 0) the answer is
  * built on the request's own thread after the resume; with KEEPS 1 on the
  * batcher thread, where CLAIMED may keep the connection suspended.
- * REPLAY NULL: the direct API's envelope. Returns 1
- * when the request is suspended, 0 after replying at once (validation;
+ * REPLAY NULL: the direct API's envelope. Returns 0 when the request is
+ * suspended (CLAIMED takes ARG), -1 after replying at once (validation;
  * CLAIMED is not called and ARG stays the caller's).
  */
-int engine_claim_async(struct request *req, const struct token *t, const uint8_t *fp,
-			 engine_replay_fn replay, engine_claimed_fn claimed, int keeps,
-			 void *arg) IDEMD_WUR;
+int engine_claim(struct request *req, const struct token *t, const uint8_t *fp,
+		 engine_replay_fn replay, engine_claimed_fn claimed, int keeps,
+		 void *arg) IDEMD_WUR;
 
 /*
  * Answers a claim of T from the replay cache without parsing the body:
  * when a cached completed response of T was last matched by a body with
  * these exact bytes, the body would give the same fingerprint, so the
- * answer is the same. Returns 1 after replying, 0 when the full way must
+ * answer is the same. Returns -1 after replying, 0 when the full way must
  * run.
  */
 int engine_replay_raw(struct request *req, const struct token *t) IDEMD_WUR;
@@ -145,8 +152,8 @@ int engine_same_response(const struct stored_response *a, const struct stored_re
 int engine_check_headers(struct request *req, json_t *headers, size_t max) IDEMD_WUR;
 
 /* Token issuance rate limit per tenant, N tokens at once (a request for
- * more than the burst needs a full bucket and leaves it in debt): 1 allowed,
- * 0 after replying 429. */
-int engine_rate_allow(struct request *req, int n);
+ * more than the burst needs a full bucket and leaves it in debt): 0
+ * allowed, -1 after replying 429. */
+int engine_rate_check(struct request *req, int n) IDEMD_WUR;
 
 #endif

@@ -95,12 +95,12 @@ static struct engine_bucket *engine_bucket_of(uint32_t tenant_id)
 	return pick;
 }
 
-int engine_rate_allow(struct request *req, int n)
+int engine_rate_check(struct request *req, int n)
 {
 	double rate = engine_cfg ? engine_cfg->issue_rate_per_second : 0;
 
 	if (rate <= 0)
-		return 1;
+		return 0;
 	double burst = engine_cfg->issue_burst, now = engine_now(), wait = 0;
 	pthread_mutex_lock(&engine_rate_lock);
 	struct engine_bucket *s = engine_bucket_of(req->req_tenant_id);
@@ -120,13 +120,13 @@ int engine_rate_allow(struct request *req, int n)
 		wait = (need - s->tb_tokens) / rate;
 	pthread_mutex_unlock(&engine_rate_lock);
 	if (wait == 0)
-		return 1;
+		return 0;
 	char after[16];
 	snprintf(after, sizeof(after), "%d", (int)ceil(wait));
 	problem_reply(req, 429, "rate_limited", "token issuance is limited to %g per second",
 		      rate);
 	http_set_header(req, "Retry-After", after);
-	return 0;
+	return -1;
 }
 
 int engine_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES],

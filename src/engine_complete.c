@@ -23,7 +23,7 @@
 #define ENGINE_CHECKPOINT_MAX (64 * 1024)
 
 /* For a caller key (IS_KEY), a record that does not exist is 404
- * record_not_found rather than 409 not_in_progress: 1 after replying so
+ * record_not_found rather than 409 not_in_progress: -1 after replying so
  * (or 503), else 0. */
 static int engine_not_found(struct request *req, const struct token *t, int is_key)
 {
@@ -33,13 +33,13 @@ static int engine_not_found(struct request *req, const struct token *t, int is_k
 		return 0;
 	if (store_record_get(t->tenant_id, t->id, &rv) < 0) {
 		problem_unavailable(req);
-		return 1;
+		return -1;
 	}
 	store_record_view_free(&rv);
 	if (rv.rv_found)
 		return 0;
 	problem_reply(req, 404, "record_not_found", "this key was never claimed (or was forgotten)");
-	return 1;
+	return -1;
 }
 
 /* Validates a complete body into RESP (headers text and body owned). */
@@ -158,7 +158,7 @@ static void engine_complete_answer(struct request *req, void *arg)
 			      "attempt %" PRId64 " is no longer the current attempt", c->hc_attempt);
 		break;
 	case COMPLETE_NOT_IN_PROGRESS:
-		if (engine_not_found(req, &c->hc_token, c->hc_is_key))
+		if (engine_not_found(req, &c->hc_token, c->hc_is_key) < 0)
 			break;
 		problem_reply(req, 409, "not_in_progress", "the token is not claimed by attempt %" PRId64,
 			      c->hc_attempt);
@@ -225,20 +225,20 @@ done:
 }
 
 /* Answers a fenced write's refusal (409 lease_lost or not_in_progress, or
- * for a caller key never claimed 404); 1 when OUTCOME is RELEASE_DONE and
- * the caller answers. */
+ * for a caller key never claimed 404) and returns -1; 0 when OUTCOME is
+ * RELEASE_DONE and the caller answers. */
 static int engine_fenced(struct request *req, const struct token *t, int is_key,
-			   enum release_outcome outcome, int64_t attempt)
+			 enum release_outcome outcome, int64_t attempt)
 {
 	if (outcome == RELEASE_DONE)
-		return 1;
+		return 0;
 	if (outcome == RELEASE_LEASE_LOST)
 		problem_reply(req, 409, "lease_lost",
 			      "attempt %" PRId64 " is no longer the current attempt", attempt);
-	else if (!engine_not_found(req, t, is_key))
+	else if (engine_not_found(req, t, is_key) == 0)
 		problem_reply(req, 409, "not_in_progress", "the token is not claimed by attempt %" PRId64,
 			      attempt);
-	return 0;
+	return -1;
 }
 
 /* The body of a fenced write: ALLOWED members, "attempt" among them. The
@@ -269,7 +269,7 @@ void engine_release(struct request *req, const struct token *t, int is_key)
 		return;
 	if (store_release(req->req_tenant_id, t->id, (int)attempt, req->req_by, &outcome) < 0)
 		problem_unavailable(req);
-	else if (engine_fenced(req, t, is_key, outcome, attempt)) {
+	else if (engine_fenced(req, t, is_key, outcome, attempt) == 0) {
 		metrics_add(METRIC_RELEASES, 1);
 		http_reply_json(req, 200, json_pack("{s:s,s:I}", "state", "issued", "attempt",
 						    (json_int_t)attempt));
@@ -300,7 +300,7 @@ void engine_extend(struct request *req, const struct token *t, int is_key)
 	if (store_extend(req->req_tenant_id, t->id, (int)attempt, (int)lease, req->req_by, &outcome,
 			 &until) < 0)
 		problem_unavailable(req);
-	else if (engine_fenced(req, t, is_key, outcome, attempt))
+	else if (engine_fenced(req, t, is_key, outcome, attempt) == 0)
 		http_reply_json(req, 200, json_pack("{s:s,s:I,s:o}", "state", "in_progress",
 						    "attempt", (json_int_t)attempt,
 						    "lease_expires_at", reqjson_time(until)));
@@ -350,7 +350,7 @@ void engine_checkpoint(struct request *req, const struct token *t, int is_key)
 	if (store_checkpoint(req->req_tenant_id, t->id, (int)attempt, phase, data, req->req_by,
 			     &outcome) < 0)
 		problem_unavailable(req);
-	else if (engine_fenced(req, t, is_key, outcome, attempt))
+	else if (engine_fenced(req, t, is_key, outcome, attempt) == 0)
 		http_reply_json(req, 200, json_pack("{s:s,s:{s:s,s:o,s:I}}", "state", "in_progress",
 						    "checkpoint", "phase", phase, "data",
 						    jdata ? json_incref(jdata) : json_null(),

@@ -180,8 +180,8 @@ static void gateway_stored(struct batcher_job *bj)
 }
 
 /* The upstream answered 2xx-4xx: queue the complete (in a batch with other
- * completes); gateway_store_answer() answers once it committed. Returns 1
- * when queued (the job is no longer the caller's), 0 after answering. */
+ * completes); gateway_store_answer() answers once it committed. Returns 0
+ * when queued (the job is no longer the caller's), -1 after answering. */
 static int gateway_store(struct gateway_job *j)
 {
 	const struct upstream_call *c = &j->gj_call;
@@ -193,7 +193,7 @@ static int gateway_store(struct gateway_job *j)
 	if (j->gj_resp.sr_headers == NULL) {
 		gateway_job_release(j);
 		problem_unavailable(j->gj_req);
-		return 0;
+		return -1;
 	}
 	j->gj_cargs.tenant_id = j->gj_route->gr_tenant_id;
 	j->gj_cargs.token_id = j->gj_token_id;
@@ -207,7 +207,7 @@ static int gateway_store(struct gateway_job *j)
 	j->gj_bj.bj_done = gateway_stored;
 	j->gj_bj.bj_arg = j;
 	batcher_submit(&j->gj_bj);
-	return 1;
+	return 0;
 }
 
 /* Every outcome but a final answer gives the claim back, so the client may
@@ -273,7 +273,7 @@ void gateway_finish(struct gateway_job *j)
 		  c->uc_result == UPSTREAM_ANSWERED ? "answered" : c->uc_error, c->uc_status);
 	if (!j->gj_stopped && c->uc_result == UPSTREAM_ANSWERED && c->uc_status >= 200 &&
 	    c->uc_status <= 599 && !j->gj_route->gr_cfg->release_on[c->uc_status]) {
-		if (gateway_store(j) == 1)
+		if (gateway_store(j) == 0)
 			return;
 	} else {
 		gateway_not_final(j);

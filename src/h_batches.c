@@ -321,14 +321,14 @@ static void h_claim_item_prepare(struct h_batch *b, struct h_item *it, json_t *o
 	}
 	switch (replaycache_lookup(it->t.tenant_id, it->t.id, it->has_fp ? it->fp : NULL,
 				   &it->cached, NULL, NULL)) {
-	case 1:
+	case REPLAYCACHE_HIT:
 		metrics_add(METRIC_REPLAYS, 1);
 		it->status = 200;
 		return;
-	case 2:
+	case REPLAYCACHE_OTHER_FP:
 		h_item_refuse(it, 422, "fingerprint_mismatch");
 		return;
-	default:
+	case REPLAYCACHE_MISS:
 		break;
 	}
 	size_t k = b->hb_m;

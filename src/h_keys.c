@@ -99,15 +99,14 @@ void h_key_claim(struct request *req)
 		t.subject_len = strlen(subject);
 		memcpy(t.subject, subject, t.subject_len + 1);
 	}
-	if (engine_claim_cached(req, &t, has_fp ? fp : NULL, h_key_replay))
+	if (engine_claim_cached(req, &t, has_fp ? fp : NULL, h_key_replay) < 0)
 		goto done;
 	id = h_key_id(&t);
 	if (id == NULL) {
 		problem_unavailable(req);
 		goto done;
 	}
-	if (engine_claim_async(req, &t, has_fp ? fp : NULL, h_key_replay, h_key_claimed, 0,
-				 id) == 0)
+	if (engine_claim(req, &t, has_fp ? fp : NULL, h_key_replay, h_key_claimed, 0, id) < 0)
 		json_decref(id); /* answered at once: the callback never runs */
 done:
 	json_decref(body);

@@ -160,7 +160,7 @@ void h_token_issue(struct request *req)
 	count = a.count;
 	has_ttl = a.has_ttl;
 	has_count = a.has_count;
-	if (!engine_rate_allow(req, has_count ? (int)count : 1))
+	if (engine_rate_check(req, has_count ? (int)count : 1) < 0)
 		goto done;
 	if (opcache_by_name(req->req_tenant_id, opname, &op, &found) < 0) {
 		problem_unavailable(req);
@@ -298,17 +298,17 @@ void h_token_claim(struct request *req)
 	int has_fp = 0;
 	json_t *body = NULL;
 
-	if (engine_from_path(req, &t) < 0 || engine_replay_raw(req, &t))
+	if (engine_from_path(req, &t) < 0 || engine_replay_raw(req, &t) < 0)
 		return;
 	body = http_body_object(req);
 	if (body == NULL)
 		return;
 	if (reqjson_only(req, body, allowed) < 0 || engine_fingerprint(req, body, fp, &has_fp) < 0)
 		goto done;
-	if (engine_claim_cached(req, &t, has_fp ? fp : NULL, NULL) == 0 &&
-	    engine_claim_async(req, &t, has_fp ? fp : NULL, NULL, h_token_claimed, 0, NULL) == 1) {
-		/* suspended: the batcher thread answers */
-	}
+	if (engine_claim_cached(req, &t, has_fp ? fp : NULL, NULL) < 0 ||
+	    engine_claim(req, &t, has_fp ? fp : NULL, NULL, h_token_claimed, 0, NULL) < 0)
+		goto done; /* replied at once */
+	/* suspended: the batcher thread answers */
 done:
 	json_decref(body);
 }

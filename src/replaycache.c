@@ -353,49 +353,51 @@ static int replaycache_copy(struct stored_response *out, const struct replaycach
 	return 0;
 }
 
-int replaycache_lookup(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
-		       struct stored_response *out, char **reply, size_t *reply_len)
+enum replaycache_hit replaycache_lookup(uint32_t tenant_id, const uint8_t id[16],
+					const uint8_t *fp, struct stored_response *out,
+					char **reply, size_t *reply_len)
 {
 	pthread_mutex_t *lock;
-	int ret = 0;
+	enum replaycache_hit ret = REPLAYCACHE_MISS;
 
 	memset(out, 0, sizeof(*out));
 	if (reply != NULL)
 		*reply = NULL;
 	struct replaycache_entry *e = replaycache_find_locked(tenant_id, id, &lock);
 	if (e == NULL)
-		return 0;
+		return REPLAYCACHE_MISS;
 	if (!replaycache_fp_equal(e, fp)) {
-		ret = 2;
+		ret = REPLAYCACHE_OTHER_FP;
 	} else if (reply != NULL && e->re_has_reply) {
 		*reply = replaycache_dup(replaycache_reply(e), e->re_reply_len);
 		*reply_len = e->re_reply_len;
-		ret = *reply != NULL;
+		ret = *reply != NULL ? REPLAYCACHE_HIT : REPLAYCACHE_MISS;
 	} else if (replaycache_copy(out, e) == 0) {
-		ret = 1;
+		ret = REPLAYCACHE_HIT;
 	}
-	if (ret == 1)
+	if (ret == REPLAYCACHE_HIT)
 		e->re_tick = atomic_fetch_add(&replaycache_clock, 1);
 	pthread_mutex_unlock(lock);
 	return ret;
 }
 
-int replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
-		    struct stored_response *out)
+enum replaycache_hit replaycache_get(uint32_t tenant_id, const uint8_t id[16],
+				     const uint8_t *fp, struct stored_response *out)
 {
 	return replaycache_lookup(tenant_id, id, fp, out, NULL, NULL);
 }
 
-int replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], const void *raw,
-			size_t raw_len, char **reply, size_t *reply_len)
+enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16],
+					 const void *raw, size_t raw_len, char **reply,
+					 size_t *reply_len)
 {
 	pthread_mutex_t *lock;
-	int ret = 0;
+	enum replaycache_hit ret = REPLAYCACHE_MISS;
 
 	*reply = NULL;
 	struct replaycache_entry *e = replaycache_find_locked(tenant_id, id, &lock);
 	if (e == NULL)
-		return 0;
+		return REPLAYCACHE_MISS;
 	/* constant time: a stored body is the client's data, and timing must
 	 * not tell how much of it a guess got right */
 	if (e->re_has_raw && e->re_raw_len == raw_len &&
@@ -404,7 +406,7 @@ int replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], const void *ra
 		*reply_len = e->re_reply_len;
 		if (*reply != NULL) {
 			e->re_tick = atomic_fetch_add(&replaycache_clock, 1);
-			ret = 1;
+			ret = REPLAYCACHE_HIT;
 		}
 	}
 	pthread_mutex_unlock(lock);

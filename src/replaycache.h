@@ -27,14 +27,21 @@
 void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 		     const struct stored_response *r, int64_t expires_at);
 
+/* What a lookup found. */
+enum replaycache_hit {
+	REPLAYCACHE_MISS = 0,     /* nothing usable: go the full way */
+	REPLAYCACHE_HIT = 1,      /* a completed answer for this request */
+	REPLAYCACHE_OTHER_FP = 2, /* a completed answer for another request's fingerprint */
+};
+
 /*
- * Looks up (TENANT, ID). Returns 1 and fills OUT with a new copy (free with
- * store_response_free) when a live entry exists and FP equals its
- * fingerprint; 2 when a live entry exists with another fingerprint; 0 when
- * nothing usable is cached.
+ * Looks up (TENANT, ID). REPLAYCACHE_HIT, filling OUT with a new copy (free
+ * with store_response_free), when a live entry exists and FP equals its
+ * fingerprint; REPLAYCACHE_OTHER_FP when a live entry exists with another
+ * fingerprint; REPLAYCACHE_MISS when nothing usable is cached.
  */
-int replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
-		    struct stored_response *out);
+enum replaycache_hit replaycache_get(uint32_t tenant_id, const uint8_t id[16],
+				     const uint8_t *fp, struct stored_response *out);
 
 /*
  * replaycache_get() that, when REPLY is not NULL and the entry holds a
@@ -42,8 +49,9 @@ int replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
  * free) in *REPLY and *REPLY_LEN instead of filling OUT. Otherwise *REPLY
  * is NULL and OUT is filled as by replaycache_get().
  */
-int replaycache_lookup(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
-		       struct stored_response *out, char **reply, size_t *reply_len);
+enum replaycache_hit replaycache_lookup(uint32_t tenant_id, const uint8_t id[16],
+					const uint8_t *fp, struct stored_response *out,
+					char **reply, size_t *reply_len);
 
 /*
  * Attaches to the live entry of (TENANT, ID), if its fingerprint is FP, the
@@ -56,13 +64,14 @@ void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8
 
 /*
  * The rendered reply of (TENANT, ID) for a request whose body is RAW
- * (RAW_LEN bytes): 1 with a new copy in *REPLY when a live entry holds a
- * reply and RAW equals the body last attached to it byte for byte; 0
- * otherwise (go the full way). The same body gives the same fingerprint, so
+ * (RAW_LEN bytes): REPLAYCACHE_HIT with a new copy in *REPLY when a live
+ * entry holds a reply and RAW equals the body last attached to it byte for
+ * byte; REPLAYCACHE_MISS otherwise (go the full way). The same body gives the same fingerprint, so
  * a hit answers as the full way would.
  */
-int replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], const void *raw,
-			size_t raw_len, char **reply, size_t *reply_len);
+enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16],
+					 const void *raw, size_t raw_len, char **reply,
+					 size_t *reply_len);
 
 /* What the cache holds now: response bytes (counted against
  * REPLAYCACHE_MAX_BYTES) and entries. */
