@@ -265,24 +265,24 @@ void engine_claim_verdict(const struct claim_result *res, struct engine_verdict 
 	*v = verdicts[res->cr_outcome];
 }
 
-/* Answers every outcome of the database step but CLAIM_CLAIMED: returns 1
- * for that one (nothing replied), else 0 after replying. */
+/* Answers every outcome of the database step but CLAIM_CLAIMED: returns 0
+ * for that one (nothing replied), else -1 after replying. */
 static int engine_claim_answer(struct request *req, struct engine_claim *c, int rc)
 {
 	const struct token *t = &c->tc_token;
 	struct claim_result *res = &c->tc_res;
 	char etag[32];
-	int ret = 0;
+	int ret = -1;
 
 	if (rc < 0) {
 		metrics_add(METRIC_DB_UNAVAILABLE, 1);
 		problem_unavailable(req);
-		return 0;
+		return -1;
 	}
 	switch (res->cr_outcome) {
 	case CLAIM_CLAIMED:
 		metrics_add(METRIC_CLAIMS, 1);
-		ret = 1;
+		ret = 0;
 		break;
 	case CLAIM_REPLAY:
 		metrics_add(METRIC_REPLAYS, 1);
@@ -403,7 +403,7 @@ static void engine_claim_finish(struct request *req, void *arg)
 {
 	struct engine_claim *c = arg;
 
-	if (engine_claim_answer(req, c, c->tc_job.bj_rc) == 1) {
+	if (engine_claim_answer(req, c, c->tc_job.bj_rc) == 0) {
 		/* a takeover resumes from the last recovery point */
 		if (c->tc_res.cr_attempt > 1)
 			c->tc_res.cr_checkpoint = engine_checkpoint_read(&c->tc_token);
@@ -477,7 +477,7 @@ static void engine_claim_done(struct batcher_job *j)
 		http_resume_then(req, engine_claim_finish, c);
 		return;
 	}
-	if (engine_claim_answer(req, c, j->bj_rc) == 1)
+	if (engine_claim_answer(req, c, j->bj_rc) == 0)
 		keep = c->tc_claimed(req, &c->tc_res, c->tc_arg);
 	else
 		(void)c->tc_claimed(req, NULL, c->tc_arg);

@@ -1,13 +1,11 @@
 /* HTTP replies: the reply a request carries until http.c sends it (status,
- * body, headers), JSON text, and the JSON object body of a request. Unit
- * tests replace this file with tests/unit/fake_http_reply.c. */
+ * body, headers). Unit tests replace this file (and the request-thread
+ * calls of http.c) with tests/unit/fake_http.c. */
 #include "http_int.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "problem.h"
 
 void http_clear_reply(struct request *req)
 {
@@ -52,23 +50,6 @@ void http_reply_empty(struct request *req, unsigned status)
 	http_reply_bytes(req, status, NULL, "", 0);
 }
 
-char *http_json_text(const json_t *v, size_t flags, size_t *len)
-{
-	char *text = v ? json_dumps(v, flags) : NULL;
-	size_t n = text ? strlen(text) : 0;
-	char *line = text ? realloc(text, n + 2) : NULL;
-
-	if (line == NULL) {
-		free(text);
-		return NULL;
-	}
-	line[n] = '\n';
-	line[n + 1] = '\0';
-	if (len != NULL)
-		*len = n + 1;
-	return line;
-}
-
 void http_reply_json(struct request *req, unsigned status, json_t *body)
 {
 	size_t len;
@@ -86,23 +67,4 @@ void http_set_header(struct request *req, const char *name, const char *value)
 {
 	if (req->rep_response != NULL)
 		MHD_add_response_header(req->rep_response, name, value);
-}
-
-json_t *http_body_object(struct request *req)
-{
-	json_error_t err;
-
-	if (req->req_body_len == 0)
-		return json_object();
-	json_t *v = json_loadb(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, &err);
-	if (v == NULL) {
-		problem_reply(req, 400, "invalid_request", "malformed JSON at position %d", err.position);
-		return NULL;
-	}
-	if (!json_is_object(v)) {
-		json_decref(v);
-		problem_reply(req, 400, "invalid_request", "the body must be a JSON object");
-		return NULL;
-	}
-	return v;
 }

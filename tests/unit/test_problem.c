@@ -1,9 +1,8 @@
 /* Unit tests for problem documents and replies (RFC 9457).
  *
- * The reply helpers of http.c are replaced at link time by the capturing
- * versions below, so the exact body problem_reply sends can be checked.
- * problem.o needs only these three symbols from http.o, so the archive's
- * http.o is never pulled in and nothing is defined twice. */
+ * The reply helpers are replaced at link time by the shared capturing
+ * fake (tests/unit/fake_http.c), so the exact body problem_reply sends can
+ * be checked. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,83 +14,11 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "fake_http.h"
 #include "http.h"
 #include "problem.h"
 
-#define CAP_MAX_HEADERS 16
-
-/* What the last reply looked like. */
-struct captured {
-	int replies;
-	unsigned status;
-	char content_type[64];
-	char *body;
-	size_t body_len;
-	int n_headers;
-	char headers[CAP_MAX_HEADERS][2][64];
-};
-
-static struct captured cap;
-
-static int cap_reset(void **state);
-static json_t *cap_json(void);
 static void assert_problem(unsigned status, const char *code, const char *detail);
-
-void
-http_reply_bytes(struct request *req, unsigned status, const char *content_type,
-		 const void *data, size_t len)
-{
-	(void)req;
-	free(cap.body);
-	cap.replies++;
-	cap.status = status;
-	snprintf(cap.content_type, sizeof(cap.content_type), "%s",
-		 content_type ? content_type : "");
-	cap.body = malloc(len + 1);
-	assert_non_null(cap.body);
-	memcpy(cap.body, data, len);
-	cap.body[len] = '\0';
-	cap.body_len = len;
-	cap.n_headers = 0;
-}
-
-void
-http_reply_empty(struct request *req, unsigned status)
-{
-	http_reply_bytes(req, status, NULL, "", 0);
-}
-
-void
-http_set_header(struct request *req, const char *name, const char *value)
-{
-	(void)req;
-	assert_true(cap.n_headers < CAP_MAX_HEADERS);
-	snprintf(cap.headers[cap.n_headers][0], sizeof(cap.headers[0][0]), "%s", name);
-	snprintf(cap.headers[cap.n_headers][1], sizeof(cap.headers[0][1]), "%s", value);
-	cap.n_headers++;
-}
-
-static int
-cap_reset(void **state)
-{
-	(void)state;
-	free(cap.body);
-	memset(&cap, 0, sizeof(cap));
-	return 0;
-}
-
-/* The captured body parsed as JSON (new reference). */
-static json_t *
-cap_json(void)
-{
-	json_error_t err;
-
-	assert_non_null(cap.body);
-	json_t *v = json_loadb(cap.body, cap.body_len, 0, &err);
-	if (v == NULL)
-		fail_msg("reply body is not JSON: %s (%s)", cap.body, err.text);
-	return v;
-}
 
 /* One reply was sent: a problem document with these fields. */
 static void
@@ -99,10 +26,10 @@ assert_problem(unsigned status, const char *code, const char *detail)
 {
 	char type[160];
 
-	assert_int_equal(cap.replies, 1);
-	assert_int_equal(cap.status, status);
-	assert_string_equal(cap.content_type, "application/problem+json");
-	json_t *doc = cap_json();
+	assert_int_equal(fake_http.fh_replies, 1);
+	assert_int_equal(fake_http.fh_status, status);
+	assert_string_equal(fake_http.fh_content_type, "application/problem+json");
+	json_t *doc = fake_http_json();
 	assert_true(json_is_object(doc));
 	assert_int_equal(json_object_size(doc), 5);
 	snprintf(type, sizeof(type), "https://idemd.dev/problems/%s", code);
@@ -210,7 +137,7 @@ test_reply(void **state)
 	(void)state;
 	problem_reply(&req, 404, "not_found", "no such resource");
 	assert_problem(404, "not_found", "no such resource");
-	assert_int_equal(cap.n_headers, 0);
+	assert_int_equal(fake_http.fh_n_headers, 0);
 }
 
 static void
@@ -260,9 +187,9 @@ test_unavailable(void **state)
 	(void)state;
 	problem_unavailable(&req);
 	assert_problem(503, "unavailable", "the database is unavailable; retry shortly");
-	assert_int_equal(cap.n_headers, 1);
-	assert_string_equal(cap.headers[0][0], "Retry-After");
-	assert_string_equal(cap.headers[0][1], "1");
+	assert_int_equal(fake_http.fh_n_headers, 1);
+	assert_string_equal(fake_http.fh_headers[0][0], "Retry-After");
+	assert_string_equal(fake_http.fh_headers[0][1], "1");
 }
 
 /* Every code the API documents renders as a problem of its status. */
@@ -286,7 +213,7 @@ test_api_codes(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
-		cap_reset(NULL);
+		fake_http_reset(NULL);
 		problem_reply(&req, codes[i].status, codes[i].code, "detail %zu", i);
 		char detail[32];
 		snprintf(detail, sizeof(detail), "detail %zu", i);
@@ -302,12 +229,12 @@ main(void)
 		cmocka_unit_test(test_document_fields),
 		cmocka_unit_test(test_document_text),
 		cmocka_unit_test(test_document_utf8),
-		cmocka_unit_test_setup_teardown(test_reply, cap_reset, cap_reset),
-		cmocka_unit_test_setup_teardown(test_reply_format, cap_reset, cap_reset),
-		cmocka_unit_test_setup_teardown(test_reply_invalid_utf8, cap_reset, cap_reset),
-		cmocka_unit_test_setup_teardown(test_reply_long_detail, cap_reset, cap_reset),
-		cmocka_unit_test_setup_teardown(test_unavailable, cap_reset, cap_reset),
-		cmocka_unit_test_setup_teardown(test_api_codes, cap_reset, cap_reset),
+		cmocka_unit_test_setup_teardown(test_reply, fake_http_reset, fake_http_reset),
+		cmocka_unit_test_setup_teardown(test_reply_format, fake_http_reset, fake_http_reset),
+		cmocka_unit_test_setup_teardown(test_reply_invalid_utf8, fake_http_reset, fake_http_reset),
+		cmocka_unit_test_setup_teardown(test_reply_long_detail, fake_http_reset, fake_http_reset),
+		cmocka_unit_test_setup_teardown(test_unavailable, fake_http_reset, fake_http_reset),
+		cmocka_unit_test_setup_teardown(test_api_codes, fake_http_reset, fake_http_reset),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

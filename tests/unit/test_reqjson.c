@@ -1,10 +1,10 @@
 /* Unit tests for the request JSON helpers: field checks and their 400
  * problems, ETags, names, times and stored-response rendering.
  *
- * The reply helpers of http.c are replaced at link time by the capturing
- * versions below (reqjson.o and problem.o need nothing else from http.o, so
- * the archive's http.o is never pulled in), which lets the field checks run
- * on a request without a connection and their problems be read back. */
+ * The reply helpers are replaced at link time by the shared capturing fake
+ * (tests/unit/fake_http.c), which lets the field checks run on a request
+ * without a connection and their problems be read back. None of these
+ * replies carries a header. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,21 +17,11 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "fake_http.h"
 #include "http.h"
 #include "reqjson.h"
 #include "store.h"
 
-struct captured {
-	int replies;
-	unsigned status;
-	char content_type[64];
-	char *body;
-	size_t body_len;
-};
-
-static struct captured cap;
-
-static int cap_reset(void **state);
 static json_t *load(const char *text);
 static void assert_no_reply(void);
 static void assert_invalid_request(const char *detail);
@@ -39,45 +29,6 @@ static void assert_etag_ok(const char *value, int64_t expected);
 static void assert_etag_refused(const char *value);
 static void assert_time(int64_t unix_ms, const char *expected);
 static void assert_response(const struct stored_response *r, const char *expected);
-
-void
-http_reply_bytes(struct request *req, unsigned status, const char *content_type,
-		 const void *data, size_t len)
-{
-	(void)req;
-	free(cap.body);
-	cap.replies++;
-	cap.status = status;
-	snprintf(cap.content_type, sizeof(cap.content_type), "%s",
-		 content_type ? content_type : "");
-	cap.body = malloc(len + 1);
-	assert_non_null(cap.body);
-	memcpy(cap.body, data, len);
-	cap.body[len] = '\0';
-	cap.body_len = len;
-}
-
-void
-http_reply_empty(struct request *req, unsigned status)
-{
-	http_reply_bytes(req, status, NULL, "", 0);
-}
-
-void
-http_set_header(struct request *req, const char *name, const char *value)
-{
-	(void)req;
-	fail_msg("unexpected header %s: %s", name, value);
-}
-
-static int
-cap_reset(void **state)
-{
-	(void)state;
-	free(cap.body);
-	memset(&cap, 0, sizeof(cap));
-	return 0;
-}
 
 static json_t *
 load(const char *text)
@@ -93,22 +44,24 @@ load(const char *text)
 static void
 assert_no_reply(void)
 {
-	assert_int_equal(cap.replies, 0);
+	assert_int_equal(fake_http.fh_replies, 0);
+	assert_int_equal(fake_http.fh_n_headers, 0);
 }
 
 /* Exactly one 400 invalid_request problem with DETAIL was sent; resets. */
 static void
 assert_invalid_request(const char *detail)
 {
-	assert_int_equal(cap.replies, 1);
-	assert_int_equal(cap.status, 400);
-	assert_string_equal(cap.content_type, "application/problem+json");
-	json_t *doc = load(cap.body);
+	assert_int_equal(fake_http.fh_replies, 1);
+	assert_int_equal(fake_http.fh_status, 400);
+	assert_string_equal(fake_http.fh_content_type, "application/problem+json");
+	assert_int_equal(fake_http.fh_n_headers, 0);
+	json_t *doc = load(fake_http.fh_body);
 	assert_string_equal(json_string_value(json_object_get(doc, "code")), "invalid_request");
 	assert_int_equal(json_integer_value(json_object_get(doc, "status")), 400);
 	assert_string_equal(json_string_value(json_object_get(doc, "detail")), detail);
 	json_decref(doc);
-	cap_reset(NULL);
+	fake_http_reset(NULL);
 }
 
 /* ---- reqjson_only ---- */
@@ -779,9 +732,9 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_only, cap_reset, cap_reset),
-		cmocka_unit_test_setup_teardown(test_int, cap_reset, cap_reset),
-		cmocka_unit_test_setup_teardown(test_string, cap_reset, cap_reset),
+		cmocka_unit_test_setup_teardown(test_only, fake_http_reset, fake_http_reset),
+		cmocka_unit_test_setup_teardown(test_int, fake_http_reset, fake_http_reset),
+		cmocka_unit_test_setup_teardown(test_string, fake_http_reset, fake_http_reset),
 		cmocka_unit_test(test_etag_parse),
 		cmocka_unit_test(test_etag_format),
 		cmocka_unit_test(test_valid_name),
