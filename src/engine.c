@@ -159,11 +159,8 @@ int engine_claim_cached(struct request *req, const struct token *t, const uint8_
 	return 0;
 }
 
-/*
- * Everything else before the database: the operation, the version
- * precondition. Returns 1 with C's claim arguments filled, or 0 after
- * replying. C must not move afterwards (the arguments point into it).
- */
+/* See engine.h. A points into T, FP and VKEY: they must not move while A
+ * is in use. */
 const char *engine_claim_args(const struct token *t, const struct operation *op,
 				const uint8_t *fp, const char *if_match,
 				char vkey[VERSIONKEY_MAX + 1], struct claim_args *a)
