@@ -8,8 +8,10 @@
 
 int buf_add(struct buf *b, const void *data, size_t len)
 {
-	if (b->b_failed)
+	if (b->b_failed || len >= (size_t)-1 - b->b_len) {
+		b->b_failed = 1;
 		return -1;
+	}
 	if (len + 1 > b->b_cap - b->b_len || b->b_data == NULL) {
 		size_t cap = b->b_cap ? b->b_cap : BUF_FIRST_CAP;
 		while (cap - b->b_len < len + 1) {

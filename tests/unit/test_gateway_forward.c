@@ -1,0 +1,257 @@
+/* Unit tests for the gateway's forward builder (gateway_forward.c): the
+ * query rebuilt from libmicrohttpd's arguments, the URL (route target and
+ * query), the timeout cut to the claim's lease, the body and method passed
+ * through, and the headers sent upstream (the record id as Idempotency-Key,
+ * bare for a token route and as an sf-string for a derived key, the
+ * subject, the client address appended to X-Forwarded-For, the request id;
+ * hop-by-hop headers dropped).
+ *
+ * libmicrohttpd's connection lookups are replaced below by a table of
+ * headers and arguments and a fixed client address; the replies by
+ * tests/unit/fake_http.c. */
+#include <arpa/inet.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "fake_http.h"
+#include "gateway_int.h"
+
+/* ---------------------------------------------------------------- libmicrohttpd */
+
+struct fake_value {
+	enum MHD_ValueKind kind;
+	const char *key, *value;
+};
+
+static struct fake_value values[16];
+static int n_values;
+
+static void add_value(enum MHD_ValueKind kind, const char *key, const char *value)
+{
+	assert_true(n_values < 16);
+	values[n_values++] = (struct fake_value){ kind, key, value };
+}
+
+int MHD_get_connection_values(struct MHD_Connection *connection, enum MHD_ValueKind kind,
+			      MHD_KeyValueIterator iterator, void *iterator_cls)
+{
+	int n = 0;
+
+	(void)connection;
+	for (int i = 0; i < n_values; i++) {
+		if ((values[i].kind & kind) == 0)
+			continue;
+		n++;
+		if (iterator != NULL &&
+		    iterator(iterator_cls, values[i].kind, values[i].key, values[i].value) != MHD_YES)
+			break;
+	}
+	return n;
+}
+
+const union MHD_ConnectionInfo *MHD_get_connection_info(struct MHD_Connection *connection,
+							enum MHD_ConnectionInfoType info_type, ...)
+{
+	static struct sockaddr_in sin;
+	static union MHD_ConnectionInfo ci;
+
+	(void)connection;
+	if (info_type != MHD_CONNECTION_INFO_CLIENT_ADDRESS)
+		return NULL;
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	assert_int_equal(inet_pton(AF_INET, "192.0.2.7", &sin.sin_addr), 1);
+	ci.client_addr = (struct sockaddr *)&sin;
+	return &ci;
+}
+
+/* ---------------------------------------------------------------- fixtures */
+
+static struct request req;
+static struct config_route rcfg;
+static struct gateway_route gr;
+static struct token tok;
+static char target[128];
+
+static int setup(void **state)
+{
+	fake_http_reset(state);
+	n_values = 0;
+	memset(&req, 0, sizeof(req));
+	req.req_method = "POST";
+	req.req_path = "/orders";
+	req.req_body = "{\"n\":1}";
+	req.req_body_len = strlen(req.req_body);
+	snprintf(req.req_id, sizeof(req.req_id), "req-1");
+	memset(&rcfg, 0, sizeof(rcfg));
+	rcfg.connect_timeout_ms = 1000;
+	rcfg.timeout_ms = 10000;
+	memset(&gr, 0, sizeof(gr));
+	gr.gr_cfg = &rcfg;
+	gr.gr_key = GATEWAY_KEY_TOKEN;
+	snprintf(target, sizeof(target), "http://up.example:8080/orders");
+	gr.gr_target = target;
+	memset(&tok, 0, sizeof(tok));
+	for (size_t i = 0; i < sizeof(tok.id); i++)
+		tok.id[i] = (uint8_t)i;
+	memcpy(tok.subject, "user-1", 7);
+	tok.subject_len = 6;
+	return 0;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The value of header NAME in LIST (exact name as sent), or NULL. */
+static const char *line_value(const struct curl_slist *list, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (; list != NULL; list = list->next)
+		if (strncasecmp(list->data, name, n) == 0 && list->data[n] == ':')
+			return list->data + n + 1 + strspn(list->data + n + 1, " ");
+	return NULL;
+}
+
+/* A job for a claim whose lease ends in LEASE_MS, with QUERY. */
+static struct gateway_job *job(int64_t lease_ms, const char *query)
+{
+	struct operation op = { .op_retention_seconds = 3600 };
+	struct claim_result res = { .cr_attempt = 2 };
+	struct curl_slist *headers = curl_slist_append(NULL, "X-Test: 1");
+
+	assert_non_null(headers);
+	res.cr_lease_expires_at = now_ms() + lease_ms;
+	struct gateway_job *j = gateway_job_new(&req, &gr, &tok, &op, &res, query, &headers, 4096);
+	assert_non_null(j);
+	assert_null(headers); /* taken */
+	return j;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_query_rebuilt(void **state)
+{
+	char *q;
+
+	(void)state;
+	assert_int_equal(gateway_query(&req, &q), 0);
+	assert_string_equal(q, "");
+	free(q);
+	/* as libmicrohttpd hands them over: not decoded, '+' already ' ' */
+	add_value(MHD_GET_ARGUMENT_KIND, "a", "1");
+	add_value(MHD_HEADER_KIND, "Host", "x");
+	add_value(MHD_GET_ARGUMENT_KIND, "flag", NULL);
+	add_value(MHD_GET_ARGUMENT_KIND, "q", "two words");
+	add_value(MHD_GET_ARGUMENT_KIND, "p", "%2F");
+	add_value(MHD_GET_ARGUMENT_KIND, "u", "\xc3\xa9");
+	assert_int_equal(gateway_query(&req, &q), 0);
+	assert_string_equal(q, "a=1&flag&q=two+words&p=%2F&u=%C3%A9");
+	free(q);
+}
+
+static void test_url_and_call(void **state)
+{
+	(void)state;
+	struct gateway_job *j = job(60000, "");
+	assert_string_equal(j->gj_call.uc_url, "http://up.example:8080/orders");
+	assert_string_equal(j->gj_call.uc_method, "POST");
+	assert_ptr_equal(j->gj_call.uc_body, req.req_body);
+	assert_int_equal(j->gj_call.uc_body_len, req.req_body_len);
+	assert_int_equal(j->gj_call.uc_max_body, 4096);
+	assert_int_equal(j->gj_call.uc_connect_timeout_ms, 1000);
+	assert_int_equal(j->gj_call.uc_timeout_ms, 10000);
+	assert_string_equal(line_value(j->gj_call.uc_headers, "X-Test"), "1");
+	assert_int_equal(j->gj_attempt, 2);
+	assert_int_equal(j->gj_retention_seconds, 3600);
+	assert_memory_equal(j->gj_token_id, tok.id, sizeof(tok.id));
+	assert_ptr_equal(j->gj_req, &req);
+	gateway_job_free(j);
+
+	j = job(60000, "a=1");
+	assert_string_equal(j->gj_call.uc_url, "http://up.example:8080/orders?a=1");
+	gateway_job_free(j);
+
+	snprintf(target, sizeof(target), "http://up.example/orders?v=2");
+	j = job(60000, "a=1");
+	assert_string_equal(j->gj_call.uc_url, "http://up.example/orders?v=2&a=1");
+	gateway_job_free(j);
+}
+
+/* A forward never outlives its lease (less a margin), nor goes below the
+ * floor. */
+static void test_timeout_cut_to_the_lease(void **state)
+{
+	(void)state;
+	struct gateway_job *j = job(3000, "");
+	assert_true(j->gj_call.uc_timeout_ms <= 2500);
+	assert_true(j->gj_call.uc_timeout_ms >= 2300);
+	gateway_job_free(j);
+	j = job(100, "");
+	assert_int_equal(j->gj_call.uc_timeout_ms, 100);
+	gateway_job_free(j);
+}
+
+static void test_headers_token_route(void **state)
+{
+	(void)state;
+	add_value(MHD_HEADER_KIND, "Content-Type", "application/json");
+	add_value(MHD_HEADER_KIND, "Connection", "close, X-Secret");
+	add_value(MHD_HEADER_KIND, "X-Secret", "hop");
+	add_value(MHD_HEADER_KIND, "X-Forwarded-For", "198.51.100.1");
+	add_value(MHD_HEADER_KIND, "Idempotency-Key", "the-token-text");
+	struct curl_slist *list = gateway_request_headers(&req, &gr, &tok);
+	assert_non_null(list);
+	assert_string_equal(line_value(list, "Content-Type"), "application/json");
+	assert_string_equal(line_value(list, "Idempotency-Key"), "000102030405060708090a0b0c0d0e0f");
+	assert_string_equal(line_value(list, "Idempotency-Subject"), "user-1");
+	assert_string_equal(line_value(list, "X-Request-Id"), "req-1");
+	const char *xff = line_value(list, "X-Forwarded-For");
+	assert_non_null(xff);
+	assert_non_null(strstr(xff, "192.0.2.7"));
+	assert_null(line_value(list, "Connection"));
+	assert_null(line_value(list, "X-Secret"));
+	curl_slist_free_all(list);
+}
+
+static void test_headers_derived_key(void **state)
+{
+	(void)state;
+	gr.gr_key = GATEWAY_KEY_HEADER;
+	tok.subject_len = 0;
+	tok.subject[0] = '\0';
+	struct curl_slist *list = gateway_request_headers(&req, &gr, &tok);
+	assert_non_null(list);
+	assert_string_equal(line_value(list, "Idempotency-Key"),
+			    "\"000102030405060708090a0b0c0d0e0f\"");
+	assert_null(line_value(list, "Idempotency-Subject"));
+	curl_slist_free_all(list);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_query_rebuilt, setup, fake_http_reset),
+		cmocka_unit_test_setup_teardown(test_url_and_call, setup, fake_http_reset),
+		cmocka_unit_test_setup_teardown(test_timeout_cut_to_the_lease, setup, fake_http_reset),
+		cmocka_unit_test_setup_teardown(test_headers_token_route, setup, fake_http_reset),
+		cmocka_unit_test_setup_teardown(test_headers_derived_key, setup, fake_http_reset),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
