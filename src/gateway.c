@@ -72,6 +72,7 @@ struct gateway_job {
 	int gj_retention_seconds;
 	char *gj_url;
 	int gj_stopped;                    /* refused: the gateway is stopping */
+	struct timespec gj_sent;           /* CLOCK_MONOTONIC: the forward's start */
 	/* storing a final answer (gateway_store) */
 	struct batcher_job gj_bj;
 	struct stored_response gj_resp;    /* headers owned, body borrowed from gj_call */
@@ -627,7 +628,12 @@ static void gateway_finish(struct gateway_job *j)
 static void gateway_on_done(struct upstream_call *c)
 {
 	struct gateway_job *j = (struct gateway_job *)(void *)c;
+	struct timespec now;
 
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	metrics_upstream(&j->gj_route->gr_route, (int)c->uc_result, c->uc_status,
+			 (double)(now.tv_sec - j->gj_sent.tv_sec) +
+				 (double)(now.tv_nsec - j->gj_sent.tv_nsec) / 1e9);
 	pthread_mutex_lock(&gw.lock);
 	j->gj_next = NULL;
 	if (gw.done_tail != NULL)
@@ -694,6 +700,7 @@ static int gateway_claimed(struct request *req, const struct claim_result *res, 
 			problem_unavailable(req);
 		} else {
 			keep = 1;
+			clock_gettime(CLOCK_MONOTONIC, &j->gj_sent);
 			if (upstream_call(&j->gj_call) < 0) {
 				/* stopping: resumed at once with 503 */
 				j->gj_stopped = 1;

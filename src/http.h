@@ -54,6 +54,7 @@ struct request {
 	char req_by_buf[24];
 	struct timespec req_start;
 	int req_dispatched;
+	int req_admin;                     /* came in on admin_listen */
 	int req_suspended;                 /* another thread builds the reply (http_suspend) */
 	/* set by http_resume_then(): builds the reply on the request's thread */
 	void (*req_on_resume)(struct request *req, void *arg);

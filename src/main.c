@@ -20,7 +20,9 @@
 #include "janitor.h"
 #include "keys.h"
 #include "log.h"
+#include "metrics.h"
 #include "migrate.h"
+#include "replaycount.h"
 #include "waiters.h"
 #include "store.h"
 #include "tokenreq.h"
@@ -134,6 +136,7 @@ static int main_serve(const struct config *cfg)
 		goto pool;
 	}
 	tokenreq_init(cfg);
+	metrics_init(cfg);
 	/* two batches in flight: one commits while the next gathers */
 	if (batcher_start(cfg->pool_size < 2 ? 1 : 2) < 0)
 		goto pool;
@@ -141,6 +144,10 @@ static int main_serve(const struct config *cfg)
 		goto batcher;
 	if (gateway_start(cfg) < 0)
 		goto waiters;
+	if (replaycount_start() < 0) {
+		log_error("serve: cannot start the replay count thread");
+		goto gateway;
+	}
 	if (http_start(cfg) < 0)
 		goto gateway;
 	if (janitor_start(cfg) < 0) {
@@ -165,6 +172,8 @@ http:
 	gateway_drain();
 	http_stop();
 gateway:
+	/* after the last request was answered: every replay is counted */
+	replaycount_stop();
 	gateway_stop();
 waiters:
 	waiters_stop();
@@ -174,6 +183,7 @@ pool:
 	db_pool_close();
 keys:
 	keys_shutdown();
+	metrics_shutdown();
 	if (ret == 0)
 		log_info("serve: stopped");
 	return ret;

@@ -19,7 +19,7 @@ enum {
 	ST_VERSION_GET, ST_VERSION_BUMP, ST_SWEEP, ST_CLAIM_MANY, ST_COMPLETE_MANY,
 	ST_TENANT_LIST, ST_TENANT_DELETE, ST_APIKEY_ADD, ST_APIKEY_REVOKE,
 	ST_KEYS_TABLE, ST_KEYS_COUNT, ST_KEYS_RESEAL, ST_EXTEND, ST_CHECKPOINT,
-	ST_EVENTS_GET, ST_EVENTS_SWEEP, ST_RECORD_LIST,
+	ST_EVENTS_GET, ST_EVENTS_SWEEP, ST_RECORD_LIST, ST_REPLAYS_ADD, ST_RECORDS_STUCK,
 };
 
 #define OP_COLUMNS "id, tenant_id, name, token_ttl_seconds, retention_seconds, " \
@@ -140,8 +140,19 @@ static const struct db_stmt st_revoke = { ST_REVOKE, "revoke",
 static const struct db_stmt st_record_get = { ST_RECORD_GET, "record_get",
 	"SELECT state, attempt, coalesce(" MS("lease_expires_at") ", 0), " MS("expires_at") ", "
 	"response_status, response_headers, response_body, response_is_json, subject, "
-	"operation_id, checkpoint_phase, checkpoint_data::text, checkpoint_attempt "
+	"operation_id, checkpoint_phase, checkpoint_data::text, checkpoint_attempt, replays "
 	"FROM records WHERE tenant_id = $1 AND token_id = $2", 2 };
+/* Replay counts gathered in memory (replaycount.c), added in one statement;
+ * the elements come sorted by record, the order claim batches lock in. */
+static const struct db_stmt st_replays_add = { ST_REPLAYS_ADD, "replays_add",
+	"UPDATE records r SET replays = r.replays + u.n "
+	"FROM unnest($1::int[], $2::bytea[], $3::bigint[]) AS u(t, id, n) "
+	"WHERE r.tenant_id = u.t AND r.token_id = u.id", 3 };
+/* Reads only the partial index records_in_progress_lease_idx (0010). */
+static const struct db_stmt st_records_stuck = { ST_RECORDS_STUCK, "records_stuck",
+	"SELECT tenant_id, operation_id, count(*) FROM records "
+	"WHERE state = 'in_progress' AND lease_expires_at < now() "
+	"GROUP BY tenant_id, operation_id LIMIT 10000", 0 };
 static const struct db_stmt st_extend = { ST_EXTEND, "extend",
 	"WITH r AS (SELECT outcome AS o, lease_expires_at FROM idemd_extend($1, $2, $3, $4)), "
 	FENCED_EVENT("extended", "$3", "NULL", "$5") "'extended') "
@@ -1034,6 +1045,7 @@ int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_
 		rv->rv_has_subject = !PQgetisnull(r, 0, 8);
 		snprintf(rv->rv_subject, sizeof(rv->rv_subject), "%s", PQgetvalue(r, 0, 8));
 		rv->rv_operation_id = (uint32_t)store_i64(r, 0, 9);
+		rv->rv_replays = store_i64(r, 0, 13);
 		rc = store_read_response(r, 0, 4, &rv->rv_response);
 		if (rc == 0 && !PQgetisnull(r, 0, 10)) {
 			rv->rv_checkpoint_phase = strdup(PQgetvalue(r, 0, 10));
@@ -1227,4 +1239,52 @@ done:
 	PQclear(r);
 	store_arrays_free(arrs, 3);
 	return rc;
+}
+
+int store_replays_add(size_t n, const uint32_t *tenant_ids, const uint8_t (*ids)[16],
+		      const int64_t *counts)
+{
+	struct store_array arrs[3] = { { 0 } };
+	int rc = -1;
+
+	if (n == 0)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		store_array_i64(&arrs[0], tenant_ids[i]);
+		store_array_bytea(&arrs[1], ids[i], 16);
+		store_array_i64(&arrs[2], counts[i]);
+	}
+	if (store_arrays_close(arrs, 3) == 0) {
+		const char *v[] = { arrs[0].sa_buf, arrs[1].sa_buf, arrs[2].sa_buf };
+		PGresult *r = store_run(&st_replays_add, v, NULL, NULL);
+		rc = r != NULL ? 0 : -1;
+		PQclear(r);
+	}
+	store_arrays_free(arrs, 3);
+	return rc;
+}
+
+int store_records_stuck(struct stuck_count **rows, size_t *n)
+{
+	PGresult *r = store_run(&st_records_stuck, NULL, NULL, NULL);
+
+	*rows = NULL;
+	*n = 0;
+	if (r == NULL)
+		return -1;
+	size_t m = (size_t)PQntuples(r);
+	struct stuck_count *out = calloc(m ? m : 1, sizeof(*out));
+	if (out == NULL) {
+		PQclear(r);
+		return -1;
+	}
+	for (size_t i = 0; i < m; i++) {
+		out[i].sc_tenant_id = (uint32_t)store_i64(r, (int)i, 0);
+		out[i].sc_operation_id = (uint32_t)store_i64(r, (int)i, 1);
+		out[i].sc_count = store_i64(r, (int)i, 2);
+	}
+	PQclear(r);
+	*rows = out;
+	*n = m;
+	return 0;
 }

@@ -203,6 +203,7 @@ struct record_view {
 	char *rv_checkpoint_phase;   /* NULL: no checkpoint; owned, like the data */
 	char *rv_checkpoint_data;    /* JSON text, or NULL */
 	int rv_checkpoint_attempt;
+	int64_t rv_replays;          /* duplicates answered from the stored response (flushed) */
 	struct stored_response rv_response;
 };
 /* Frees what a filled record_view owns. */
@@ -251,5 +252,19 @@ int store_version_bump(uint32_t tenant_id, const char *key, int64_t expected, in
  * becomes the latest expiry deleted, where the pass's next batch starts.
  * *deleted = -1 when another instance holds the sweep lock. */
 int store_sweep(int limit, int64_t *after_ms, int *deleted) IDEMD_WUR;
+
+/* Adds COUNTS[i] to the replay count of record (TENANT_IDS[i], IDS[i]), all
+ * in one statement (records swept meanwhile are skipped). Sort the
+ * elements by record first. */
+int store_replays_add(size_t n, const uint32_t *tenant_ids, const uint8_t (*ids)[16],
+		      const int64_t *counts) IDEMD_WUR;
+
+/* Records in progress past their lease, per tenant and operation: a new
+ * array of *N rows (free()). */
+struct stuck_count {
+	uint32_t sc_tenant_id, sc_operation_id;
+	int64_t sc_count;
+};
+int store_records_stuck(struct stuck_count **rows, size_t *n) IDEMD_WUR;
 
 #endif

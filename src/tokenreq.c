@@ -25,6 +25,7 @@
 #include "opcache.h"
 #include "problem.h"
 #include "replaycache.h"
+#include "replaycount.h"
 #include "reqjson.h"
 #include "versionkey.h"
 #include "waiters.h"
@@ -256,6 +257,13 @@ static void tokenreq_replay_cached(struct request *req, const struct token *t,
 		free(text);
 }
 
+void tokenreq_count_replay(const struct token *t, int waited)
+{
+	replaycount_add(t->tenant_id, t->id);
+	metrics_duplicate(t->tenant_id, t->operation_id,
+			  waited ? METRICS_DUP_WAITED : METRICS_DUP_REPLAYED);
+}
+
 int tokenreq_replay_raw(struct request *req, const struct token *t)
 {
 	char *reply;
@@ -265,6 +273,7 @@ int tokenreq_replay_raw(struct request *req, const struct token *t)
 				req->req_body_len, &reply, &len) != 1)
 		return 0;
 	metrics_add(METRIC_REPLAYS, 1);
+	tokenreq_count_replay(t, 0);
 	http_reply_take(req, 200, "application/json", reply, len);
 	http_set_header(req, "Idempotent-Replayed", "true");
 	return 1;
@@ -312,6 +321,7 @@ int tokenreq_claim_cached(struct request *req, const struct token *t, const uint
 
 	if (cached == 1) {
 		metrics_add(METRIC_REPLAYS, 1);
+		tokenreq_count_replay(t, 0);
 		if (direct)
 			tokenreq_replay_cached(req, t, fp, &r, reply, reply_len);
 		else
@@ -321,6 +331,7 @@ int tokenreq_claim_cached(struct request *req, const struct token *t, const uint
 		return 1;
 	}
 	if (cached == 2) {
+		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_FINGERPRINT_MISMATCH);
 		problem_reply(req, 422, "fingerprint_mismatch",
 			      "the token was first used with a different request");
 		return 1;
@@ -454,12 +465,14 @@ static int tokenreq_claim_answer(struct request *req, struct tokenreq_claim *c, 
 		break;
 	case CLAIM_REPLAY:
 		metrics_add(METRIC_REPLAYS, 1);
+		tokenreq_count_replay(t, req->req_waited > 0);
 		replaycache_put(t->tenant_id, t->id, c->tc_has_fp ? c->tc_fp : NULL,
 				&res->cr_response, res->cr_record_expires_at);
 		c->tc_replay(req, &res->cr_response, t);
 		break;
 	case CLAIM_IN_PROGRESS:
 		metrics_add(METRIC_CONFLICTS, 1);
+		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_IN_PROGRESS);
 		/* most first submits finish in far less than their lease: ask for a
 		 * retry in a second, and say when the lease would allow a takeover */
 		problem_reply(req, 409, "request_in_progress",
@@ -471,6 +484,7 @@ static int tokenreq_claim_answer(struct request *req, struct tokenreq_claim *c, 
 		problem_reply(req, 410, "token_revoked", "the token was revoked");
 		break;
 	case CLAIM_FINGERPRINT_MISMATCH:
+		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_FINGERPRINT_MISMATCH);
 		problem_reply(req, 422, "fingerprint_mismatch",
 			      "the token (or key) was first used with a different request");
 		break;
