@@ -68,6 +68,9 @@ void h_record_get(struct request *req)
 			      reqjson_time(rv.rv_expires_at), "attempt", rv.rv_attempt);
 	if (o != NULL && rv.rv_has_subject)
 		json_object_set_new(o, "subject", json_string(rv.rv_subject));
+	/* flushed from memory every few seconds (replaycount.c): may lag */
+	if (o != NULL)
+		json_object_set_new(o, "replays", json_integer(rv.rv_replays));
 	tokenreq_record_fields(o, &rv, state);
 	store_record_view_free(&rv);
 	http_reply_json(req, 200, o);

@@ -413,6 +413,13 @@ static void metrics_render_records(FILE *f, const struct metrics_gauges *g)
 		fprintf(f, "idemd_records_stuck{%s} %ld\n", labels,
 			atomic_load(&metrics_stuck[p < metrics_n_pairs ? p : METRICS_PAIRS]));
 	}
+	size_t unresolved = 0;
+	for (size_t p = 0; p < metrics_n_pairs; p++)
+		unresolved += atomic_load(&metrics_pairs[p].mp_key) == 0;
+	metrics_family(f, "idemd_metrics_pairs_unresolved", "gauge",
+		       "Named tenant/operation pairs (metrics_operations, routes) whose tenant or "
+		       "operation does not exist (yet): their counts go to \"other\".");
+	fprintf(f, "idemd_metrics_pairs_unresolved %zu\n", unresolved);
 	size_t pending = g->mg_replay_pending;
 	long dropped = g->mg_replay_dropped;
 	metrics_family(f, "idemd_replay_counts_pending", "gauge",
