@@ -104,6 +104,13 @@ else
   results+=("client libraries: FAILED"); problems+=("client libraries")
 fi
 
+say "prometheus (promtool on deploy/prometheus, a real Prometheus scraping idemd)"
+if IDEMD_BIN=${IDEMD_BIN:-$ROOT/build/idemd} timeout 300 bash tests/prometheus.sh; then
+  results+=("prometheus: ok")
+else
+  results+=("prometheus: FAILED"); problems+=("prometheus")
+fi
+
 say "checking the problem codes against api/openapi.yaml"
 if python3 tests/problem_codes.py; then
   results+=("problem codes: ok")
