@@ -47,6 +47,7 @@ void h_record_get(struct request *req)
 
 	if (h_record_id(req, id) < 0)
 		return;
+	http_note_record(req, id);
 	if (store_record_get(req->req_tenant_id, id, &rv) < 0) {
 		problem_unavailable(req);
 		return;
@@ -83,6 +84,7 @@ void h_record_events(struct request *req)
 
 	if (h_record_id(req, id) < 0)
 		return;
+	http_note_record(req, id);
 	if (store_events_get(req->req_tenant_id, id, &events) < 0) {
 		problem_unavailable(req);
 		return;

@@ -630,7 +630,7 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
 	metrics_request(req->req_route, status, ms);
 	log_access(req->req_id, req->req_method,
 		   req->req_route ? req->req_route->pattern : "unmatched", status, ms,
-		   toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? (int)toe : 0);
+		   req->req_record, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? (int)toe : 0);
 	http_clear_reply(req);
 	atomic_fetch_sub(&http_inflight, req->req_reserved);
 	http_receiving(req, 1); /* the next request's time starts now */
@@ -916,4 +916,15 @@ void http_stop(void)
 		pthread_join(http_conns.reaper, NULL);
 		http_conns.started = 0;
 	}
+}
+
+void http_note_record(struct request *req, const uint8_t id[16])
+{
+	static const char hex[] = "0123456789abcdef";
+
+	for (int i = 0; i < 16; i++) {
+		req->req_record[2 * i] = hex[id[i] >> 4];
+		req->req_record[2 * i + 1] = hex[id[i] & 15];
+	}
+	req->req_record[32] = '\0';
 }

@@ -80,7 +80,10 @@ int tokenreq_from_path(struct request *req, struct token *t)
 		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
 		return -1;
 	}
-	return tokenreq_verify(req, req->req_params[0], t);
+	if (tokenreq_verify(req, req->req_params[0], t) < 0)
+		return -1;
+	http_note_record(req, t->id);
+	return 0;
 }
 
 static double tokenreq_now(void)
@@ -269,6 +272,7 @@ int tokenreq_replay_raw(struct request *req, const struct token *t)
 	char *reply;
 	size_t len;
 
+	http_note_record(req, t->id);
 	if (replaycache_get_raw(t->tenant_id, t->id, req->req_body ? req->req_body : "",
 				req->req_body_len, &reply, &len) != 1)
 		return 0;
@@ -319,6 +323,7 @@ int tokenreq_claim_cached(struct request *req, const struct token *t, const uint
 	int cached = replaycache_lookup(t->tenant_id, t->id, fp, &r, direct ? &reply : NULL,
 					&reply_len);
 
+	http_note_record(req, t->id);
 	if (cached == 1) {
 		metrics_add(METRIC_REPLAYS, 1);
 		tokenreq_count_replay(t, 0);
@@ -858,6 +863,7 @@ void tokenreq_complete(struct request *req, const struct token *tok, int is_key)
 	int found;
 	json_t *body = NULL;
 
+	http_note_record(req, tok->id);
 	body = http_body_object(req);
 	if (body == NULL)
 		return;
@@ -939,6 +945,7 @@ void tokenreq_release(struct request *req, const struct token *t, int is_key)
 	int64_t attempt;
 	json_t *body = tokenreq_fenced_body(req, allowed, &attempt);
 
+	http_note_record(req, t->id);
 	if (body == NULL)
 		return;
 	if (store_release(req->req_tenant_id, t->id, (int)attempt, req->req_by, &outcome) < 0)
@@ -960,6 +967,7 @@ void tokenreq_extend(struct request *req, const struct token *t, int is_key)
 	int present, found;
 	json_t *body = tokenreq_fenced_body(req, allowed, &attempt);
 
+	http_note_record(req, t->id);
 	if (body == NULL)
 		return;
 	if (opcache_by_id(t->operation_id, &op, &found) < 0 || !found) {
@@ -999,6 +1007,7 @@ void tokenreq_checkpoint(struct request *req, const struct token *t, int is_key)
 	char *data = NULL;
 	json_t *body = tokenreq_fenced_body(req, allowed, &attempt);
 
+	http_note_record(req, t->id);
 	if (body == NULL)
 		return;
 	if (reqjson_string(req, body, "phase", 1, 1, 64, &phase) < 0)

@@ -175,6 +175,36 @@ class Replays(IdemdCase):
         got = {rid: self.record(rid)["replays"] for rid in want}
         self.assertEqual(got, want)
 
+    def test_trace_a_submit_from_its_record_id(self):
+        r = self.issue_resp(OP)
+        tok, rid = r.json["token"], r.json["id"]
+        mine = uniq("checkout")
+        r = self.claim(tok, {"request": {"t": 1}}, headers={"X-Request-Id": mine})
+        assert_status(self, r, 201)
+        self.assertEqual(r.header("x-request-id"), mine)
+        assert_status(self, self.complete(tok, 1, 201, body={"t": 1}), 200)
+        self.replay(tok, {"request": {"t": 1}})
+        assert_status(self, self.client.get("/v1/records/" + rid), 200)
+        # the audit trail says what happened and when
+        ev = assert_status(self, self.client.get("/v1/records/%s/events" % rid), 200)["events"]
+        self.assertEqual([e["event"] for e in ev], ["claimed", "completed"])
+        # and the access log lines of that record carry its id beside each
+        # request id (lines are written at most 40 ms late)
+        deadline = time.monotonic() + 5
+        while True:
+            lines = [x for x in self.server.log_records()
+                     if isinstance(x, dict) and x.get("record") == rid]
+            if len(lines) >= 4 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        # (in order per worker thread only)
+        got = sorted((x["route"], x["status"]) for x in lines)
+        self.assertEqual(got, [("/v1/records/{}", 200), ("/v1/tokens/{}/claim", 200),
+                               ("/v1/tokens/{}/claim", 201), ("/v1/tokens/{}/complete", 200)])
+        first = [x for x in lines if x["status"] == 201]
+        self.assertEqual(first[0]["request_id"], mine)
+        self.assertNotIn(tok, self.server.stderr_text())
+
     def test_flushed_within_ten_seconds_without_sigterm(self):
         tok, rid = self.completed_token()
         self.assertEqual(self.record(rid)["replays"], 0)
