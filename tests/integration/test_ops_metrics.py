@@ -194,12 +194,13 @@ class Replays(IdemdCase):
         while True:
             lines = [x for x in self.server.log_records()
                      if isinstance(x, dict) and x.get("record") == rid]
-            if len(lines) >= 4 or time.monotonic() > deadline:
+            if len(lines) >= 5 or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
         # (in order per worker thread only)
         got = sorted((x["route"], x["status"]) for x in lines)
-        self.assertEqual(got, [("/v1/records/{}", 200), ("/v1/tokens/{}/claim", 200),
+        self.assertEqual(got, [("/v1/records/{}", 200), ("/v1/records/{}/events", 200),
+                               ("/v1/tokens/{}/claim", 200),
                                ("/v1/tokens/{}/claim", 201), ("/v1/tokens/{}/complete", 200)])
         first = [x for x in lines if x["status"] == 201]
         self.assertEqual(first[0]["request_id"], mine)
