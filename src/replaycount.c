@@ -149,20 +149,23 @@ int replaycount_flush(void)
 
 static void *rc_main(void *arg)
 {
+	int failed = 0;
+
 	(void)arg;
 	pthread_mutex_lock(&rc.lock);
 	while (!rc.stop) {
 		struct timespec until;
 		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_sec += REPLAYCOUNT_FLUSH_SECONDS;
-		while (!rc.stop && rc.used < REPLAYCOUNT_CAPACITY / 2 &&
+		/* a half-full table is flushed at once, unless the last flush
+		 * failed: then the database is given the whole interval */
+		while (!rc.stop && (failed || rc.used < REPLAYCOUNT_CAPACITY / 2) &&
 		       pthread_cond_timedwait(&rc.wake, &rc.lock, &until) == 0)
 			;
 		if (rc.stop)
 			break;
 		pthread_mutex_unlock(&rc.lock);
-		if (replaycount_flush() < 0)
-			log_debug("replaycount: flush deferred");
+		failed = replaycount_flush() < 0;
 		pthread_mutex_lock(&rc.lock);
 	}
 	pthread_mutex_unlock(&rc.lock);
