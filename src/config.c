@@ -951,6 +951,9 @@ check_required(const struct config *cfg, char *err, size_t errlen)
 	if (cfg->database_url == NULL)
 		return fail(err, errlen,
 		    "\"database_url\" is required (or set IDEMD_DATABASE_URL)");
+	if (cfg->admin_listen_host != NULL && cfg->admin_listen_port == cfg->listen_port &&
+	    strcmp(cfg->admin_listen_host, cfg->listen_host) == 0)
+		return fail(err, errlen, "\"admin_listen\" must differ from \"listen\"");
 	return 0;
 }
 

@@ -346,7 +346,8 @@ class AdminListen(IdemdCase):
         self.assertEqual(srv.stop(), 0, srv.stderr_text()[-2000:])
 
     def test_admin_listen_checked(self):
-        for bad in ("nonsense", "127.0.0.1:0", "127.0.0.1:99999", 7):
+        same = "127.0.0.1:%d" % self.idemd.port
+        for bad in ("nonsense", "127.0.0.1:0", "127.0.0.1:99999", 7, same):
             p = self.idemd.run("check-config", config=self.idemd.write_config(admin_listen=bad))
             self.assertEqual(p.returncode, 2, (bad, p.stdout, p.stderr))
             self.assertIn("admin_listen", p.stderr + p.stdout)
