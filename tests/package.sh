@@ -54,10 +54,23 @@ cleanup() {
   if [ "$own_pg" = 1 ]; then bash deploy/pg.sh stop "$TMP/pg" >/dev/null 2>&1; fi
   rm -rf "$TMP"
 }
+# dpkg ARGS, waiting up to 3 minutes while another dpkg or apt holds its lock
+dpkg_w() {
+  local out rc
+  for _ in $(seq 1 90); do
+    out=$(timeout 300 dpkg "$@" 2>&1)
+    rc=$?
+    printf '%s\n' "$out"
+    grep -q 'dpkg frontend lock\|lock was locked by another process' <<<"$out" || return "$rc"
+    echo "package.sh: dpkg is locked by another process; waiting" >&2
+    sleep 2
+  done
+  return 1
+}
 # shellcheck disable=SC2317
 restore_machine() {
   machine=0
-  timeout 120 dpkg -P idemd >/dev/null 2>&1
+  dpkg_w -P idemd >/dev/null 2>&1
   rm -rf /etc/idemd
   if [ "$had_user" = 0 ]; then
     userdel idemd >/dev/null 2>&1
@@ -101,6 +114,13 @@ if [ "${#debs[@]}" -ne 1 ] || [ ! -f "$DEB" ]; then
   echo "package.sh: expected one idemd_*.deb in $BUILD, found: ${debs[*]}" >&2; exit 1
 fi
 echo "built $DEB ($(stat -c %s "$DEB") bytes)"
+# the same tree as Debian revision 2, to upgrade the installed package to
+mkdir -p "$TMP/rev2"
+if ! (cd "$BUILD" && cpack -G DEB -D CPACK_DEBIAN_PACKAGE_RELEASE=2 \
+        -D CPACK_PACKAGE_DIRECTORY="$TMP/rev2" >"$TMP/cpack2.log" 2>&1); then
+  cat "$TMP/cpack2.log"; echo "package.sh: revision 2 did not build" >&2; exit 1
+fi
+DEB2=$(echo "$TMP"/rev2/idemd_*-2_*.deb)
 
 say "dpkg-deb -I"
 dpkg-deb -I "$DEB" | tee "$TMP/info"
@@ -230,7 +250,7 @@ elif dpkg-query -W -f='${db:Status-Status}' idemd 2>/dev/null | grep -qv '^not-i
 else
   getent passwd idemd >/dev/null || had_user=0
   machine=1
-  if timeout 300 dpkg -i "$DEB"; then
+  if dpkg_w -i "$DEB"; then
     ok "dpkg -i"
     # shellcheck disable=SC2016
     check "user idemd exists, a system user with no login shell" \
@@ -254,7 +274,18 @@ else
     exercise /usr/bin/idemd /etc/idemd/idemd.json "installed"
     verify_unit /lib/systemd/system/idemd.service /usr/bin/idemd "installed"
     key_before=$(cat /etc/idemd/master.key)
-    check "dpkg -P" timeout 300 dpkg -P idemd
+    # an upgrade keeps the operator's config, the master key and the modes
+    sed -i 's/127.0.0.1:8080/127.0.0.1:8181/' /etc/idemd/idemd.json
+    if check "dpkg -i of revision 2 over revision 1" dpkg_w -i "$DEB2"; then
+      check "upgraded: version 0.1.0-2" \
+        test "$(dpkg-query -W -f='${Version}' idemd)" = "$(dpkg-deb -f "$DEB2" Version)"
+      check "upgraded: the edited config kept" grep -q '127.0.0.1:8181' /etc/idemd/idemd.json
+      check "upgraded: the master key kept" test "$(cat /etc/idemd/master.key)" = "$key_before"
+      check "upgraded: owners and modes kept" test "$(stat -c '%U:%G %a' /etc/idemd \
+        /etc/idemd/idemd.json /etc/idemd/master.key | tr '\n' ' ')" = \
+        "root:idemd 750 root:idemd 640 idemd:idemd 600 "
+    fi
+    check "dpkg -P" dpkg_w -P idemd
     check "purged: binary, unit and config gone" \
       test ! -e /usr/bin/idemd -a ! -e /lib/systemd/system/idemd.service -a ! -e /etc/idemd/idemd.json
     check "purge kept the master key" test "$(cat /etc/idemd/master.key 2>/dev/null)" = "$key_before"
