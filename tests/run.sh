@@ -104,6 +104,15 @@ else
   results+=("client libraries: FAILED"); problems+=("client libraries")
 fi
 
+say "Debian package (tests/package.sh)"
+# builds, inspects, unpacks and runs the .deb; as root also installs it on
+# this machine and purges it again (restored on failure too)
+if timeout 900 bash tests/package.sh; then
+  results+=("debian package: ok")
+else
+  results+=("debian package: FAILED"); problems+=("debian package")
+fi
+
 say "checking the problem codes against api/openapi.yaml"
 if python3 tests/problem_codes.py; then
   results+=("problem codes: ok")
