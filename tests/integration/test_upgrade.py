@@ -167,7 +167,7 @@ class Node:
             try:
                 rec = json.loads(line)
             except ValueError:
-                rec = {"level": "warn" if "warn" in line else "", "msg": line}
+                continue  # every log line is JSON; anything else is not a warning
             if isinstance(rec, dict) and rec.get("level") == "warn" and word in rec.get("msg", ""):
                 out.append(rec)
         return out
