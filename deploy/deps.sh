@@ -24,6 +24,8 @@ for arg in "$@"; do
 done
 if [ "$test" = 1 ]; then
   pkgs+=("${test_pkgs[@]}")
+  # tests/package.sh (dpkg-shlibdeps) and test_upgrade.py (git archive)
+  pkgs+=(git dpkg-dev)
   if [ "$browser" = 1 ]; then pkgs+=("${browser_pkgs[@]}"); fi
   # Node.js and npm may come from another source than Debian's packages;
   # only ask for Debian's when the commands are missing.

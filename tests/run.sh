@@ -97,6 +97,15 @@ else
   results+=("openapi lint: FAILED"); problems+=("openapi lint")
 fi
 
+say "Debian package (tests/package.sh)"
+# builds, inspects, unpacks and runs the .deb; as root also installs it on
+# this machine and purges it again (restored on failure too)
+if timeout 900 bash tests/package.sh; then
+  results+=("debian package: ok")
+else
+  results+=("debian package: FAILED"); problems+=("debian package")
+fi
+
 say "client libraries (clients/python, clients/node)"
 if bash tests/clients.sh; then
   results+=("client libraries: ok")
