@@ -275,7 +275,9 @@ def consumer(mode: str, instance: str) -> None:
                                       key=lambda m: m["message_id"], handler=handler,
                                       request=lambda m: m, with_claim=True)
         except idemd.IdemdError as e:
-            note("error consume %s" % e)
+            # idemd unreachable or refusing after the client's retries: the
+            # batch comes back later; nothing was paid without a claim.
+            note("retry consume %s" % e)
             time.sleep(0.2)
             for method, _ in batch:
                 ch.basic_nack(method.delivery_tag, requeue=True)
@@ -408,6 +410,7 @@ def run(mode: str, args: argparse.Namespace, stub: Stub, client: Any) -> Dict[st
             "total_seconds": total_seconds, "kills": dict(kills),
             "external_kills": fleet.external_kills, "restarts": fleet.restarts,
             "errors": [ln for ln in lines if ln.startswith("error")],
+            "retries": sum(1 for ln in lines if ln.startswith("retry")),
             "lost": sum(1 for ln in lines if ln.startswith("lost")),
             "calls": stub.snapshot(queue), "depth": queue_depth(queue)}
 
@@ -475,7 +478,7 @@ def main() -> int:
     a, b = results["idemd"], results["plain"]
 
     def row(name: str, x: Any, y: Any) -> None:
-        print("  %-52s %12s %14s" % (name, x, y))
+        print("  %-58s %12s %14s" % (name, x, y))
 
     print("\nrequests cut short by a kill (not paid, 400): %d" % stub.cut_short)
     print("\nqueue consumers under chaos: %d messages, %d consumers, prefetch %d, batches of %d, seed %d"
@@ -489,6 +492,8 @@ def main() -> int:
         b["kills"].get("after_effect", 0) + b["kills"].get("after_complete", 0))
     row("SIGKILL from the chaos loop (random moment)", a["external_kills"], b["external_kills"])
     row("consumer restarts", a["restarts"], b["restarts"])
+    row("batches or messages handed back to retry later", a["retries"], "-")
+    row("results stored too late (lease lost, another took over)", a["lost"], "-")
     row("messages paid", a["paid"], b["paid"])
     row("calls that reached the payment stub", a["raw_calls"], b["raw_calls"])
     row("messages paid more than once (distinct keys)", a["multi_key"], b["paid_twice"])
