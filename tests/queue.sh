@@ -27,7 +27,7 @@ die() { echo "queue.sh: $*" >&2; echo "queue: FAILED"; exit 1; }
 
 TMP=$(mktemp -d /tmp/idemd-queue.XXXXXX) || exit 1
 chmod 711 "$TMP"
-pids=() own_pg=0 DB= rabbit_pid= epmd_pid=
+pids=() own_pg=0 DB='' rabbit_pid='' epmd_pid=''
 # shellcheck disable=SC2317
 cleanup() {
   local p
@@ -56,8 +56,9 @@ free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)
 # ---------------------------------------------------------------- idemd
 if [ -z "${IDEMD_TEST_PGHOST:-}" ] || [ -z "${IDEMD_TEST_PGUSER:-}" ]; then
   say "starting a throwaway PostgreSQL"
-  bash deploy/pg.sh init "$TMP/pg" >/dev/null && bash deploy/pg.sh start "$TMP/pg" >/dev/null ||
+  if ! { bash deploy/pg.sh init "$TMP/pg" >/dev/null && bash deploy/pg.sh start "$TMP/pg" >/dev/null; }; then
     die "PostgreSQL did not start"
+  fi
   own_pg=1
   IDEMD_TEST_PGHOST=$(bash deploy/pg.sh socket "$TMP/pg")
   IDEMD_TEST_PGUSER=$(bash deploy/pg.sh role "$TMP/pg")
