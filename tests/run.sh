@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit, integration and browser tests (ctest)
-# against a throwaway PostgreSQL cluster, the OpenAPI lint, the Markdown link
+# against a throwaway PostgreSQL cluster, the OpenAPI lint, the client
+# libraries, queue consumers against RabbitMQ, the Markdown link
 # check, and, with --sanitize or when CI=true, the tests again under
 # AddressSanitizer and UBSan.
 # --no-browser (or IDEMD_SKIP_BROWSER=1) leaves out the headless Chromium test
@@ -111,6 +112,15 @@ if bash tests/clients.sh; then
   results+=("client libraries: ok")
 else
   results+=("client libraries: FAILED"); problems+=("client libraries")
+fi
+
+say "queue consumers under chaos (RabbitMQ, with and without idemd)"
+# Bounded: RabbitMQ, idemd and the consumers it starts are stopped on exit,
+# and timeout kills the whole stage (its servers included) if it hangs.
+if IDEMD_BIN="$ROOT/build/idemd" timeout 480 bash tests/queue.sh; then
+  results+=("queue consumers (RabbitMQ): ok")
+else
+  results+=("queue consumers (RabbitMQ): FAILED"); problems+=("queue consumers")
 fi
 
 say "checking the problem codes against api/openapi.yaml"
