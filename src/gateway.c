@@ -70,6 +70,7 @@ struct gateway_job {
 	uint8_t gj_token_id[TOKEN_ID_BYTES];
 	int gj_attempt;
 	int gj_retention_seconds;
+	int gj_audit_seconds;       /* how long its audit events are kept */
 	char *gj_url;
 	int gj_stopped;                    /* refused: the gateway is stopping */
 	struct timespec gj_sent;           /* CLOCK_MONOTONIC: the forward's start */
@@ -418,6 +419,7 @@ static struct gateway_job *gateway_job_new(struct request *req, const struct gat
 	memcpy(j->gj_token_id, t->id, TOKEN_ID_BYTES);
 	j->gj_attempt = res->cr_attempt;
 	j->gj_retention_seconds = op->op_retention_seconds;
+	j->gj_audit_seconds = store_audit_seconds(op);
 	if (gateway_buf_str(&url, gr->gr_target) < 0 ||
 	    (*query != '\0' && (gateway_buf_str(&url, strchr(gr->gr_target, '?') ? "&" : "?") < 0 ||
 				gateway_buf_str(&url, query) < 0))) {
@@ -543,6 +545,7 @@ static int gateway_store(struct gateway_job *j)
 	j->gj_cargs.attempt = j->gj_attempt;
 	j->gj_cargs.resp = &j->gj_resp;
 	j->gj_cargs.retention_seconds = j->gj_retention_seconds;
+	j->gj_cargs.audit_seconds = j->gj_audit_seconds;
 	j->gj_cargs.by = j->gj_route->gr_by;
 	j->gj_bj.bj_kind = BATCHER_COMPLETE;
 	j->gj_bj.bj_complete = &j->gj_cargs;

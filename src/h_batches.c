@@ -440,6 +440,7 @@ void h_key_completions(struct request *req)
 		a->attempt = (int)it->attempt;
 		a->resp = &b->hb_resp[k];
 		a->retention_seconds = b->hb_op.op_retention_seconds;
+		a->audit_seconds = store_audit_seconds(&b->hb_op);
 		a->by = req->req_by;
 		it->db = (int)k;
 		b->hb_m++;

@@ -22,11 +22,14 @@ void h_readyz(struct request *req)
 	struct migrate_check chk;
 
 	/* a schema ahead of this binary (applied by a newer idemd during a
-	 * rolling upgrade) is ready; behind or changed is not */
+	 * rolling upgrade) is ready; behind, changed or ahead by a migration
+	 * marked breaking is not */
 	if (!db_ping() || migrate_check(&chk) < 0)
 		reason = "database unreachable";
 	else if (chk.state == MIGRATE_BEHIND || chk.state == MIGRATE_CHANGED)
 		reason = "schema not current";
+	else if (chk.state == MIGRATE_TOO_OLD)
+		reason = "schema too new (breaking migration)";
 	else if (!keys_ready())
 		reason = "no signing key loaded";
 	if (reason != NULL) {

@@ -119,6 +119,15 @@ static int main_serve(const struct config *cfg)
 			  "run 'idemd migrate'", chk.pending_names);
 		goto pool;
 	}
+	if (chk.state == MIGRATE_TOO_OLD) {
+		/* a newer idemd applied a migration marked breaking: this binary
+		 * would misread the schema; restarting does not help (exit 2) */
+		log_error("serve: refusing to start: the database holds %s, applied by a newer "
+			  "idemd and marked breaking (not backward-compatible); this idemd is too "
+			  "old for the schema: run the newer idemd", chk.breaking_names);
+		ret = EXIT_USAGE;
+		goto pool;
+	}
 	if (chk.state == MIGRATE_AHEAD)
 		log_warn("serve: the database schema is ahead of this idemd: %s unknown "
 			 "(applied by a newer idemd); starting anyway", chk.unknown_names);

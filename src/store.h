@@ -27,6 +27,12 @@ struct operation {
 	int op_audit_retention;      /* seconds audit events are kept; -1: retention_seconds */
 };
 
+/* How long an audit event of OP written now is kept, in seconds. */
+static inline int store_audit_seconds(const struct operation *op)
+{
+	return op->op_audit_retention >= 0 ? op->op_audit_retention : op->op_retention_seconds;
+}
+
 struct stored_response {
 	int sr_status;
 	char *sr_headers;      /* JSON object text, owned (malloc) */
@@ -115,7 +121,9 @@ struct claim_args {
 	int has_expected;
 	int64_t expected;
 	int require_version;
+	int wait;                  /* the caller waits if the record is in progress */
 	const char *by;            /* who, for the audit trail: "api_key:<id>" or "route:..." */
+	int audit_seconds;         /* how long its event is kept (store_audit_seconds) */
 };
 
 enum claim_outcome {
@@ -150,6 +158,7 @@ struct complete_args {
 	const struct stored_response *resp;
 	int retention_seconds;
 	const char *by;                      /* who, for the audit trail */
+	int audit_seconds;                   /* how long its event is kept */
 };
 
 struct complete_result {

@@ -361,6 +361,7 @@ const char *tokenreq_claim_args(const struct token *t, const struct operation *o
 	a->fingerprint = fp;
 	a->token_expires_at = t->expires_at;
 	a->lease_seconds = op->op_lease_seconds;
+	a->audit_seconds = store_audit_seconds(op);
 	if (!op->op_has_version_key)
 		return NULL;
 	if (t->subject_len == 0)
@@ -426,6 +427,7 @@ static int tokenreq_claim_prepare(struct request *req, struct tokenreq_claim *c)
 		return 0;
 	}
 	c->tc_args.by = req->req_by;
+	c->tc_args.wait = c->tc_wait > 0;
 	return 1;
 }
 
@@ -890,6 +892,7 @@ void tokenreq_complete(struct request *req, const struct token *tok, int is_key)
 	c->hc_args.attempt = (int)c->hc_attempt;
 	c->hc_args.resp = &c->hc_resp;
 	c->hc_args.retention_seconds = op.op_retention_seconds;
+	c->hc_args.audit_seconds = store_audit_seconds(&op);
 	c->hc_args.by = req->req_by;
 	c->hc_job.bj_kind = BATCHER_COMPLETE;
 	c->hc_job.bj_complete = &c->hc_args;
