@@ -10,7 +10,8 @@ pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libpq-dev
       libsodium-dev libjansson-dev libcmocka-dev libcurl4-openssl-dev
       postgresql-15 postgresql-client-15 python3 curl)
 test_pkgs=(clang clang-format libclang-rt-14-dev valgrind pgbouncer openssl
-           python3-pytest mypy python3-venv python3-setuptools python3-wheel)
+           python3-pytest mypy python3-venv python3-setuptools python3-wheel
+           rabbitmq-server python3-pika prometheus jq)
 browser_pkgs=(chromium fonts-liberation)
 
 test=0 browser=1
@@ -24,6 +25,8 @@ for arg in "$@"; do
 done
 if [ "$test" = 1 ]; then
   pkgs+=("${test_pkgs[@]}")
+  # tests/package.sh (dpkg-shlibdeps) and test_upgrade.py (git archive)
+  pkgs+=(git dpkg-dev)
   if [ "$browser" = 1 ]; then pkgs+=("${browser_pkgs[@]}"); fi
   # Node.js and npm may come from another source than Debian's packages;
   # only ask for Debian's when the commands are missing.

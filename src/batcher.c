@@ -53,6 +53,7 @@ static void batcher_run_batch(struct batcher_job **jobs, size_t n)
 
 	metrics_add(METRIC_DB_BATCHES, 1);
 	metrics_add(METRIC_DB_BATCH_JOBS, (long)n);
+	metrics_batch(n);
 	log_debug("batcher: a batch of %zu %s", n,
 		  jobs[0]->bj_kind == BATCHER_CLAIM ? "claims" : "completes");
 	if (n > 1) {
@@ -120,6 +121,7 @@ static void batcher_run_set(struct batcher_job *j)
 
 	metrics_add(METRIC_DB_BATCHES, 1);
 	metrics_add(METRIC_DB_BATCH_JOBS, (long)n);
+	metrics_batch(n);
 	log_debug("batcher: a set of %zu %s", n, j->bj_kind == BATCHER_CLAIM ? "claims" : "completes");
 	if (e != NULL && args != NULL && res != NULL) {
 		for (size_t i = 0; i < n; i++) {

@@ -83,6 +83,10 @@ static const struct cfg_key config_keys[] = {
 	{ .name = "listen_database_url", .set = config_set_string,
 	  .off = CFG_FIELD(listen_database_url), .def = "null",
 	  .flags = CFG_NONEMPTY | CFG_NULLABLE },
+	{ .name = "admin_listen", .set = config_set_admin_listen, .def = "null" },
+	{ .name = "metrics_operations", .set = config_set_strlist,
+	  .off = CFG_FIELD(metrics_operations), .count_off = CFG_FIELD(n_metrics_operations),
+	  .def = "[]", .max = 64, .check = config_check_metrics_operation },
 };
 
 static const struct cfg_key route_keys[] = {
@@ -271,6 +275,9 @@ check_required(const struct config *cfg, char *err, size_t errlen)
 	if (cfg->database_url == NULL)
 		return config_fail(err, errlen,
 		    "\"database_url\" is required (or set IDEMD_DATABASE_URL)");
+	if (cfg->admin_listen_host != NULL && cfg->admin_listen_port == cfg->listen_port &&
+	    strcmp(cfg->admin_listen_host, cfg->listen_host) == 0)
+		return config_fail(err, errlen, "\"admin_listen\" must differ from \"listen\"");
 	return 0;
 }
 
@@ -443,5 +450,7 @@ config_free(struct config *cfg)
 	free(cfg->log_level);
 	free(cfg->tls_cert_file);
 	free(cfg->tls_key_file);
+	free(cfg->admin_listen_host);
+	config_strlist_free(cfg->metrics_operations, cfg->n_metrics_operations);
 	memset(cfg, 0, sizeof(*cfg));
 }

@@ -147,6 +147,32 @@ config_store_listen(struct config *cfg, const char *s, const char *label, char *
 	return 0;
 }
 
+/* "admin_listen": null, or an address in the form of "listen". */
+int
+config_set_admin_listen(const struct cfg_key *k, void *base, json_t *v, const char *name,
+    char *err, size_t errlen)
+{
+	struct config *cfg = base;
+	const char *host, *why;
+	size_t hostlen;
+	uint16_t port;
+	char *copy;
+
+	(void)k;
+	if (json_is_null(v))
+		return 0;
+	if (!json_is_string(v))
+		return config_fail(err, errlen, "\"%s\" must be a string or null", name);
+	if ((why = parse_listen(json_string_value(v), &host, &hostlen, &port)) != NULL)
+		return config_fail(err, errlen, "\"%s\" %s", name, why);
+	if ((copy = strndup(host, hostlen)) == NULL)
+		return config_fail(err, errlen, "out of memory");
+	free(cfg->admin_listen_host);
+	cfg->admin_listen_host = copy;
+	cfg->admin_listen_port = port;
+	return 0;
+}
+
 const char *
 config_check_method(char *s)
 {
@@ -347,4 +373,20 @@ config_check_log_level(char *s)
 	if (log_level_parse(s, &level) == 0)
 		return NULL;
 	return "must be \"debug\", \"info\", \"warn\" or \"error\"";
+}
+
+/* "tenant/operation": a tenant name ([A-Za-z0-9._-]{1,64}), a slash, an
+ * operation name. */
+const char *
+config_check_metrics_operation(char *s)
+{
+	char *slash = strchr(s, '/');
+
+	if (slash == NULL || slash == s || slash - s > 64)
+		return "must be \"tenant/operation\"";
+	for (char *p = s; p < slash; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		    (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' || *p == '-'))
+			return "must be \"tenant/operation\" with a tenant of [A-Za-z0-9._-]";
+	return config_check_operation(slash + 1);
 }

@@ -51,7 +51,8 @@ int config_load_object(void *base, const struct cfg_key *keys, size_t nkeys,
 int config_store_listen(struct config *cfg, const char *s, const char *label,
     char *err, size_t errlen);
 
-/* Setters (config_set.c; config_set_routes in config.c). */
+/* Setters (config_set.c; config_set_routes in config.c, config_set_admin_listen
+ * in config_check.c). */
 int config_set_int(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 int config_set_long(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 int config_set_size(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
@@ -60,6 +61,8 @@ int config_set_bool(const struct cfg_key *, void *, json_t *, const char *, char
 int config_set_string(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 int config_set_strlist(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 int config_set_listen(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
+int config_set_admin_listen(const struct cfg_key *, void *, json_t *, const char *, char *,
+    size_t);
 int config_set_routes(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 int config_set_release_on(const struct cfg_key *, void *, json_t *, const char *, char *,
     size_t);
@@ -75,5 +78,6 @@ const char *config_check_upstream(char *s);
 const char *config_check_header_name(char *s);
 const char *config_check_origin(char *s);
 const char *config_check_log_level(char *s);
+const char *config_check_metrics_operation(char *s);
 
 #endif

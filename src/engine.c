@@ -27,6 +27,7 @@
 #include "opcache.h"
 #include "problem.h"
 #include "replaycache.h"
+#include "replaycount.h"
 #include "reqjson.h"
 #include "versionkey.h"
 #include "waiters.h"
@@ -87,15 +88,24 @@ static void engine_replay_cached(struct request *req, const struct token *t,
 		free(text);
 }
 
+void engine_count_replay(const struct token *t, int waited)
+{
+	replaycount_add(t->tenant_id, t->id);
+	metrics_duplicate(t->tenant_id, t->operation_id,
+			  waited ? METRICS_DUP_WAITED : METRICS_DUP_REPLAYED);
+}
+
 int engine_replay_raw(struct request *req, const struct token *t)
 {
 	char *reply;
 	size_t len;
 
+	http_note_record(req, t->id);
 	if (replaycache_get_raw(t->tenant_id, t->id, req->req_body ? req->req_body : "",
 				req->req_body_len, &reply, &len) != REPLAYCACHE_HIT)
 		return 0;
 	metrics_add(METRIC_REPLAYS, 1);
+	engine_count_replay(t, 0);
 	http_reply_take(req, 200, "application/json", reply, len);
 	http_set_header(req, "Idempotent-Replayed", "true");
 	return -1;
@@ -141,8 +151,10 @@ int engine_claim_cached(struct request *req, const struct token *t, const uint8_
 	enum replaycache_hit cached = replaycache_lookup(t->tenant_id, t->id, fp, &r,
 							 direct ? &reply : NULL, &reply_len);
 
+	http_note_record(req, t->id);
 	if (cached == REPLAYCACHE_HIT) {
 		metrics_add(METRIC_REPLAYS, 1);
+		engine_count_replay(t, 0);
 		if (direct)
 			engine_replay_cached(req, t, fp, &r, reply, reply_len);
 		else
@@ -152,6 +164,7 @@ int engine_claim_cached(struct request *req, const struct token *t, const uint8_
 		return -1;
 	}
 	if (cached == REPLAYCACHE_OTHER_FP) {
+		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_FINGERPRINT_MISMATCH);
 		problem_reply(req, 422, "fingerprint_mismatch",
 			      "the token was first used with a different request");
 		return -1;
@@ -173,6 +186,7 @@ const char *engine_claim_args(const struct token *t, const struct operation *op,
 	a->fingerprint = fp;
 	a->token_expires_at = t->expires_at;
 	a->lease_seconds = op->op_lease_seconds;
+	a->audit_seconds = store_audit_seconds(op);
 	if (!op->op_has_version_key)
 		return NULL;
 	if (t->subject_len == 0)
@@ -239,6 +253,7 @@ static int engine_claim_prepare(struct request *req, struct engine_claim *c)
 		return -1;
 	}
 	c->tc_args.by = req->req_by;
+	c->tc_args.wait = c->tc_wait > 0;
 	return 0;
 }
 
@@ -283,12 +298,14 @@ static int engine_claim_answer(struct request *req, struct engine_claim *c, int 
 		break;
 	case CLAIM_REPLAY:
 		metrics_add(METRIC_REPLAYS, 1);
+		engine_count_replay(t, req->req_waited > 0);
 		replaycache_put(t->tenant_id, t->id, c->tc_has_fp ? c->tc_fp : NULL,
 				&res->cr_response, res->cr_record_expires_at);
 		c->tc_replay(req, &res->cr_response, t);
 		break;
 	case CLAIM_IN_PROGRESS:
 		metrics_add(METRIC_CONFLICTS, 1);
+		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_IN_PROGRESS);
 		/* most first submits finish in far less than their lease: ask for a
 		 * retry in a second, and say when the lease would allow a takeover */
 		problem_reply(req, 409, "request_in_progress",
@@ -300,6 +317,7 @@ static int engine_claim_answer(struct request *req, struct engine_claim *c, int 
 		problem_reply(req, 410, "token_revoked", "the token was revoked");
 		break;
 	case CLAIM_FINGERPRINT_MISMATCH:
+		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_FINGERPRINT_MISMATCH);
 		problem_reply(req, 422, "fingerprint_mismatch",
 			      "the token (or key) was first used with a different request");
 		break;

@@ -85,6 +85,11 @@ int engine_claim(struct request *req, const struct token *t, const uint8_t *fp,
  */
 int engine_replay_raw(struct request *req, const struct token *t) IDEMD_WUR;
 
+/* Counts one duplicate of T answered with its stored response: its record's
+ * replay count (replaycount.c) and idemd_duplicates_total, outcome
+ * "waited" when WAITED (it waited with Prefer: wait), else "replayed". */
+void engine_count_replay(const struct token *t, int waited);
+
 /*
  * POST .../complete and .../release of the record T addresses (a token, or
  * a caller key when IS_KEY: a record never claimed is then 404

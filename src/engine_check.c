@@ -66,7 +66,10 @@ int engine_from_path(struct request *req, struct token *t)
 		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
 		return -1;
 	}
-	return engine_verify(req, req->req_params[0], t);
+	if (engine_verify(req, req->req_params[0], t) < 0)
+		return -1;
+	http_note_record(req, t->id);
+	return 0;
 }
 
 static double engine_now(void)

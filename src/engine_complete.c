@@ -184,6 +184,7 @@ void engine_complete(struct request *req, const struct token *tok, int is_key)
 	int found;
 	json_t *body = NULL;
 
+	http_note_record(req, tok->id);
 	body = http_body_object(req);
 	if (body == NULL)
 		return;
@@ -210,6 +211,7 @@ void engine_complete(struct request *req, const struct token *tok, int is_key)
 	c->hc_args.attempt = (int)c->hc_attempt;
 	c->hc_args.resp = &c->hc_resp;
 	c->hc_args.retention_seconds = op.op_retention_seconds;
+	c->hc_args.audit_seconds = store_audit_seconds(&op);
 	c->hc_args.by = req->req_by;
 	c->hc_job.bj_kind = BATCHER_COMPLETE;
 	c->hc_job.bj_complete = &c->hc_args;
@@ -265,6 +267,7 @@ void engine_release(struct request *req, const struct token *t, int is_key)
 	int64_t attempt;
 	json_t *body = engine_fenced_body(req, allowed, &attempt);
 
+	http_note_record(req, t->id);
 	if (body == NULL)
 		return;
 	if (store_release(req->req_tenant_id, t->id, (int)attempt, req->req_by, &outcome) < 0)
@@ -286,6 +289,7 @@ void engine_extend(struct request *req, const struct token *t, int is_key)
 	int present, found;
 	json_t *body = engine_fenced_body(req, allowed, &attempt);
 
+	http_note_record(req, t->id);
 	if (body == NULL)
 		return;
 	if (opcache_by_id(t->operation_id, &op, &found) < 0 || !found) {
@@ -325,6 +329,7 @@ void engine_checkpoint(struct request *req, const struct token *t, int is_key)
 	char *data = NULL;
 	json_t *body = engine_fenced_body(req, allowed, &attempt);
 
+	http_note_record(req, t->id);
 	if (body == NULL)
 		return;
 	if (reqjson_string(req, body, "phase", 1, 1, 64, &phase) < 0)

@@ -100,6 +100,7 @@ static int gateway_claimed(struct request *req, const struct claim_result *res, 
 			problem_unavailable(req);
 		} else {
 			keep = 1;
+			clock_gettime(CLOCK_MONOTONIC, &j->gj_sent);
 			if (upstream_call(&j->gj_call) < 0) {
 				/* stopping: resumed at once with 503 */
 				j->gj_stopped = 1;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "config.h"
 #include "headers.h"
@@ -200,6 +201,7 @@ static int gateway_store(struct gateway_job *j)
 	j->gj_cargs.attempt = j->gj_attempt;
 	j->gj_cargs.resp = &j->gj_resp;
 	j->gj_cargs.retention_seconds = j->gj_retention_seconds;
+	j->gj_cargs.audit_seconds = j->gj_audit_seconds;
 	j->gj_cargs.by = j->gj_route->gr_by;
 	j->gj_bj.bj_kind = BATCHER_COMPLETE;
 	j->gj_bj.bj_complete = &j->gj_cargs;
@@ -288,7 +290,12 @@ void gateway_finish(struct gateway_job *j)
 void gateway_on_done(struct upstream_call *c)
 {
 	struct gateway_job *j = (struct gateway_job *)(void *)c;
+	struct timespec now;
 
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	metrics_upstream(&j->gj_route->gr_route, (int)c->uc_result, c->uc_status,
+			 (double)(now.tv_sec - j->gj_sent.tv_sec) +
+				 (double)(now.tv_nsec - j->gj_sent.tv_nsec) / 1e9);
 	/* closed only after the upstream thread ended: never refused */
 	if (workq_push(&gw.q, &j->gj_item) < 0)
 		gateway_finish(j);

@@ -216,6 +216,7 @@ struct gateway_job *gateway_job_new(struct request *req, const struct gateway_ro
 	memcpy(j->gj_token_id, t->id, TOKEN_ID_BYTES);
 	j->gj_attempt = res->cr_attempt;
 	j->gj_retention_seconds = op->op_retention_seconds;
+	j->gj_audit_seconds = store_audit_seconds(op);
 	if (buf_str(&url, gr->gr_target) < 0 ||
 	    (*query != '\0' && (buf_str(&url, strchr(gr->gr_target, '?') ? "&" : "?") < 0 ||
 				buf_str(&url, query) < 0))) {

@@ -9,6 +9,7 @@
 
 #include <curl/curl.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "batcher.h"
 #include "buf.h"
@@ -41,8 +42,10 @@ struct gateway_job {
 	uint8_t gj_token_id[TOKEN_ID_BYTES];
 	int gj_attempt;
 	int gj_retention_seconds;
+	int gj_audit_seconds;              /* how long its audit events are kept */
 	char *gj_url;
 	int gj_stopped;                    /* refused: the gateway is stopping */
+	struct timespec gj_sent;           /* CLOCK_MONOTONIC: the forward's start */
 	/* storing a final answer (gateway_store) */
 	struct batcher_job gj_bj;
 	struct stored_response gj_resp;    /* headers owned, body borrowed from gj_call */

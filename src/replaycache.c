@@ -17,6 +17,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "metrics.h"
+
 #define REPLAYCACHE_STRIPES 256
 
 struct replaycache_entry {
@@ -364,8 +366,10 @@ enum replaycache_hit replaycache_lookup(uint32_t tenant_id, const uint8_t id[16]
 	if (reply != NULL)
 		*reply = NULL;
 	struct replaycache_entry *e = replaycache_find_locked(tenant_id, id, &lock);
-	if (e == NULL)
+	if (e == NULL) {
+		metrics_add(METRIC_REPLAY_CACHE_MISSES, 1);
 		return REPLAYCACHE_MISS;
+	}
 	if (!replaycache_fp_equal(e, fp)) {
 		ret = REPLAYCACHE_OTHER_FP;
 	} else if (reply != NULL && e->re_has_reply) {
@@ -378,6 +382,7 @@ enum replaycache_hit replaycache_lookup(uint32_t tenant_id, const uint8_t id[16]
 	if (ret == REPLAYCACHE_HIT)
 		e->re_tick = atomic_fetch_add(&replaycache_clock, 1);
 	pthread_mutex_unlock(lock);
+	metrics_add(ret != REPLAYCACHE_MISS ? METRIC_REPLAY_CACHE_HITS : METRIC_REPLAY_CACHE_MISSES, 1);
 	return ret;
 }
 
@@ -410,6 +415,9 @@ enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16
 		}
 	}
 	pthread_mutex_unlock(lock);
+	/* a miss here goes on to replaycache_lookup, which counts it */
+	if (ret == REPLAYCACHE_HIT)
+		metrics_add(METRIC_REPLAY_CACHE_HITS, 1);
 	return ret;
 }
 

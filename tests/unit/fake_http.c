@@ -166,3 +166,14 @@ void http_resume_then(struct request *req, void (*fn)(struct request *req, void 
 	fake_http.fh_then_arg = arg;
 	http_resume(req);
 }
+
+void http_note_record(struct request *req, const uint8_t id[16])
+{
+	static const char hex[] = "0123456789abcdef";
+
+	for (int i = 0; i < 16; i++) {
+		req->req_record[2 * i] = hex[id[i] >> 4];
+		req->req_record[2 * i + 1] = hex[id[i] & 15];
+	}
+	req->req_record[32] = '\0';
+}

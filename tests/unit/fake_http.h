@@ -2,7 +2,7 @@
  * The one stand-in for libmicrohttpd in unit tests: it replaces
  * src/http_reply.c (http_reply_*, http_set_header) and the request-thread
  * calls of src/http.c (http_header, http_query, http_suspend, http_resume,
- * http_resume_then). Linked into a test (CMake's IDEMD_UNIT_FAKE_HTTP), its
+ * http_resume_then, http_note_record). Linked into a test (CMake's IDEMD_UNIT_FAKE_HTTP), its
  * definitions come first, so the archive's http_reply.o and http.o are
  * never pulled in and nothing is defined twice.
  *
