@@ -2,7 +2,7 @@
  * per-request context, enforces limits before routing, authenticates,
  * calls the handler, adds common headers and logs one line per request.
  * Connections and their deadline reaper are in http_conn.c, the replies in
- * http_reply.c. */
+ * http_reply.c, TLS and the admin listener's daemon in http_listen.c. */
 #include "http.h"
 #include "http_int.h"
 
@@ -380,10 +380,9 @@ answer:
 	return http_send(req);
 }
 
-static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const char *url,
-				   const char *method, const char *version,
-				   const char *upload_data, size_t *upload_data_size,
-				   void **con_cls)
+enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const char *url,
+			    const char *method, const char *version, const char *upload_data,
+			    size_t *upload_data_size, void **con_cls)
 {
 	struct request *req = *con_cls;
 
@@ -445,8 +444,8 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
 }
 
 /* The one place a request context is freed; also writes the access log line. */
-static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-			   enum MHD_RequestTerminationCode toe)
+void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+		    enum MHD_RequestTerminationCode toe)
 {
 	struct request *req = *con_cls;
 
@@ -476,117 +475,6 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
 	free(req);
 	*con_cls = NULL;
 	atomic_fetch_sub(&http_active, 1);
-}
-
-/* Keeps the URL as sent: the router splits the raw path and decodes each
- * segment itself, so "%2F" and "%00" cannot change the shape of a path. */
-static size_t http_no_unescape(void *cls, struct MHD_Connection *conn, char *uri)
-{
-	(void)cls;
-	(void)conn;
-	return strlen(uri);
-}
-
-__attribute__((format(printf, 2, 0)))
-static void http_mhd_log(void *cls, const char *fmt, va_list ap)
-{
-	char msg[512];
-
-	(void)cls;
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	msg[strcspn(msg, "\n")] = '\0';
-	log_warn("http: %s", msg);
-}
-
-/* Reads a PEM file (at most 1 MiB) into a new NUL-terminated string. */
-static char *http_read_pem(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	char *buf = NULL;
-	size_t n = 0;
-
-	if (f == NULL) {
-		log_error("http: cannot open %s: %s", path, strerror(errno));
-		return NULL;
-	}
-	buf = malloc(1024 * 1024 + 1);
-	if (buf != NULL) {
-		n = fread(buf, 1, 1024 * 1024, f);
-		buf[n] = '\0';
-		if (ferror(f) || n == 0) {
-			log_error("http: cannot read %s", path);
-			free(buf);
-			buf = NULL;
-		}
-	}
-	fclose(f);
-	return buf;
-}
-
-/* The TLS options of the daemon: MHD_OPTION_END alone for plain HTTP. */
-static int http_tls_options(const struct config *cfg, struct MHD_OptionItem opts[3],
-			    char **cert, char **key, unsigned *flags)
-{
-	opts[0] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
-	*cert = *key = NULL;
-	if (cfg->tls_cert_file == NULL)
-		return 0;
-	if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
-		log_error("http: this libmicrohttpd has no TLS support");
-		return -1;
-	}
-	*cert = http_read_pem(cfg->tls_cert_file);
-	*key = http_read_pem(cfg->tls_key_file);
-	if (*cert == NULL || *key == NULL)
-		return -1;
-	opts[0] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, *cert };
-	opts[1] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, *key };
-	opts[2] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
-	*flags |= MHD_USE_TLS;
-	return 0;
-}
-
-/* The admin_listen daemon: plain HTTP, one thread, few connections. */
-static int http_admin_start(const struct config *cfg)
-{
-	struct addrinfo hints = { 0 }, *ai = NULL;
-	char port[8];
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
-			 MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
-
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
-	snprintf(port, sizeof(port), "%u", cfg->admin_listen_port);
-	int rc = getaddrinfo(cfg->admin_listen_host, port, &hints, &ai);
-	if (rc != 0) {
-		log_error("http: cannot resolve admin_listen address %s: %s",
-			  cfg->admin_listen_host, gai_strerror(rc));
-		return -1;
-	}
-	if (ai->ai_family == AF_INET6)
-		flags |= MHD_USE_IPv6;
-	http_admin_daemon = MHD_start_daemon(flags, cfg->admin_listen_port, NULL, NULL, http_access,
-					     &http_admin_marker,
-					     MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL,
-					     MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-					     MHD_OPTION_CONNECTION_LIMIT, 64u,
-					     MHD_OPTION_CONNECTION_TIMEOUT,
-					     (unsigned)cfg->connection_timeout_seconds,
-					     MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONNECTION_MEMORY,
-					     MHD_OPTION_NOTIFY_COMPLETED, http_completed, NULL,
-					     MHD_OPTION_NOTIFY_CONNECTION, http_connection, NULL,
-					     MHD_OPTION_UNESCAPE_CALLBACK, http_no_unescape, NULL,
-					     MHD_OPTION_END);
-	freeaddrinfo(ai);
-	if (http_admin_daemon == NULL) {
-		log_error("http: cannot listen on admin_listen %s:%u", cfg->admin_listen_host,
-			  cfg->admin_listen_port);
-		return -1;
-	}
-	log_info("http: admin listener (/metrics, /healthz, /readyz) on %s:%u",
-		 cfg->admin_listen_host, cfg->admin_listen_port);
-	return 0;
 }
 
 int http_start(const struct config *cfg)
@@ -644,7 +532,8 @@ int http_start(const struct config *cfg)
 		log_error("http: cannot listen on %s:%u", cfg->listen_host, cfg->listen_port);
 		return -1;
 	}
-	if (cfg->admin_listen_host != NULL && http_admin_start(cfg) < 0) {
+	if (cfg->admin_listen_host != NULL &&
+	    (http_admin_daemon = http_admin_start(cfg, &http_admin_marker)) == NULL) {
 		MHD_stop_daemon(http_daemon);
 		http_daemon = NULL;
 		return -1;

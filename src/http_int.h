@@ -6,6 +6,7 @@
 #ifndef IDEMD_HTTP_INT_H
 #define IDEMD_HTTP_INT_H
 
+#include <stdarg.h>
 #include <stdint.h>
 
 #include "auth.h"
@@ -36,6 +37,28 @@ void http_connection(void *cls, struct MHD_Connection *conn, void **socket_conte
 int http_conn_start(const struct config *cfg);
 /* Stops the reaper; safe when not started. */
 void http_conn_stop(void);
+
+/* http.c: libmicrohttpd's access and completion callbacks */
+enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const char *url,
+			    const char *method, const char *version, const char *upload_data,
+			    size_t *upload_data_size, void **con_cls);
+void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+		    enum MHD_RequestTerminationCode toe);
+
+/* http_listen.c */
+/* Keeps the URL as sent: the router decodes each segment itself. */
+size_t http_no_unescape(void *cls, struct MHD_Connection *conn, char *uri);
+/* libmicrohttpd's messages as warn lines. */
+void http_mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+/* The daemon's TLS options into OPTS (MHD_OPTION_END alone for plain HTTP),
+ * the PEM texts into *CERT and *KEY (new, the caller wipes the key and
+ * frees both); MHD_USE_TLS added to *FLAGS. 0, or -1 after logging. */
+int http_tls_options(const struct config *cfg, struct MHD_OptionItem opts[3], char **cert,
+		     char **key, unsigned *flags);
+/* Starts the admin_listen daemon (plain HTTP, one thread, few
+ * connections), whose requests get ACCESS_CLS: the daemon, or NULL after
+ * logging. */
+struct MHD_Daemon *http_admin_start(const struct config *cfg, void *access_cls);
 
 /* http_reply.c */
 /* Drops the reply built so far. */
