@@ -27,7 +27,6 @@ rules (Hypothesis) and the HTTP exchanges of the failing example. Set
 IDEMD_MODEL_SHRINK=1 to let Hypothesis shrink a failure (slow: every step is
 a real request)."""
 
-import calendar
 import os
 import sys
 import threading
@@ -53,7 +52,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, precondition, rule,  # n
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import Idemd, psql, uniq  # noqa: E402
+from harness import Idemd, parse_time, psql, uniq  # noqa: E402
 
 EXAMPLES = int(os.environ.get("IDEMD_MODEL_EXAMPLES", "40"))
 STEPS = int(os.environ.get("IDEMD_MODEL_STEPS", "40"))
@@ -64,13 +63,6 @@ MAX_RECORDS = 4    # few records per example, so that steps meet on the same one
 EPS = 0.08          # seconds: clock reading noise around a deadline
 SHORT = {"token_ttl_seconds": 3, "retention_seconds": 1, "lease_seconds": 1}
 LONG = {"token_ttl_seconds": 3600, "retention_seconds": 3600, "lease_seconds": 30}
-
-
-def parse_time(s):
-    """RFC 3339 UTC time as idemd writes it -> seconds since the epoch."""
-    base, _, frac = s.rstrip("Z").partition(".")
-    t = calendar.timegm(time.strptime(base, "%Y-%m-%dT%H:%M:%S"))
-    return t + (float("0." + frac) if frac else 0.0)
 
 
 def passed(deadline, s, r):
