@@ -444,6 +444,22 @@ class RecordMachine(RuleBasedStateMachine):
         self.expect(resp.status == 200, what, resp)
         rec.checkpoint = dict(cp, attempt=a)
 
+    @precondition(lambda self: any(x.has_record and x.attempt >= 2 for x in self.recs))
+    @rule(n=st.integers(0, 999), inst=st.integers(0, 1),
+          action=st.sampled_from(["complete", "release", "extend", "checkpoint"]))
+    def stale_attempt(self, n, inst, action):
+        """An earlier attempt of a record that was taken over writes late."""
+        rec = self.pick(n, lambda x: x.has_record and x.attempt >= 2)
+        i = self.recs.index(rec)
+        if action == "complete":
+            self.complete(n=i, inst=inst, which="stale", variant=0)
+        elif action == "release":
+            self.release(n=i, inst=inst, which="stale")
+        elif action == "extend":
+            self.extend(n=i, inst=inst, which="stale")
+        else:
+            self.checkpoint(n=i, inst=inst, which="stale", phase=3)
+
     @precondition(lambda self: self.recs)
     @rule(n=st.integers(0, 999), inst=st.integers(0, 1))
     def introspect(self, n, inst):
