@@ -140,7 +140,8 @@ class RecordMachine(RuleBasedStateMachine):
         World.counters["steps"] += 1
         if not World.log:
             World.counters["ran"] += 1
-        name = what.split()[0]
+        name = what.split()[0].rstrip(":")
+        name = {"let": "expire", "new": "new_key", "waiting": "wait"}.get(name, name)
         World.rule_counts[name] = World.rule_counts.get(name, 0) + 1
         line = "  step %d: %s" % (len(World.log) + 1, what)
         if resp is not None:
