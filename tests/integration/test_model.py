@@ -34,7 +34,7 @@ import time
 import unittest
 
 try:
-    import hypothesis  # noqa: F401
+    import hypothesis  # noqa: F401  (only whether it imports)
 except ImportError:
     # ctest runs this with the interpreter CMake found, which may not see
     # Debian's python3-hypothesis: run again under the system interpreter.
@@ -182,7 +182,7 @@ class RecordMachine(RuleBasedStateMachine):
 
     def check_claim(self, rec, fp, s, r, resp, what):
         """Checks a claim's answer against the model at [S, R] and applies it."""
-        st_, code = resp.status, self.code(resp)
+        st_ = resp.status
         j = resp.json if isinstance(resp.json, dict) else {}
         # an existing record decides first
         if rec.has_record:
