@@ -27,6 +27,7 @@ rules (Hypothesis) and the HTTP exchanges of the failing example. Set
 IDEMD_MODEL_SHRINK=1 to let Hypothesis shrink a failure (slow: every step is
 a real request)."""
 
+import json
 import os
 import sys
 import threading
@@ -111,6 +112,32 @@ class Rec:
         return "%s %s" % (self.kind, self.label)
 
 
+class Item:
+    """One item of a batch answer, seen as the answer of a single request:
+    what check_claim and check_complete read (status, json, headers)."""
+
+    def __init__(self, item, whole):
+        self.status = item.get("status")
+        self.whole = whole
+        j = dict(item)
+        if self.status == 201:
+            j.setdefault("state", "in_progress")
+        elif self.status == 200 and "response" in item:
+            j.setdefault("state", "completed")
+        self.json = j
+
+    def header(self, name, default=None):
+        name = name.lower()
+        if name == "content-type":
+            return "application/problem+json" if self.status >= 400 else "application/json"
+        if name == "idempotent-replayed" and self.status == 200:
+            return "true"
+        return default
+
+    def describe(self):
+        return "\n--- batch item: %s%s" % (json.dumps(self.json), self.whole.describe())
+
+
 class World:
     """The servers and operations shared by every example."""
     idemd = None
@@ -142,6 +169,8 @@ class RecordMachine(RuleBasedStateMachine):
             World.counters["ran"] += 1
         name = what.split()[0].rstrip(":")
         name = {"let": "expire", "new": "new_key", "waiting": "wait"}.get(name, name)
+        if name == "batch":
+            name += "_" + what.split()[1].rstrip(":")
         World.rule_counts[name] = World.rule_counts.get(name, 0) + 1
         line = "  step %d: %s" % (len(World.log) + 1, what)
         if resp is not None:
@@ -320,11 +349,12 @@ class RecordMachine(RuleBasedStateMachine):
             return max(rec.attempt - 1, 1)
         return rec.attempt + 1
 
-    def fenced(self, rec, a, resp, what, absent_key_ok=True):
+    def fenced(self, rec, a, resp, what, batch=False):
         """The common fencing of complete, release, extend, checkpoint: True
-        when the answer was a refusal the model expects (and checked)."""
+        when the answer was a refusal the model expects (and checked). A
+        batch item names a key never claimed not_in_progress, not 404."""
         if not rec.has_record:
-            if rec.kind == "key":
+            if rec.kind == "key" and not batch:
                 self.expect_problem(resp, 404, "record_not_found", what)
             else:
                 self.expect_problem(resp, 409, "not_in_progress", what)
@@ -347,29 +377,97 @@ class RecordMachine(RuleBasedStateMachine):
     def complete(self, n, inst, which, variant):
         rec = self.pick(n)
         a = self.attempt_for(rec, which)
-        response = {"status": 201, "headers": {"X-Order-Id": "o-%s-%d" % (rec.label, a)},
-                    "body": {"order": rec.label, "attempt": a, "variant": variant}}
+        response = self.response_for(rec, a, variant)
         s, r, resp = self.send(inst, "POST", rec.base() + "/complete",
                                dict(response, attempt=a))
         what = "complete %r attempt %d variant %d on %s" % (rec, a, variant, "AB"[inst])
         self.note(what, resp)
-        if self.fenced(rec, a, resp, what):
+        self.check_complete(rec, a, response, s, r, resp, what)
+
+    def response_for(self, rec, a, variant):
+        return {"status": 201, "headers": {"X-Order-Id": "o-%s-%d" % (rec.label, a)},
+                "body": {"order": rec.label, "attempt": a, "variant": variant}}
+
+    def check_complete(self, rec, a, response, s, r, resp, what, batch=False):
+        if self.fenced(rec, a, resp, what, batch):
             return
         if rec.state == "completed":
             if response == rec.response:
-                self.expect(resp.status == 200 and resp.json.get("response") == rec.response,
+                self.expect(resp.status == 200 and (batch or
+                                                    resp.json.get("response") == rec.response),
                             "%s: the same completion again is 200" % what, resp)
             else:
                 self.expect_problem(resp, 409, "completion_conflict", what)
             return
         if rec.state != "in_progress":
             return self.expect_problem(resp, 409, "not_in_progress", what)
-        self.expect(resp.status == 200 and resp.json.get("response") == response,
+        self.expect(resp.status == 200 and (batch or resp.json.get("response") == response),
                     "%s: the current attempt completes" % what, resp)
         rec.state, rec.response, rec.lease = "completed", response, None
         rec.completed_life = rec.life
         ret = rec.policy["retention_seconds"]
         rec.exp = latest((s + ret, r + ret), rec.tok_exp)
+
+    def key_group(self, op_kind, ns):
+        """Distinct caller keys of one operation, picked by the indices NS."""
+        keys = [x for x in self.recs if x.kind == "key" and x.policy is op_kind]
+        out = []
+        for n in ns:
+            if keys:
+                x = keys[n % len(keys)]
+                if x not in out:
+                    out.append(x)
+        return out
+
+    @precondition(lambda self: any(x.kind == "key" for x in self.recs))
+    @rule(ns=st.lists(st.integers(0, 999), min_size=1, max_size=3), inst=st.integers(0, 1),
+          short=st.booleans(), other=st.sampled_from([False, False, False, True]))
+    def batch_claim(self, ns, inst, short, other):
+        """Caller keys claimed in one batch: each item as if it came alone."""
+        group = self.key_group(SHORT if short else LONG, ns)
+        if not group:
+            return self.note("batch claim: no key of that operation yet")
+        items, fps = [], []
+        for x in group:
+            fp, body = self.claim_body(x, other)
+            items.append(dict(body, key=x.ident))
+            fps.append(fp)
+        s, r, resp = self.send(inst, "POST", "/v1/operations/%s/claims" % group[0].op,
+                               {"items": items})
+        what = "batch claim %s on %s" % (group, "AB"[inst])
+        self.note(what, resp)
+        self.expect(resp.status == 200 and len(resp.json.get("items", [])) == len(group),
+                    what, resp)
+        for x, fp, item in zip(group, fps, resp.json["items"]):
+            self.expect(item.get("key") == x.ident, "%s: items in request order" % what, resp)
+            self.check_claim(x, fp, s, r, Item(item, resp), "%s: item %r" % (what, x))
+
+    @precondition(lambda self: any(x.kind == "key" for x in self.recs))
+    @rule(ns=st.lists(st.integers(0, 999), min_size=1, max_size=3), inst=st.integers(0, 1),
+          short=st.booleans(),
+          which=st.sampled_from(["current", "current", "current", "stale", "future"]),
+          variant=st.sampled_from([0, 0, 1]))
+    def batch_complete(self, ns, inst, short, which, variant):
+        """Caller keys completed in one batch: each item as if it came alone."""
+        group = self.key_group(SHORT if short else LONG, ns)
+        if not group:
+            return self.note("batch complete: no key of that operation yet")
+        items, sent = [], []
+        for x in group:
+            a = self.attempt_for(x, which)
+            response = self.response_for(x, a, variant)
+            items.append(dict(response, key=x.ident, attempt=a))
+            sent.append((a, response))
+        s, r, resp = self.send(inst, "POST", "/v1/operations/%s/completions" % group[0].op,
+                               {"items": items})
+        what = "batch complete %s (%s, variant %d) on %s" % (group, which, variant, "AB"[inst])
+        self.note(what, resp)
+        self.expect(resp.status == 200 and len(resp.json.get("items", [])) == len(group),
+                    what, resp)
+        for x, (a, response), item in zip(group, sent, resp.json["items"]):
+            self.expect(item.get("key") == x.ident, "%s: items in request order" % what, resp)
+            self.check_complete(x, a, response, s, r, Item(item, resp),
+                                "%s: item %r attempt %d" % (what, x, a), batch=True)
 
     @precondition(lambda self: self.recs)
     @rule(n=st.integers(0, 999), inst=st.integers(0, 1),
