@@ -624,7 +624,9 @@ class RecordMachine(RuleBasedStateMachine):
         what = "waiting claim %r on %s while %s on %s" % (rec, "AB"[inst], action,
                                                           "AB"[other_inst])
         self.note(what, resp)
-        self.expect(resp.header("preference-applied") == "wait=5",
+        # (a waiter that reached idemd only after the action, on a slow
+        # machine, is answered without waiting, and says nothing of it)
+        self.expect(resp.header("preference-applied") in ("wait=5", None),
                     "%s: Preference-Applied" % what, resp)
         # it was answered after the action: the claim table at that moment
         self.check_claim(rec, fp, s, r, resp, what)
