@@ -9,9 +9,11 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libpq-dev
       libsodium-dev libjansson-dev libcmocka-dev libcurl4-openssl-dev
       postgresql-15 postgresql-client-15 python3 curl)
-test_pkgs=(clang libclang-rt-14-dev valgrind pgbouncer openssl python3-hypothesis
+test_pkgs=(clang libclang-rt-14-dev valgrind pgbouncer openssl
            python3-pytest mypy python3-venv python3-setuptools python3-wheel)
 browser_pkgs=(chromium fonts-liberation)
+# the model-based test of the state machine (tests/integration/test_model.py)
+test_pkgs+=(python3-hypothesis)
 
 test=0 browser=1
 for arg in "$@"; do
