@@ -421,7 +421,9 @@ class Scenarios(unittest.TestCase):
         toks = {}      # token -> ("completed", response) | ("in_progress", None) | ...
         exp = 0.0
         for i in range(12):
-            j = self.issue("retain", ttl_seconds=1)
+            # a TTL counts from the whole second of issue: 2 s leaves at
+            # least 1 s for the claim and its completion
+            j = self.issue("retain", ttl_seconds=2)
             tok = j["token"]
             exp = max(exp, parse_time(j["expires_at"]))
             u = "/v1/tokens/%s" % tok
@@ -495,12 +497,12 @@ class Scenarios(unittest.TestCase):
     # ---- a retry after retention ended
 
     def test_retry_after_retention_ended_api_and_gateway(self):
-        direct = self.issue("retain", ttl_seconds=1)
+        direct = self.issue("retain", ttl_seconds=2)
         u = "/v1/tokens/%s" % direct["token"]
         assert_status(self, self.ca.post(u + "/claim", {}), 201)
         resp = {"status": 201, "headers": {}, "body": {"order": "o-1"}}
         assert_status(self, self.ca.post(u + "/complete", dict(resp, attempt=1)), 200)
-        gw = self.issue("retain", ttl_seconds=1)
+        gw = self.issue("retain", ttl_seconds=2)
         first = self.submit(self.a, gw["token"], path="/orders/short")
         self.assertEqual((first.status, first.header("idempotent-replayed")), (201, "false"),
                          first.describe())
