@@ -240,7 +240,7 @@ class Scenarios(unittest.TestCase):
         base = "/v1/operations/%s/keys/%s" % (self.ops["held"], key)
         r = self.ca.get(base)
         assert_problem(self, r, 404, "record_not_found")
-        # the id is known from the first claim; claim through the check
+        # attempt 1 is claimed and released: the id comes with its 201
         req = {"request": {"cart": 9, "total": 500}}
         j = assert_status(self, self.cb.post(base + "/claim", req), 201)
         rid = j["id"]
