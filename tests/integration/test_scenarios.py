@@ -16,7 +16,10 @@ sent, so a key it has seen makes no second order.
   instances at once: one winner each time; a swept token is 410, never
   run again.
 - A retry after retention ended: 410 token_expired, never a second
-  execution (through the API and through a gateway route).
+  execution (through the API and through a gateway route). A token's
+  record is kept until the token itself expires, so the token's expiry is
+  what refuses it; a caller key carries no expiry of its own, and once its
+  record is swept it is new again (README, "Caller keys").
 
 Lease ends with a late complete on a single instance, and a completion
 write refused by the database (a trigger), are in test_claims.py and
