@@ -13,6 +13,8 @@ test_pkgs=(clang libclang-rt-14-dev valgrind pgbouncer openssl
            python3-pytest mypy python3-venv python3-setuptools python3-wheel
            rabbitmq-server python3-pika prometheus jq)
 browser_pkgs=(chromium fonts-liberation)
+# the model-based test of the state machine (tests/integration/test_model.py)
+test_pkgs+=(python3-hypothesis)
 
 test=0 browser=1
 for arg in "$@"; do
