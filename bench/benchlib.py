@@ -6,6 +6,10 @@
       one keep-alive connection) and write "token id" lines to OUT
   benchlib.py pick TOKENS_FILE... --ids IDS_FILE --out OUT [--max N]
       keep the tokens whose id is listed in IDS_FILE (one hex id a line)
+  benchlib.py seed-keys PORT PATH PREFIX N
+      send POST PATH once for each key PREFIX-1 .. PREFIX-N (Idempotency-Key
+      header, the body of keyed_first.lua), one keep-alive connection; every
+      answer must be a 2xx (the replay sets of keyed_replay.lua)
   benchlib.py free-ports N
       print N free TCP ports on 127.0.0.1
   benchlib.py rate RESULTS SCENARIO
@@ -82,6 +86,19 @@ def cmd_pick(args):
                             print(n)
                             return
     print(n)
+
+
+def cmd_seed_keys(port, path, prefix, n):
+    conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=30)
+    body = '{"sku":"A-1","qty":2}'
+    for i in range(1, int(n) + 1):
+        conn.request("POST", path, body, {"Content-Type": "application/json",
+                                          "Idempotency-Key": "%s-%d" % (prefix, i)})
+        r = conn.getresponse()
+        data = r.read()
+        if not 200 <= r.status < 300:
+            sys.exit("benchlib: seeding %s answered %d: %s" % (path, r.status, data[:300]))
+    conn.close()
 
 
 def cmd_free_ports(n):
@@ -227,7 +244,8 @@ def cmd_report(path, out, scale=False):
                      ("libmicrohttpd", "libmicrohttpd"), ("libpq", "libpq"),
                      ("libsodium", "libsodium"), ("jansson", "jansson"), ("wrk", "wrk"),
                      ("pgbench", "pgbench"), ("idemd_threads", "idemd threads / pool_size"),
-                     ("gateway", "gateway")):
+                     ("gateway", "gateway"), ("peer", "peer"), ("redis", "Redis"),
+                     ("waiters", "waiter bench")):
         if k in info:
             w("| %s | %s |" % (label, info[k]))
     w("")
@@ -248,12 +266,17 @@ def cmd_report(path, out, scale=False):
                   if base_by_round.get(r["round"])]
         return median(ratios)
 
-    def ratio_row(label, scen, base, base_label, target, base_scen):
+    def ratio_row(label, scen, base, base_label, target, base_scen, source=""):
+        """TARGET None: the ratio is shown, no target applies."""
         v = rep.rate(scen) if rep.have(scen) else None
         ratio = paired(scen, base_scen) if v is not None else None
+        if target is None:
+            rows.append((label, fmt_rate(v), "%s %s" % (base_label, fmt_rate(base)),
+                         fmt_ratio(ratio), "—", ""))
+            return
         ok = None if ratio is None else ratio >= target
         rows.append((label, fmt_rate(v), "%s %s" % (base_label, fmt_rate(base)),
-                     fmt_ratio(ratio), "≥ %.2f×" % target, verdict(ok)))
+                     fmt_ratio(ratio), "≥ %.2f×%s" % (target, source), verdict(ok)))
 
     ratio_row("issue (req/s)", "issue", a_issue, "A", 0.85, "baseline_a_issue")
     ratio_row("replay (req/s)", "replay", a_replay, "A (replay load)", 0.80,
@@ -264,8 +287,8 @@ def cmd_report(path, out, scale=False):
     else:
         rows.append(("gateway replay (req/s)", info.get("gateway_note", "not yet available"),
                      "", "", "≥ 0.80×", "not measured"))
-    ratio_row("direct first submit, 16 connections (ops/s)", "first_submit", b, "B", 0.40,
-              "baseline_b")
+    ratio_row("direct first submit, 16 connections (ops/s)", "first_submit", b, "B", 0.60,
+              "baseline_b", " (issue 18)")
     if rep.have("first_submit_c64"):
         ratio_row("direct first submit, 64 connections (ops/s)", "first_submit_c64", b, "B",
                   0.40, "baseline_b")
@@ -279,16 +302,65 @@ def cmd_report(path, out, scale=False):
         rows.append(("gateway first submit (ops/s)",
                      info.get("gateway_note", "not yet available"), "", "", "≥ 0.30×",
                      "not measured"))
+    if rep.have("gw_ietf_first"):
+        ratio_row("IETF-key gateway first submit, 16 connections (ops/s)", "gw_ietf_first",
+                  b, "B", None, "baseline_b")
+    if rep.have("gw_ietf_first_c64"):
+        ratio_row("IETF-key gateway first submit, 64 connections (ops/s)",
+                  "gw_ietf_first_c64", b, "B", None, "baseline_b")
+    # against the Node + node-idempotency + Redis peer, measured in the same rounds
+    if rep.have("peer_first"):
+        pf, pf64 = rep.rate("peer_first"), rep.rate("peer_first_c64")
+        for scen, label in (("gw_first", "token"), ("gw_ietf_first", "IETF-key")):
+            ratio_row("%s gateway first submit, 16 connections, against the peer (ops/s)" % label,
+                      scen, pf, "peer", 1.0, "peer_first", " (issue 18)")
+            ratio_row("%s gateway first submit, 64 connections, against the peer (ops/s)" % label,
+                      scen + "_c64", pf64, "peer", 1.5, "peer_first_c64", " (issue 18)")
+        ratio_row("IETF-key gateway first submit against the token route, 16 connections",
+                  "gw_ietf_first", rep.rate("gw_first"), "token route", 1.0, "gw_first",
+                  " (issue 12)")
+        ratio_row("IETF-key gateway replay against the peer's replay (req/s)", "gw_ietf_replay",
+                  rep.rate("peer_replay"), "peer", 3.0, "peer_replay", " (issue 12)")
+    if rep.have("key_batch"):
+        ratio_row("batch claims of 100 caller keys against single claims (keys/s)",
+                  "key_batch", rep.rate("key_claim"), "single", 5.0, "key_claim", " (issue 12)")
+        ratio_row("batch claims of 100 caller keys against B (keys/s : rows/s)", "key_batch",
+                  b, "B", 1.5, "baseline_b", " (issue 12)")
 
-    def p99_row(label, scen, limit_ms):
+    def p99_row(label, scen, limit_ms, source=""):
         v = rep.lat(scen, "p99_us") if rep.have(scen) else None
         ok = None if v is None else v < limit_ms
         rows.append((label, fmt_ms(v), "A %s" % fmt_ms(rep.lat("baseline_a_issue", "p99_us")),
-                     "", "< %g ms" % limit_ms, verdict(ok)))
+                     "", "< %g ms%s" % (limit_ms, source), verdict(ok)))
 
     p99_row("issue p99 at 16 connections (ms)", "issue", 2)
     p99_row("replay p99 at 16 connections (ms)", "replay", 2)
-    p99_row("claim p99 at 16 connections (ms)", "claim", 5)
+    p99_row("claim p99 at 16 connections (ms)", "claim", 10, " (issue 18)")
+
+    for scen, label, p99_limit in (("waiters_1", "one instance", 100),
+                                   ("waiters_2", "two instances, completed on one", 250)):
+        wr = rep.of(scen)
+        if not wr:
+            continue
+        r = wr[-1]
+        n = int(r.get("n", 0))
+        ok_all = int(r.get("replayed", 0)) == n
+        rows.append(("10,000 waiters, %s: answered with the replay" % label,
+                     "%d of %d (early %d, other status %d, unanswered %d)" % (
+                         int(r.get("replayed", 0)), n, int(r.get("answered_early", 0)),
+                         int(r.get("other_status", 0)), int(r.get("unanswered", 0))),
+                     "", "", "every waiter (issue 13)", verdict(ok_all)))
+        p99 = r.get("p99_us", 0) / 1000.0
+        rows.append(("10,000 waiters, %s: p99 wake-up after the completion's 200 (ms)" % label,
+                     "%s (p50 %s, max %s)" % (fmt_ms(p99), fmt_ms(r.get("p50_us", 0) / 1000.0),
+                                             fmt_ms(r.get("max_us", 0) / 1000.0)),
+                     "", "", "< %d ms (issue 13)" % p99_limit, verdict(p99 < p99_limit)))
+        rss = [r.get("rss%d_kb" % i, 0) / 1024.0 for i in range(1, 3) if "rss%d_kb" % i in r]
+        if rss:
+            rows.append(("10,000 waiters, %s: idemd RSS with them open (MiB)" % label,
+                         " + ".join("%.1f" % x for x in rss), "", "",
+                         "< 96 MiB (issue 13)" if len(rss) == 1 else "— (each instance)",
+                         verdict(max(rss) < 96) if len(rss) == 1 else ""))
 
     c2k = rep.of("c2000")
     if c2k:
@@ -370,6 +442,15 @@ def cmd_report(path, out, scale=False):
         ("gw_first", "idemd gateway first submit, 16 connections", "ops/s"),
         ("gw_first_c64", "idemd gateway first submit, 64 connections", "ops/s"),
         ("gw_replay", "idemd gateway replay", "req/s"),
+        ("gw_ietf_first", "idemd IETF-key gateway first submit, 16 connections", "ops/s"),
+        ("gw_ietf_first_c64", "idemd IETF-key gateway first submit, 64 connections", "ops/s"),
+        ("gw_ietf_replay", "idemd IETF-key gateway replay", "req/s"),
+        ("peer_first", "peer: Node + node-idempotency + Redis, first submit, 16 connections",
+         "ops/s"),
+        ("peer_first_c64", "peer: first submit, 64 connections", "ops/s"),
+        ("peer_replay", "peer: replay", "req/s"),
+        ("key_claim", "idemd claim of a fresh caller key, one per request", "keys/s"),
+        ("key_batch", "idemd batch claim of 100 fresh caller keys", "keys/s"),
         ("c2000", "idemd GET /healthz, 2,000 connections", "req/s"),
         ("baseline_a_c2000", "baseline A: GET, 2,000 connections", "req/s"),
         ("db_first_submit", "diagnostic: idemd_claim + idemd_complete by pgbench, no idemd",
@@ -397,7 +478,7 @@ def cmd_report(path, out, scale=False):
             fmt_ms(rep.lat(scen, "p90_us")), fmt_ms(rep.lat(scen, "p99_us")),
             fmt_ms(rep.lat(scen, "max_us")), errs,
             " (tokens ran out in %d runs)" % ex if ex else "",
-            wal_per_op(scen) if not scen.startswith("baseline_a") else "—",
+            wal_per_op(scen) if not scen.startswith(("baseline_a", "peer")) else "—",
             ", ".join(fmt_rate(x) for x in rep.values(scen, rate_of))))
     w("")
     w("Latency is per HTTP request as wrk measures it (for the direct first submit: "
@@ -502,6 +583,8 @@ def main(argv):
         cmd_tokens(*args)
     elif cmd == "pick":
         cmd_pick(args)
+    elif cmd == "seed-keys" and len(args) == 4:
+        cmd_seed_keys(*args)
     elif cmd == "free-ports" and len(args) == 1:
         cmd_free_ports(args[0])
     elif cmd == "rate" and len(args) == 2:

@@ -1,0 +1,103 @@
+# waiters.sh: the waiter bench, sourced by run.sh (--waiters, --waiters-only)
+# once its PostgreSQL, idemd and tenant are up; uses run.sh's variables and
+# functions (IDEMD_BIN, CONF, PORT, PORT2, API_KEY, WORK, RESULTS, ...).
+#
+# 10,000 duplicates of one in-progress caller-key claim wait with
+# "Prefer: wait=60" (waiters_load.c holds the connections), then the holder
+# completes the record and every waiter should get the replay. Measured: the
+# answers (counted by status and Idempotent-Replayed), the wake-up of each
+# from the moment the completion's 200 was read, and idemd's VmRSS while all
+# of them wait. Then the same with the waiters spread over two idemd
+# instances on the same database, the record claimed and completed on the
+# first (the second learns of it through PostgreSQL's notification).
+#
+# Only the bench's configuration changes for this: max_connections 12000
+# (default 4096) and max_connections_per_ip 0 (no cap; default 1024), as
+# every waiter comes from 127.0.0.1; max_waiters stays at its default
+# (10000), which admits exactly 10,000.
+
+WAITERS_N=${BENCH_WAITERS:-10000}
+WAITERS_OP=wait.order.create
+
+waiters_config() {  # waiters_config OUT LISTEN: the bench config, raised limits
+  python3 - "$CONF" "$1" "$2" <<'PYEOF'
+import json, sys
+src, out, listen = sys.argv[1:]
+with open(src) as f:
+    cfg = json.load(f)
+cfg["listen"] = listen
+cfg["max_connections"] = 12000
+cfg["max_connections_per_ip"] = 0
+cfg.pop("routes", None)
+with open(out, "w") as f:
+    json.dump(cfg, f, indent=2)
+PYEOF
+}
+
+waiters_start2() {  # a second idemd on PORT2, same database and master key
+  "$IDEMD_BIN" --config "$WORK/idemd.waiters2.json" serve 2>>"$WORK/idemd2.log" &
+  IDEMD2_PID=$!
+  for _ in $(seq 100); do
+    curl -fs "http://127.0.0.1:$PORT2/healthz" >/dev/null 2>&1 && return 0
+    kill -0 "$IDEMD2_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  tail -n 20 "$WORK/idemd2.log" >&2
+  die "the second idemd did not start"
+}
+
+waiters_hold() {  # waiters_hold KEY: the first submit claims KEY (201) and holds it
+  local code
+  code=$(curl -s -o "$WORK/hold.out" -w '%{http_code}' -X POST \
+    "$URL/v1/operations/$WAITERS_OP/keys/$1/claim" -H "Authorization: Bearer $API_KEY" \
+    -H 'Content-Type: application/json' -d '{"request":{"sku":"A-1","qty":2}}')
+  [ "$code" = 201 ] || { cat "$WORK/hold.out" >&2; die "the holder's claim answered $code"; }
+}
+
+waiters_run() {  # waiters_run NAME PORTS PIDS
+  local name=$1 key out line
+  key="w-$name-$(date +%s%N)"
+  out=$RAW/$name.1.txt
+  waiters_hold "$key"
+  "$BUILD/waiters_load" --ports "$2" --pids "$3" --n "$WAITERS_N" --op "$WAITERS_OP" \
+    --key "$key" --api-key "$API_KEY" --wait 60 --settle-ms 3000 --timeout-s 45 \
+    >"$out" 2>&1 || { cat "$out" >&2; die "waiters_load failed"; }
+  line=$(sed -n 's/^WAITERS_RESULT //p' "$out" | tail -n 1)
+  [ -n "$line" ] || { cat "$out" >&2; die "waiters_load gave no result"; }
+  echo "$name 1 $line" >>"$RESULTS"
+  python3 - "$name" "$line" <<'PYEOF'
+import sys
+name, line = sys.argv[1:]
+r = dict(kv.split("=") for kv in line.split())
+rss = " + ".join("%.1f" % (int(r[k]) / 1024) for k in sorted(r) if k.startswith("rss"))
+print("    %-10s %s waiters: %s replayed, %s early, %s other, %s unanswered; wake-up "
+      "p50 %.1f ms, p99 %.1f ms, max %.1f ms; idemd VmRSS %s MiB; connecting took %s ms" % (
+          name, r["n"], r["replayed"], r["answered_early"], r["other_status"],
+          r["unanswered"], int(r["p50_us"]) / 1e3, int(r["p99_us"]) / 1e3,
+          int(r["max_us"]) / 1e3, rss, r["connect_ms"]))
+PYEOF
+}
+
+waiters_bench() {
+  say "waiters: $WAITERS_N duplicates waiting on one record, then one completion"
+  local code
+  code=$(curl -s -o "$WORK/op.out" -w '%{http_code}' -X PUT "$URL/v1/operations/$WAITERS_OP" \
+    -H "Authorization: Bearer $API_KEY" -H 'Content-Type: application/json' \
+    -d '{"token_ttl_seconds":3600,"retention_seconds":86400,"lease_seconds":300}')
+  case "$code" in 200|201) ;; *) cat "$WORK/op.out" >&2; die "PUT /v1/operations/$WAITERS_OP: $code" ;; esac
+  local saved=$CONF
+  waiters_config "$WORK/idemd.waiters.json" "127.0.0.1:$PORT"
+  waiters_config "$WORK/idemd.waiters2.json" "127.0.0.1:$PORT2"
+  CONF=$WORK/idemd.waiters.json
+  restart_idemd
+  sleep 1   # the LISTEN connection up
+  waiters_run waiters_1 "$PORT" "$IDEMD_PID"
+  waiters_start2
+  sleep 1
+  waiters_run waiters_2 "$PORT,$PORT2" "$IDEMD_PID,$IDEMD2_PID"
+  stop_pid "$IDEMD2_PID"
+  IDEMD2_PID=
+  CONF=$saved
+  restart_idemd
+  WAITERS_NOTE="$WAITERS_N waiters (waiters_load.c: one thread, epoll), Prefer: wait=60 on a caller-key claim held by a first claim; bench config raised max_connections to 12000 and max_connections_per_ip to 0 (no cap); max_waiters at its default 10000; wake-up = time from reading the completion's 200 to reading each waiter's answer"
+}
