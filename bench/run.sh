@@ -96,7 +96,7 @@ if ! command -v npm >/dev/null; then   # Debian's nodejs ships npm apart
 fi
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 [ "$(ulimit -n)" -ge 4200 ] || die "open-file limit $(ulimit -n) is too low for 2,000 connections"
-[ "$WAITERS" = 0 ] || [ "$(ulimit -n)" -ge 21000 ] \
+[ "$WAITERS" = 0 ] || [ "$(ulimit -n)" -ge 11000 ] \
   || die "open-file limit $(ulimit -n) is too low for the waiter bench's 10,000 connections"
 
 # --------------------------------------------------------------------- build

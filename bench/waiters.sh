@@ -71,10 +71,11 @@ name, line = sys.argv[1:]
 r = dict(kv.split("=") for kv in line.split())
 rss = " + ".join("%.1f" % (int(r[k]) / 1024) for k in sorted(r) if k.startswith("rss"))
 print("    %-10s %s waiters: %s replayed, %s early, %s other, %s unanswered; wake-up "
-      "p50 %.1f ms, p99 %.1f ms, max %.1f ms; idemd VmRSS %s MiB; connecting took %s ms" % (
+      "p50 %.1f ms, p99 %.1f ms, max %.1f ms; idemd VmRSS %s MiB; connecting took %s ms; "
+      "load generator CPU while answers came %.0f ms" % (
           name, r["n"], r["replayed"], r["answered_early"], r["other_status"],
           r["unanswered"], int(r["p50_us"]) / 1e3, int(r["p99_us"]) / 1e3,
-          int(r["max_us"]) / 1e3, rss, r["connect_ms"]))
+          int(r["max_us"]) / 1e3, rss, r["connect_ms"], int(r["loader_cpu_us"]) / 1e3))
 PYEOF
 }
 
@@ -92,6 +93,8 @@ waiters_bench() {
   restart_idemd
   sleep 1   # the LISTEN connection up
   waiters_run waiters_1 "$PORT" "$IDEMD_PID"
+  restart_idemd   # a fresh process: RSS without what the first run left
+  sleep 1
   waiters_start2
   sleep 1
   waiters_run waiters_2 "$PORT,$PORT2" "$IDEMD_PID,$IDEMD2_PID"
