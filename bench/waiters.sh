@@ -54,16 +54,31 @@ waiters_hold() {  # waiters_hold KEY: the first submit claims KEY (201) and hold
   [ "$code" = 201 ] || { cat "$WORK/hold.out" >&2; die "the holder's claim answered $code"; }
 }
 
+waiters_batches() {  # database batches and jobs so far, all instances: "BATCHES JOBS"
+  local p b=0 j=0 m
+  for p in ${1//,/ }; do
+    m=$(curl -fs "http://127.0.0.1:$p/metrics")
+    b=$((b + $(sed -n 's/^idemd_db_batches_total \([0-9]*\)$/\1/p' <<<"$m")))
+    j=$((j + $(sed -n 's/^idemd_db_batch_jobs_total \([0-9]*\)$/\1/p' <<<"$m")))
+  done
+  echo "$b $j"
+}
+
 waiters_run() {  # waiters_run NAME PORTS PIDS
-  local name=$1 key out line
+  local name=$1 key out line b0 j0 b1 j1
   key="w-$name-$(date +%s%N)"
   out=$RAW/$name.1.txt
+  read -r b0 j0 < <(waiters_batches "$2")
   waiters_hold "$key"
   "$BUILD/waiters_load" --ports "$2" --pids "$3" --n "$WAITERS_N" --op "$WAITERS_OP" \
     --key "$key" --api-key "$API_KEY" --wait 60 --settle-ms 3000 --timeout-s 45 \
     >"$out" 2>&1 || { cat "$out" >&2; die "waiters_load failed"; }
   line=$(sed -n 's/^WAITERS_RESULT //p' "$out" | tail -n 1)
   [ -n "$line" ] || { cat "$out" >&2; die "waiters_load gave no result"; }
+  # claims and completes that went to PostgreSQL (the waiters' first claims,
+  # the holder's claim and completion, and whatever waking costs)
+  read -r b1 j1 < <(waiters_batches "$2")
+  line="$line db_batches=$((b1 - b0)) db_jobs=$((j1 - j0))"
   echo "$name 1 $line" >>"$RESULTS"
   python3 - "$name" "$line" <<'PYEOF'
 import sys
@@ -72,10 +87,11 @@ r = dict(kv.split("=") for kv in line.split())
 rss = " + ".join("%.1f" % (int(r[k]) / 1024) for k in sorted(r) if k.startswith("rss"))
 print("    %-10s %s waiters: %s replayed, %s early, %s other, %s unanswered; wake-up "
       "p50 %.1f ms, p99 %.1f ms, max %.1f ms; idemd VmRSS %s MiB; connecting took %s ms; "
-      "load generator CPU while answers came %.0f ms" % (
+      "load generator CPU while answers came %.0f ms; database jobs %s in %s batches" % (
           name, r["n"], r["replayed"], r["answered_early"], r["other_status"],
           r["unanswered"], int(r["p50_us"]) / 1e3, int(r["p99_us"]) / 1e3,
-          int(r["max_us"]) / 1e3, rss, r["connect_ms"], int(r["loader_cpu_us"]) / 1e3))
+          int(r["max_us"]) / 1e3, rss, r["connect_ms"], int(r["loader_cpu_us"]) / 1e3,
+          r["db_jobs"], r["db_batches"]))
 PYEOF
 }
 
