@@ -231,10 +231,16 @@ def cmd_report(path, out, scale=False):
     w = lines.append
     w("# idemd benchmark results")
     w("")
-    w("Written by `bench/run.sh%s` on %s. Every figure is the median of %s runs "
-      "(wrk -t2, %s s each, all on 127.0.0.1, load generator on the same machine)."
-      % (" --scale" if scale else "", info.get("date", "?"), info.get("runs", "?"),
-         info.get("duration", "?")))
+    waiters_only = info.get("mode") == "waiters-only"
+    if waiters_only:
+        w("Written by `bench/run.sh --waiters-only` on %s: the waiter bench alone, one run "
+          "on one idemd and one across two (load generator `waiters_load.c` on the same "
+          "machine, all on 127.0.0.1)." % info.get("date", "?"))
+    else:
+        w("Written by `bench/run.sh%s` on %s. Every figure is the median of %s runs "
+          "(wrk -t2, %s s each, all on 127.0.0.1, load generator on the same machine)."
+          % (" --scale" if scale else "", info.get("date", "?"), info.get("runs", "?"),
+             info.get("duration", "?")))
     w("")
     w("| | |")
     w("|---|---|")
@@ -394,6 +400,8 @@ def cmd_report(path, out, scale=False):
                      " → ".join("%.1f" % v for v in rest) + " (%+.1f)" % growth, "", "",
                      "no growth (≤ 1 MiB) beyond the bounded cache", verdict(growth <= 1.0)))
 
+    if waiters_only:
+        rows = [r for r in rows if r[0].startswith("10,000 waiters")]
     w("## Targets")
     w("")
     w("| figure | idemd | baseline | ratio | target | |")
@@ -511,6 +519,31 @@ def cmd_report(path, out, scale=False):
         w("")
         for d in derived:
             w("- " + d)
+        w("")
+
+    wruns = rep.of("waiters_1") + rep.of("waiters_2")
+    if wruns:
+        w("## Waiters")
+        w("")
+        w("| run | waiters | replayed | early | other status | unanswered | wake-up min / p50 / "
+          "p90 / p99 / max ms | completion's own answer ms | connecting ms | load generator "
+          "CPU while answers came ms | database jobs (batches) |")
+        w("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
+        for r in wruns:
+            w("| %s | %d | %d | %d | %d | %d | %s | %s | %d | %s | %d (%d) |" % (
+                "one instance" if r["scenario"] == "waiters_1" else "two instances",
+                int(r.get("n", 0)), int(r.get("replayed", 0)), int(r.get("answered_early", 0)),
+                int(r.get("other_status", 0)), int(r.get("unanswered", 0)),
+                " / ".join(fmt_ms(r.get(k, 0) / 1000.0)
+                           for k in ("min_us", "p50_us", "p90_us", "p99_us", "max_us")),
+                fmt_ms(r.get("complete_us", 0) / 1000.0), int(r.get("connect_ms", 0)),
+                fmt_ms(r.get("loader_cpu_us", 0) / 1000.0), int(r.get("db_jobs", 0)),
+                int(r.get("db_batches", 0))))
+        w("")
+        w("Wake-up: from reading the completion's 200 to reading each waiter's answer. "
+          "Database jobs: claims and completes idemd sent to PostgreSQL during the run, "
+          "all instances (the waiters' first claims, the holder's claim and completion, "
+          "and what waking them cost).")
         w("")
 
     rss = rep.of("rss")
