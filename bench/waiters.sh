@@ -10,6 +10,8 @@
 # of them wait. Then the same with the waiters spread over two idemd
 # instances on the same database, the record claimed and completed on the
 # first (the second learns of it through PostgreSQL's notification).
+# BENCH_WAITER_ROUNDS rounds (default 3) of both, each on fresh processes;
+# the report gives medians.
 #
 # Only the bench's configuration changes for this: max_connections 12000
 # (default 4096) and max_connections_per_ip 0 (no cap; default 1024), as
@@ -17,6 +19,7 @@
 # (10000), which admits exactly 10,000.
 
 WAITERS_N=${BENCH_WAITERS:-10000}
+WAITERS_ROUNDS=${BENCH_WAITER_ROUNDS:-3}
 WAITERS_OP=wait.order.create
 
 waiters_config() {  # waiters_config OUT LISTEN: the bench config, raised limits
@@ -64,28 +67,28 @@ waiters_batches() {  # database batches and jobs so far, all instances: "BATCHES
   echo "$b $j"
 }
 
-waiters_run() {  # waiters_run NAME PORTS PIDS
-  local name=$1 key out line b0 j0 b1 j1
-  key="w-$name-$(date +%s%N)"
-  out=$RAW/$name.1.txt
-  read -r b0 j0 < <(waiters_batches "$2")
+waiters_run() {  # waiters_run NAME ROUND PORTS PIDS
+  local name=$1 round=$2 ports=$3 pids=$4 key out line b0 j0 b1 j1
+  key="w-$name-$round-$(date +%s%N)"
+  out=$RAW/$name.$round.txt
+  read -r b0 j0 < <(waiters_batches "$ports")
   waiters_hold "$key"
-  "$BUILD/waiters_load" --ports "$2" --pids "$3" --n "$WAITERS_N" --op "$WAITERS_OP" \
+  "$BUILD/waiters_load" --ports "$ports" --pids "$pids" --n "$WAITERS_N" --op "$WAITERS_OP" \
     --key "$key" --api-key "$API_KEY" --wait 60 --settle-ms 3000 --timeout-s 45 \
     >"$out" 2>&1 || { cat "$out" >&2; die "waiters_load failed"; }
   line=$(sed -n 's/^WAITERS_RESULT //p' "$out" | tail -n 1)
   [ -n "$line" ] || { cat "$out" >&2; die "waiters_load gave no result"; }
   # claims and completes that went to PostgreSQL (the waiters' first claims,
   # the holder's claim and completion, and whatever waking costs)
-  read -r b1 j1 < <(waiters_batches "$2")
+  read -r b1 j1 < <(waiters_batches "$ports")
   line="$line db_batches=$((b1 - b0)) db_jobs=$((j1 - j0))"
-  echo "$name 1 $line" >>"$RESULTS"
-  python3 - "$name" "$line" <<'PYEOF'
+  echo "$name $round $line" >>"$RESULTS"
+  python3 - "$name $round" "$line" <<'PYEOF'
 import sys
 name, line = sys.argv[1:]
 r = dict(kv.split("=") for kv in line.split())
 rss = " + ".join("%.1f" % (int(r[k]) / 1024) for k in sorted(r) if k.startswith("rss"))
-print("    %-10s %s waiters: %s replayed, %s early, %s other, %s unanswered; wake-up "
+print("    %-13s %s waiters: %s replayed, %s early, %s other, %s unanswered; wake-up "
       "p50 %.1f ms, p99 %.1f ms, max %.1f ms; idemd VmRSS %s MiB; connecting took %s ms; "
       "load generator CPU while answers came %.0f ms; database jobs %s in %s batches" % (
           name, r["n"], r["replayed"], r["answered_early"], r["other_status"],
@@ -106,17 +109,20 @@ waiters_bench() {
   waiters_config "$WORK/idemd.waiters.json" "127.0.0.1:$PORT"
   waiters_config "$WORK/idemd.waiters2.json" "127.0.0.1:$PORT2"
   CONF=$WORK/idemd.waiters.json
-  restart_idemd
-  sleep 1   # the LISTEN connection up
-  waiters_run waiters_1 "$PORT" "$IDEMD_PID"
-  restart_idemd   # a fresh process: RSS without what the first run left
-  sleep 1
-  waiters_start2
-  sleep 1
-  waiters_run waiters_2 "$PORT,$PORT2" "$IDEMD_PID,$IDEMD2_PID"
-  stop_pid "$IDEMD2_PID"
-  IDEMD2_PID=
+  local r
+  for r in $(seq "$WAITERS_ROUNDS"); do
+    # fresh processes each time: RSS without what an earlier run left
+    restart_idemd
+    sleep 1   # the LISTEN connection up
+    waiters_run waiters_1 "r$r" "$PORT" "$IDEMD_PID"
+    restart_idemd
+    waiters_start2
+    sleep 1
+    waiters_run waiters_2 "r$r" "$PORT,$PORT2" "$IDEMD_PID,$IDEMD2_PID"
+    stop_pid "$IDEMD2_PID"
+    IDEMD2_PID=
+  done
   CONF=$saved
   restart_idemd
-  WAITERS_NOTE="$WAITERS_N waiters (waiters_load.c: one thread, epoll), Prefer: wait=60 on a caller-key claim held by a first claim; bench config raised max_connections to 12000 and max_connections_per_ip to 0 (no cap); max_waiters at its default 10000; wake-up = time from reading the completion's 200 to reading each waiter's answer"
+  WAITERS_NOTE="$WAITERS_ROUNDS rounds of $WAITERS_N waiters (waiters_load.c: one thread, epoll), Prefer: wait=60 on a caller-key claim held by a first claim; bench config raised max_connections to 12000 and max_connections_per_ip to 0 (no cap); max_waiters at its default 10000; wake-up = time from reading the completion's 200 to reading each waiter's answer"
 }
