@@ -233,9 +233,10 @@ def cmd_report(path, out, scale=False):
     w("")
     waiters_only = info.get("mode") == "waiters-only"
     if waiters_only:
-        w("Written by `bench/run.sh --waiters-only` on %s: the waiter bench alone, one run "
-          "on one idemd and one across two (load generator `waiters_load.c` on the same "
-          "machine, all on 127.0.0.1)." % info.get("date", "?"))
+        w("Written by `bench/run.sh --waiters-only` on %s: the waiter bench alone, %s "
+          "rounds, each on one idemd and across two (load generator `waiters_load.c` on the same "
+          "machine, all on 127.0.0.1)." % (info.get("date", "?"),
+                                             len(rep.of("waiters_1"))))
     else:
         w("Written by `bench/run.sh%s` on %s. Every figure is the median of %s runs "
           "(wrk -t2, %s s each, all on 127.0.0.1, load generator on the same machine)."
