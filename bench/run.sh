@@ -44,6 +44,8 @@
 #   --keep     keep the temporary folder (cluster, logs, token files)
 # Environment: BENCH_THREADS / BENCH_POOL_SIZE set idemd's threads /
 # pool_size (default: idemd's own defaults; the baseline follows them).
+# BENCH_WAITERS (default 10000) / BENCH_WAITER_ROUNDS (default 3) size the
+# waiter bench (below 10,000 its targets get no verdict).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -62,7 +64,7 @@ while [ $# -gt 0 ]; do
     --waiters-only) WAITERS=2 ;;
     --duration) DUR=$2; shift ;;
     --runs) RUNS=$2; shift ;;
-    -h|--help) sed -n '2,45s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,48s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
