@@ -10,7 +10,8 @@ pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libpq-dev
       libsodium-dev libjansson-dev libcmocka-dev libcurl4-openssl-dev
       postgresql-15 postgresql-client-15 python3 curl)
 test_pkgs=(clang libclang-rt-14-dev valgrind pgbouncer openssl
-           python3-pytest mypy python3-venv python3-setuptools python3-wheel)
+           python3-pytest mypy python3-venv python3-setuptools python3-wheel
+           patroni python3-etcd etcd-server etcd-client haproxy)
 browser_pkgs=(chromium fonts-liberation)
 
 test=0 browser=1

@@ -104,6 +104,13 @@ else
   results+=("client libraries: FAILED"); problems+=("client libraries")
 fi
 
+say "high availability (tests/ha.sh: Patroni, etcd, HAProxy, faults under a storm)"
+if timeout -k 120 1000 bash tests/ha.sh; then
+  results+=("high availability: ok")
+else
+  results+=("high availability: FAILED"); problems+=("high availability")
+fi
+
 say "checking the problem codes against api/openapi.yaml"
 if python3 tests/problem_codes.py; then
   results+=("problem codes: ok")
