@@ -195,7 +195,7 @@ class Storm:
             return
         with L.lock:
             L.completed.append({"kind": kind, "path": base, "claim_body": claim_body,
-                                "response": response})
+                                "key": base.rsplit("/", 1)[1], "response": response})
 
     def token_worker(self):
         while not self.stop.is_set():

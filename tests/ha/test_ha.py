@@ -21,9 +21,11 @@ twice.
 Usage: python3 test_ha.py IDEMD_BIN
 """
 
+import concurrent.futures
 import json
 import os
 import signal
+import threading
 import sys
 import time
 import urllib.request
@@ -36,7 +38,10 @@ from cluster import log  # noqa: E402
 
 WARMUP = 3.0        # seconds of storm before the fault
 AFTER = 3.0         # seconds of storm after the bed is healthy again
-FREEZE = bed.TTL + 5
+FREEZE = bed.TTL + 10
+OP_WAIT = "wait.probe"
+WAIT_LEASE = 10
+VERIFY_THREADS = 6
 PLAN = {"token_worker": 2, "key_worker": 2, "gateway_worker": 2, "batch_worker": 1,
         "bump_worker": 1}
 
@@ -55,6 +60,15 @@ class Phase:
         self.anomalies = []
         self.unresolved = 0
         self.takeovers = 0
+        self.waiters = None
+
+
+def ledger_kinds(L):
+    k = {"issued": len(L.issued), "gateway": len(L.gateway),
+         "bumps": sum(b["acked"] for b in L.bumps.values())}
+    for it in L.completed:
+        k[it["kind"]] = k.get(it["kind"], 0) + 1
+    return k
 
 
 def ledger_acks(L):
@@ -63,7 +77,43 @@ def ledger_acks(L):
     return n
 
 
-def inject(c, name):
+def waiter_probe(c):
+    """On each idemd node in turn: a key claimed on the other node, a
+    duplicate waiting on this one (Prefer: wait), the key completed on the
+    other. Returns [(node, seconds from the complete to the waiter's
+    answer, status, waited)]. Notified, the waiter answers at once; a LISTEN
+    connection left on the frozen old primary would hear nothing and the
+    waiter would answer only when the lease ends (WAIT_LEASE s)."""
+    out = []
+    for a, b in ((0, 1), (1, 0)):
+        ap = storm.Api(c.idemd_ports[a], c.api_key, storm.Log())
+        bp = storm.Api(c.idemd_ports[b], c.api_key, storm.Log())
+        path = "/v1/operations/%s/keys/w-%s" % (OP_WAIT, os.urandom(8).hex())
+        r = ap.until_final("POST", path + "/claim", {})
+        if r is None or r.status != 201:
+            out.append((b, None, r and r.status, False))
+            continue
+        got = {}
+
+        def wait():
+            got["r"] = bp.send("POST", path + "/claim", {}, {"Prefer": "wait=%d" % (WAIT_LEASE + 5)})
+            got["t"] = time.monotonic()
+
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.5)
+        r = ap.until_final("POST", path + "/complete", {"attempt": 1, "status": 200,
+                                                        "body": {"probe": True}})
+        t_done = time.monotonic()
+        t.join(WAIT_LEASE + 10)
+        w = got.get("r")
+        out.append((b, got.get("t", t_done) - t_done if w is not None else None,
+                    w.status if w is not None else None,
+                    w is not None and "preference-applied" in w.headers))
+    return out
+
+
+def inject(c, name, ph):
     if name == "switchover":
         old = c.leader()
         p = c.patronictl("switchover", "--force")
@@ -81,10 +131,25 @@ def inject(c, name):
         pids = [leader.patroni.pid] + leader.postgres_pids()
         log("SIGSTOP %s (Patroni and %d PostgreSQL processes) for %d s"
             % (leader.name, len(pids) - 1, FREEZE))
+        t0 = time.monotonic()
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
         try:
-            time.sleep(FREEZE)
+            # the standby is promoted while the old primary is still frozen:
+            # waiting duplicates must be notified from the new primary now,
+            # not when the old one comes back
+            api = storm.Api(c.haproxy_port, c.api_key, storm.Log())
+            key = "probe:" + str(time.time())
+            while time.monotonic() - t0 < FREEZE - 4:
+                r = api.send("POST", "/v1/versions/" + key, headers={"If-Match": '"0"'})
+                if r is not None and r.status in (200, 412):
+                    log("writes resumed %.1f s into the freeze" % (time.monotonic() - t0))
+                    ph.waiters = waiter_probe(c)
+                    break
+                time.sleep(0.2)
+            else:
+                ph.anomalies.append("no write succeeded during the freeze (no failover?)")
+            time.sleep(max(0.0, FREEZE - (time.monotonic() - t0)))
         finally:
             for pid in reversed(pids):
                 try:
@@ -121,9 +186,13 @@ def upstream_calls(c):
 
 
 def verify(c, ledgers, ph):
-    """Checks every acknowledged write of LEDGERS; fills PH's counts."""
+    """Checks every acknowledged write of LEDGERS; fills PH's counts.
+    Caller keys are replayed in batches (a batch claim answers each
+    completed key with its stored response); tokens and gateway submits
+    one by one, from VERIFY_THREADS threads."""
     api = storm.Api(c.haproxy_port, c.api_key, storm.Log())
     lost = []
+    lock = threading.Lock()
 
     def final(method, path, body=None, headers=None):
         r = api.until_final(method, path, body, headers)
@@ -131,28 +200,77 @@ def verify(c, ledgers, ph):
             raise AssertionError("no answer for %s %s while verifying" % (method, path))
         return r
 
-    for L in ledgers:
-        for it in L.issued:
-            r = final("GET", "/v1/tokens/" + it["token"])
-            ph.checked += 1
-            if r.status != 200 or r.json.get("state") != "issued":
-                lost.append("issued token: %d %s" % (r.status, r.body[:200]))
-        for it in L.completed:
-            r = final("POST", it["path"] + "/claim", it["claim_body"])
-            ph.checked += 1
-            resp = r.json.get("response") if isinstance(r.json, dict) else None
-            if (r.status != 200 or r.headers.get("idempotent-replayed") != "true" or
-                    not isinstance(resp, dict) or resp.get("status") != it["response"]["status"] or
+    def check_issued(it):
+        r = final("GET", "/v1/tokens/" + it["token"])
+        if r.status != 200 or r.json.get("state") != "issued":
+            return "issued token: %d %s" % (r.status, r.body[:200])
+        return None
+
+    def check_token(it):
+        r = final("POST", it["path"] + "/claim", it["claim_body"])
+        resp = r.json.get("response") if isinstance(r.json, dict) else None
+        if (r.status != 200 or r.headers.get("idempotent-replayed") != "true" or
+                not isinstance(resp, dict) or resp.get("status") != it["response"]["status"] or
+                resp.get("body") != it["response"]["body"]):
+            return ("%s %s: replay %d %s, expected %r"
+                    % (it["kind"], it["path"], r.status, r.body[:200], it["response"]))
+        return None
+
+    def check_gateway(it):
+        r = final("POST", "/orders", it["req"], {"Idempotency-Key": it["token"]})
+        if (r.status != it["status"] or r.body != it["body"] or
+                r.headers.get("idempotent-replayed") != "true"):
+            return ("gateway %s: replay %d %s, acknowledged %d %s"
+                    % (it["id"], r.status, r.body[:200], it["status"], it["body"][:200]))
+        return None
+
+    def check_keys(op, items):
+        body = {"items": [dict({"key": it["key"]}, **it["claim_body"]) for it in items]}
+        r = final("POST", "/v1/operations/%s/claims" % op, body)
+        if r.status != 200:
+            return ["batch replay %s: %d %s" % (op, r.status, r.body[:200])]
+        out = []
+        got = {i.get("key"): i for i in r.json.get("items", [])}
+        for it in items:
+            g = got.get(it["key"], {})
+            resp = g.get("response")
+            if (g.get("status") != 200 or not isinstance(resp, dict) or
+                    resp.get("status") != it["response"]["status"] or
                     resp.get("body") != it["response"]["body"]):
-                lost.append("%s %s: replay %d %s, expected %r"
-                            % (it["kind"], it["path"], r.status, r.body[:200], it["response"]))
-        for it in L.gateway:
-            r = final("POST", "/orders", it["req"], {"Idempotency-Key": it["token"]})
-            ph.checked += 1
-            if (r.status != it["status"] or r.body != it["body"] or
-                    r.headers.get("idempotent-replayed") != "true"):
-                lost.append("gateway %s: replay %d %s, acknowledged %d %s"
-                            % (it["id"], r.status, r.body[:200], it["status"], it["body"][:200]))
+                out.append("%s key %s: replay %r, expected %r"
+                           % (it["kind"], it["key"], g, it["response"]))
+        return out
+
+    jobs = []
+    by_op = {}
+    for L in ledgers:
+        jobs += [(check_issued, it) for it in L.issued]
+        jobs += [(check_gateway, it) for it in L.gateway]
+        for it in L.completed:
+            if it["kind"] == "token":
+                jobs.append((check_token, it))
+            else:
+                by_op.setdefault(it["path"].split("/")[3], []).append(it)
+    for op, items in by_op.items():
+        for i in range(0, len(items), 200):
+            jobs.append((lambda chunk, op=op: check_keys(op, chunk), items[i:i + 200]))
+
+    def run(job):
+        fn, arg = job
+        res = fn(arg)
+        n = len(arg) if isinstance(arg, list) else 1
+        with lock:
+            ph.checked += n
+            if isinstance(res, list):
+                lost.extend(res)
+            elif res is not None:
+                lost.append(res)
+
+    with concurrent.futures.ThreadPoolExecutor(VERIFY_THREADS) as ex:
+        for f in [ex.submit(run, j) for j in jobs]:
+            f.result()
+
+    for L in ledgers:
         for key, b in L.bumps.items():
             r = final("GET", "/v1/versions/" + key)
             ph.checked += b["acked"]
@@ -194,7 +312,7 @@ def run_phase(c, name, ledgers):
     st.start(PLAN)
     time.sleep(WARMUP)
     t_fault = time.monotonic()
-    inject(c, name)
+    inject(c, name, ph)
     wait_bed(c)
     time.sleep(AFTER)
     log("phase %s: bed healthy again; ending the storm" % name)
@@ -202,11 +320,20 @@ def run_phase(c, name, ledgers):
         ph.anomalies.append("storm threads did not finish")
     first_fail, first_ok, last_fail, nfail = lg.window(t_fault)
     ph.failures = nfail
-    log("phase %s: first success after the first failure: %s" % (name, getattr(lg, "first_ok_what", None)))
+    with open(os.path.join(c.tmp, "events-%s.json" % name), "w") as f:
+        json.dump({"fault_at": t_fault, "events": lg.events}, f)
     if first_fail is not None:
         ph.window = (first_ok - first_fail) if first_ok is not None else float("inf")
         ph.disturbed = last_fail - first_fail
+    for node, dt, status, waited in ph.waiters or []:
+        log("phase %s: waiter on idemd%d answered %s %.2f s after the complete%s"
+            % (name, node, status, dt if dt is not None else -1,
+               "" if waited else " (did not wait)"))
+        if status != 200 or dt is None or dt > 3.0 or not waited:
+            ph.anomalies.append("waiting duplicate on idemd%d: %s after %s s (waited: %s)"
+                                % (node, status, dt, waited))
     ph.acked = ledger_acks(L)
+    ph.kinds = ledger_kinds(L)
     ph.unresolved = L.unresolved
     ph.takeovers = L.redelivered_claims
     ph.anomalies.extend(L.anomalies[:20])
@@ -241,10 +368,11 @@ def main():
     try:
         c.start()
         api = storm.Api(c.haproxy_port, c.api_key, storm.Log())
-        for op in (storm.OP_DIRECT, storm.OP_BATCH, storm.OP_GATEWAY):
+        for op, lease in ((storm.OP_DIRECT, storm.LEASE), (storm.OP_BATCH, storm.LEASE),
+                          (storm.OP_GATEWAY, storm.LEASE), (OP_WAIT, WAIT_LEASE)):
             r = api.send("PUT", "/v1/operations/" + op,
                          {"token_ttl_seconds": 3600, "retention_seconds": 86400,
-                          "lease_seconds": storm.LEASE})
+                          "lease_seconds": lease})
             if r is None or r.status not in (200, 201):
                 raise AssertionError("PUT operation %s: %r" % (op, r and r.body))
         ledgers = []
@@ -288,6 +416,11 @@ def print_summary(phases, elapsed):
           "to last failed write; redeliv.: gateway keys the upstream saw more than once, "
           "all before any answer was acknowledged; takeovers: claims that found their own "
           "unacknowledged earlier try committed and took over after its lease")
+    print("acknowledged per kind: " + "; ".join(
+        "%s: %s" % (p.name, ", ".join("%s %d" % kv for kv in sorted(getattr(p, "kinds", {}).items())))
+        for p in phases))
+    print("(issued: tokens issued and left unclaimed; token, key, batch: claims completed by "
+          "token, caller key, batch; gateway: gateway submits; bumps: version bumps)")
     for p in phases:
         for a in p.anomalies:
             print("  %s: %s" % (p.name, a))
