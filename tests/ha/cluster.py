@@ -119,7 +119,13 @@ class PgNode:
             "log": {"level": "INFO"},
             "restapi": {"listen": "127.0.0.1:%d" % self.rest_port,
                         "connect_address": "127.0.0.1:%d" % self.rest_port},
-            "etcd3": {"hosts": "127.0.0.1:%d" % etcd_port},
+            # etcd's v2 API on purpose: Patroni 3.0's etcd3 code renews the
+            # leader key without comparing its owner, so a primary frozen in
+            # the middle of its loop takes the key back from the new primary
+            # when it resumes (seen here: the new primary was demoted and its
+            # acknowledged writes discarded); the v2 code compares the owner
+            # (prevValue) and the old primary steps down
+            "etcd": {"host": "127.0.0.1:%d" % etcd_port},
             "bootstrap": {
                 "dcs": {
                     "ttl": TTL, "loop_wait": 2, "retry_timeout": 3,
@@ -402,7 +408,8 @@ class Cluster:
             "--advertise-client-urls", "http://127.0.0.1:%d" % self.etcd_port,
             "--listen-peer-urls", "http://127.0.0.1:%d" % self.etcd_peer,
             "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % self.etcd_peer,
-            "--initial-cluster", "e1=http://127.0.0.1:%d" % self.etcd_peer],
+            "--initial-cluster", "e1=http://127.0.0.1:%d" % self.etcd_peer,
+            "--enable-v2=true"],
             self.tmp)
         deadline = time.monotonic() + 20
         while http_status("http://127.0.0.1:%d/health" % self.etcd_port) != 200:

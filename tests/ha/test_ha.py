@@ -132,6 +132,7 @@ def inject(c, name, ph):
         log("SIGSTOP %s (Patroni and %d PostgreSQL processes) for %d s"
             % (leader.name, len(pids) - 1, FREEZE))
         t0 = time.monotonic()
+        probe = None
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
         try:
@@ -140,11 +141,15 @@ def inject(c, name, ph):
             # not when the old one comes back
             api = storm.Api(c.haproxy_port, c.api_key, storm.Log())
             key = "probe:" + str(time.time())
+            probe = None
             while time.monotonic() - t0 < FREEZE - 4:
                 r = api.send("POST", "/v1/versions/" + key, headers={"If-Match": '"0"'})
                 if r is not None and r.status in (200, 412):
                     log("writes resumed %.1f s into the freeze" % (time.monotonic() - t0))
-                    ph.waiters = waiter_probe(c)
+                    # on a thread: the freeze ends on time whatever it finds
+                    probe = threading.Thread(target=lambda: setattr(ph, "waiters",
+                                                                    waiter_probe(c)))
+                    probe.start()
                     break
                 time.sleep(0.2)
             else:
@@ -157,6 +162,8 @@ def inject(c, name, ph):
                 except OSError:
                     pass
         log("SIGCONT %s" % leader.name)
+        if probe is not None:
+            probe.join(2 * WAIT_LEASE + 10)
     elif name == "kill-idemd":
         log("kill -9 idemd0 (pid %d)" % c.idemd[0].pid)
         c.idemd[0].send(signal.SIGKILL)
