@@ -27,6 +27,12 @@ TMP=$(mktemp -d /tmp/idemd-ha.XXXXXX) || exit 1
 chmod 711 "$TMP"
 export IDEMD_HA_TMP=$TMP
 # shellcheck disable=SC2317
+# ours PID: the process runs in $TMP or names it on its command line (a
+# recorded PID that ended and was reused by another process is left alone)
+ours() {
+  [ "$(readlink "/proc/$1/cwd" 2>/dev/null)" = "$TMP" ] ||
+    tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -qF -- "$TMP"
+}
 cleanup() {
   # the test tears its bed down itself; this is the fallback when it was
   # killed: every PID it recorded, and the postmasters Patroni detached
@@ -34,11 +40,11 @@ cleanup() {
   for f in "$TMP"/*/data/postmaster.pid; do
     [ -f "$f" ] || continue
     pid=$(head -n 1 "$f")
-    [ -n "$pid" ] && kill -CONT "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+    if [ -n "$pid" ] && ours "$pid"; then kill -CONT "$pid"; kill -KILL "$pid"; fi 2>/dev/null
   done
   if [ -f "$TMP/pids" ]; then
     while read -r pid; do
-      kill -CONT "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+      if ours "$pid"; then kill -CONT "$pid"; kill -KILL "$pid"; fi 2>/dev/null
     done < "$TMP/pids"
   fi
   if [ "${keep:-0}" = 1 ]; then echo "ha.sh: logs kept in $TMP"; else rm -rf "$TMP"; fi

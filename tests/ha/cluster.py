@@ -62,7 +62,7 @@ class Proc:
         self.log_path = os.path.join(logdir, name + ".log")
         self._log = open(self.log_path, "ab")
         self.p = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, env=env, cwd=cwd,
+                                  stdin=subprocess.DEVNULL, env=env, cwd=cwd or logdir,
                                   start_new_session=True)
         self.pid = self.p.pid
         # for tests/ha.sh's fallback teardown, should this process be killed
