@@ -42,6 +42,7 @@ FREEZE = bed.TTL + 10
 OP_WAIT = "wait.probe"
 WAIT_LEASE = 10
 VERIFY_THREADS = 6
+FAULTS = ("switchover", "kill-postmaster", "freeze-primary", "kill-idemd")
 PLAN = {"token_worker": 2, "key_worker": 2, "gateway_worker": 2, "batch_worker": 1,
         "bump_worker": 1}
 
@@ -383,7 +384,7 @@ def main():
             if r is None or r.status not in (200, 201):
                 raise AssertionError("PUT operation %s: %r" % (op, r and r.body))
         ledgers = []
-        for name in ("switchover", "kill-postmaster", "freeze-primary", "kill-idemd"):
+        for name in FAULTS:
             phases.append(run_phase(c, name, ledgers))
             p = phases[-1]
             log("phase %s: %d acknowledged, %d checked, %d lost, %d double, window %s"
@@ -433,9 +434,10 @@ def print_summary(phases, elapsed):
             print("  %s: %s" % (p.name, a))
         if p.unresolved:
             print("  %s: %d keys never got a final answer" % (p.name, p.unresolved))
-    print("HA stage: %d faults, %.0f s, %s" % (len(phases), elapsed,
-          "ok" if phases and all(p.lost == 0 and p.double == 0 and p.unresolved == 0
-                                 and not p.anomalies for p in phases) else "FAILED"))
+    print("HA stage: %d of %d faults, %.0f s, %s" % (len(phases), len(FAULTS), elapsed,
+          "ok" if len(phases) == len(FAULTS) and all(
+              p.lost == 0 and p.double == 0 and p.unresolved == 0 and not p.anomalies
+              for p in phases) else "FAILED"))
 
 
 if __name__ == "__main__":
