@@ -25,7 +25,7 @@ done
 
 TMP=$(mktemp -d /tmp/idemd-ha.XXXXXX) || exit 1
 chmod 711 "$TMP"
-export IDEMD_HA_TMP=$TMP
+export IDEMD_HA_TMP=$TMP PYTHONDONTWRITEBYTECODE=1
 # shellcheck disable=SC2317
 # ours PID: the process runs in $TMP or names it on its command line (a
 # recorded PID that ended and was reused by another process is left alone)

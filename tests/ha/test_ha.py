@@ -32,6 +32,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import cluster as bed  # noqa: E402
 import storm  # noqa: E402
 from cluster import log  # noqa: E402
