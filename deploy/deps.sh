@@ -11,6 +11,7 @@ pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libpq-dev
       postgresql-15 postgresql-client-15 python3 curl)
 test_pkgs=(clang libclang-rt-14-dev valgrind pgbouncer openssl
            python3-pytest mypy python3-venv python3-setuptools python3-wheel
+           rabbitmq-server python3-pika prometheus jq
            patroni python3-etcd etcd-server etcd-client haproxy)
 browser_pkgs=(chromium fonts-liberation)
 
@@ -25,6 +26,8 @@ for arg in "$@"; do
 done
 if [ "$test" = 1 ]; then
   pkgs+=("${test_pkgs[@]}")
+  # tests/package.sh (dpkg-shlibdeps) and test_upgrade.py (git archive)
+  pkgs+=(git dpkg-dev)
   if [ "$browser" = 1 ]; then pkgs+=("${browser_pkgs[@]}"); fi
   # Node.js and npm may come from another source than Debian's packages;
   # only ask for Debian's when the commands are missing.

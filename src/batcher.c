@@ -57,6 +57,7 @@ static void batcher_run_batch(struct batcher_job **jobs, size_t n)
 
 	metrics_add(METRIC_DB_BATCHES, 1);
 	metrics_add(METRIC_DB_BATCH_JOBS, (long)n);
+	metrics_batch(n);
 	if (n > 1) {
 		const struct claim_args *ca[BATCHER_MAX];
 		struct claim_result *cr[BATCHER_MAX];
@@ -122,6 +123,7 @@ static void batcher_run_set(struct batcher_job *j)
 
 	metrics_add(METRIC_DB_BATCHES, 1);
 	metrics_add(METRIC_DB_BATCH_JOBS, (long)n);
+	metrics_batch(n);
 	if (e != NULL && args != NULL && res != NULL) {
 		for (size_t i = 0; i < n; i++) {
 			const struct claim_args *ca = &j->bj_claim[i];

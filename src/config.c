@@ -74,6 +74,9 @@ static int set_bool(const struct cfg_key *, void *, json_t *, const char *, char
 static int set_string(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 static int set_strlist(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 static int set_listen(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
+static int set_admin_listen(const struct cfg_key *, void *, json_t *, const char *, char *,
+    size_t);
+static const char *check_metrics_operation(char *s);
 static int set_routes(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 static int set_release_on(const struct cfg_key *, void *, json_t *, const char *, char *,
     size_t);
@@ -146,6 +149,10 @@ static const struct cfg_key config_keys[] = {
 	{ .name = "listen_database_url", .set = set_string,
 	  .off = CFG_FIELD(listen_database_url), .def = "null",
 	  .flags = CFG_NONEMPTY | CFG_NULLABLE },
+	{ .name = "admin_listen", .set = set_admin_listen, .def = "null" },
+	{ .name = "metrics_operations", .set = set_strlist,
+	  .off = CFG_FIELD(metrics_operations), .count_off = CFG_FIELD(n_metrics_operations),
+	  .def = "[]", .max = 64, .check = check_metrics_operation },
 };
 
 static const struct cfg_key route_keys[] = {
@@ -573,6 +580,48 @@ set_listen(const struct cfg_key *k, void *base, json_t *v, const char *name,
 	return store_listen(base, json_string_value(v), label, err, errlen);
 }
 
+/* "admin_listen": null, or an address in the form of "listen". */
+static int
+set_admin_listen(const struct cfg_key *k, void *base, json_t *v, const char *name,
+    char *err, size_t errlen)
+{
+	struct config *cfg = base;
+	const char *host, *why;
+	size_t hostlen;
+	uint16_t port;
+	char *copy;
+
+	(void)k;
+	if (json_is_null(v))
+		return 0;
+	if (!json_is_string(v))
+		return fail(err, errlen, "\"%s\" must be a string or null", name);
+	if ((why = parse_listen(json_string_value(v), &host, &hostlen, &port)) != NULL)
+		return fail(err, errlen, "\"%s\" %s", name, why);
+	if ((copy = strndup(host, hostlen)) == NULL)
+		return fail(err, errlen, "out of memory");
+	free(cfg->admin_listen_host);
+	cfg->admin_listen_host = copy;
+	cfg->admin_listen_port = port;
+	return 0;
+}
+
+/* "tenant/operation": a tenant name ([A-Za-z0-9._-]{1,64}), a slash, an
+ * operation name. */
+static const char *
+check_metrics_operation(char *s)
+{
+	char *slash = strchr(s, '/');
+
+	if (slash == NULL || slash == s || slash - s > 64)
+		return "must be \"tenant/operation\"";
+	for (char *p = s; p < slash; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		    (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' || *p == '-'))
+			return "must be \"tenant/operation\" with a tenant of [A-Za-z0-9._-]";
+	return check_operation(slash + 1);
+}
+
 /* An array of route objects (route_keys), method + path unique. */
 static int
 set_routes(const struct cfg_key *k, void *base, json_t *v, const char *name,
@@ -902,6 +951,9 @@ check_required(const struct config *cfg, char *err, size_t errlen)
 	if (cfg->database_url == NULL)
 		return fail(err, errlen,
 		    "\"database_url\" is required (or set IDEMD_DATABASE_URL)");
+	if (cfg->admin_listen_host != NULL && cfg->admin_listen_port == cfg->listen_port &&
+	    strcmp(cfg->admin_listen_host, cfg->listen_host) == 0)
+		return fail(err, errlen, "\"admin_listen\" must differ from \"listen\"");
 	return 0;
 }
 
@@ -1085,5 +1137,7 @@ config_free(struct config *cfg)
 	free(cfg->routes);
 	free(cfg->tls_cert_file);
 	free(cfg->tls_key_file);
+	free(cfg->admin_listen_host);
+	strlist_free(cfg->metrics_operations, cfg->n_metrics_operations);
 	memset(cfg, 0, sizeof(*cfg));
 }

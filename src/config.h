@@ -76,6 +76,15 @@ struct config {
 				      * a transaction-pooling proxy cannot carry */
 	char *tls_cert_file;         /* NULL = plain HTTP; set with tls_key_file */
 	char *tls_key_file;
+	/* "admin_listen": NULL (default) serves /metrics, /healthz and /readyz
+	 * on the public listener; else only on this second, plain-HTTP one */
+	char *admin_listen_host;
+	uint16_t admin_listen_port;
+	/* "tenant/operation" pairs (at most 64) whose metrics carry their own
+	 * tenant and operation labels, beside the gateway routes' pairs; every
+	 * other operation is counted under tenant="other",operation="other" */
+	char **metrics_operations;
+	size_t n_metrics_operations;
 };
 
 /*

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "metrics.h"
 
 #define DB_ACQUIRE_WAIT_MS 1000
 #define DB_RECONNECT_PAUSE_MS 200
@@ -36,8 +37,9 @@ static struct {
 	char *conninfo;
 	int prepared;
 	long wait_ms;          /* DB_STATEMENT_WAIT_MS_DEFAULT or database_timeout_ms */
+	int waiting;           /* threads in db_acquire waiting for a free connection */
 } db_pool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, NULL, 1,
-	      DB_STATEMENT_WAIT_MS_DEFAULT };
+	      DB_STATEMENT_WAIT_MS_DEFAULT, 0 };
 
 /* how many pooled connections were dropped because their server went away
  * or turned read-only: a sign that the primary may have moved */
@@ -176,9 +178,10 @@ static int db_alive(PGconn *pg)
 
 struct db_conn *db_acquire(void)
 {
-	struct timespec deadline;
+	struct timespec deadline, t0;
 	struct db_conn *c = NULL;
 
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	clock_gettime(CLOCK_REALTIME, &deadline);
 	deadline.tv_nsec += (long)DB_ACQUIRE_WAIT_MS * 1000000L;
 	deadline.tv_sec += deadline.tv_nsec / 1000000000L;
@@ -195,12 +198,16 @@ struct db_conn *db_acquire(void)
 				c = &db_pool.conns[i];
 		if (c != NULL)
 			break;
-		if (pthread_cond_timedwait(&db_pool.freed, &db_pool.lock, &deadline) == ETIMEDOUT)
+		db_pool.waiting++;
+		int rc = pthread_cond_timedwait(&db_pool.freed, &db_pool.lock, &deadline);
+		db_pool.waiting--;
+		if (rc == ETIMEDOUT)
 			break;
 	}
 	if (c != NULL)
 		c->dc_busy = 1;
 	pthread_mutex_unlock(&db_pool.lock);
+	metrics_db_wait((double)db_ms_since(&t0) / 1000.0);
 	if (c == NULL) {
 		log_warn("db: no connection free within %d ms", DB_ACQUIRE_WAIT_MS);
 		return NULL;
@@ -358,4 +365,15 @@ int db_ping(void)
 	db_release(c);
 	PQclear(r);
 	return ok;
+}
+
+void db_pool_usage(int *size, int *in_use, int *waiting)
+{
+	pthread_mutex_lock(&db_pool.lock);
+	*size = db_pool.size;
+	*in_use = 0;
+	for (int i = 0; i < db_pool.size; i++)
+		*in_use += db_pool.conns[i].dc_busy != 0;
+	*waiting = db_pool.waiting;
+	pthread_mutex_unlock(&db_pool.lock);
 }

@@ -51,6 +51,9 @@ void db_release(struct db_conn *c);
 PGresult *db_exec(struct db_conn *c, const struct db_stmt *stmt, const char *const *values,
 		  const int *lengths, const int *formats);
 
+/* The pool's size, connections handed out, threads waiting for one. */
+void db_pool_usage(int *size, int *in_use, int *waiting);
+
 /* 1 when a connection can run a trivial query now on a writable server
  * (a read-only one has its connection dropped). */
 int db_ping(void);

@@ -70,8 +70,10 @@ struct gateway_job {
 	uint8_t gj_token_id[TOKEN_ID_BYTES];
 	int gj_attempt;
 	int gj_retention_seconds;
+	int gj_audit_seconds;       /* how long its audit events are kept */
 	char *gj_url;
 	int gj_stopped;                    /* refused: the gateway is stopping */
+	struct timespec gj_sent;           /* CLOCK_MONOTONIC: the forward's start */
 	/* storing a final answer (gateway_store) */
 	struct batcher_job gj_bj;
 	struct stored_response gj_resp;    /* headers owned, body borrowed from gj_call */
@@ -417,6 +419,7 @@ static struct gateway_job *gateway_job_new(struct request *req, const struct gat
 	memcpy(j->gj_token_id, t->id, TOKEN_ID_BYTES);
 	j->gj_attempt = res->cr_attempt;
 	j->gj_retention_seconds = op->op_retention_seconds;
+	j->gj_audit_seconds = store_audit_seconds(op);
 	if (gateway_buf_str(&url, gr->gr_target) < 0 ||
 	    (*query != '\0' && (gateway_buf_str(&url, strchr(gr->gr_target, '?') ? "&" : "?") < 0 ||
 				gateway_buf_str(&url, query) < 0))) {
@@ -542,6 +545,7 @@ static int gateway_store(struct gateway_job *j)
 	j->gj_cargs.attempt = j->gj_attempt;
 	j->gj_cargs.resp = &j->gj_resp;
 	j->gj_cargs.retention_seconds = j->gj_retention_seconds;
+	j->gj_cargs.audit_seconds = j->gj_audit_seconds;
 	j->gj_cargs.by = j->gj_route->gr_by;
 	j->gj_bj.bj_kind = BATCHER_COMPLETE;
 	j->gj_bj.bj_complete = &j->gj_cargs;
@@ -627,7 +631,12 @@ static void gateway_finish(struct gateway_job *j)
 static void gateway_on_done(struct upstream_call *c)
 {
 	struct gateway_job *j = (struct gateway_job *)(void *)c;
+	struct timespec now;
 
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	metrics_upstream(&j->gj_route->gr_route, (int)c->uc_result, c->uc_status,
+			 (double)(now.tv_sec - j->gj_sent.tv_sec) +
+				 (double)(now.tv_nsec - j->gj_sent.tv_nsec) / 1e9);
 	pthread_mutex_lock(&gw.lock);
 	j->gj_next = NULL;
 	if (gw.done_tail != NULL)
@@ -694,6 +703,7 @@ static int gateway_claimed(struct request *req, const struct claim_result *res, 
 			problem_unavailable(req);
 		} else {
 			keep = 1;
+			clock_gettime(CLOCK_MONOTONIC, &j->gj_sent);
 			if (upstream_call(&j->gj_call) < 0) {
 				/* stopping: resumed at once with 503 */
 				j->gj_stopped = 1;

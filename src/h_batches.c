@@ -274,6 +274,7 @@ static json_t *h_claim_item_answer(struct h_batch *b, struct h_item *it)
 		break;
 	case CLAIM_REPLAY:
 		metrics_add(METRIC_REPLAYS, 1);
+		tokenreq_count_replay(&it->t, 0);
 		replaycache_put(it->t.tenant_id, it->t.id, it->has_fp ? it->fp : NULL,
 				&res->cr_response, res->cr_record_expires_at);
 		json_object_set_new(o, "id", h_item_id(it));
@@ -282,7 +283,12 @@ static json_t *h_claim_item_answer(struct h_batch *b, struct h_item *it)
 		break;
 	case CLAIM_IN_PROGRESS:
 		metrics_add(METRIC_CONFLICTS, 1);
+		metrics_duplicate(it->t.tenant_id, it->t.operation_id, METRICS_DUP_IN_PROGRESS);
 		json_object_set_new(o, "attempt", json_integer(res->cr_attempt));
+		break;
+	case CLAIM_FINGERPRINT_MISMATCH:
+		metrics_duplicate(it->t.tenant_id, it->t.operation_id,
+				  METRICS_DUP_FINGERPRINT_MISMATCH);
 		break;
 	default:
 		break;
@@ -323,9 +329,12 @@ static void h_claim_item_prepare(struct h_batch *b, struct h_item *it, json_t *o
 				   &it->cached, NULL, NULL)) {
 	case 1:
 		metrics_add(METRIC_REPLAYS, 1);
+		tokenreq_count_replay(&it->t, 0);
 		it->status = 200;
 		return;
 	case 2:
+		metrics_duplicate(it->t.tenant_id, it->t.operation_id,
+				  METRICS_DUP_FINGERPRINT_MISMATCH);
 		h_item_refuse(it, 422, "fingerprint_mismatch");
 		return;
 	default:
@@ -431,6 +440,7 @@ void h_key_completions(struct request *req)
 		a->attempt = (int)it->attempt;
 		a->resp = &b->hb_resp[k];
 		a->retention_seconds = b->hb_op.op_retention_seconds;
+		a->audit_seconds = store_audit_seconds(&b->hb_op);
 		a->by = req->req_by;
 		it->db = (int)k;
 		b->hb_m++;

@@ -9,6 +9,7 @@
 #include "metrics.h"
 #include "migrate.h"
 #include "replaycache.h"
+#include "replaycount.h"
 
 void h_healthz(struct request *req)
 {
@@ -21,11 +22,14 @@ void h_readyz(struct request *req)
 	struct migrate_check chk;
 
 	/* a schema ahead of this binary (applied by a newer idemd during a
-	 * rolling upgrade) is ready; behind or changed is not */
+	 * rolling upgrade) is ready; behind, changed or ahead by a migration
+	 * marked breaking is not */
 	if (!db_ping() || migrate_check(&chk) < 0)
 		reason = "database unreachable";
 	else if (chk.state == MIGRATE_BEHIND || chk.state == MIGRATE_CHANGED)
 		reason = "schema not current";
+	else if (chk.state == MIGRATE_TOO_OLD)
+		reason = "schema too new (breaking migration)";
 	else if (!keys_ready())
 		reason = "no signing key loaded";
 	if (reason != NULL) {
@@ -39,20 +43,18 @@ void h_readyz(struct request *req)
 
 void h_metrics(struct request *req)
 {
-	char *text = metrics_render(), *all = NULL;
-	size_t bytes, entries;
+	struct metrics_gauges g = { 0 };
+	char *text;
 
-	replaycache_usage(&bytes, &entries);
-	if (text == NULL ||
-	    asprintf(&all, "%s# TYPE idemd_replay_cache_bytes gauge\n"
-			   "idemd_replay_cache_bytes %zu\n"
-			   "# TYPE idemd_replay_cache_entries gauge\n"
-			   "idemd_replay_cache_entries %zu\n", text, bytes, entries) < 0) {
-		free(text);
+	replaycache_usage(&g.mg_cache_bytes, &g.mg_cache_entries);
+	replaycount_usage(&g.mg_replay_pending, &g.mg_replay_dropped);
+	db_pool_usage(&g.mg_pool_size, &g.mg_pool_in_use, &g.mg_pool_waiting);
+	text = metrics_render(&g);
+
+	if (text == NULL) {
 		http_reply_empty(req, 500);
 		return;
 	}
-	http_reply_bytes(req, 200, "text/plain; version=0.0.4", all, strlen(all));
-	free(all);
+	http_reply_bytes(req, 200, "text/plain; version=0.0.4", text, strlen(text));
 	free(text);
 }

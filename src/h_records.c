@@ -47,6 +47,7 @@ void h_record_get(struct request *req)
 
 	if (h_record_id(req, id) < 0)
 		return;
+	http_note_record(req, id);
 	if (store_record_get(req->req_tenant_id, id, &rv) < 0) {
 		problem_unavailable(req);
 		return;
@@ -68,6 +69,9 @@ void h_record_get(struct request *req)
 			      reqjson_time(rv.rv_expires_at), "attempt", rv.rv_attempt);
 	if (o != NULL && rv.rv_has_subject)
 		json_object_set_new(o, "subject", json_string(rv.rv_subject));
+	/* flushed from memory every few seconds (replaycount.c): may lag */
+	if (o != NULL)
+		json_object_set_new(o, "replays", json_integer(rv.rv_replays));
 	tokenreq_record_fields(o, &rv, state);
 	store_record_view_free(&rv);
 	http_reply_json(req, 200, o);
@@ -80,6 +84,7 @@ void h_record_events(struct request *req)
 
 	if (h_record_id(req, id) < 0)
 		return;
+	http_note_record(req, id);
 	if (store_events_get(req->req_tenant_id, id, &events) < 0) {
 		problem_unavailable(req);
 		return;

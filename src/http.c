@@ -39,6 +39,8 @@ struct http_conn {
 };
 
 static struct MHD_Daemon *http_daemon;
+static struct MHD_Daemon *http_admin_daemon; /* admin_listen, or NULL */
+static char http_admin_marker;               /* the admin daemon's access cls */
 static const struct config *http_cfg;
 static atomic_int http_active;
 static atomic_int http_suspended; /* connections between suspend and resume */
@@ -352,6 +354,14 @@ static int http_preflight(struct request *req)
 }
 
 /* Whether the request announces a body (a length above 0, or chunks). */
+/* /healthz, /readyz and /metrics: what admin_listen serves. */
+static int http_is_admin_route(const struct route *r)
+{
+	return r->auth == ROUTE_PUBLIC &&
+	       (strcmp(r->pattern, "/healthz") == 0 || strcmp(r->pattern, "/readyz") == 0 ||
+		strcmp(r->pattern, "/metrics") == 0);
+}
+
 static int http_has_body(const struct request *req, unsigned long long declared)
 {
 	return declared > 0 || req->req_h_transfer_encoding != NULL;
@@ -368,6 +378,12 @@ static int http_route(struct request *req, unsigned long long declared)
 		return 1;
 	req->req_route = router_match(req->req_method, req->req_path, req->req_params,
 				      req->req_param_lens, &status, allow, sizeof(allow));
+	/* with admin_listen, the operator's routes are there and only there */
+	if (http_cfg->admin_listen_host != NULL &&
+	    (req->req_route != NULL ? http_is_admin_route(req->req_route) : 0) != req->req_admin) {
+		req->req_route = NULL;
+		status = 404;
+	}
 	/* gateway bodies are opaque; the API's are JSON */
 	if (req->req_route != NULL && !req->req_route->opaque_body && http_has_body(req, declared) &&
 	    !http_is_json_type(req->req_h_content_type)) {
@@ -536,12 +552,12 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
 {
 	struct request *req = *con_cls;
 
-	(void)cls;
 	(void)version;
 	if (req == NULL) {
 		req = http_request_new(conn, url, method);
 		if (req == NULL)
 			return MHD_NO;
+		req->req_admin = cls == &http_admin_marker;
 		*con_cls = req;
 		return http_headers_in(req);
 	}
@@ -611,10 +627,10 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
 	}
 	double ms = http_elapsed_ms(&req->req_start);
 	unsigned status = req->rep_response != NULL ? req->rep_status : 0;
-	metrics_request(status, ms);
+	metrics_request(req->req_route, status, ms);
 	log_access(req->req_id, req->req_method,
 		   req->req_route ? req->req_route->pattern : "unmatched", status, ms,
-		   toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? (int)toe : 0);
+		   req->req_record, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? (int)toe : 0);
 	http_clear_reply(req);
 	atomic_fetch_sub(&http_inflight, req->req_reserved);
 	http_receiving(req, 1); /* the next request's time starts now */
@@ -736,6 +752,49 @@ static int http_tls_options(const struct config *cfg, struct MHD_OptionItem opts
 	return 0;
 }
 
+/* The admin_listen daemon: plain HTTP, one thread, few connections. */
+static int http_admin_start(const struct config *cfg)
+{
+	struct addrinfo hints = { 0 }, *ai = NULL;
+	char port[8];
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+			 MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+	snprintf(port, sizeof(port), "%u", cfg->admin_listen_port);
+	int rc = getaddrinfo(cfg->admin_listen_host, port, &hints, &ai);
+	if (rc != 0) {
+		log_error("http: cannot resolve admin_listen address %s: %s",
+			  cfg->admin_listen_host, gai_strerror(rc));
+		return -1;
+	}
+	if (ai->ai_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	http_admin_daemon = MHD_start_daemon(flags, cfg->admin_listen_port, NULL, NULL, http_access,
+					     &http_admin_marker,
+					     MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL,
+					     MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+					     MHD_OPTION_CONNECTION_LIMIT, 64u,
+					     MHD_OPTION_CONNECTION_TIMEOUT,
+					     (unsigned)cfg->connection_timeout_seconds,
+					     MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONNECTION_MEMORY,
+					     MHD_OPTION_NOTIFY_COMPLETED, http_completed, NULL,
+					     MHD_OPTION_NOTIFY_CONNECTION, http_connection, NULL,
+					     MHD_OPTION_UNESCAPE_CALLBACK, http_no_unescape, NULL,
+					     MHD_OPTION_END);
+	freeaddrinfo(ai);
+	if (http_admin_daemon == NULL) {
+		log_error("http: cannot listen on admin_listen %s:%u", cfg->admin_listen_host,
+			  cfg->admin_listen_port);
+		return -1;
+	}
+	log_info("http: admin listener (/metrics, /healthz, /readyz) on %s:%u",
+		 cfg->admin_listen_host, cfg->admin_listen_port);
+	return 0;
+}
+
 int http_start(const struct config *cfg)
 {
 	struct addrinfo hints = { 0 }, *ai = NULL;
@@ -791,11 +850,19 @@ int http_start(const struct config *cfg)
 		log_error("http: cannot listen on %s:%u", cfg->listen_host, cfg->listen_port);
 		return -1;
 	}
+	if (cfg->admin_listen_host != NULL && http_admin_start(cfg) < 0) {
+		MHD_stop_daemon(http_daemon);
+		http_daemon = NULL;
+		return -1;
+	}
 	http_conns.stop = 0;
 	if (pthread_create(&http_conns.reaper, NULL, http_reaper, NULL) != 0) {
 		log_error("http: cannot start the request deadline thread");
 		MHD_stop_daemon(http_daemon);
 		http_daemon = NULL;
+		if (http_admin_daemon != NULL)
+			MHD_stop_daemon(http_admin_daemon);
+		http_admin_daemon = NULL;
 		return -1;
 	}
 	http_conns.started = 1;
@@ -812,6 +879,11 @@ void http_quiesce(void)
 	MHD_socket fd = MHD_quiesce_daemon(http_daemon);
 	if (fd != MHD_INVALID_SOCKET)
 		close(fd);
+	if (http_admin_daemon != NULL) {
+		fd = MHD_quiesce_daemon(http_admin_daemon);
+		if (fd != MHD_INVALID_SOCKET)
+			close(fd);
+	}
 	for (int i = 0; i < 300 && atomic_load(&http_active) > atomic_load(&http_suspended); i++)
 		usleep(100 * 1000);
 }
@@ -823,6 +895,10 @@ void http_stop(void)
 	http_quiesce();
 	for (int i = 0; i < 50 && atomic_load(&http_active) > 0; i++)
 		usleep(100 * 1000);
+	if (http_admin_daemon != NULL) {
+		MHD_stop_daemon(http_admin_daemon); /* its routes never suspend */
+		http_admin_daemon = NULL;
+	}
 	if (atomic_load(&http_suspended) > 0) {
 		/* libmicrohttpd aborts the process when stopped with a suspended
 		 * connection: leave the daemon to the process's exit instead */
@@ -840,4 +916,15 @@ void http_stop(void)
 		pthread_join(http_conns.reaper, NULL);
 		http_conns.started = 0;
 	}
+}
+
+void http_note_record(struct request *req, const uint8_t id[16])
+{
+	static const char hex[] = "0123456789abcdef";
+
+	for (int i = 0; i < 16; i++) {
+		req->req_record[2 * i] = hex[id[i] >> 4];
+		req->req_record[2 * i + 1] = hex[id[i] & 15];
+	}
+	req->req_record[32] = '\0';
 }

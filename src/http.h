@@ -54,6 +54,8 @@ struct request {
 	char req_by_buf[24];
 	struct timespec req_start;
 	int req_dispatched;
+	int req_admin;                     /* came in on admin_listen */
+	char req_record[33];               /* the record addressed (32 hex, "": none), logged */
 	int req_suspended;                 /* another thread builds the reply (http_suspend) */
 	/* set by http_resume_then(): builds the reply on the request's thread */
 	void (*req_on_resume)(struct request *req, void *arg);
@@ -123,5 +125,8 @@ void http_resume_then(struct request *req, void (*fn)(struct request *req, void 
 /* Parses the request body as a JSON object: returns a new reference, or
  * NULL after replying 400 invalid_request. An empty body parses as {}. */
 json_t *http_body_object(struct request *req);
+
+/* Notes the record (16-byte id) REQ addresses, for its access log line. */
+void http_note_record(struct request *req, const uint8_t id[16]);
 
 #endif

@@ -6,12 +6,14 @@
 
 #include <malloc.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "config.h"
 #include "keys.h"
 #include "log.h"
 #include "metrics.h"
+#include "opcache.h"
 #include "store.h"
 
 static struct {
@@ -84,9 +86,46 @@ long janitor_sweep_now(int paced)
 	return total;
 }
 
+/* The ids of the tenant/operation pairs metrics labels by name. */
+static void janitor_resolve_pairs(void)
+{
+	size_t n = metrics_pairs_to_resolve(0);
+
+	for (size_t i = 0; i < n; i++) {
+		const char *tenant, *operation;
+		uint32_t tenant_id;
+		struct operation op;
+		int found = 0;
+
+		metrics_pair_name(i, &tenant, &operation);
+		if (store_tenant_by_name(tenant, &tenant_id, &found) < 0 ||
+		    (found && opcache_by_name(tenant_id, operation, &op, &found) < 0))
+			return; /* the database is away: the next pass */
+		if (found)
+			metrics_pair_resolved(i, tenant_id, op.op_id);
+	}
+}
+
+/* The metrics' periodic reads: the named tenant/operation pairs' ids, and
+ * the records stuck in progress (idemd_records_stuck, idemd_db_up). */
+static void janitor_count_stuck(void)
+{
+	struct stuck_count *rows;
+	size_t n;
+
+	janitor_resolve_pairs();
+	if (store_records_stuck(&rows, &n) < 0) {
+		metrics_set_stuck(NULL, 0, 0);
+		return;
+	}
+	metrics_set_stuck(rows, n, 1);
+	free(rows);
+}
+
 static void *janitor_main(void *arg)
 {
 	time_t last_keys = time(NULL), last_sweep = time(NULL), last_trim = time(NULL);
+	time_t last_stuck = 0;
 
 	(void)arg;
 	pthread_mutex_lock(&janitor.lock);
@@ -103,6 +142,10 @@ static void *janitor_main(void *arg)
 			last_keys = now;
 			if (keys_refresh() < 0)
 				log_warn("janitor: could not refresh signing keys");
+		}
+		if (now - last_stuck >= JANITOR_STUCK_INTERVAL_SECONDS) {
+			last_stuck = now;
+			janitor_count_stuck();
 		}
 		if (now - last_sweep >= janitor.sweep_interval) {
 			last_sweep = now;

@@ -326,7 +326,7 @@ static void log_uint(char *buf, size_t len, size_t *n, unsigned long long v)
 }
 
 void log_access(const char *request_id, const char *method, const char *route,
-		unsigned status, double duration_ms, int terminated)
+		unsigned status, double duration_ms, const char *record, int terminated)
 {
 	char line[1024];
 	size_t n;
@@ -356,6 +356,11 @@ void log_access(const char *request_id, const char *method, const char *route,
 		log_uint(line, sizeof(line), &n, us / 1000);
 		log_lit(line, sizeof(line), &n, ".", 1);
 		log_lit(line, sizeof(line), &n, frac, 3);
+	}
+	if (record != NULL && record[0] != '\0') {
+		LOG_LIT(line, sizeof(line), &n, ",\"record\":\"");
+		log_escape(line, sizeof(line) - 40, &n, record);
+		LOG_LIT(line, sizeof(line), &n, "\"");
 	}
 	if (terminated > 0) {
 		LOG_LIT(line, sizeof(line), &n, ",\"terminated\":");

@@ -12,12 +12,13 @@ void log_write(enum log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 /* The access log line of one request, built without allocating: time,
- * request id, method, route, status, duration and, when the request ended
- * abnormally, how (TERMINATED > 0). Lines are gathered per thread and
+ * request id, method, route, status, duration, the record it addressed
+ * (RECORD: 32 hex, or NULL) and, when the request ended abnormally, how
+ * (TERMINATED > 0). Lines are gathered per thread and
  * written whole, in order per thread, within about 60 ms, before any other
  * log line, and at exit (log_flush). */
 void log_access(const char *request_id, const char *method, const char *route,
-		unsigned status, double duration_ms, int terminated);
+		unsigned status, double duration_ms, const char *record, int terminated);
 
 /* Writes out every gathered access line now. */
 void log_flush(void);

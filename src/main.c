@@ -20,7 +20,9 @@
 #include "janitor.h"
 #include "keys.h"
 #include "log.h"
+#include "metrics.h"
 #include "migrate.h"
+#include "replaycount.h"
 #include "waiters.h"
 #include "store.h"
 #include "tokenreq.h"
@@ -117,6 +119,15 @@ static int main_serve(const struct config *cfg)
 			  "run 'idemd migrate'", chk.pending_names);
 		goto pool;
 	}
+	if (chk.state == MIGRATE_TOO_OLD) {
+		/* a newer idemd applied a migration marked breaking: this binary
+		 * would misread the schema; restarting does not help (exit 2) */
+		log_error("serve: refusing to start: the database holds %s, applied by a newer "
+			  "idemd and marked breaking (not backward-compatible); this idemd is too "
+			  "old for the schema: run the newer idemd", chk.breaking_names);
+		ret = EXIT_USAGE;
+		goto pool;
+	}
 	if (chk.state == MIGRATE_AHEAD)
 		log_warn("serve: the database schema is ahead of this idemd: %s unknown "
 			 "(applied by a newer idemd); starting anyway", chk.unknown_names);
@@ -134,6 +145,7 @@ static int main_serve(const struct config *cfg)
 		goto pool;
 	}
 	tokenreq_init(cfg);
+	metrics_init(cfg);
 	/* two batches in flight: one commits while the next gathers */
 	if (batcher_start(cfg->pool_size < 2 ? 1 : 2) < 0)
 		goto pool;
@@ -141,6 +153,10 @@ static int main_serve(const struct config *cfg)
 		goto batcher;
 	if (gateway_start(cfg) < 0)
 		goto waiters;
+	if (replaycount_start() < 0) {
+		log_error("serve: cannot start the replay count thread");
+		goto gateway;
+	}
 	if (http_start(cfg) < 0)
 		goto gateway;
 	if (janitor_start(cfg) < 0) {
@@ -165,6 +181,8 @@ http:
 	gateway_drain();
 	http_stop();
 gateway:
+	/* after the last request was answered: every replay is counted */
+	replaycount_stop();
 	gateway_stop();
 waiters:
 	waiters_stop();
@@ -174,6 +192,7 @@ pool:
 	db_pool_close();
 keys:
 	keys_shutdown();
+	metrics_shutdown();
 	if (ret == 0)
 		log_info("serve: stopped");
 	return ret;

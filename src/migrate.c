@@ -18,16 +18,28 @@
 #define MIGRATE_MAX 1000
 #define MIGRATE_SUM_HEX (2 * 32 + 1)
 
-/* name, checksum and applied_at (UTC) of every applied migration, in byte
- * order of the name whatever the database's collation */
+/* name, checksum, applied_at (UTC) and breaking of every applied
+ * migration, in byte order of the name whatever the database's collation.
+ * Read through to_jsonb: a database only older binaries migrated has no
+ * breaking column (and no breaking migration). */
 #define MIGRATE_ROWS_SQL \
 	"SELECT name, checksum, " \
-	"to_char(applied_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') " \
-	"FROM schema_migrations ORDER BY name COLLATE \"C\""
+	"to_char(applied_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), " \
+	"coalesce(to_jsonb(m) -> 'breaking' = 'true', false) " \
+	"FROM schema_migrations m ORDER BY name COLLATE \"C\""
+/* the breaking column, added to tables older binaries made; they insert
+ * without it and get false, which is right: they know no breaking one */
+#define MIGRATE_BREAKING_COLUMN_SQL \
+	"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_attribute " \
+	"WHERE attrelid = 'schema_migrations'::regclass AND attname = 'breaking' " \
+	"AND NOT attisdropped) THEN ALTER TABLE schema_migrations " \
+	"ADD COLUMN breaking boolean NOT NULL DEFAULT false; END IF; END $$"
 #define MIGRATE_EXISTS_SQL "SELECT to_regclass('schema_migrations') IS NOT NULL"
 
 /* checksums of the embedded migrations, computed once */
 static char migrate_sums[MIGRATE_MAX][MIGRATE_SUM_HEX];
+/* whether each embedded migration starts with MIGRATE_BREAKING_MARK */
+static unsigned char migrate_breaking[MIGRATE_MAX];
 static pthread_once_t migrate_once = PTHREAD_ONCE_INIT;
 static int migrate_sums_ok;
 
@@ -37,6 +49,18 @@ static int migrate_name_ok(const char *name)
 
 	return n > 9 && n < 200 && strspn(name, "0123456789") == 4 && name[4] == '_' &&
 	       strcmp(name + n - 4, ".sql") == 0;
+}
+
+int migrate_is_breaking(const unsigned char *sql, size_t len)
+{
+	size_t n = sizeof(MIGRATE_BREAKING_MARK) - 1;
+
+	if (len < n || memcmp(sql, MIGRATE_BREAKING_MARK, n) != 0)
+		return 0;
+	/* the whole first line: "-- idemd: breakingly" is no mark */
+	while (n < len && (sql[n] == ' ' || sql[n] == '\t'))
+		n++;
+	return n == len || sql[n] == '\n' || (sql[n] == '\r' && n + 1 < len && sql[n + 1] == '\n');
 }
 
 static void migrate_init(void)
@@ -58,6 +82,7 @@ static void migrate_init(void)
 		}
 		crypto_generichash(hash, sizeof(hash), m->sql, m->len, NULL, 0);
 		sodium_bin2hex(migrate_sums[i], MIGRATE_SUM_HEX, hash, sizeof(hash));
+		migrate_breaking[i] = (unsigned char)migrate_is_breaking(m->sql, m->len);
 	}
 	migrate_sums_ok = 1;
 }
@@ -102,6 +127,7 @@ static int migrate_compare(const PGresult *r, struct migrate_check *out, int lis
 		int cmp = i == migrate_embedded_count ? 1 :
 			  name == NULL ? -1 : strcmp(migrate_embedded[i].name, name);
 		const char *what;
+		int breaking = 0;
 
 		if (cmp < 0) {
 			name = migrate_embedded[i++].name;
@@ -112,6 +138,11 @@ static int migrate_compare(const PGresult *r, struct migrate_check *out, int lis
 			what = "unknown";
 			out->unknown++;
 			migrate_note(out->unknown_names, name);
+			if (PQgetvalue(r, (int)j, 3)[0] == 't') {
+				breaking = 1;
+				out->breaking++;
+				migrate_note(out->breaking_names, name);
+			}
 		} else if (strcmp(PQgetvalue(r, (int)j, 1), migrate_sums[i]) != 0) {
 			i++;
 			what = "changed";
@@ -124,12 +155,14 @@ static int migrate_compare(const PGresult *r, struct migrate_check *out, int lis
 		if (list && cmp < 0)
 			failed |= printf("%s %s\n", what, name) < 0;
 		else if (list)
-			failed |= printf("%s %s %s\n", what, name, PQgetvalue(r, (int)j, 2)) < 0;
+			failed |= printf("%s %s %s%s\n", what, name, PQgetvalue(r, (int)j, 2),
+					 breaking ? " breaking" : "") < 0;
 		if (cmp >= 0)
 			j++;
 	}
 	out->state = out->changed > 0 ? MIGRATE_CHANGED :
 		     out->pending > 0 ? MIGRATE_BEHIND :
+		     out->breaking > 0 ? MIGRATE_TOO_OLD :
 		     out->unknown > 0 ? MIGRATE_AHEAD : MIGRATE_CURRENT;
 	return failed ? -1 : 0;
 }
@@ -173,7 +206,7 @@ static PGresult *migrate_query(PGconn *pg, const char *sql, const char *what)
 static int migrate_apply(PGconn *pg, size_t i, int *applied)
 {
 	const struct migrate_embedded *m = &migrate_embedded[i];
-	const char *v[] = { m->name, migrate_sums[i] };
+	const char *v[] = { m->name, migrate_sums[i], migrate_breaking[i] ? "true" : "false" };
 	PGresult *r = PQexecParams(pg, "SELECT checksum FROM schema_migrations WHERE name = $1",
 				   1, NULL, v, NULL, NULL, 0);
 
@@ -198,8 +231,8 @@ static int migrate_apply(PGconn *pg, size_t i, int *applied)
 		return -1;
 	if (migrate_exec(pg, (const char *)m->sql, m->name) < 0)
 		goto fail;
-	r = PQexecParams(pg, "INSERT INTO schema_migrations(name, checksum) VALUES ($1, $2)",
-			 2, NULL, v, NULL, NULL, 0);
+	r = PQexecParams(pg, "INSERT INTO schema_migrations(name, checksum, breaking) "
+			 "VALUES ($1, $2, $3)", 3, NULL, v, NULL, NULL, 0);
 	if (!migrate_ok(pg, r, m->name)) {
 		PQclear(r);
 		goto fail;
@@ -208,7 +241,8 @@ static int migrate_apply(PGconn *pg, size_t i, int *applied)
 	if (migrate_exec(pg, "COMMIT", "commit") < 0)
 		return -1;
 	*applied = 1;
-	log_info("migrate: applied %s", m->name);
+	log_info("migrate: applied %s%s", m->name,
+		 migrate_breaking[i] ? " (breaking: older idemd binaries will refuse to serve)" : "");
 	return 0;
 fail:
 	(void)migrate_exec(pg, "ROLLBACK", "rollback");
@@ -233,7 +267,8 @@ int migrate_run(const char *conninfo)
 		goto out;
 	if (migrate_exec(pg, "CREATE TABLE IF NOT EXISTS schema_migrations ("
 			     "name text PRIMARY KEY, checksum text NOT NULL, "
-			     "applied_at timestamptz NOT NULL DEFAULT now())", "schema_migrations") < 0)
+			     "applied_at timestamptz NOT NULL DEFAULT now())", "schema_migrations") < 0 ||
+	    migrate_exec(pg, MIGRATE_BREAKING_COLUMN_SQL, "schema_migrations.breaking") < 0)
 		goto out;
 	for (size_t i = 0; i < migrate_embedded_count; i++) {
 		int applied;
@@ -251,6 +286,9 @@ int migrate_run(const char *conninfo)
 	if (chk.unknown > 0)
 		log_warn("migrate: the database also holds %s, unknown to this idemd "
 			 "(applied by a newer one)", chk.unknown_names);
+	if (chk.breaking > 0)
+		log_warn("migrate: %s not backward-compatible: this idemd cannot serve the "
+			 "database; run the newer idemd", chk.breaking_names);
 	ret = 0;
 out:
 	/* the lock ends with the session too; unlock for clarity */
@@ -287,8 +325,8 @@ int migrate_status(const char *conninfo)
 		goto out;
 	}
 	log_info("migrate: %zu migrations compiled in; %zu pending, %zu changed, "
-		 "%zu unknown (applied by a newer idemd)", migrate_embedded_count,
-		 chk.pending, chk.changed, chk.unknown);
+		 "%zu unknown (applied by a newer idemd), %zu of them breaking",
+		 migrate_embedded_count, chk.pending, chk.changed, chk.unknown, chk.breaking);
 	ret = chk.state == MIGRATE_CURRENT || chk.state == MIGRATE_AHEAD ? 0 : 1;
 out:
 	PQclear(r);

@@ -17,6 +17,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "metrics.h"
+
 #define REPLAYCACHE_STRIPES 256
 
 struct replaycache_entry {
@@ -363,8 +365,10 @@ int replaycache_lookup(uint32_t tenant_id, const uint8_t id[16], const uint8_t *
 	if (reply != NULL)
 		*reply = NULL;
 	struct replaycache_entry *e = replaycache_find_locked(tenant_id, id, &lock);
-	if (e == NULL)
+	if (e == NULL) {
+		metrics_add(METRIC_REPLAY_CACHE_MISSES, 1);
 		return 0;
+	}
 	if (!replaycache_fp_equal(e, fp)) {
 		ret = 2;
 	} else if (reply != NULL && e->re_has_reply) {
@@ -377,6 +381,7 @@ int replaycache_lookup(uint32_t tenant_id, const uint8_t id[16], const uint8_t *
 	if (ret == 1)
 		e->re_tick = atomic_fetch_add(&replaycache_clock, 1);
 	pthread_mutex_unlock(lock);
+	metrics_add(ret != 0 ? METRIC_REPLAY_CACHE_HITS : METRIC_REPLAY_CACHE_MISSES, 1);
 	return ret;
 }
 
@@ -408,6 +413,9 @@ int replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], const void *ra
 		}
 	}
 	pthread_mutex_unlock(lock);
+	/* a miss here goes on to replaycache_lookup, which counts it */
+	if (ret == 1)
+		metrics_add(METRIC_REPLAY_CACHE_HITS, 1);
 	return ret;
 }
 

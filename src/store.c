@@ -15,11 +15,11 @@ enum {
 	ST_TENANT_CREATE = 1, ST_TENANT_BY_KEY, ST_TENANT_BY_NAME,
 	ST_OP_PUT, ST_OP_GET, ST_OP_BY_ID, ST_OP_LIST,
 	ST_KEYS_LOAD, ST_KEYS_NEWEST, ST_KEY_INSERT, ST_KEY_FIRST, ST_KEYS_PRUNE,
-	ST_CLAIM, ST_COMPLETE, ST_RELEASE, ST_REVOKE, ST_RECORD_GET,
+	ST_RELEASE, ST_REVOKE, ST_RECORD_GET,
 	ST_VERSION_GET, ST_VERSION_BUMP, ST_SWEEP, ST_CLAIM_MANY, ST_COMPLETE_MANY,
 	ST_TENANT_LIST, ST_TENANT_DELETE, ST_APIKEY_ADD, ST_APIKEY_REVOKE,
 	ST_KEYS_TABLE, ST_KEYS_COUNT, ST_KEYS_RESEAL, ST_EXTEND, ST_CHECKPOINT,
-	ST_EVENTS_GET, ST_EVENTS_SWEEP, ST_RECORD_LIST,
+	ST_EVENTS_GET, ST_EVENTS_SWEEP, ST_RECORD_LIST, ST_REPLAYS_ADD, ST_RECORDS_STUCK,
 };
 
 #define OP_COLUMNS "id, tenant_id, name, token_ttl_seconds, retention_seconds, " \
@@ -92,39 +92,29 @@ static const struct db_stmt st_keys_prune = { ST_KEYS_PRUNE, "keys_prune",
 #define EVENT_COLUMNS "INSERT INTO record_events (tenant_id, token_id, event, attempt, status, " \
 	"phase, by, expires_at) "
 #define CLAIM_EVENT "CASE WHEN r.attempt = 1 THEN 'claimed' ELSE 'taken_over' END"
-static const struct db_stmt st_claim = { ST_CLAIM, "claim",
-	"WITH r AS (SELECT * FROM idemd_claim($1, $2, $3, $4, $5, to_timestamp($6), $7, $8, $9, "
-	"$10)), ev AS (" EVENT_COLUMNS "SELECT $1, $2, " CLAIM_EVENT ", r.attempt, NULL, NULL, $11, "
-	"idemd_audit_until($3) FROM r WHERE r.outcome = 'claimed') "
-	"SELECT outcome, attempt, " MS("lease_expires_at") ", retry_after, resp_status, "
-	"resp_headers, resp_body, resp_is_json, current_version FROM r", 11 };
-static const struct db_stmt st_complete = { ST_COMPLETE, "complete",
-	"WITH r AS (SELECT * FROM idemd_complete($1, $2, $3, $4, $5, $6, $7, $8)), "
-	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, 'completed', $3, $4, NULL, $9, "
-	"idemd_audit_until(rec.operation_id) FROM r JOIN records rec ON rec.tenant_id = $1 "
-	"AND rec.token_id = $2 WHERE r.outcome = 'completed') "
-	"SELECT outcome, resp_status, resp_headers, resp_body, resp_is_json, " MS("expires_at")
-	", fingerprint FROM r", 9 };
-/* The same over arrays: one statement, one transaction and one commit for a
- * whole batch (migrations/0002); rows sorted back into array order. */
+/* When an event written now may be swept: now + the operation's audit
+ * retention, which the caller sends per element (store_audit_seconds). */
+#define EVENT_UNTIL(secs) "now() + make_interval(secs => " secs ")"
+/* Claims and completes exist only over arrays (migrations/0009): one
+ * statement, one transaction and one commit for a whole batch, n = 1
+ * included; rows sorted back into array order. */
 static const struct db_stmt st_claim_many = { ST_CLAIM_MANY, "claim_many",
-	"WITH r AS (SELECT * FROM idemd_claim_batch($1::int[], $2::bytea[], $3::int[], $4::text[], "
-	"$5::bytea[], $6::bigint[], $7::int[], $8::text[], $9::bigint[], $10::boolean[])), "
+	"WITH r AS (SELECT * FROM idemd.claim($1::int[], $2::bytea[], $3::int[], $4::text[], "
+	"$5::bytea[], $6::bigint[], $7::int[], $8::text[], $9::bigint[], $10::boolean[], "
+	"$11::boolean[])), "
 	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[r.i], ($2::bytea[])[r.i], " CLAIM_EVENT ", "
-	"r.attempt, NULL, NULL, ($11::text[])[r.i], idemd_audit_until(($3::int[])[r.i]) FROM r "
+	"r.attempt, NULL, NULL, ($12::text[])[r.i], " EVENT_UNTIL("($13::int[])[r.i]") " FROM r "
 	"WHERE r.outcome = 'claimed') "
 	"SELECT outcome, attempt, " MS("lease_expires_at") ", retry_after, resp_status, "
-	"resp_headers, resp_body, resp_is_json, current_version, i FROM r ORDER BY i", 11 };
+	"resp_headers, resp_body, resp_is_json, current_version, i FROM r ORDER BY i", 13 };
 static const struct db_stmt st_complete_many = { ST_COMPLETE_MANY, "complete_many",
-	"WITH r AS (SELECT * FROM idemd_complete_batch($1::int[], $2::bytea[], $3::int[], "
+	"WITH r AS (SELECT * FROM idemd.complete($1::int[], $2::bytea[], $3::int[], "
 	"$4::int[], $5::jsonb[], $6::bytea[], $7::boolean[], $8::int[])), "
 	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[r.i], ($2::bytea[])[r.i], 'completed', "
 	"($3::int[])[r.i], ($4::int[])[r.i], NULL, ($9::text[])[r.i], "
-	"idemd_audit_until(rec.operation_id) FROM r JOIN records rec ON "
-	"rec.tenant_id = ($1::int[])[r.i] AND rec.token_id = ($2::bytea[])[r.i] "
-	"WHERE r.outcome = 'completed') "
+	EVENT_UNTIL("($10::int[])[r.i]") " FROM r WHERE r.outcome = 'completed') "
 	"SELECT outcome, resp_status, resp_headers, resp_body, resp_is_json, " MS("expires_at")
-	", fingerprint, i FROM r ORDER BY i", 9 };
+	", fingerprint, i FROM r ORDER BY i", 10 };
 /* The fenced writes of one record: release, extend, checkpoint. */
 #define FENCED_EVENT(what, attempt, phase, by) \
 	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, '" what "', " attempt ", NULL, " phase ", " by ", " \
@@ -140,8 +130,19 @@ static const struct db_stmt st_revoke = { ST_REVOKE, "revoke",
 static const struct db_stmt st_record_get = { ST_RECORD_GET, "record_get",
 	"SELECT state, attempt, coalesce(" MS("lease_expires_at") ", 0), " MS("expires_at") ", "
 	"response_status, response_headers, response_body, response_is_json, subject, "
-	"operation_id, checkpoint_phase, checkpoint_data::text, checkpoint_attempt "
+	"operation_id, checkpoint_phase, checkpoint_data::text, checkpoint_attempt, replays "
 	"FROM records WHERE tenant_id = $1 AND token_id = $2", 2 };
+/* Replay counts gathered in memory (replaycount.c), added in one statement;
+ * the elements come sorted by record, the order claim batches lock in. */
+static const struct db_stmt st_replays_add = { ST_REPLAYS_ADD, "replays_add",
+	"UPDATE records r SET replays = r.replays + u.n "
+	"FROM unnest($1::int[], $2::bytea[], $3::bigint[]) AS u(t, id, n) "
+	"WHERE r.tenant_id = u.t AND r.token_id = u.id", 3 };
+/* Reads only the partial index records_in_progress_lease_idx (0010). */
+static const struct db_stmt st_records_stuck = { ST_RECORDS_STUCK, "records_stuck",
+	"SELECT tenant_id, operation_id, count(*) FROM records "
+	"WHERE state = 'in_progress' AND lease_expires_at < now() "
+	"GROUP BY tenant_id, operation_id LIMIT 10000", 0 };
 static const struct db_stmt st_extend = { ST_EXTEND, "extend",
 	"WITH r AS (SELECT outcome AS o, lease_expires_at FROM idemd_extend($1, $2, $3, $4)), "
 	FENCED_EVENT("extended", "$3", "NULL", "$5") "'extended') "
@@ -587,7 +588,7 @@ static const struct {
 	{ "version_required", CLAIM_VERSION_REQUIRED },
 };
 
-/* Fills RES from ROW of a claim result (columns as st_claim). 0 or -1. */
+/* Fills RES from ROW of a claim result (columns as st_claim_many). 0 or -1. */
 static int store_claim_row(const PGresult *r, int row, struct claim_result *res)
 {
 	const char *outcome = PQgetvalue(r, row, 0);
@@ -611,31 +612,7 @@ static int store_claim_row(const PGresult *r, int row, struct claim_result *res)
 	return 0;
 }
 
-int store_claim(const struct claim_args *a, struct claim_result *res)
-{
-	char tenant[16], op[16], expires[24], lease[16], expected[24];
-
-	memset(res, 0, sizeof(*res));
-	snprintf(tenant, sizeof(tenant), "%" PRIu32, a->tenant_id);
-	snprintf(op, sizeof(op), "%" PRIu32, a->operation_id);
-	snprintf(expires, sizeof(expires), "%" PRId64, a->token_expires_at);
-	snprintf(lease, sizeof(lease), "%d", a->lease_seconds);
-	snprintf(expected, sizeof(expected), "%" PRId64, a->expected);
-	const char *v[] = { tenant, (const char *)a->token_id, op, a->subject,
-			    (const char *)a->fingerprint, expires, lease, a->version_key,
-			    a->has_expected ? expected : NULL,
-			    a->require_version ? "true" : "false", STORE_BY(a->by) };
-	const int len[] = { 0, 16, 0, 0, STORE_HASH_BYTES, 0, 0, 0, 0, 0, 0 };
-	const int fmt[] = { 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0 };
-	PGresult *r = store_run(&st_claim, v, len, fmt);
-	if (r == NULL)
-		return -1;
-	int rc = PQntuples(r) == 1 ? store_claim_row(r, 0, res) : -1;
-	PQclear(r);
-	return rc;
-}
-
-/* Fills RES from ROW of a complete result (columns as st_complete). 0 or -1. */
+/* Fills RES from ROW of a complete result (columns as st_complete_many). 0 or -1. */
 static int store_complete_row(const PGresult *r, int row, struct complete_result *res)
 {
 	const char *o = PQgetvalue(r, row, 0);
@@ -666,29 +643,6 @@ static int store_complete_row(const PGresult *r, int row, struct complete_result
 		free(fp);
 	}
 	return 0;
-}
-
-int store_complete(const struct complete_args *a, struct complete_result *res)
-{
-	char tenant[16], att[16], status[16], ret[16];
-	const struct stored_response *resp = a->resp;
-
-	memset(res, 0, sizeof(*res));
-	snprintf(tenant, sizeof(tenant), "%" PRIu32, a->tenant_id);
-	snprintf(att, sizeof(att), "%d", a->attempt);
-	snprintf(status, sizeof(status), "%d", resp->sr_status);
-	snprintf(ret, sizeof(ret), "%d", a->retention_seconds);
-	const char *v[] = { tenant, (const char *)a->token_id, att, status, resp->sr_headers,
-			    resp->sr_body ? (const char *)resp->sr_body : "",
-			    resp->sr_is_json ? "true" : "false", ret, STORE_BY(a->by) };
-	const int len[] = { 0, 16, 0, 0, 0, (int)resp->sr_body_len, 0, 0, 0 };
-	const int fmt[] = { 0, 1, 0, 0, 0, 1, 0, 0, 0 };
-	PGresult *r = store_run(&st_complete, v, len, fmt);
-	if (r == NULL)
-		return -1;
-	int rc = PQntuples(r) == 1 ? store_complete_row(r, 0, res) : -1;
-	PQclear(r);
-	return rc;
 }
 
 /* ------------------------------------------------------------ array literals */
@@ -832,7 +786,7 @@ static PGresult *store_run_arrays(const struct db_stmt *stmt, struct store_array
 int store_claim_many(const struct claim_args *const *a, struct claim_result *const *res,
 		     size_t n)
 {
-	struct store_array arrs[11] = { { 0 } };
+	struct store_array arrs[13] = { { 0 } };
 	PGresult *r = NULL;
 	int rc = -1;
 
@@ -860,9 +814,11 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 		else
 			store_array_null(&arrs[8]);
 		store_array_bool(&arrs[9], c->require_version);
-		store_array_text(&arrs[10], STORE_BY(c->by), strlen(STORE_BY(c->by)));
+		store_array_bool(&arrs[10], c->wait);
+		store_array_text(&arrs[11], STORE_BY(c->by), strlen(STORE_BY(c->by)));
+		store_array_i64(&arrs[12], c->audit_seconds);
 	}
-	if (n == 0 || store_arrays_close(arrs, 11) < 0 ||
+	if (n == 0 || store_arrays_close(arrs, 13) < 0 ||
 	    (r = store_run_arrays(&st_claim_many, arrs, n)) == NULL)
 		goto done;
 	size_t i;
@@ -877,14 +833,14 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 	}
 done:
 	PQclear(r);
-	store_arrays_free(arrs, 11);
+	store_arrays_free(arrs, 13);
 	return rc;
 }
 
 int store_complete_many(const struct complete_args *const *a, struct complete_result *const *res,
 			size_t n)
 {
-	struct store_array arrs[9] = { { 0 } };
+	struct store_array arrs[10] = { { 0 } };
 	PGresult *r = NULL;
 	int rc = -1;
 
@@ -900,8 +856,9 @@ int store_complete_many(const struct complete_args *const *a, struct complete_re
 		store_array_bool(&arrs[6], resp->sr_is_json);
 		store_array_i64(&arrs[7], c->retention_seconds);
 		store_array_text(&arrs[8], STORE_BY(c->by), strlen(STORE_BY(c->by)));
+		store_array_i64(&arrs[9], c->audit_seconds);
 	}
-	if (n == 0 || store_arrays_close(arrs, 9) < 0 ||
+	if (n == 0 || store_arrays_close(arrs, 10) < 0 ||
 	    (r = store_run_arrays(&st_complete_many, arrs, n)) == NULL)
 		goto done;
 	size_t i;
@@ -916,8 +873,18 @@ int store_complete_many(const struct complete_args *const *a, struct complete_re
 	}
 done:
 	PQclear(r);
-	store_arrays_free(arrs, 9);
+	store_arrays_free(arrs, 10);
 	return rc;
+}
+
+int store_claim(const struct claim_args *a, struct claim_result *res)
+{
+	return store_claim_many(&a, &res, 1);
+}
+
+int store_complete(const struct complete_args *a, struct complete_result *res)
+{
+	return store_complete_many(&a, &res, 1);
 }
 
 void store_record_view_free(struct record_view *v)
@@ -1034,6 +1001,7 @@ int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_
 		rv->rv_has_subject = !PQgetisnull(r, 0, 8);
 		snprintf(rv->rv_subject, sizeof(rv->rv_subject), "%s", PQgetvalue(r, 0, 8));
 		rv->rv_operation_id = (uint32_t)store_i64(r, 0, 9);
+		rv->rv_replays = store_i64(r, 0, 13);
 		rc = store_read_response(r, 0, 4, &rv->rv_response);
 		if (rc == 0 && !PQgetisnull(r, 0, 10)) {
 			rv->rv_checkpoint_phase = strdup(PQgetvalue(r, 0, 10));
@@ -1227,4 +1195,52 @@ done:
 	PQclear(r);
 	store_arrays_free(arrs, 3);
 	return rc;
+}
+
+int store_replays_add(size_t n, const uint32_t *tenant_ids, const uint8_t (*ids)[16],
+		      const int64_t *counts)
+{
+	struct store_array arrs[3] = { { 0 } };
+	int rc = -1;
+
+	if (n == 0)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		store_array_i64(&arrs[0], tenant_ids[i]);
+		store_array_bytea(&arrs[1], ids[i], 16);
+		store_array_i64(&arrs[2], counts[i]);
+	}
+	if (store_arrays_close(arrs, 3) == 0) {
+		const char *v[] = { arrs[0].sa_buf, arrs[1].sa_buf, arrs[2].sa_buf };
+		PGresult *r = store_run(&st_replays_add, v, NULL, NULL);
+		rc = r != NULL ? 0 : -1;
+		PQclear(r);
+	}
+	store_arrays_free(arrs, 3);
+	return rc;
+}
+
+int store_records_stuck(struct stuck_count **rows, size_t *n)
+{
+	PGresult *r = store_run(&st_records_stuck, NULL, NULL, NULL);
+
+	*rows = NULL;
+	*n = 0;
+	if (r == NULL)
+		return -1;
+	size_t m = (size_t)PQntuples(r);
+	struct stuck_count *out = calloc(m ? m : 1, sizeof(*out));
+	if (out == NULL) {
+		PQclear(r);
+		return -1;
+	}
+	for (size_t i = 0; i < m; i++) {
+		out[i].sc_tenant_id = (uint32_t)store_i64(r, (int)i, 0);
+		out[i].sc_operation_id = (uint32_t)store_i64(r, (int)i, 1);
+		out[i].sc_count = store_i64(r, (int)i, 2);
+	}
+	PQclear(r);
+	*rows = out;
+	*n = m;
+	return 0;
 }

@@ -27,6 +27,12 @@ struct operation {
 	int op_audit_retention;      /* seconds audit events are kept; -1: retention_seconds */
 };
 
+/* How long an audit event of OP written now is kept, in seconds. */
+static inline int store_audit_seconds(const struct operation *op)
+{
+	return op->op_audit_retention >= 0 ? op->op_audit_retention : op->op_retention_seconds;
+}
+
 struct stored_response {
 	int sr_status;
 	char *sr_headers;      /* JSON object text, owned (malloc) */
@@ -115,7 +121,9 @@ struct claim_args {
 	int has_expected;
 	int64_t expected;
 	int require_version;
+	int wait;                  /* the caller waits if the record is in progress */
 	const char *by;            /* who, for the audit trail: "api_key:<id>" or "route:..." */
+	int audit_seconds;         /* how long its event is kept (store_audit_seconds) */
 };
 
 enum claim_outcome {
@@ -150,6 +158,7 @@ struct complete_args {
 	const struct stored_response *resp;
 	int retention_seconds;
 	const char *by;                      /* who, for the audit trail */
+	int audit_seconds;                   /* how long its event is kept */
 };
 
 struct complete_result {
@@ -203,6 +212,7 @@ struct record_view {
 	char *rv_checkpoint_phase;   /* NULL: no checkpoint; owned, like the data */
 	char *rv_checkpoint_data;    /* JSON text, or NULL */
 	int rv_checkpoint_attempt;
+	int64_t rv_replays;          /* duplicates answered from the stored response (flushed) */
 	struct stored_response rv_response;
 };
 /* Frees what a filled record_view owns. */
@@ -251,5 +261,19 @@ int store_version_bump(uint32_t tenant_id, const char *key, int64_t expected, in
  * becomes the latest expiry deleted, where the pass's next batch starts.
  * *deleted = -1 when another instance holds the sweep lock. */
 int store_sweep(int limit, int64_t *after_ms, int *deleted) IDEMD_WUR;
+
+/* Adds COUNTS[i] to the replay count of record (TENANT_IDS[i], IDS[i]), all
+ * in one statement (records swept meanwhile are skipped). Sort the
+ * elements by record first. */
+int store_replays_add(size_t n, const uint32_t *tenant_ids, const uint8_t (*ids)[16],
+		      const int64_t *counts) IDEMD_WUR;
+
+/* Records in progress past their lease, per tenant and operation: a new
+ * array of *N rows (free()). */
+struct stuck_count {
+	uint32_t sc_tenant_id, sc_operation_id;
+	int64_t sc_count;
+};
+int store_records_stuck(struct stuck_count **rows, size_t *n) IDEMD_WUR;
 
 #endif

@@ -25,6 +25,7 @@
 #include "opcache.h"
 #include "problem.h"
 #include "replaycache.h"
+#include "replaycount.h"
 #include "reqjson.h"
 #include "versionkey.h"
 #include "waiters.h"
@@ -79,7 +80,10 @@ int tokenreq_from_path(struct request *req, struct token *t)
 		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
 		return -1;
 	}
-	return tokenreq_verify(req, req->req_params[0], t);
+	if (tokenreq_verify(req, req->req_params[0], t) < 0)
+		return -1;
+	http_note_record(req, t->id);
+	return 0;
 }
 
 static double tokenreq_now(void)
@@ -256,15 +260,24 @@ static void tokenreq_replay_cached(struct request *req, const struct token *t,
 		free(text);
 }
 
+void tokenreq_count_replay(const struct token *t, int waited)
+{
+	replaycount_add(t->tenant_id, t->id);
+	metrics_duplicate(t->tenant_id, t->operation_id,
+			  waited ? METRICS_DUP_WAITED : METRICS_DUP_REPLAYED);
+}
+
 int tokenreq_replay_raw(struct request *req, const struct token *t)
 {
 	char *reply;
 	size_t len;
 
+	http_note_record(req, t->id);
 	if (replaycache_get_raw(t->tenant_id, t->id, req->req_body ? req->req_body : "",
 				req->req_body_len, &reply, &len) != 1)
 		return 0;
 	metrics_add(METRIC_REPLAYS, 1);
+	tokenreq_count_replay(t, 0);
 	http_reply_take(req, 200, "application/json", reply, len);
 	http_set_header(req, "Idempotent-Replayed", "true");
 	return 1;
@@ -310,8 +323,10 @@ int tokenreq_claim_cached(struct request *req, const struct token *t, const uint
 	int cached = replaycache_lookup(t->tenant_id, t->id, fp, &r, direct ? &reply : NULL,
 					&reply_len);
 
+	http_note_record(req, t->id);
 	if (cached == 1) {
 		metrics_add(METRIC_REPLAYS, 1);
+		tokenreq_count_replay(t, 0);
 		if (direct)
 			tokenreq_replay_cached(req, t, fp, &r, reply, reply_len);
 		else
@@ -321,6 +336,7 @@ int tokenreq_claim_cached(struct request *req, const struct token *t, const uint
 		return 1;
 	}
 	if (cached == 2) {
+		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_FINGERPRINT_MISMATCH);
 		problem_reply(req, 422, "fingerprint_mismatch",
 			      "the token was first used with a different request");
 		return 1;
@@ -345,6 +361,7 @@ const char *tokenreq_claim_args(const struct token *t, const struct operation *o
 	a->fingerprint = fp;
 	a->token_expires_at = t->expires_at;
 	a->lease_seconds = op->op_lease_seconds;
+	a->audit_seconds = store_audit_seconds(op);
 	if (!op->op_has_version_key)
 		return NULL;
 	if (t->subject_len == 0)
@@ -410,6 +427,7 @@ static int tokenreq_claim_prepare(struct request *req, struct tokenreq_claim *c)
 		return 0;
 	}
 	c->tc_args.by = req->req_by;
+	c->tc_args.wait = c->tc_wait > 0;
 	return 1;
 }
 
@@ -454,12 +472,14 @@ static int tokenreq_claim_answer(struct request *req, struct tokenreq_claim *c, 
 		break;
 	case CLAIM_REPLAY:
 		metrics_add(METRIC_REPLAYS, 1);
+		tokenreq_count_replay(t, req->req_waited > 0);
 		replaycache_put(t->tenant_id, t->id, c->tc_has_fp ? c->tc_fp : NULL,
 				&res->cr_response, res->cr_record_expires_at);
 		c->tc_replay(req, &res->cr_response, t);
 		break;
 	case CLAIM_IN_PROGRESS:
 		metrics_add(METRIC_CONFLICTS, 1);
+		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_IN_PROGRESS);
 		/* most first submits finish in far less than their lease: ask for a
 		 * retry in a second, and say when the lease would allow a takeover */
 		problem_reply(req, 409, "request_in_progress",
@@ -471,6 +491,7 @@ static int tokenreq_claim_answer(struct request *req, struct tokenreq_claim *c, 
 		problem_reply(req, 410, "token_revoked", "the token was revoked");
 		break;
 	case CLAIM_FINGERPRINT_MISMATCH:
+		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_FINGERPRINT_MISMATCH);
 		problem_reply(req, 422, "fingerprint_mismatch",
 			      "the token (or key) was first used with a different request");
 		break;
@@ -844,6 +865,7 @@ void tokenreq_complete(struct request *req, const struct token *tok, int is_key)
 	int found;
 	json_t *body = NULL;
 
+	http_note_record(req, tok->id);
 	body = http_body_object(req);
 	if (body == NULL)
 		return;
@@ -870,6 +892,7 @@ void tokenreq_complete(struct request *req, const struct token *tok, int is_key)
 	c->hc_args.attempt = (int)c->hc_attempt;
 	c->hc_args.resp = &c->hc_resp;
 	c->hc_args.retention_seconds = op.op_retention_seconds;
+	c->hc_args.audit_seconds = store_audit_seconds(&op);
 	c->hc_args.by = req->req_by;
 	c->hc_job.bj_kind = BATCHER_COMPLETE;
 	c->hc_job.bj_complete = &c->hc_args;
@@ -925,6 +948,7 @@ void tokenreq_release(struct request *req, const struct token *t, int is_key)
 	int64_t attempt;
 	json_t *body = tokenreq_fenced_body(req, allowed, &attempt);
 
+	http_note_record(req, t->id);
 	if (body == NULL)
 		return;
 	if (store_release(req->req_tenant_id, t->id, (int)attempt, req->req_by, &outcome) < 0)
@@ -946,6 +970,7 @@ void tokenreq_extend(struct request *req, const struct token *t, int is_key)
 	int present, found;
 	json_t *body = tokenreq_fenced_body(req, allowed, &attempt);
 
+	http_note_record(req, t->id);
 	if (body == NULL)
 		return;
 	if (opcache_by_id(t->operation_id, &op, &found) < 0 || !found) {
@@ -985,6 +1010,7 @@ void tokenreq_checkpoint(struct request *req, const struct token *t, int is_key)
 	char *data = NULL;
 	json_t *body = tokenreq_fenced_body(req, allowed, &attempt);
 
+	http_note_record(req, t->id);
 	if (body == NULL)
 		return;
 	if (reqjson_string(req, body, "phase", 1, 1, 64, &phase) < 0)

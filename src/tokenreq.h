@@ -75,6 +75,11 @@ int tokenreq_claim_async(struct request *req, const struct token *t, const uint8
  */
 int tokenreq_replay_raw(struct request *req, const struct token *t) IDEMD_WUR;
 
+/* Counts one duplicate of T answered with its stored response: its record's
+ * replay count (replaycount.c) and idemd_duplicates_total, outcome
+ * "waited" when WAITED (it waited with Prefer: wait), else "replayed". */
+void tokenreq_count_replay(const struct token *t, int waited);
+
 /*
  * POST .../complete and .../release of the record T addresses (a token, or
  * a caller key when IS_KEY: a record never claimed is then 404

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit, integration and browser tests (ctest)
-# against a throwaway PostgreSQL cluster, the OpenAPI lint, the Markdown link
+# against a throwaway PostgreSQL cluster, the OpenAPI lint, the client
+# libraries, queue consumers against RabbitMQ, the Markdown link
 # check, and, with --sanitize or when CI=true, the tests again under
 # AddressSanitizer and UBSan.
 # --no-browser (or IDEMD_SKIP_BROWSER=1) leaves out the headless Chromium test
@@ -97,6 +98,15 @@ else
   results+=("openapi lint: FAILED"); problems+=("openapi lint")
 fi
 
+say "Debian package (tests/package.sh)"
+# builds, inspects, unpacks and runs the .deb; as root also installs it on
+# this machine and purges it again (restored on failure too)
+if timeout 900 bash tests/package.sh; then
+  results+=("debian package: ok")
+else
+  results+=("debian package: FAILED"); problems+=("debian package")
+fi
+
 say "client libraries (clients/python, clients/node)"
 if bash tests/clients.sh; then
   results+=("client libraries: ok")
@@ -104,8 +114,27 @@ else
   results+=("client libraries: FAILED"); problems+=("client libraries")
 fi
 
+say "queue consumers under chaos (RabbitMQ, with and without idemd)"
+# Bounded: RabbitMQ, idemd and the consumers it starts are stopped on exit,
+# and timeout kills the whole stage (its servers included) if it hangs.
+if IDEMD_BIN="$ROOT/build/idemd" timeout 480 bash tests/queue.sh; then
+  results+=("queue consumers (RabbitMQ): ok")
+else
+  results+=("queue consumers (RabbitMQ): FAILED"); problems+=("queue consumers")
+fi
+
+say "prometheus (promtool on deploy/prometheus, a real Prometheus scraping idemd)"
+# Bounded: Prometheus and idemd listen on 127.0.0.1 and are stopped on exit.
+if IDEMD_BIN="$ROOT/build/idemd" timeout 300 bash tests/prometheus.sh; then
+  results+=("prometheus: ok")
+else
+  results+=("prometheus: FAILED"); problems+=("prometheus")
+fi
+
 say "high availability (tests/ha.sh: Patroni, etcd, HAProxy, faults under a storm)"
-if timeout -k 120 1000 bash tests/ha.sh; then
+# Bounded: etcd, Patroni, PostgreSQL, idemd and HAProxy listen on 127.0.0.1
+# and are stopped on exit, also when its own 900 s limit strikes.
+if IDEMD_BIN="$ROOT/build/idemd" timeout -k 120 1000 bash tests/ha.sh; then
   results+=("high availability: ok")
 else
   results+=("high availability: FAILED"); problems+=("high availability")

@@ -31,6 +31,78 @@ export interface TokenInfo {
   attempt: number;
   lease_expires_at?: string;
   response?: StoredResponse;
+  checkpoint?: Checkpoint;
+}
+
+/** The latest recovery point of a record. */
+export interface Checkpoint {
+  phase: string;
+  /** The data sent with it, or null. */
+  data: Json;
+  /** The attempt that left it. */
+  attempt: number;
+}
+
+export interface ExtendResult {
+  state?: 'in_progress';
+  attempt?: number;
+  lease_expires_at: string;
+}
+
+export interface CheckpointResult {
+  state: 'in_progress';
+  checkpoint: Checkpoint;
+}
+
+/** GET /v1/records/{id}: introspection plus operation; replays may lag by up to 10 s. */
+export interface IdemdRecord {
+  id: string;
+  operation: string;
+  key?: string;
+  subject?: string;
+  state: 'issued' | 'in_progress' | 'lease_expired' | 'completed' | 'revoked';
+  expires_at: string;
+  attempt: number;
+  lease_expires_at?: string;
+  response?: StoredResponse;
+  checkpoint?: Checkpoint;
+  replays?: number;
+}
+
+/** One row of GET /v1/records (no stored response). */
+export interface RecordRow {
+  id: string;
+  operation: string;
+  state: string;
+  subject?: string;
+  attempt: number;
+  claimed_at: string;
+  lease_expires_at?: string;
+  expires_at: string;
+}
+
+export interface RecordPage {
+  records: RecordRow[];
+  /** Pass as `cursor` for the next page; null on the last. */
+  next_cursor: string | null;
+}
+
+export interface RecordFilters {
+  operation?: string;
+  state?: 'issued' | 'in_progress' | 'completed' | 'revoked';
+  subject?: string;
+  /** Seconds since the first claim. */
+  olderThan?: number;
+}
+
+export interface RecordEvent {
+  at: string;
+  event: 'claimed' | 'taken_over' | 'extended' | 'checkpoint' | 'completed' | 'released' | 'revoked' | 'expired';
+  attempt?: number;
+  status?: number;
+  phase?: string;
+  /** api_key:<id>, route:<METHOD> <path>, or sweeper. */
+  by: string;
 }
 
 export interface KeyRecord {
@@ -43,6 +115,7 @@ export interface KeyRecord {
   attempt: number;
   lease_expires_at?: string;
   response?: StoredResponse;
+  checkpoint?: Checkpoint;
 }
 
 /** The answer to a claim. replayed: the key was already completed and
@@ -55,6 +128,8 @@ export interface Claimed {
   attempt?: number;
   lease_expires_at?: string;
   response?: StoredResponse;
+  /** A takeover's last checkpoint, left by an earlier attempt. */
+  checkpoint?: Checkpoint;
 }
 
 export interface CompleteResult {
@@ -136,6 +211,7 @@ export interface BatchClaimResult {
   attempt?: number;
   lease_expires_at?: string;
   response?: StoredResponse;
+  checkpoint?: Checkpoint;
 }
 
 export type BatchCompleteItem =
@@ -191,7 +267,9 @@ export interface MessageOutcome<M> {
 
 export interface ConsumeOptions<M> {
   key: (message: M) => string;
-  handler: (message: M) => unknown;
+  /** Runs for new messages only; `claim` carries the record's id (forward it
+   * downstream as the idempotency key) and the attempt (extend, checkpoint). */
+  handler: (message: M, claim: BatchClaimResult) => unknown;
   request?: (message: M) => Json;
   fingerprint?: (message: M) => string;
   subject?: (message: M) => string;
@@ -222,13 +300,22 @@ export class Client {
   claimToken(token: string, options?: ClaimOptions): Promise<Claimed>;
   completeToken(token: string, attempt: number, outcome?: OutcomeInit): Promise<CompleteResult>;
   releaseToken(token: string, attempt: number): Promise<ReleaseResult>;
+  extendToken(token: string, attempt: number, options?: { leaseSeconds?: number }): Promise<ExtendResult>;
+  checkpointToken(token: string, attempt: number, phase: string, data?: Json): Promise<CheckpointResult>;
 
   claimKey(operation: string, key: string, options?: ClaimOptions): Promise<Claimed>;
   completeKey(operation: string, key: string, attempt: number, outcome?: OutcomeInit): Promise<CompleteResult>;
   releaseKey(operation: string, key: string, attempt: number): Promise<ReleaseResult>;
   getKey(operation: string, key: string): Promise<KeyRecord>;
+  extendKey(operation: string, key: string, attempt: number, options?: { leaseSeconds?: number }): Promise<ExtendResult>;
+  checkpointKey(operation: string, key: string, attempt: number, phase: string, data?: Json): Promise<CheckpointResult>;
   claimBatch(operation: string, items: BatchClaimItem[]): Promise<BatchClaimResult[]>;
   completeBatch(operation: string, items: BatchCompleteItem[]): Promise<BatchCompleteResult[]>;
+
+  getRecord(id: string): Promise<IdemdRecord>;
+  recordEvents(id: string): Promise<RecordEvent[]>;
+  listRecords(options?: RecordFilters & { limit?: number; cursor?: string | null }): Promise<RecordPage>;
+  iterRecords(options?: RecordFilters & { pageSize?: number }): AsyncGenerator<RecordRow, void, undefined>;
 
   getVersion(key: string): Promise<Version>;
   bumpVersion(key: string, ifMatch: number | string): Promise<number>;

@@ -61,6 +61,10 @@ check_ok(const struct config *cfg)
 	    cfg->issue_rate_per_second <= 1000000);
 	FUZZ_CHECK(cfg->issue_burst >= 1 && cfg->issue_burst <= 1000000);
 	FUZZ_CHECK((cfg->tls_cert_file == NULL) == (cfg->tls_key_file == NULL));
+	FUZZ_CHECK(cfg->admin_listen_host == NULL || cfg->admin_listen_port != 0);
+	FUZZ_CHECK(cfg->n_metrics_operations <= 64);
+	for (size_t i = 0; i < cfg->n_metrics_operations; i++)
+		FUZZ_CHECK(strchr(cfg->metrics_operations[i], '/') != NULL);
 	FUZZ_CHECK(cfg->n_cors_origins <= 256);
 	FUZZ_CHECK((cfg->n_cors_origins == 0) == (cfg->cors_origins == NULL));
 	for (size_t i = 0; i < cfg->n_cors_origins; i++) {

@@ -363,7 +363,12 @@ class Idemd:
         return json.loads(line)["key_id"]
 
     def start(self, env=None, port=None, wait=True):
-        """Starts `idemd serve`; waits for /healthz 200 unless WAIT is false."""
+        """Starts `idemd serve`; waits for /healthz 200 unless WAIT is false.
+        A second server while one runs gets a port of its own (on the same
+        port it could not listen, and /healthz would reach the first)."""
+        if port is None and any(s.port == self.port and s.proc.poll() is None
+                                for s in self.servers):
+            port = free_port()
         srv = Server(self, env=env, port=port)
         self.servers.append(srv)
         if wait:
@@ -408,7 +413,7 @@ class Server:
                                      % (self.proc.returncode, self.stderr_text()))
             try:
                 r = c.get("/healthz")
-                if r.status == 200:
+                if r.status == 200 and self.proc.poll() is None:
                     return
                 last = r.status
             except OSError as e:

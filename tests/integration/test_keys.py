@@ -125,6 +125,9 @@ class CallerKeys(IdemdCase):
         assert_problem(self, r, 412, "version_mismatch")
         self.assertEqual(r.header("etag"), '"%d"' % (before + 1))
         self.assertEqual(j["attempt"], 1)
+        # the refused claim left no "expired" event for the row it never kept
+        self.assertEqual(harness.psql("SELECT count(*) FROM record_events WHERE event = 'expired'",
+                                      db=self.idemd.db).strip(), "0")
 
     def test_concurrent_claims_two_processes_one_winner(self):
         op = self.put_operation()

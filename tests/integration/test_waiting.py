@@ -6,6 +6,8 @@ idemd instances; bounded by max_waiters; holding no HTTP thread; answered
 on shutdown."""
 
 import os
+import re
+import subprocess
 import sys
 import threading
 import time
@@ -44,6 +46,40 @@ class Waiting(IdemdCase):
         h = {"Prefer": "wait=%d" % wait} if wait is not None else None
         return (client or self.client).post(self.kurl(op, key, "claim"), {"request": {"a": 1}},
                                             headers=h)
+
+    def notifications_during(self, action):
+        """Runs ACTION while a session LISTENs to idemd's channel; returns
+        the payloads that session received."""
+        listener = subprocess.Popen(
+            [harness.PSQL, "-X", "-q", "-At", "-d", self.idemd.db, "-c", "LISTEN idemd_records",
+             "-c", "SELECT pg_sleep(1.5)", "-c", "SELECT 1"],
+            env=harness.pg_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(0.5)
+        action()
+        out, _ = listener.communicate(timeout=30)
+        return re.findall(r'notification "idemd_records" with payload "([^"]*)"', out)
+
+    def test_only_a_record_someone_waits_for_is_announced(self):
+        # PostgreSQL serialises the commits of notifying transactions: a
+        # completion nobody waits for must not notify
+        op = self.put_operation()
+        quiet, waited = uniq("q"), uniq("w")
+        assert_status(self, self.kclaim(op, quiet), 201)
+        assert_problem(self, self.kclaim(op, quiet), 409, "request_in_progress")
+        got = self.notifications_during(lambda: assert_status(self, self.client.post(
+            self.kurl(op, quiet, "complete"), {"attempt": 1, "status": 201, "body": {}}), 200))
+        self.assertEqual(got, [])
+
+        assert_status(self, self.kclaim(op, waited), 201)
+        waiter = later(self.kclaim, op, waited, 10)
+        time.sleep(0.5)
+        got = self.notifications_during(lambda: assert_status(self, self.client.post(
+            self.kurl(op, waited, "complete"), {"attempt": 1, "status": 201, "body": {"w": 1}}),
+            200))
+        self.assertEqual(len(got), 1, got)
+        r, took = waiter()
+        self.assertEqual(assert_status(self, r, 200)["response"]["body"], {"w": 1})
+        self.assertLess(took, 5.0)
 
     def test_waiter_gets_the_replay(self):
         op = self.put_operation()

@@ -65,7 +65,7 @@ static void *writer(void *arg)
 
 	for (int i = 0; i < LINES; i++) {
 		snprintf(id, sizeof(id), "t%d-%d", t, i);
-		log_access(id, "POST", "/v1/tokens/{}/claim", 200, 0.0125 * i, i % 7 == 0 ? 3 : 0);
+		log_access(id, "POST", "/v1/tokens/{}/claim", 200, 0.0125 * i, NULL, i % 7 == 0 ? 3 : 0);
 	}
 	return NULL;
 }
@@ -123,7 +123,7 @@ static void test_idle_line_written_soon(void **state)
 
 	(void)state;
 	free(read_log(&before));
-	log_access("lone", "GET", "/healthz", 200, 0.5, 0);
+	log_access("lone", "GET", "/healthz", 200, 0.5, NULL, 0);
 	int waited = 0;
 	for (; waited < 100; waited += 5) {
 		char *text = read_log(&after);

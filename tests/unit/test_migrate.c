@@ -1,6 +1,7 @@
 /* Unit tests for the migrations compiled into idemd: at least one, sorted by
  * name without duplicates, named NNNN_name.sql, each NUL-terminated with no
- * NUL inside (it is sent to PostgreSQL as one C string). */
+ * NUL inside (it is sent to PostgreSQL as one C string); and the breaking
+ * mark (a whole first line "-- idemd: breaking"). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,11 +39,34 @@ static void test_first_is_init(void **state)
 	assert_non_null(strstr((const char *)migrate_embedded[0].sql, "CREATE TABLE tenants"));
 }
 
+static int breaking(const char *sql)
+{
+	return migrate_is_breaking((const unsigned char *)sql, strlen(sql));
+}
+
+static void test_breaking_mark(void **state)
+{
+	(void)state;
+	assert_true(breaking("-- idemd: breaking\nALTER TABLE t DROP COLUMN c;\n"));
+	assert_true(breaking("-- idemd: breaking  \r\nDROP FUNCTION f();"));
+	assert_true(breaking("-- idemd: breaking"));
+	/* only the whole first line, spelled exactly */
+	assert_false(breaking("-- idemd: breakingly\n"));
+	assert_false(breaking("-- Idemd: breaking\n"));
+	assert_false(breaking(" -- idemd: breaking\n"));
+	assert_false(breaking("-- idemd: breaking x\n"));
+	assert_false(breaking("-- idemd: breaking\r"));
+	assert_false(breaking("-- a comment\n-- idemd: breaking\n"));
+	assert_false(breaking("-- idemd: break"));
+	assert_false(breaking(""));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_embedded_list),
 		cmocka_unit_test(test_first_is_init),
+		cmocka_unit_test(test_breaking_mark),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

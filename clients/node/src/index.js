@@ -172,6 +172,16 @@ export class Client {
     return this.#json('POST', `/v1/tokens/${seg(token)}/release`, { body: { attempt } });
   }
 
+  /** A new lease for the current ATTEMPT (lease_seconds: at most, and by default, the operation's). */
+  extendToken(token, attempt, { leaseSeconds } = {}) {
+    return this.#json('POST', `/v1/tokens/${seg(token)}/extend`, { body: extendBody(attempt, leaseSeconds) });
+  }
+
+  /** Leaves a recovery point (phase [a-z0-9._-]{1,64}, data any JSON) for the next attempt. */
+  checkpointToken(token, attempt, phase, data) {
+    return this.#json('POST', `/v1/tokens/${seg(token)}/checkpoint`, { body: checkpointBody(attempt, phase, data) });
+  }
+
   // ---- caller keys
   #keyPath(operation, key) { return `/v1/operations/${seg(operation)}/keys/${seg(key)}`; }
 
@@ -191,6 +201,15 @@ export class Client {
 
   getKey(operation, key) { return this.#json('GET', this.#keyPath(operation, key)); }
 
+  extendKey(operation, key, attempt, { leaseSeconds } = {}) {
+    return this.#json('POST', this.#keyPath(operation, key) + '/extend', { body: extendBody(attempt, leaseSeconds) });
+  }
+
+  checkpointKey(operation, key, attempt, phase, data) {
+    return this.#json('POST', this.#keyPath(operation, key) + '/checkpoint',
+      { body: checkpointBody(attempt, phase, data) });
+  }
+
   async claimBatch(operation, items) {
     const r = await this.#json('POST', `/v1/operations/${seg(operation)}/claims`, { body: { items } });
     return r.items;
@@ -201,6 +220,39 @@ export class Client {
       ? { key: i.key, attempt: i.attempt, ...outcomeJson(toOutcome(i.outcome)) } : i));
     const r = await this.#json('POST', `/v1/operations/${seg(operation)}/completions`, { body: { items: body } });
     return r.items;
+  }
+
+  // ---- records
+
+  /** A record by its 32-hex id (a claim's id, a token's id, a gateway's forwarded Idempotency-Key). */
+  getRecord(id) { return this.#json('GET', `/v1/records/${seg(id)}`); }
+
+  /** The record's audit trail, oldest first. */
+  async recordEvents(id) { return (await this.#json('GET', `/v1/records/${seg(id)}/events`)).events; }
+
+  /**
+   * One page of records, newest claim first: {records, next_cursor}. Filters:
+   * operation, state, subject, olderThan (seconds since the claim), limit
+   * (1..500), cursor (a page's next_cursor; null on the last page).
+   */
+  listRecords({ operation, state, subject, olderThan, limit, cursor } = {}) {
+    const q = new URLSearchParams();
+    for (const [k, v] of [['operation', operation], ['state', state], ['subject', subject],
+      ['older_than', olderThan], ['limit', limit], ['cursor', cursor]]) {
+      if (v !== undefined && v !== null) q.append(k, String(v));
+    }
+    const qs = q.toString().replace(/\+/g, '%20');
+    return this.#json('GET', '/v1/records' + (qs ? '?' + qs : ''));
+  }
+
+  /** Every record matching the filters, following the cursor page by page (pageSize per call). */
+  async * iterRecords({ pageSize, ...filters } = {}) {
+    let cursor = null;
+    do {
+      const page = await this.listRecords({ ...filters, limit: pageSize, cursor });
+      yield* page.records;
+      cursor = page.next_cursor;
+    } while (cursor);
   }
 
   // ---- versions, operations, health
@@ -262,7 +314,9 @@ export class Client {
 
   /**
    * Processes a batch of at-least-once messages exactly once each: one batch
-   * claim of every message's key, HANDLER only for the new ones (up to
+   * claim of every message's key, HANDLER(message, claim) only for the new
+   * ones (claim: the batch item, with the record's id to forward downstream
+   * and the attempt for extend and checkpoint) (up to
    * `concurrency` at once), one batch completion, a release for each handler
    * that failed with releaseOn(err) true. Returns one outcome per message:
    * {message, key, outcome, retry, result?, response?, error?, status?, code?}
@@ -312,7 +366,7 @@ export class Client {
         const m = messages[i];
         let o;
         try {
-          const value = await handler(m);
+          const value = await handler(m, res);
           o = asOutcome(value);
           done.set(i, { message: m, key: res.key, outcome: 'processed', retry: false, result: value, attempt: res.attempt, status: 201 });
         } catch (err) {
@@ -342,6 +396,14 @@ export class Client {
       return f === i ? done.get(i) : { ...done.get(f), message: m };
     });
   }
+}
+
+function extendBody(attempt, leaseSeconds) {
+  return leaseSeconds === undefined || leaseSeconds === null ? { attempt } : { attempt, lease_seconds: leaseSeconds };
+}
+
+function checkpointBody(attempt, phase, data) {
+  return data === undefined ? { attempt, phase } : { attempt, phase, data };
 }
 
 function toOutcome(o) {

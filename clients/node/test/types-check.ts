@@ -2,7 +2,8 @@
 // as an application would, so that a wrong declaration fails the check.
 import {
   Client, Outcome, IdemdError, LeaseLostError, VersionMismatchError, errorClasses,
-  type Claimed, type MessageOutcome, type StoredResponse,
+  type Claimed, type MessageOutcome, type StoredResponse, type ExtendResult, type CheckpointResult,
+  type IdemdRecord, type RecordEvent, type RecordPage,
 } from 'idemd';
 import idempotent, { storableHeaders, type IdempotentRequest } from 'idemd/express';
 
@@ -35,6 +36,25 @@ async function main(): Promise<void> {
   await client.runOnce({ token: t.token }, () => new Outcome(204));
   const out: MessageOutcome<{ id: string }>[] = await client.consume('order.create', [{ id: 'e1' }],
     { key: (m) => m.id, handler: async (m) => m.id.length, concurrency: 2 });
+  await client.consume('order.create', ['e2'], {
+    key: (m) => m,
+    handler: async (m, claim) => {
+      await client.checkpointKey('order.create', claim.key, claim.attempt ?? 1, 'charged', { m });
+      return claim.id ?? '';
+    },
+  });
+  const ext: ExtendResult = await client.extendKey('order.create', 'k', 1, { leaseSeconds: 30 });
+  await client.extendToken(t.token, 1);
+  const cp: CheckpointResult = await client.checkpointToken(t.token, 1, 'p');
+  const cpPhase: string | undefined = rec.checkpoint?.phase;
+  const record: IdemdRecord = await client.getRecord(t.id);
+  const replays: number | undefined = record.replays;
+  const events: RecordEvent[] = await client.recordEvents(t.id);
+  const page: RecordPage = await client.listRecords({ operation: 'order.create', state: 'in_progress', olderThan: 600, limit: 50 });
+  const next: string | null = page.next_cursor;
+  await client.listRecords({ cursor: next });
+  for await (const row of client.iterRecords({ subject: 'user-42', pageSize: 100 })) use(row.claimed_at);
+  use(ext.lease_expires_at, cp.checkpoint.data, cpPhase, replays, events[0]?.event);
   if (out[0].retry && out[0].outcome === 'failed') throw out[0].error;
   try {
     await client.health();

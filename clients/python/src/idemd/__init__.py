@@ -42,9 +42,11 @@ from .errors import (IdemdError, TransportError, ERRORS,
     UpstreamTimeoutError,
     InternalError,)
 from .types import (BatchClaimItem, BatchClaimResult, BatchCompleteItem,
-                    BatchCompleteResult, Claimed, CompleteResult, Health,
-                    IssuedToken, KeyRecord, Operation, Outcome, ReleaseResult,
-                    StoredResponse, TokenInfo, Version, response_bytes)
+                    BatchCompleteResult, Checkpoint, CheckpointResult, Claimed,
+                    CompleteResult, ExtendResult, Health, IssuedToken,
+                    KeyRecord, Operation, Outcome, Record, RecordEvent,
+                    RecordPage, RecordRow, ReleaseResult, StoredResponse,
+                    TokenInfo, Version, response_bytes)
 
 __version__ = "0.1.0"
 
@@ -53,7 +55,8 @@ __all__ = [
     "MessageOutcome", "Outcome", "Claimed", "BatchClaimItem", "BatchClaimResult",
     "BatchCompleteItem", "BatchCompleteResult", "CompleteResult", "Health",
     "IssuedToken", "KeyRecord", "Operation", "ReleaseResult", "StoredResponse",
-    "TokenInfo", "Version", "response_bytes", "ERRORS", "IdemdError", "TransportError",
+    "TokenInfo", "Version", "response_bytes", "Checkpoint", "CheckpointResult",
+    "ExtendResult", "Record", "RecordEvent", "RecordPage", "RecordRow", "ERRORS", "IdemdError", "TransportError",
     "InvalidRequestError",
     "IdempotencyKeyMissingError",
     "TokenMalformedError",

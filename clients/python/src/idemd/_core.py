@@ -8,13 +8,14 @@ import random
 from dataclasses import dataclass, field
 from typing import (Any, Callable, Dict, FrozenSet, Generic, List, Mapping,
                     Optional, Sequence, Tuple, TypeVar, Union, cast)
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from .errors import IdemdError, TransportError, error_for, parse_etag
 from .types import (BatchClaimItem, BatchClaimResult, BatchCompleteItem,
                     BatchCompleteResult, Claimed, CompleteResult, Health,
-                    IssuedToken, JSON, KeyRecord, Operation, Outcome,
-                    ReleaseResult, TokenInfo, Version)
+                    CheckpointResult, ExtendResult, IssuedToken, JSON,
+                    KeyRecord, Operation, Outcome, Record, RecordEvent,
+                    RecordPage, ReleaseResult, TokenInfo, Version)
 
 T = TypeVar("T")
 
@@ -210,6 +211,31 @@ def release_token(token: str, attempt: int) -> Call[ReleaseResult]:
                 cast(Callable[[HttpResponse], ReleaseResult], _json), {"attempt": attempt})
 
 
+def _extend_body(attempt: int, lease_seconds: Optional[int]) -> Dict[str, Any]:
+    b: Dict[str, Any] = {"attempt": attempt}
+    if lease_seconds is not None:
+        b["lease_seconds"] = lease_seconds
+    return b
+
+
+def _checkpoint_body(attempt: int, phase: str, data: JSON) -> Dict[str, Any]:
+    b: Dict[str, Any] = {"attempt": attempt, "phase": phase}
+    if data is not UNSET:
+        b["data"] = data
+    return b
+
+
+def extend_token(token: str, attempt: int, lease_seconds: Optional[int]) -> Call[ExtendResult]:
+    return Call("POST", "/v1/tokens/%s/extend" % seg(token),
+                cast(Callable[[HttpResponse], ExtendResult], _json), _extend_body(attempt, lease_seconds))
+
+
+def checkpoint_token(token: str, attempt: int, phase: str, data: JSON) -> Call[CheckpointResult]:
+    return Call("POST", "/v1/tokens/%s/checkpoint" % seg(token),
+                cast(Callable[[HttpResponse], CheckpointResult], _json),
+                _checkpoint_body(attempt, phase, data))
+
+
 def _key_path(operation: str, key: str) -> str:
     return "/v1/operations/%s/keys/%s" % (seg(operation), seg(key))
 
@@ -235,6 +261,41 @@ def release_key(operation: str, key: str, attempt: int) -> Call[ReleaseResult]:
 
 def get_key(operation: str, key: str) -> Call[KeyRecord]:
     return Call("GET", _key_path(operation, key), cast(Callable[[HttpResponse], KeyRecord], _json))
+
+
+def extend_key(operation: str, key: str, attempt: int,
+               lease_seconds: Optional[int]) -> Call[ExtendResult]:
+    return Call("POST", _key_path(operation, key) + "/extend",
+                cast(Callable[[HttpResponse], ExtendResult], _json), _extend_body(attempt, lease_seconds))
+
+
+def checkpoint_key(operation: str, key: str, attempt: int, phase: str,
+                   data: JSON) -> Call[CheckpointResult]:
+    return Call("POST", _key_path(operation, key) + "/checkpoint",
+                cast(Callable[[HttpResponse], CheckpointResult], _json),
+                _checkpoint_body(attempt, phase, data))
+
+
+def get_record(record_id: str) -> Call[Record]:
+    return Call("GET", "/v1/records/" + seg(record_id), cast(Callable[[HttpResponse], Record], _json))
+
+
+def record_events(record_id: str) -> Call[List[RecordEvent]]:
+    def parse(resp: HttpResponse) -> List[RecordEvent]:
+        return cast(List[RecordEvent], resp.json()["events"])
+    return Call("GET", "/v1/records/%s/events" % seg(record_id), parse)
+
+
+def list_records(operation: Optional[str], state: Optional[str], subject: Optional[str],
+                 older_than: Optional[int], limit: Optional[int],
+                 cursor: Optional[str]) -> Call[RecordPage]:
+    q: List[Tuple[str, str]] = []
+    for name, value in (("operation", operation), ("state", state), ("subject", subject),
+                        ("older_than", older_than), ("limit", limit), ("cursor", cursor)):
+        if value is not None:
+            q.append((name, str(value)))
+    path = "/v1/records" + ("?" + urlencode(q, quote_via=quote) if q else "")
+    return Call("GET", path, cast(Callable[[HttpResponse], RecordPage], _json))
 
 
 BatchClaimInput = Union[BatchClaimItem, Mapping[str, Any]]

@@ -8,7 +8,7 @@ import asyncio
 import inspect
 import ssl
 from types import TracebackType
-from typing import (Any, Awaitable, Callable, Dict, List, Mapping, Optional,
+from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, List, Mapping, Optional,
                     Sequence, Tuple, Type, TypeVar, Union)
 
 from . import _core
@@ -18,8 +18,9 @@ from ._helpers import (ClaimState, M, MessageOutcome, ReleaseOn, as_outcome,
                        failure_outcome, releases)
 from .errors import IdemdError, TransportError
 from .types import (BatchClaimResult, BatchCompleteItem, BatchCompleteResult,
-                    Claimed, CompleteResult, Health, IssuedToken, JSON,
-                    KeyRecord, Operation, Outcome, ReleaseResult,
+                    CheckpointResult, Claimed, CompleteResult, ExtendResult,
+                    Health, IssuedToken, JSON, KeyRecord, Operation, Outcome,
+                    Record, RecordEvent, RecordPage, RecordRow, ReleaseResult,
                     StoredResponse, TokenInfo, Version)
 
 T = TypeVar("T")
@@ -156,6 +157,18 @@ class AsyncClient:
     async def release_token(self, token: str, attempt: int) -> ReleaseResult:
         return await self._send(_core.release_token(token, attempt))
 
+    async def extend_token(self, token: str, attempt: int, *,
+                     lease_seconds: Optional[int] = None) -> ExtendResult:
+        """A new lease for the current ATTEMPT (at most, and by default, the
+        operation's ``lease_seconds``); stale attempt → LeaseLostError."""
+        return await self._send(_core.extend_token(token, attempt, lease_seconds))
+
+    async def checkpoint_token(self, token: str, attempt: int, phase: str,
+                         data: JSON = UNSET) -> CheckpointResult:
+        """Leaves a recovery point (PHASE ``[a-z0-9._-]{1,64}``, DATA any
+        JSON up to 64 KiB) that the next attempt gets in its claim."""
+        return await self._send(_core.checkpoint_token(token, attempt, phase, data))
+
     # ------------------------------------------------------------ caller keys
 
     async def claim_key(self, operation: str, key: str, *, request: JSON = UNSET,
@@ -184,6 +197,48 @@ class AsyncClient:
     async def complete_batch(self, operation: str,
                              items: Sequence[_core.BatchCompleteInput]) -> List[BatchCompleteResult]:
         return await self._send(_core.complete_batch(operation, items))
+
+    async def extend_key(self, operation: str, key: str, attempt: int, *,
+                   lease_seconds: Optional[int] = None) -> ExtendResult:
+        """As :meth:`extend_token`, for a caller key."""
+        return await self._send(_core.extend_key(operation, key, attempt, lease_seconds))
+
+    async def checkpoint_key(self, operation: str, key: str, attempt: int, phase: str,
+                       data: JSON = UNSET) -> CheckpointResult:
+        """As :meth:`checkpoint_token`, for a caller key."""
+        return await self._send(_core.checkpoint_key(operation, key, attempt, phase, data))
+
+    # ------------------------------------------------------------ records
+
+    async def get_record(self, record_id: str) -> Record:
+        """A record by its 32-hex id (a claim's ``id``, a token's ``id``, the
+        ``Idempotency-Key`` a gateway forwarded); unknown → RecordNotFoundError."""
+        return await self._send(_core.get_record(record_id))
+
+    async def record_events(self, record_id: str) -> List[RecordEvent]:
+        """The record's audit trail, oldest first."""
+        return await self._send(_core.record_events(record_id))
+
+    async def list_records(self, *, operation: Optional[str] = None, state: Optional[str] = None,
+                     subject: Optional[str] = None, older_than: Optional[int] = None,
+                     limit: Optional[int] = None, cursor: Optional[str] = None) -> RecordPage:
+        """One page of records, newest claim first; pass the page's
+        ``next_cursor`` as ``cursor`` for the next (None: last page)."""
+        return await self._send(_core.list_records(operation, state, subject, older_than, limit, cursor))
+
+    async def iter_records(self, *, operation: Optional[str] = None, state: Optional[str] = None,
+                           subject: Optional[str] = None, older_than: Optional[int] = None,
+                           page_size: Optional[int] = None) -> AsyncIterator[RecordRow]:
+        """Every record matching the filters, following the cursor page by page."""
+        cursor: Optional[str] = None
+        while True:
+            page = await self.list_records(operation=operation, state=state, subject=subject,
+                                           older_than=older_than, limit=page_size, cursor=cursor)
+            for row in page["records"]:
+                yield row
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return
 
     # ------------------------------------------------------------ versions, operations, health
 
@@ -245,14 +300,16 @@ class AsyncClient:
         return c.result["response"]  # type: ignore[no-any-return]
 
     async def consume(self, operation: str, messages: Sequence[M], key: Callable[[M], str],
-                      handler: Callable[[M], Union[Any, Awaitable[Any]]], *,
+                      handler: Callable[..., Union[Any, Awaitable[Any]]], *,
                       request: Optional[Callable[[M], Any]] = None,
                       fingerprint: Optional[Callable[[M], str]] = None,
                       subject: Optional[Callable[[M], str]] = None,
                       release_on: ReleaseOn = (Exception,),
-                      concurrency: int = 8) -> List[MessageOutcome[M]]:
+                      concurrency: int = 8,
+                      with_claim: bool = False) -> List[MessageOutcome[M]]:
         """As :meth:`idemd.Client.consume`; HANDLER may be async, and up to
-        CONCURRENCY handlers run at once. Cancellation releases every claim
+        CONCURRENCY handlers run at once; ``with_claim`` as there.
+        Cancellation releases every claim
         whose handler has not finished."""
         if not messages:
             return []
@@ -277,7 +334,7 @@ class AsyncClient:
             attempt = res.attempt or 0
             async with sem:
                 try:
-                    value = handler(m)
+                    value = handler(m, res) if with_claim else handler(m)
                     if inspect.isawaitable(value):
                         value = await value
                 except BaseException as exc:

@@ -7,7 +7,7 @@ import socket
 import ssl
 import time
 from types import TracebackType
-from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence,
                     Tuple, Type, TypeVar, Union)
 
 from . import _core
@@ -17,8 +17,9 @@ from ._helpers import (ClaimState, M, MessageOutcome, ReleaseOn, as_outcome,
                        failure_outcome, releases)
 from .errors import IdemdError, TransportError
 from .types import (BatchClaimResult, BatchCompleteItem, BatchCompleteResult,
-                    Claimed, CompleteResult, Health, IssuedToken, JSON,
-                    KeyRecord, Operation, Outcome, ReleaseResult,
+                    CheckpointResult, Claimed, CompleteResult, ExtendResult,
+                    Health, IssuedToken, JSON, KeyRecord, Operation, Outcome,
+                    Record, RecordEvent, RecordPage, RecordRow, ReleaseResult,
                     StoredResponse, TokenInfo, Version)
 
 T = TypeVar("T")
@@ -127,6 +128,18 @@ class Client:
     def release_token(self, token: str, attempt: int) -> ReleaseResult:
         return self._send(_core.release_token(token, attempt))
 
+    def extend_token(self, token: str, attempt: int, *,
+                     lease_seconds: Optional[int] = None) -> ExtendResult:
+        """A new lease for the current ATTEMPT (at most, and by default, the
+        operation's ``lease_seconds``); stale attempt → LeaseLostError."""
+        return self._send(_core.extend_token(token, attempt, lease_seconds))
+
+    def checkpoint_token(self, token: str, attempt: int, phase: str,
+                         data: JSON = UNSET) -> CheckpointResult:
+        """Leaves a recovery point (PHASE ``[a-z0-9._-]{1,64}``, DATA any
+        JSON up to 64 KiB) that the next attempt gets in its claim."""
+        return self._send(_core.checkpoint_token(token, attempt, phase, data))
+
     # ------------------------------------------------------------ caller keys
 
     def claim_key(self, operation: str, key: str, *, request: JSON = UNSET,
@@ -157,6 +170,47 @@ class Client:
                        items: Sequence[_core.BatchCompleteInput]) -> List[BatchCompleteResult]:
         """Completes 1..500 claimed keys in one call."""
         return self._send(_core.complete_batch(operation, items))
+
+    def extend_key(self, operation: str, key: str, attempt: int, *,
+                   lease_seconds: Optional[int] = None) -> ExtendResult:
+        """As :meth:`extend_token`, for a caller key."""
+        return self._send(_core.extend_key(operation, key, attempt, lease_seconds))
+
+    def checkpoint_key(self, operation: str, key: str, attempt: int, phase: str,
+                       data: JSON = UNSET) -> CheckpointResult:
+        """As :meth:`checkpoint_token`, for a caller key."""
+        return self._send(_core.checkpoint_key(operation, key, attempt, phase, data))
+
+    # ------------------------------------------------------------ records
+
+    def get_record(self, record_id: str) -> Record:
+        """A record by its 32-hex id (a claim's ``id``, a token's ``id``, the
+        ``Idempotency-Key`` a gateway forwarded); unknown → RecordNotFoundError."""
+        return self._send(_core.get_record(record_id))
+
+    def record_events(self, record_id: str) -> List[RecordEvent]:
+        """The record's audit trail, oldest first."""
+        return self._send(_core.record_events(record_id))
+
+    def list_records(self, *, operation: Optional[str] = None, state: Optional[str] = None,
+                     subject: Optional[str] = None, older_than: Optional[int] = None,
+                     limit: Optional[int] = None, cursor: Optional[str] = None) -> RecordPage:
+        """One page of records, newest claim first; pass the page's
+        ``next_cursor`` as ``cursor`` for the next (None: last page)."""
+        return self._send(_core.list_records(operation, state, subject, older_than, limit, cursor))
+
+    def iter_records(self, *, operation: Optional[str] = None, state: Optional[str] = None,
+                     subject: Optional[str] = None, older_than: Optional[int] = None,
+                     page_size: Optional[int] = None) -> Iterator[RecordRow]:
+        """Every record matching the filters, following the cursor page by page."""
+        cursor: Optional[str] = None
+        while True:
+            page = self.list_records(operation=operation, state=state, subject=subject,
+                                     older_than=older_than, limit=page_size, cursor=cursor)
+            yield from page["records"]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return
 
     # ------------------------------------------------------------ versions, operations, health
 
@@ -234,10 +288,11 @@ class Client:
         return c.result["response"]  # type: ignore[no-any-return]
 
     def consume(self, operation: str, messages: Sequence[M], key: Callable[[M], str],
-                handler: Callable[[M], Any], *, request: Optional[Callable[[M], Any]] = None,
+                handler: Callable[..., Any], *, request: Optional[Callable[[M], Any]] = None,
                 fingerprint: Optional[Callable[[M], str]] = None,
                 subject: Optional[Callable[[M], str]] = None,
-                release_on: ReleaseOn = (Exception,)) -> List[MessageOutcome[M]]:
+                release_on: ReleaseOn = (Exception,),
+                with_claim: bool = False) -> List[MessageOutcome[M]]:
         """Processes a batch of at-least-once messages exactly once each.
 
         Claims every message's key (``key(message)``) in one batch call,
@@ -246,6 +301,12 @@ class Client:
         raised an instance of ``release_on`` (others store a 500 as final).
         Returns one :class:`MessageOutcome` per message, in order; a message
         whose key repeats within the batch shares the first one's outcome.
+
+        With ``with_claim=True`` the handler is called as
+        ``handler(message, claim)``: ``claim`` is the message's
+        :class:`BatchClaimResult` (``id``, the record's id, to forward as the
+        downstream idempotency key; ``attempt`` for extend and checkpoint;
+        ``checkpoint`` left by an earlier attempt).
         """
         if not messages:
             return []
@@ -267,7 +328,7 @@ class Client:
                 m = messages[i]
                 attempt = res.attempt or 0
                 try:
-                    value = handler(m)
+                    value = handler(m, res) if with_claim else handler(m)
                 except BaseException as exc:
                     if releases(exc, release_on):
                         done[i] = MessageOutcome(m, res.key, "failed", error=exc, retry=True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional, TypedDict
+from typing import Any, Dict, List, Mapping, Optional, TypedDict
 
 JSON = Any
 """Any JSON value (what ``json.loads`` returns)."""
@@ -104,6 +104,82 @@ class Operation(_OperationBase, total=False):
     version_key: str
 
 
+class Checkpoint(TypedDict):
+    """The latest recovery point of a record: ``phase``, ``data`` (JSON or
+    None) and the ``attempt`` that left it."""
+    phase: str
+    data: JSON
+    attempt: int
+
+
+class ExtendResult(TypedDict, total=False):
+    """The answer to extend: the new ``lease_expires_at`` (and the state)."""
+    state: str
+    attempt: int
+    lease_expires_at: str
+
+
+class CheckpointResult(TypedDict):
+    state: str
+    checkpoint: Checkpoint
+
+
+class _RecordBase(TypedDict):
+    id: str
+    operation: str
+    state: str
+    expires_at: str
+    attempt: int
+
+
+class Record(_RecordBase, total=False):
+    """``GET /v1/records/{id}``: as introspection plus ``operation``;
+    ``state`` may be ``lease_expired``; ``replays`` counts the duplicates
+    that got the stored response (it may lag by up to 10 s)."""
+    subject: str
+    key: str
+    lease_expires_at: str
+    response: StoredResponse
+    checkpoint: Checkpoint
+    replays: int
+
+
+class _RecordRowBase(TypedDict):
+    id: str
+    operation: str
+    state: str
+    attempt: int
+    claimed_at: str
+    expires_at: str
+
+
+class RecordRow(_RecordRowBase, total=False):
+    """One row of ``GET /v1/records`` (no stored response)."""
+    subject: str
+    lease_expires_at: str
+
+
+class RecordPage(TypedDict):
+    """One page of ``GET /v1/records``: ``next_cursor`` None on the last."""
+    records: List[RecordRow]
+    next_cursor: Optional[str]
+
+
+class _RecordEventBase(TypedDict):
+    at: str
+    event: str
+    by: str
+
+
+class RecordEvent(_RecordEventBase, total=False):
+    """One audit event: ``claimed``, ``taken_over``, ``extended``,
+    ``checkpoint`` (with ``phase``), ``completed`` (with ``status``),
+    ``released``, ``revoked``, ``expired``."""
+    attempt: int
+    status: int
+    phase: str
+
+
 class Health(TypedDict, total=False):
     status: str
     reason: str
@@ -158,7 +234,9 @@ class BatchClaimItem:
 class BatchClaimResult:
     """One item of a batch claim's answer: ``status`` and ``code`` are what
     a single claim of that key would have answered (201 new, 200 replay with
-    ``response``, 409 ``request_in_progress``, 422, ...)."""
+    ``response``, 409 ``request_in_progress``, 422, ...). ``id`` is the
+    record's 32-hex id; a takeover (201 with ``attempt`` > 1) carries the
+    last ``checkpoint`` left by an earlier attempt."""
     key: str
     status: int
     code: Optional[str] = None
@@ -166,6 +244,7 @@ class BatchClaimResult:
     attempt: Optional[int] = None
     lease_expires_at: Optional[str] = None
     response: Optional[StoredResponse] = None
+    checkpoint: Optional[Checkpoint] = None
     raw: Dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -181,7 +260,8 @@ class BatchClaimResult:
         return cls(key=str(obj.get("key")), status=int(obj.get("status", 0)),
                    code=obj.get("code"), id=obj.get("id"), attempt=obj.get("attempt"),
                    lease_expires_at=obj.get("lease_expires_at"),
-                   response=obj.get("response"), raw=dict(obj))
+                   response=obj.get("response"), checkpoint=obj.get("checkpoint"),
+                   raw=dict(obj))
 
 
 @dataclass
