@@ -6,6 +6,10 @@
       one keep-alive connection) and write "token id" lines to OUT
   benchlib.py pick TOKENS_FILE... --ids IDS_FILE --out OUT [--max N]
       keep the tokens whose id is listed in IDS_FILE (one hex id a line)
+  benchlib.py seed-keys PORT PATH PREFIX N
+      send POST PATH once for each key PREFIX-1 .. PREFIX-N (Idempotency-Key
+      header, the body of keyed_first.lua), one keep-alive connection; every
+      answer must be a 2xx (the replay sets of keyed_replay.lua)
   benchlib.py free-ports N
       print N free TCP ports on 127.0.0.1
   benchlib.py rate RESULTS SCENARIO
@@ -82,6 +86,19 @@ def cmd_pick(args):
                             print(n)
                             return
     print(n)
+
+
+def cmd_seed_keys(port, path, prefix, n):
+    conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=30)
+    body = '{"sku":"A-1","qty":2}'
+    for i in range(1, int(n) + 1):
+        conn.request("POST", path, body, {"Content-Type": "application/json",
+                                          "Idempotency-Key": "%s-%d" % (prefix, i)})
+        r = conn.getresponse()
+        data = r.read()
+        if not 200 <= r.status < 300:
+            sys.exit("benchlib: seeding %s answered %d: %s" % (path, r.status, data[:300]))
+    conn.close()
 
 
 def cmd_free_ports(n):
@@ -214,10 +231,17 @@ def cmd_report(path, out, scale=False):
     w = lines.append
     w("# idemd benchmark results")
     w("")
-    w("Written by `bench/run.sh%s` on %s. Every figure is the median of %s runs "
-      "(wrk -t2, %s s each, all on 127.0.0.1, load generator on the same machine)."
-      % (" --scale" if scale else "", info.get("date", "?"), info.get("runs", "?"),
-         info.get("duration", "?")))
+    waiters_only = info.get("mode") == "waiters-only"
+    if waiters_only:
+        w("Written by `bench/run.sh --waiters-only` on %s: the waiter bench alone, %s "
+          "rounds, each on one idemd and across two (load generator `waiters_load.c` on the same "
+          "machine, all on 127.0.0.1)." % (info.get("date", "?"),
+                                             len(rep.of("waiters_1"))))
+    else:
+        w("Written by `bench/run.sh%s` on %s. Every figure is the median of %s runs "
+          "(wrk -t2, %s s each, all on 127.0.0.1, load generator on the same machine)."
+          % (" --scale" if scale else "", info.get("date", "?"), info.get("runs", "?"),
+             info.get("duration", "?")))
     w("")
     w("| | |")
     w("|---|---|")
@@ -227,7 +251,8 @@ def cmd_report(path, out, scale=False):
                      ("libmicrohttpd", "libmicrohttpd"), ("libpq", "libpq"),
                      ("libsodium", "libsodium"), ("jansson", "jansson"), ("wrk", "wrk"),
                      ("pgbench", "pgbench"), ("idemd_threads", "idemd threads / pool_size"),
-                     ("gateway", "gateway")):
+                     ("gateway", "gateway"), ("peer", "peer"), ("redis", "Redis"),
+                     ("waiters", "waiter bench")):
         if k in info:
             w("| %s | %s |" % (label, info[k]))
     w("")
@@ -248,12 +273,17 @@ def cmd_report(path, out, scale=False):
                   if base_by_round.get(r["round"])]
         return median(ratios)
 
-    def ratio_row(label, scen, base, base_label, target, base_scen):
+    def ratio_row(label, scen, base, base_label, target, base_scen, source=""):
+        """TARGET None: the ratio is shown, no target applies."""
         v = rep.rate(scen) if rep.have(scen) else None
         ratio = paired(scen, base_scen) if v is not None else None
+        if target is None:
+            rows.append((label, fmt_rate(v), "%s %s" % (base_label, fmt_rate(base)),
+                         fmt_ratio(ratio), "—", ""))
+            return
         ok = None if ratio is None else ratio >= target
         rows.append((label, fmt_rate(v), "%s %s" % (base_label, fmt_rate(base)),
-                     fmt_ratio(ratio), "≥ %.2f×" % target, verdict(ok)))
+                     fmt_ratio(ratio), "≥ %.2f×%s" % (target, source), verdict(ok)))
 
     ratio_row("issue (req/s)", "issue", a_issue, "A", 0.85, "baseline_a_issue")
     ratio_row("replay (req/s)", "replay", a_replay, "A (replay load)", 0.80,
@@ -264,8 +294,8 @@ def cmd_report(path, out, scale=False):
     else:
         rows.append(("gateway replay (req/s)", info.get("gateway_note", "not yet available"),
                      "", "", "≥ 0.80×", "not measured"))
-    ratio_row("direct first submit, 16 connections (ops/s)", "first_submit", b, "B", 0.40,
-              "baseline_b")
+    ratio_row("direct first submit, 16 connections (ops/s)", "first_submit", b, "B", 0.60,
+              "baseline_b", " (issue 18)")
     if rep.have("first_submit_c64"):
         ratio_row("direct first submit, 64 connections (ops/s)", "first_submit_c64", b, "B",
                   0.40, "baseline_b")
@@ -279,16 +309,73 @@ def cmd_report(path, out, scale=False):
         rows.append(("gateway first submit (ops/s)",
                      info.get("gateway_note", "not yet available"), "", "", "≥ 0.30×",
                      "not measured"))
+    if rep.have("gw_ietf_first"):
+        ratio_row("IETF-key gateway first submit, 16 connections (ops/s)", "gw_ietf_first",
+                  b, "B", None, "baseline_b")
+    if rep.have("gw_ietf_first_c64"):
+        ratio_row("IETF-key gateway first submit, 64 connections (ops/s)",
+                  "gw_ietf_first_c64", b, "B", None, "baseline_b")
+    # against the Node + node-idempotency + Redis peer, measured in the same rounds
+    if rep.have("peer_first"):
+        pf, pf64 = rep.rate("peer_first"), rep.rate("peer_first_c64")
+        for scen, label in (("gw_first", "token"), ("gw_ietf_first", "IETF-key")):
+            ratio_row("%s gateway first submit, 16 connections, against the peer (ops/s)" % label,
+                      scen, pf, "peer", 1.0, "peer_first", " (issue 18)")
+            ratio_row("%s gateway first submit, 64 connections, against the peer (ops/s)" % label,
+                      scen + "_c64", pf64, "peer", 1.5, "peer_first_c64", " (issue 18)")
+        ratio_row("IETF-key gateway first submit against the token route, 16 connections",
+                  "gw_ietf_first", rep.rate("gw_first"), "token route", 1.0, "gw_first",
+                  " (issue 12)")
+        ratio_row("IETF-key gateway replay against the peer's replay (req/s)", "gw_ietf_replay",
+                  rep.rate("peer_replay"), "peer", 3.0, "peer_replay", " (issue 12)")
+    if rep.have("key_batch"):
+        ratio_row("batch claims of 100 caller keys against single claims (keys/s)",
+                  "key_batch", rep.rate("key_claim"), "single", 5.0, "key_claim", " (issue 12)")
+        ratio_row("batch claims of 100 caller keys against B (keys/s : rows/s)", "key_batch",
+                  b, "B", 1.5, "baseline_b", " (issue 12)")
 
-    def p99_row(label, scen, limit_ms):
+    def p99_row(label, scen, limit_ms, source=""):
         v = rep.lat(scen, "p99_us") if rep.have(scen) else None
         ok = None if v is None else v < limit_ms
         rows.append((label, fmt_ms(v), "A %s" % fmt_ms(rep.lat("baseline_a_issue", "p99_us")),
-                     "", "< %g ms" % limit_ms, verdict(ok)))
+                     "", "< %g ms%s" % (limit_ms, source), verdict(ok)))
 
     p99_row("issue p99 at 16 connections (ms)", "issue", 2)
     p99_row("replay p99 at 16 connections (ms)", "replay", 2)
-    p99_row("claim p99 at 16 connections (ms)", "claim", 5)
+    p99_row("claim p99 at 16 connections (ms)", "claim", 10, " (issue 18)")
+
+    for scen, label, p99_limit in (("waiters_1", "one instance", 100),
+                                   ("waiters_2", "two instances, completed on one", 250)):
+        wr = rep.of(scen)
+        if not wr:
+            continue
+        n = sum(int(r.get("n", 0)) for r in wr)
+        got = sum(int(r.get("replayed", 0)) for r in wr)
+        what = "{:,} waiters, {}".format(int(wr[0].get("n", 0)), label)
+        # the targets are for 10,000 (BENCH_WAITERS makes smaller checks)
+        full = int(wr[0].get("n", 0)) >= 10000
+
+        def wverdict(ok):
+            return verdict(ok) if full else "no verdict (fewer than 10,000)"
+        rows.append(("%s: answered with the replay (%d rounds)" % (what, len(wr)),
+                     "%d of %d (early %d, other status %d, unanswered %d)" % (
+                         got, n, sum(int(r.get("answered_early", 0)) for r in wr),
+                         sum(int(r.get("other_status", 0)) for r in wr),
+                         sum(int(r.get("unanswered", 0)) for r in wr)),
+                     "", "", "every waiter (issue 13)", wverdict(got == n)))
+        p99 = median([r.get("p99_us", 0) / 1000.0 for r in wr])
+        rows.append(("%s: p99 wake-up after the completion's 200 (ms)" % what,
+                     "%s (p50 %s; rounds: %s)" % (
+                         fmt_ms(p99), fmt_ms(median([r.get("p50_us", 0) / 1000.0 for r in wr])),
+                         ", ".join(fmt_ms(r.get("p99_us", 0) / 1000.0) for r in wr)),
+                     "", "", "< %d ms (issue 13)" % p99_limit, wverdict(p99 < p99_limit)))
+        keys = sorted(k for k in wr[0] if k.startswith("rss") and k.endswith("_kb"))
+        rss = [median([r.get(k, 0) / 1024.0 for r in wr]) for k in keys]
+        if rss:
+            rows.append(("%s: idemd RSS with them open (MiB)" % what,
+                         " + ".join("%.1f" % x for x in rss), "", "",
+                         "< 96 MiB (issue 13)" if len(rss) == 1 else "— (each instance)",
+                         wverdict(max(rss) < 96) if len(rss) == 1 else ""))
 
     c2k = rep.of("c2000")
     if c2k:
@@ -322,6 +409,8 @@ def cmd_report(path, out, scale=False):
                      " → ".join("%.1f" % v for v in rest) + " (%+.1f)" % growth, "", "",
                      "no growth (≤ 1 MiB) beyond the bounded cache", verdict(growth <= 1.0)))
 
+    if waiters_only:
+        rows = [r for r in rows if " waiters, " in r[0]]
     w("## Targets")
     w("")
     w("| figure | idemd | baseline | ratio | target | |")
@@ -370,6 +459,15 @@ def cmd_report(path, out, scale=False):
         ("gw_first", "idemd gateway first submit, 16 connections", "ops/s"),
         ("gw_first_c64", "idemd gateway first submit, 64 connections", "ops/s"),
         ("gw_replay", "idemd gateway replay", "req/s"),
+        ("gw_ietf_first", "idemd IETF-key gateway first submit, 16 connections", "ops/s"),
+        ("gw_ietf_first_c64", "idemd IETF-key gateway first submit, 64 connections", "ops/s"),
+        ("gw_ietf_replay", "idemd IETF-key gateway replay", "req/s"),
+        ("peer_first", "peer: Node + node-idempotency + Redis, first submit, 16 connections",
+         "ops/s"),
+        ("peer_first_c64", "peer: first submit, 64 connections", "ops/s"),
+        ("peer_replay", "peer: replay", "req/s"),
+        ("key_claim", "idemd claim of a fresh caller key, one per request", "keys/s"),
+        ("key_batch", "idemd batch claim of 100 fresh caller keys", "keys/s"),
         ("c2000", "idemd GET /healthz, 2,000 connections", "req/s"),
         ("baseline_a_c2000", "baseline A: GET, 2,000 connections", "req/s"),
         ("db_first_submit", "diagnostic: idemd_claim + idemd_complete by pgbench, no idemd",
@@ -397,7 +495,7 @@ def cmd_report(path, out, scale=False):
             fmt_ms(rep.lat(scen, "p90_us")), fmt_ms(rep.lat(scen, "p99_us")),
             fmt_ms(rep.lat(scen, "max_us")), errs,
             " (tokens ran out in %d runs)" % ex if ex else "",
-            wal_per_op(scen) if not scen.startswith("baseline_a") else "—",
+            wal_per_op(scen) if not scen.startswith(("baseline_a", "peer")) else "—",
             ", ".join(fmt_rate(x) for x in rep.values(scen, rate_of))))
     w("")
     w("Latency is per HTTP request as wrk measures it (for the direct first submit: "
@@ -430,6 +528,31 @@ def cmd_report(path, out, scale=False):
         w("")
         for d in derived:
             w("- " + d)
+        w("")
+
+    wruns = rep.of("waiters_1") + rep.of("waiters_2")
+    if wruns:
+        w("## Waiters")
+        w("")
+        w("| run | waiters | replayed | early | other status | unanswered | wake-up min / p50 / "
+          "p90 / p99 / max ms | completion's own answer ms | connecting ms | load generator "
+          "CPU while answers came ms | database jobs (batches) |")
+        w("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
+        for r in wruns:
+            w("| %s, %s | %d | %d | %d | %d | %d | %s | %s | %d | %s | %d (%d) |" % (
+                "one instance" if r["scenario"] == "waiters_1" else "two instances", r["round"],
+                int(r.get("n", 0)), int(r.get("replayed", 0)), int(r.get("answered_early", 0)),
+                int(r.get("other_status", 0)), int(r.get("unanswered", 0)),
+                " / ".join(fmt_ms(r.get(k, 0) / 1000.0)
+                           for k in ("min_us", "p50_us", "p90_us", "p99_us", "max_us")),
+                fmt_ms(r.get("complete_us", 0) / 1000.0), int(r.get("connect_ms", 0)),
+                fmt_ms(r.get("loader_cpu_us", 0) / 1000.0), int(r.get("db_jobs", 0)),
+                int(r.get("db_batches", 0))))
+        w("")
+        w("Wake-up: from reading the completion's 200 to reading each waiter's answer. "
+          "Database jobs: claims and completes idemd sent to PostgreSQL during the run, "
+          "all instances (the waiters' first claims, the holder's claim and completion, "
+          "and what waking them cost).")
         w("")
 
     rss = rep.of("rss")
@@ -502,6 +625,8 @@ def main(argv):
         cmd_tokens(*args)
     elif cmd == "pick":
         cmd_pick(args)
+    elif cmd == "seed-keys" and len(args) == 4:
+        cmd_seed_keys(*args)
     elif cmd == "free-ports" and len(args) == 1:
         cmd_free_ports(args[0])
     elif cmd == "rate" and len(args) == 2:

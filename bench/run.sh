@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The idemd benchmark: one command, run from the repository root or anywhere.
 #
-#   bash bench/run.sh [--scale] [--profile] [--duration S] [--runs N] [--keep]
+#   bash bench/run.sh [--scale] [--profile] [--waiters | --waiters-only]
+#                     [--duration S] [--runs N] [--keep]
 #
 # Builds a release idemd (build-bench/) and the trivial libmicrohttpd
 # baseline, starts a private PostgreSQL 15 cluster in a temporary folder
@@ -14,7 +15,16 @@
 #   idemd       issue; direct first submit (claim + complete of a fresh
 #               token = one operation) at 16 and at 64 connections; claim
 #               alone; replay; gateway first submit (16 and 64 connections)
-#               and gateway replay (when the source has a gateway)
+#               and gateway replay (when the source has a gateway); the same
+#               gateway with caller keys (route key "header:Idempotency-Key",
+#               the IETF draft): first submit at 16 and 64 connections and
+#               replay; claims of fresh caller keys, one per request and 100
+#               per batch (POST /v1/operations/{op}/claims)
+#   peer        Node + @node-idempotency/core + its Redis storage adapter in
+#               front of a create-order handler (bench/peer/), Redis from
+#               Debian with its default persistence (no AOF, so no fsync per
+#               write; RDB snapshots): first submit at 16 and 64 connections
+#               and replay, under the same wrk scripts as the IETF-key route
 #   memory      2,000 keep-alive connections open; RSS after every round
 # Writes bench/results/latest.md (raw outputs in bench/results/raw/).
 #
@@ -26,9 +36,16 @@
 #   --profile  afterwards: perf profiles of the direct first submit (idemd
 #              alone with call graphs, and the whole machine by process)
 #              into bench/results/raw/perf.*.txt
+#   --waiters  afterwards: the waiter bench (bench/waiters.sh): 10,000
+#              duplicates waiting (Prefer: wait) on one in-progress record,
+#              one completion, the wake-up of each; on one idemd and across
+#              two (results in latest.md with the rest)
+#   --waiters-only  the waiter bench alone (writes results/waiters.md)
 #   --keep     keep the temporary folder (cluster, logs, token files)
 # Environment: BENCH_THREADS / BENCH_POOL_SIZE set idemd's threads /
 # pool_size (default: idemd's own defaults; the baseline follows them).
+# BENCH_WAITERS (default 10000) / BENCH_WAITER_ROUNDS (default 3) size the
+# waiter bench (below 10,000 its targets get no verdict).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -37,15 +54,17 @@ RAW=$BENCH/results/raw
 BUILD=$ROOT/build-bench
 PGBIN=/usr/lib/postgresql/15/bin
 
-SCALE=0 PROFILE=0 KEEP=0 DUR=10 RUNS=3
+SCALE=0 PROFILE=0 KEEP=0 DUR=10 RUNS=3 WAITERS=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --scale) SCALE=1 ;;
     --profile) PROFILE=1 ;;
     --keep) KEEP=1 ;;
+    --waiters) WAITERS=1 ;;
+    --waiters-only) WAITERS=2 ;;
     --duration) DUR=$2; shift ;;
     --runs) RUNS=$2; shift ;;
-    -h|--help) sed -n '2,30s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,48s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -61,7 +80,7 @@ LOAD0=$(cut -d' ' -f1 /proc/loadavg)
 # ------------------------------------------------------------------ packages
 say "checking packages"
 bash deploy/deps.sh
-extra=(wrk iproute2 procps curl)
+extra=(wrk iproute2 procps curl redis-server nodejs)
 [ "$PROFILE" = 1 ] && extra+=(linux-perf)
 missing=()
 for p in "${extra[@]}"; do
@@ -73,8 +92,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 fi
+if ! command -v npm >/dev/null; then   # Debian's nodejs ships npm apart
+  [ "$(id -u)" -eq 0 ] || die "missing npm (run as root: apt-get install npm)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends npm
+fi
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 [ "$(ulimit -n)" -ge 4200 ] || die "open-file limit $(ulimit -n) is too low for 2,000 connections"
+[ "$WAITERS" = 0 ] || [ "$(ulimit -n)" -ge 11000 ] \
+  || die "open-file limit $(ulimit -n) is too low for the waiter bench's 10,000 connections"
 
 # --------------------------------------------------------------------- build
 say "building a release idemd and the baseline"
@@ -84,14 +109,25 @@ rm -f "$BUILD.cmake.log"
 cmake --build "$BUILD" -j2 --target idemd >/dev/null
 cc -std=c11 -O2 -D_GNU_SOURCE -Wall -Wextra -o "$BUILD/baseline_mhd" "$BENCH/baseline_mhd.c" \
   $(pkg-config --cflags --libs libmicrohttpd) -lpthread
+cc -std=c11 -O2 -D_GNU_SOURCE -Wall -Wextra -o "$BUILD/waiters_load" "$BENCH/waiters_load.c"
 IDEMD_BIN=$BUILD/idemd
+# the peer's packages, pinned by bench/peer/package-lock.json, installed
+# into build-bench/peer/ (npm ci again only when the lock changed)
+PEER_DIR=$BUILD/peer
+mkdir -p "$PEER_DIR"
+if ! cmp -s "$BENCH/peer/package-lock.json" "$PEER_DIR/package-lock.json" \
+   || [ ! -d "$PEER_DIR/node_modules" ]; then
+  cp "$BENCH/peer/package.json" "$BENCH/peer/package-lock.json" "$PEER_DIR/"
+  (cd "$PEER_DIR" && npm ci --omit=dev --no-audit --no-fund >"$PEER_DIR/npm.log" 2>&1) \
+    || { cat "$PEER_DIR/npm.log" >&2; die "npm ci of the peer failed"; }
+fi
 
 # ----------------------------------------------------------------- processes
 WORK=$(mktemp -d /tmp/idemd-bench.XXXXXX)
 chmod 711 "$WORK"            # PostgreSQL may run as another user (idemd-pg)
 PGDIR=$WORK/pg
 CONF=$WORK/idemd.json
-IDEMD_PID= BASE_PID= UP_PID=
+IDEMD_PID= BASE_PID= UP_PID= PEER_PID= REDIS_PID= IDEMD2_PID=
 mkdir -p "$RAW"
 rm -f "$RAW"/*.txt "$RAW"/*.data "$RAW"/*.old 2>/dev/null || true
 RESULTS=$RAW/results.txt
@@ -115,6 +151,7 @@ stop_pid() {  # stop_pid PID: TERM, wait up to 10 s, then KILL
 cleanup() {
   trap - EXIT INT TERM
   stop_pid "$IDEMD_PID"; stop_pid "$BASE_PID"; stop_pid "$UP_PID"
+  stop_pid "$IDEMD2_PID"; stop_pid "$PEER_PID"; stop_pid "$REDIS_PID"
   if [ -d "$PGDIR" ]; then pg stop "$PGDIR" >/dev/null 2>&1 || true; fi
   if [ "$KEEP" = 1 ]; then
     echo "run.sh: kept $WORK" >&2
@@ -126,9 +163,10 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-read -r PORT BPORT UPORT < <(python3 "$BENCH/benchlib.py" free-ports 3)
+read -r PORT BPORT UPORT PEER_PORT REDIS_PORT PORT2 < <(python3 "$BENCH/benchlib.py" free-ports 6)
 URL=http://127.0.0.1:$PORT
 BURL=http://127.0.0.1:$BPORT
+PEER_URL=http://127.0.0.1:$PEER_PORT
 
 say "starting PostgreSQL (private cluster, defaults, synchronous_commit on)"
 pg init "$PGDIR"
@@ -157,7 +195,11 @@ if pool:
 if routes == "1":
     cfg["routes"] = [{"method": "POST", "path": "/bench/orders", "tenant": "bench",
                       "operation": "gw.order.create", "upstream": upstream,
-                      "store_headers": ["location"]}]
+                      "store_headers": ["location"]},
+                     # the IETF draft: the caller's own Idempotency-Key
+                     {"method": "POST", "path": "/bench/ietf-orders", "tenant": "bench",
+                      "operation": "gw.ietf.create", "upstream": upstream,
+                      "store_headers": ["location"], "key": "header:Idempotency-Key"}]
 with open(path, "w") as f:
     json.dump(cfg, f, indent=2)
 EOF
@@ -186,7 +228,7 @@ API_KEY=$("$IDEMD_BIN" --config "$CONF" tenant create bench \
 export API_KEY
 printf '%s\n' "$API_KEY" >"$WORK/api_key"   # for poking at a --keep folder by hand
 start_idemd
-for op in order.create gw.order.create; do
+for op in order.create gw.order.create gw.ietf.create; do
   code=$(curl -s -o "$WORK/op.out" -w '%{http_code}' -X PUT "$URL/v1/operations/$op" \
     -H "Authorization: Bearer $API_KEY" -H 'Content-Type: application/json' \
     -d '{"token_ttl_seconds":3600,"retention_seconds":86400,"lease_seconds":60}')
@@ -224,6 +266,39 @@ if [ "$GATEWAY" = 1 ]; then
 fi
 sleep 0.3
 curl -fs "$BURL/" >/dev/null || die "baseline server did not start"
+
+# The peer: Redis as Debian ships it (its /etc/redis/redis.conf, so its
+# persistence defaults), on a private port and folder, and the Node server
+PEER=0 PEER_NOTE="not measured" REDIS_NOTE=
+if [ "$WAITERS" != 2 ]; then
+  mkdir -p "$WORK/redis"
+  rconf=()
+  [ -r /etc/redis/redis.conf ] && rconf=(/etc/redis/redis.conf)
+  redis-server "${rconf[@]}" --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK/redis" \
+    --daemonize no --supervised no --logfile "$WORK/redis/redis.log" \
+    --pidfile "$WORK/redis/redis.pid" &
+  REDIS_PID=$!
+  for _ in $(seq 50); do
+    redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  rcfg() { redis-cli -p "$REDIS_PORT" config get "$1" | sed -n 2p; }
+  REDIS_NOTE="redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') with ${rconf[*]:-built-in defaults}: appendonly $(rcfg appendonly) (so no fsync per write; appendfsync $(rcfg appendfsync) would apply only with it), RDB snapshots save \"$(rcfg save)\""
+  NODE_PATH=$PEER_DIR/node_modules node "$BENCH/peer/server.js" "$PEER_PORT" "$REDIS_PORT" \
+    2>>"$WORK/peer.log" &
+  PEER_PID=$!
+  for _ in $(seq 100); do
+    curl -fs "$PEER_URL/healthz" >/dev/null 2>&1 && { PEER=1; break; }
+    kill -0 "$PEER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ "$PEER" = 1 ]; then
+    PEER_NOTE="node $(node --version), @node-idempotency/core and storage-adapter-redis as pinned by bench/peer/package-lock.json, one process, POST /orders -> 201 {order_id,...}"
+  else
+    PEER_NOTE="not measured: the peer did not start ($(tail -n 3 "$WORK/peer.log" | tr '\n|' '  '))"
+    note "$PEER_NOTE"
+  fi
+fi
 
 # --------------------------------------------------------------- measuring
 PSOCK=$(pg socket "$PGDIR")
@@ -329,6 +404,8 @@ completed_ids() {  # completed_ids OP_ID FILE
   sql "SELECT encode(token_id, 'hex') FROM records WHERE tenant_id = $TENANT_ID AND operation_id = $1 AND state = 'completed'" >"$2"
 }
 
+# --waiters-only skips everything down to the waiter bench
+if [ "$WAITERS" != 2 ]; then
 say "warming up and sizing the token files"
 wrk_run issue warmup "$URL" issue.lua 3 16
 wrk_run baseline_a_issue warmup "$BURL" issue.lua 2 16
@@ -365,6 +442,15 @@ if [ "$GATEWAY" = 1 ]; then
     note "$GATEWAY_NOTE"
   fi
 fi
+if [ "$PEER" = 1 ]; then
+  wrk_run peer_first warmup "$PEER_URL" keyed_first.lua 3 16 /orders pw
+  python3 "$BENCH/benchlib.py" seed-keys "$PEER_PORT" /orders pr 2000
+fi
+if [ "$GATEWAY" = 1 ]; then
+  wrk_run gw_ietf_first warmup "$URL" keyed_first.lua 3 16 /bench/ietf-orders iw
+  python3 "$BENCH/benchlib.py" seed-keys "$PORT" /bench/ietf-orders ir 2000
+fi
+wrk_run key_batch warmup "$URL" key_claims.lua 3 16 batch kbw 100
 rss_sample warmup
 
 for r in $(seq "$RUNS"); do
@@ -387,12 +473,22 @@ for r in $(seq "$RUNS"); do
     f=$(gen_tokens gw.order.create "$(size_for "$GW_RATE")")
     wrk_run gw_first "r$r" "$URL" gateway_first.lua "$DUR" 16 "$f" 2
     GW_RATE=$(( $(last_rate) > GW_RATE ? $(last_rate) : GW_RATE ))
+    # the peer and the IETF-key route beside the token route, same load shape
+    [ "$PEER" = 1 ] && wrk_run peer_first "r$r" "$PEER_URL" keyed_first.lua "$DUR" 16 /orders "p$r"
+    wrk_run gw_ietf_first "r$r" "$URL" keyed_first.lua "$DUR" 16 /bench/ietf-orders "i$r"
     f=$(gen_tokens gw.order.create "$(size_for "$GW64_RATE")")
     wrk_run gw_first_c64 "r$r" "$URL" gateway_first.lua "$DUR" 64 "$f" 2
     GW64_RATE=$(( $(last_rate) > GW64_RATE ? $(last_rate) : GW64_RATE ))
+    [ "$PEER" = 1 ] && wrk_run peer_first_c64 "r$r" "$PEER_URL" keyed_first.lua "$DUR" 64 /orders "q$r"
+    wrk_run gw_ietf_first_c64 "r$r" "$URL" keyed_first.lua "$DUR" 64 /bench/ietf-orders "j$r"
     wrk_run baseline_a_gw_replay "r$r" "$BURL" gateway_replay.lua "$DUR" 16 "$GW_REPLAY" 2
     wrk_run gw_replay "r$r" "$URL" gateway_replay.lua "$DUR" 16 "$GW_REPLAY" 2
+    [ "$PEER" = 1 ] && wrk_run peer_replay "r$r" "$PEER_URL" keyed_replay.lua "$DUR" 16 /orders pr 2000
+    wrk_run gw_ietf_replay "r$r" "$URL" keyed_replay.lua "$DUR" 16 /bench/ietf-orders ir 2000
   fi
+  # caller keys on the direct API: one claim per request, then 100 per batch
+  wrk_run key_claim "r$r" "$URL" key_claims.lua "$DUR" 16 single "kc$r"
+  wrk_run key_batch "r$r" "$URL" key_claims.lua "$DUR" 16 batch "kb$r" 100
   if [ "$DIAG" = 1 ]; then
     pgbench_run db_first_submit "r$r" pgbench_db_first_submit.sql "$DIAG_DUR" optional
     pgbench_run db_replay "r$r" pgbench_db_replay.sql "$DIAG_DUR" optional
@@ -425,6 +521,14 @@ c2000_run c2000 "$URL" "$IDEMD_PID"
 c2000_run baseline_a_c2000 "$BURL" "$BASE_PID"
 sleep 1
 rss_sample after-c2000
+fi  # the part --waiters-only skips
+
+# ---------------------------------------------------------------- waiters
+if [ "$WAITERS" != 0 ]; then
+  # shellcheck source=bench/waiters.sh
+  . "$BENCH/waiters.sh"
+  waiters_bench
+fi
 
 # ---------------------------------------------------------------- profile
 if [ "$PROFILE" = 1 ]; then
@@ -526,12 +630,17 @@ say "writing the report"
   echo "idemd_threads=$THREADS threads, pool_size ${BENCH_POOL_SIZE:-default}; baseline A: $THREADS threads, 4096 connections, timeout 30 s"
   echo "gateway=$GATEWAY_NOTE"
   echo "gateway_note=$GATEWAY_NOTE"
+  echo "peer=$PEER_NOTE"
+  [ -n "$REDIS_NOTE" ] && echo "redis=$REDIS_NOTE"
+  [ -n "${WAITERS_NOTE:-}" ] && echo "waiters=$WAITERS_NOTE"
   [ "$SCALE" = 1 ] && printf 'scale_rows=%s\n' "$(printf "%'d" "$ROWS" 2>/dev/null || echo "$ROWS")"
   echo "runs=$RUNS"
+  [ "$WAITERS" = 2 ] && echo "mode=waiters-only"
   echo "duration=$DUR"
   echo "notes=idemd writes its access log (one JSON line per request) to a file, as in production | the first-submit scripts rely on idemd echoing X-Request-Id | total time of this run: $(( $(date +%s) - T0 )) s"
 } >"$INFO"
 OUT=$BENCH/results/latest.md
+[ "$WAITERS" = 2 ] && OUT=$BENCH/results/waiters.md
 python3 "$BENCH/benchlib.py" report "$RESULTS" "$OUT" >/dev/null
 if [ "$SCALE" = 1 ]; then
   OUT=$BENCH/results/scale.md
@@ -539,4 +648,4 @@ if [ "$SCALE" = 1 ]; then
 fi
 cat "$OUT"
 echo
-echo "run.sh: wrote bench/results/latest.md$([ "$SCALE" = 1 ] && echo ' and bench/results/scale.md') in $(( $(date +%s) - T0 )) s"
+echo "run.sh: wrote bench/results/$(basename "$OUT")$([ "$SCALE" = 1 ] && echo ' and bench/results/latest.md') in $(( $(date +%s) - T0 )) s"

@@ -11,8 +11,11 @@ pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libpq-dev
       postgresql-15 postgresql-client-15 python3 curl)
 test_pkgs=(clang clang-format libclang-rt-14-dev valgrind pgbouncer openssl
            python3-pytest mypy python3-venv python3-setuptools python3-wheel
-           rabbitmq-server python3-pika prometheus jq)
+           rabbitmq-server python3-pika prometheus jq
+           patroni python3-etcd etcd-server etcd-client haproxy)
 browser_pkgs=(chromium fonts-liberation)
+# the model-based test of the state machine (tests/integration/test_model.py)
+test_pkgs+=(python3-hypothesis)
 
 test=0 browser=1
 for arg in "$@"; do

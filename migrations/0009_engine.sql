@@ -388,11 +388,20 @@ BEGIN
                       p_retention)
                WITH ORDINALITY
                AS x(tenant, id, attempt, status, headers, body, is_json, retention, i)
+    ), locked AS (
+        -- every record of the batch, locked in record order (the order
+        -- claims lock in), whatever the plan of the UPDATE below: two
+        -- batches never wait on each other in a circle
+        SELECT rec.tenant_id, rec.token_id, rec.state, rec.attempt
+          FROM records rec
+         WHERE (rec.tenant_id, rec.token_id) IN (SELECT u.tenant, u.id FROM u)
+         ORDER BY rec.tenant_id, rec.token_id
+           FOR UPDATE
     ), pick AS (
         SELECT DISTINCT ON (u.tenant, u.id) u.*
-          FROM u JOIN records rec
-            ON rec.tenant_id = u.tenant AND rec.token_id = u.id
-           AND rec.state = 'in_progress' AND rec.attempt = u.attempt
+          FROM u JOIN locked l
+            ON l.tenant_id = u.tenant AND l.token_id = u.id
+           AND l.state = 'in_progress' AND l.attempt = u.attempt
          ORDER BY u.tenant, u.id, u.i
     ), upd AS (
         UPDATE records rec

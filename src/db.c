@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,36 @@ static struct {
 	int waiting;           /* threads in db_acquire waiting for a free connection */
 } db_pool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, NULL, 1,
 	      DB_STATEMENT_WAIT_MS_DEFAULT, 0 };
+
+/* how many pooled connections were dropped because their server went away
+ * or turned read-only: a sign that the primary may have moved */
+static atomic_uint db_drops;
+
+unsigned db_drop_count(void)
+{
+	return atomic_load(&db_drops);
+}
+
+int db_sqlstate_drops(const char *sqlstate)
+{
+	if (sqlstate == NULL || strlen(sqlstate) != 5)
+		return 0;
+	return strncmp(sqlstate, "08", 2) == 0 ||       /* connection exception */
+	       strcmp(sqlstate, "25006") == 0 ||        /* read_only_sql_transaction */
+	       strcmp(sqlstate, "57P01") == 0 ||        /* admin_shutdown */
+	       strcmp(sqlstate, "57P02") == 0 ||        /* crash_shutdown */
+	       strcmp(sqlstate, "57P03") == 0;          /* cannot_connect_now */
+}
+
+/* Marks C broken, so that it is closed and reconnected on a later acquire
+ * (where a multi-host database_url with target_session_attrs=read-write
+ * finds the current primary), and counts the drop. */
+static void db_drop(struct db_conn *c)
+{
+	if (!c->dc_broken)
+		atomic_fetch_add(&db_drops, 1);
+	c->dc_broken = 1;
+}
 
 void db_use_prepared(int on)
 {
@@ -185,7 +216,7 @@ struct db_conn *db_acquire(void)
 	 * here, before anything is sent, it is replaced at once instead of
 	 * failing its next statement */
 	if (!c->dc_broken && c->dc_pg != NULL && !db_alive(c->dc_pg)) {
-		c->dc_broken = 1;
+		db_drop(c);
 		c->dc_last_try = (struct timespec){ 0, 0 };
 	}
 	db_heal(c);
@@ -260,7 +291,7 @@ static PGresult *db_wait(struct db_conn *c, int sent, const char *name)
 	}
 broken:
 	PQclear(first);
-	c->dc_broken = 1;
+	db_drop(c);
 	return NULL;
 }
 
@@ -278,8 +309,10 @@ PGresult *db_exec(struct db_conn *c, const struct db_stmt *stmt, const char *con
 		ExecStatusType st = p ? PQresultStatus(p) : PGRES_FATAL_ERROR;
 		if (st != PGRES_COMMAND_OK) {
 			db_log_error("prepare", stmt->name, PQerrorMessage(c->dc_pg));
+			if (PQstatus(c->dc_pg) != CONNECTION_OK ||
+			    (p != NULL && db_sqlstate_drops(PQresultErrorField(p, PG_DIAG_SQLSTATE))))
+				db_drop(c);
 			PQclear(p);
-			c->dc_broken = PQstatus(c->dc_pg) != CONNECTION_OK;
 			return NULL;
 		}
 		PQclear(p);
@@ -290,30 +323,48 @@ PGresult *db_exec(struct db_conn *c, const struct db_stmt *stmt, const char *con
 	return db_check(c, stmt, db_wait(c, sent, stmt->name));
 }
 
-/* Passes a successful result through; logs, clears and returns NULL otherwise. */
+/* Passes a successful result through; logs, clears and returns NULL
+ * otherwise. A failure that says the server is going away, is read-only
+ * (a standby, or a primary being demoted) or lost the connection drops
+ * the connection: kept, it would fail every later statement too. The
+ * statement ran in its own implicit transaction, so nothing of it stays. */
 static PGresult *db_check(struct db_conn *c, const struct db_stmt *stmt, PGresult *r)
 {
 	ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
 	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
 		return r;
 	db_log_error("exec", stmt->name, PQerrorMessage(c->dc_pg));
+	if (c->dc_broken || PQstatus(c->dc_pg) != CONNECTION_OK ||
+	    (r != NULL && db_sqlstate_drops(PQresultErrorField(r, PG_DIAG_SQLSTATE)))) {
+		if (!c->dc_broken)
+			log_warn("db: dropping the connection (the server went away or is "
+				 "read-only); the next one goes to the current primary");
+		db_drop(c);
+	}
 	PQclear(r);
-	if (c->dc_broken || PQstatus(c->dc_pg) != CONNECTION_OK)
-		c->dc_broken = 1;
 	return NULL;
 }
 
 int db_ping(void)
 {
-	static const struct db_stmt ping = { 0, "ping", "SELECT 1", 0 };
+	/* writable, as target_session_attrs=read-write checks it: a standby
+	 * (or a session made read-only) cannot take a claim */
+	static const struct db_stmt ping = { 0, "ping",
+		"SELECT pg_catalog.current_setting('transaction_read_only') = 'off'", 0 };
 	struct db_conn *c = db_acquire();
+	int ok;
 
 	if (c == NULL)
 		return 0;
 	PGresult *r = db_exec(c, &ping, NULL, NULL, NULL);
+	ok = r != NULL && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
+	if (r != NULL && !ok) {
+		log_warn("db: the server is read-only (a standby?); dropping the connection");
+		db_drop(c);
+	}
 	db_release(c);
 	PQclear(r);
-	return r != NULL;
+	return ok;
 }
 
 void db_pool_usage(int *size, int *in_use, int *waiting)

@@ -54,7 +54,19 @@ PGresult *db_exec(struct db_conn *c, const struct db_stmt *stmt, const char *con
 /* The pool's size, connections handed out, threads waiting for one. */
 void db_pool_usage(int *size, int *in_use, int *waiting);
 
-/* 1 when a connection can run a trivial query now. */
+/* 1 when a connection can run a trivial query now on a writable server
+ * (a read-only one has its connection dropped). */
 int db_ping(void);
+
+/* 1 when a statement failing with SQLSTATE (may be NULL) means its
+ * connection is no good any more and must be dropped: class 08 (connection
+ * exception), 25006 (read-only: a standby or a demoted primary), 57P01,
+ * 57P02, 57P03 (the server is shutting down, crashed or starting). */
+int db_sqlstate_drops(const char *sqlstate);
+
+/* How many pooled connections were dropped so far because their server
+ * went away, stopped answering or turned read-only; a change tells other
+ * connections (the waiters' LISTEN) that the primary may have moved. */
+unsigned db_drop_count(void);
 
 #endif

@@ -19,12 +19,14 @@
 #include "batcher.h"
 #include "callerkey.h"
 #include "handlers.h"
+#include "log.h"
 #include "metrics.h"
 #include "opcache.h"
 #include "problem.h"
 #include "replaycache.h"
 #include "reqjson.h"
 #include "engine.h"
+#include "store.h"
 
 struct h_item {
 	const char *key;               /* borrowed from the body; NULL when unusable */
@@ -224,6 +226,23 @@ static void h_batch_run(struct h_batch *b, int claims, void (*answer)(struct req
 	batcher_submit(&b->hb_job);
 }
 
+/* A takeover resumes from the last recovery point: like a single claim's
+ * 201, a taken-over item carries the record's latest checkpoint (one read,
+ * only for items at attempt 2 or later). */
+static void h_item_checkpoint(json_t *o, const struct token *t)
+{
+	struct record_view rv;
+
+	if (store_record_get(t->tenant_id, t->id, &rv) < 0) {
+		log_warn("batch claim: the checkpoint of a taken-over record could not be read");
+		return;
+	}
+	json_t *cp = engine_checkpoint_json(&rv);
+	store_record_view_free(&rv);
+	if (cp != NULL)
+		json_object_set_new(o, "checkpoint", cp);
+}
+
 static json_t *h_item_json(const struct h_item *it, unsigned status, const char *code)
 {
 	json_t *o = json_pack("{s:o,s:i}", "key", it->sent ? json_string(it->sent) : json_null(),
@@ -271,6 +290,8 @@ static json_t *h_claim_item_answer(struct h_batch *b, struct h_item *it)
 		json_object_set_new(o, "id", h_item_id(it));
 		json_object_set_new(o, "attempt", json_integer(res->cr_attempt));
 		json_object_set_new(o, "lease_expires_at", reqjson_time(res->cr_lease_expires_at));
+		if (res->cr_attempt > 1)
+			h_item_checkpoint(o, &it->t);
 		break;
 	case CLAIM_REPLAY:
 		metrics_add(METRIC_REPLAYS, 1);

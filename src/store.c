@@ -133,11 +133,15 @@ static const struct db_stmt st_record_get = { ST_RECORD_GET, "record_get",
 	"operation_id, checkpoint_phase, checkpoint_data::text, checkpoint_attempt, replays "
 	"FROM records WHERE tenant_id = $1 AND token_id = $2", 2 };
 /* Replay counts gathered in memory (replaycount.c), added in one statement;
- * the elements come sorted by record, the order claim batches lock in. */
+ * the rows are locked in record order, the order claim batches lock in,
+ * whatever plan the UPDATE gets. */
 static const struct db_stmt st_replays_add = { ST_REPLAYS_ADD, "replays_add",
-	"UPDATE records r SET replays = r.replays + u.n "
-	"FROM unnest($1::int[], $2::bytea[], $3::bigint[]) AS u(t, id, n) "
-	"WHERE r.tenant_id = u.t AND r.token_id = u.id", 3 };
+	"WITH l AS (SELECT r.tenant_id, r.token_id, u.n FROM records r "
+	"JOIN unnest($1::int[], $2::bytea[], $3::bigint[]) AS u(t, id, n) "
+	"ON r.tenant_id = u.t AND r.token_id = u.id "
+	"ORDER BY r.tenant_id, r.token_id FOR UPDATE OF r) "
+	"UPDATE records r SET replays = r.replays + l.n FROM l "
+	"WHERE r.tenant_id = l.tenant_id AND r.token_id = l.token_id", 3 };
 /* Reads only the partial index records_in_progress_lease_idx (0010). */
 static const struct db_stmt st_records_stuck = { ST_RECORDS_STUCK, "records_stuck",
 	"SELECT tenant_id, operation_id, count(*) FROM records "

@@ -46,6 +46,7 @@ static struct {
 	PGconn *pg;                 /* the LISTEN connection (thread only) */
 	int64_t last_connect_ms;    /* thread only */
 	int64_t retry_after_ms;     /* thread only: no (re)connect before */
+	unsigned drops_seen;        /* thread only: db_drop_count() at connect */
 	int offline_only;           /* nothing to LISTEN to: re-checks only */
 } wt = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -92,6 +93,7 @@ static void waiters_connect(void)
 	    now < wt.retry_after_ms)
 		return;
 	wt.last_connect_ms = now;
+	wt.drops_seen = db_drop_count();
 	PGconn *pg = db_connect(wt.conninfo);
 	if (pg == NULL)
 		return;
@@ -148,6 +150,24 @@ static void waiters_notified(const char *payload)
 	pthread_mutex_unlock(&wt.lock);
 }
 
+/* Closes the LISTEN connection; waiters_connect() opens a new one. Thread only. */
+static void waiters_offline(const char *why)
+{
+	log_warn("waiters: %s; reconnecting", why);
+	PQfinish(wt.pg);
+	wt.pg = NULL;
+	/* notifications are lost until it is back: everyone looks again
+	 * soon, and again after each look (waiters_add), so none is
+	 * stranded until its holder's lease ends */
+	int64_t soon = waiters_now_ms() + WAITERS_OFFLINE_RECHECK_MS;
+	pthread_mutex_lock(&wt.lock);
+	wt.online = 0;
+	for (struct waiter *w = wt.head; w != NULL; w = w->w_next)
+		if (w->w_retry_ms > soon)
+			w->w_retry_ms = soon;
+	pthread_mutex_unlock(&wt.lock);
+}
+
 /* Waits up to WAITERS_TICK_MS for notifications and reads them. Thread only. */
 static void waiters_listen(void)
 {
@@ -156,21 +176,18 @@ static void waiters_listen(void)
 		nanosleep(&ts, NULL);
 		return;
 	}
+	/* the pool dropped a connection to a server that went away, froze or
+	 * turned read-only: the primary may have moved (a failover or a
+	 * switchover), and notifications are sent on the primary only, so
+	 * this connection follows it even when its own socket looks fine (a
+	 * frozen server keeps it open) */
+	if (db_drop_count() != wt.drops_seen) {
+		waiters_offline("the database connections were dropped (failover?)");
+		return;
+	}
 	struct pollfd p = { PQsocket(wt.pg), POLLIN, 0 };
 	if (poll(&p, 1, WAITERS_TICK_MS) > 0 && PQconsumeInput(wt.pg) == 0) {
-		log_warn("waiters: the LISTEN connection was lost; reconnecting");
-		PQfinish(wt.pg);
-		wt.pg = NULL;
-		/* notifications are lost until it is back: everyone looks again
-		 * soon, and again after each look (waiters_add), so none is
-		 * stranded until its holder's lease ends */
-		int64_t soon = waiters_now_ms() + WAITERS_OFFLINE_RECHECK_MS;
-		pthread_mutex_lock(&wt.lock);
-		wt.online = 0;
-		for (struct waiter *w = wt.head; w != NULL; w = w->w_next)
-			if (w->w_retry_ms > soon)
-				w->w_retry_ms = soon;
-		pthread_mutex_unlock(&wt.lock);
+		waiters_offline("the LISTEN connection was lost");
 		return;
 	}
 	PGnotify *n;

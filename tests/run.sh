@@ -131,6 +131,15 @@ else
   results+=("prometheus: FAILED"); problems+=("prometheus")
 fi
 
+say "high availability (tests/ha.sh: Patroni, etcd, HAProxy, faults under a storm)"
+# Bounded: etcd, Patroni, PostgreSQL, idemd and HAProxy listen on 127.0.0.1
+# and are stopped on exit, also when its own 900 s limit strikes.
+if IDEMD_BIN="$ROOT/build/idemd" timeout -k 120 1000 bash tests/ha.sh; then
+  results+=("high availability: ok")
+else
+  results+=("high availability: FAILED"); problems+=("high availability")
+fi
+
 say "checking the problem codes against api/openapi.yaml"
 if python3 tests/problem_codes.py; then
   results+=("problem codes: ok")

@@ -16,6 +16,7 @@ directory holding its config file and master key, and (usually) one
 `idemd serve` process whose stderr (one JSON object per line) is captured.
 """
 
+import calendar
 import http.client
 import json
 import os
@@ -64,6 +65,13 @@ def main():
 def uniq(prefix="x"):
     """A short unique name: lowercase letters, digits and dots only."""
     return "%s.%s" % (prefix, uuid.uuid4().hex[:10])
+
+
+def parse_time(s):
+    """An RFC 3339 UTC time as idemd writes it -> seconds since the epoch."""
+    base, _, frac = s.rstrip("Z").partition(".")
+    t = calendar.timegm(time.strptime(base, "%Y-%m-%dT%H:%M:%S"))
+    return t + (float("0." + frac) if frac else 0.0)
 
 
 def free_port():

@@ -97,6 +97,23 @@ class LongWork(IdemdCase):
         assert_problem(self, self.post(url, "checkpoint", {"attempt": 1, "phase": "late"}), 409,
                        "lease_lost")
 
+    def test_batch_takeover_carries_the_checkpoint(self):
+        # a consumer that claims in batches resumes like a single claim does
+        op, ident, url = self.record("key")
+        fresh = uniq("job")
+        assert_status(self, self.post(url, "claim", {}), 201)
+        assert_status(self, self.post(url, "checkpoint", {"attempt": 1, "phase": "charged",
+                                                          "data": {"charge": "ch_9"}}), 200)
+        assert_status(self, self.post(url, "release", {"attempt": 1}), 200)
+        r = self.client.post("/v1/operations/%s/claims" % op,
+                             {"items": [{"key": ident}, {"key": fresh}]})
+        items = assert_status(self, r, 200)["items"]
+        self.assertEqual((items[0]["status"], items[0]["attempt"]), (201, 2), r.describe())
+        self.assertEqual(items[0]["checkpoint"], {"phase": "charged", "data": {"charge": "ch_9"},
+                                                  "attempt": 1}, r.describe())
+        self.assertEqual((items[1]["status"], items[1]["attempt"]), (201, 1), r.describe())
+        self.assertNotIn("checkpoint", items[1], r.describe())
+
     def test_bad_input(self):
         op, ident, url = self.record("key")
         assert_problem(self, self.post(url, "extend", {"attempt": 1}), 404, "record_not_found")
