@@ -154,12 +154,18 @@ static void full_table_drops_and_counts(void **state)
 		id_of(i + 1, id);
 		replaycount_add(1, id);
 	}
+	/* the flusher may have tried (and failed) meanwhile, and merged its
+	 * share back: which replays were dropped depends on when, but every
+	 * one of them is either pending or counted as dropped. A flush of our
+	 * own waits for one in flight to end. */
+	assert_int_equal(replaycount_flush(), -1);
 	replaycount_usage(&pending, &dropped);
-	assert_int_equal(pending, REPLAYCOUNT_CAPACITY - 1);
-	assert_int_equal(dropped - dropped0, 11);
+	assert_true(pending <= REPLAYCOUNT_CAPACITY - 1);
+	assert_true(dropped - dropped0 >= 11);
+	assert_int_equal((long)pending + (dropped - dropped0), REPLAYCOUNT_CAPACITY + 10);
 	st.fail = 0;
 	assert_int_equal(replaycount_flush(), 0);
-	assert_int_equal(st.total, REPLAYCOUNT_CAPACITY - 1);
+	assert_int_equal(st.total, (long)pending);
 }
 
 int main(void)
