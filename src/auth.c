@@ -72,8 +72,8 @@ static size_t auth_slot(const uint8_t hash[32])
 }
 
 /* Stores (or refreshes) the cache entry of HASH in SLOT. */
-static void auth_cache_put(size_t slot, const uint8_t hash[32], uint32_t tenant_id,
-			   uint32_t key_id, int64_t checked_ms)
+static void auth_cache_put(size_t slot, const uint8_t hash[32], uint32_t tenant_id, uint32_t key_id,
+			   int64_t checked_ms)
 {
 	pthread_rwlock_wrlock(&auth_lock);
 	memcpy(auth_cache[slot].ae_hash, hash, 32);
@@ -95,8 +95,7 @@ static void auth_cache_drop(size_t slot, const uint8_t hash[32])
 }
 
 /* auth_check(); *CHECKED_MS: when the answer was last confirmed. */
-static int auth_lookup(const char *key, uint32_t *tenant_id, uint32_t *key_id,
-		       int64_t *checked_ms)
+static int auth_lookup(const char *key, uint32_t *tenant_id, uint32_t *key_id, int64_t *checked_ms)
 {
 	uint32_t cached_key = 0;
 	uint8_t hash[32];

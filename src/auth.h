@@ -40,8 +40,8 @@ int auth_check(const char *key, uint32_t *tenant_id);
 struct auth_memo {
 	unsigned char am_key[64]; /* the key, zero-padded for crypto_verify_64 */
 	uint32_t am_tenant_id;
-	uint32_t am_key_id;      /* the key's id (tenant list shows it), for the audit trail */
-	unsigned am_gen; /* auth_cache_clear() generation it was filled in; 0: empty */
+	uint32_t am_key_id;    /* the key's id (tenant list shows it), for the audit trail */
+	unsigned am_gen;       /* auth_cache_clear() generation it was filled in; 0: empty */
 	int64_t am_checked_ms; /* when the database last confirmed the key (auth clock) */
 };
 

@@ -27,10 +27,14 @@ static int batcher_cmp(const void *pa, const void *pb)
 {
 	const struct batcher_job *a = *(const struct batcher_job *const *)pa;
 	const struct batcher_job *b = *(const struct batcher_job *const *)pb;
-	uint32_t ta = a->bj_kind == BATCHER_CLAIM ? a->bj_claim->tenant_id : a->bj_complete->tenant_id;
-	uint32_t tb = b->bj_kind == BATCHER_CLAIM ? b->bj_claim->tenant_id : b->bj_complete->tenant_id;
-	const uint8_t *ia = a->bj_kind == BATCHER_CLAIM ? a->bj_claim->token_id : a->bj_complete->token_id;
-	const uint8_t *ib = b->bj_kind == BATCHER_CLAIM ? b->bj_claim->token_id : b->bj_complete->token_id;
+	uint32_t ta = a->bj_kind == BATCHER_CLAIM ? a->bj_claim->tenant_id
+						  : a->bj_complete->tenant_id;
+	uint32_t tb = b->bj_kind == BATCHER_CLAIM ? b->bj_claim->tenant_id
+						  : b->bj_complete->tenant_id;
+	const uint8_t *ia = a->bj_kind == BATCHER_CLAIM ? a->bj_claim->token_id
+							: a->bj_complete->token_id;
+	const uint8_t *ib = b->bj_kind == BATCHER_CLAIM ? b->bj_claim->token_id
+							: b->bj_complete->token_id;
 
 	if (ta != tb)
 		return ta < tb ? -1 : 1;
@@ -74,7 +78,8 @@ static void batcher_run_batch(struct batcher_job **jobs, size_t n)
 		else
 			rc = store_complete_many(pa, pr, n);
 		if (rc < 0)
-			log_warn("batcher: a batch of %zu failed as a whole; running it one by one", n);
+			log_warn("batcher: a batch of %zu failed as a whole; running it one by one",
+				 n);
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (rc == 0)
@@ -122,12 +127,14 @@ static void batcher_run_set(struct batcher_job *j)
 	metrics_add(METRIC_DB_BATCHES, 1);
 	metrics_add(METRIC_DB_BATCH_JOBS, (long)n);
 	metrics_batch(n);
-	log_debug("batcher: a set of %zu %s", n, j->bj_kind == BATCHER_CLAIM ? "claims" : "completes");
+	log_debug("batcher: a set of %zu %s", n,
+		  j->bj_kind == BATCHER_CLAIM ? "claims" : "completes");
 	if (e != NULL && args != NULL && res != NULL) {
 		for (size_t i = 0; i < n; i++) {
 			const struct claim_args *ca = &j->bj_claim[i];
 			const struct complete_args *pa = &j->bj_complete[i];
-			e[i].tenant_id = j->bj_kind == BATCHER_CLAIM ? ca->tenant_id : pa->tenant_id;
+			e[i].tenant_id = j->bj_kind == BATCHER_CLAIM ? ca->tenant_id
+								     : pa->tenant_id;
 			e[i].id = j->bj_kind == BATCHER_CLAIM ? ca->token_id : pa->token_id;
 			e[i].i = i;
 		}
@@ -149,7 +156,8 @@ static void batcher_run_set(struct batcher_job *j)
 			rc = store_complete_many((const struct complete_args *const *)args,
 						 (struct complete_result *const *)res, n);
 		if (rc < 0)
-			log_warn("batcher: a set of %zu failed as a whole; running it one by one", n);
+			log_warn("batcher: a set of %zu failed as a whole; running it one by one",
+				 n);
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (rc == 0)
@@ -157,7 +165,8 @@ static void batcher_run_set(struct batcher_job *j)
 		else if (j->bj_kind == BATCHER_CLAIM)
 			j->bj_rcs[i] = store_claim(&j->bj_claim[i], &j->bj_claim_result[i]);
 		else
-			j->bj_rcs[i] = store_complete(&j->bj_complete[i], &j->bj_complete_result[i]);
+			j->bj_rcs[i] =
+				store_complete(&j->bj_complete[i], &j->bj_complete_result[i]);
 	}
 	free(e);
 	free(args);

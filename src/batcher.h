@@ -14,11 +14,11 @@ enum batcher_kind { BATCHER_CLAIM, BATCHER_COMPLETE };
 
 struct batcher_job {
 	enum batcher_kind bj_kind;
-	const struct claim_args *bj_claim;         /* BATCHER_CLAIM, borrowed */
+	const struct claim_args *bj_claim; /* BATCHER_CLAIM, borrowed */
 	struct claim_result *bj_claim_result;
-	const struct complete_args *bj_complete;   /* BATCHER_COMPLETE, borrowed */
+	const struct complete_args *bj_complete; /* BATCHER_COMPLETE, borrowed */
 	struct complete_result *bj_complete_result;
-	int bj_rc;                                 /* 0, or -1: the database did not answer */
+	int bj_rc; /* 0, or -1: the database did not answer */
 	/*
 	 * A set (one batch request): BJ_N > 0 elements, bj_claim /
 	 * bj_claim_result (or the complete pair) pointing to arrays of BJ_N,
@@ -29,7 +29,7 @@ struct batcher_job {
 	/* Called on a batcher thread once the result is known (committed). */
 	void (*bj_done)(struct batcher_job *j);
 	void *bj_arg;
-	struct workq_item bj_item;                 /* queue link, the batcher's own */
+	struct workq_item bj_item; /* queue link, the batcher's own */
 };
 
 /* Starts THREADS batcher threads. 0 or -1. */

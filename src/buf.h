@@ -14,10 +14,10 @@
 #include "common.h"
 
 struct buf {
-	char *b_data;     /* NULL while nothing was added */
-	size_t b_len;     /* bytes held, the NUL not counted */
+	char *b_data; /* NULL while nothing was added */
+	size_t b_len; /* bytes held, the NUL not counted */
 	size_t b_cap;
-	int b_failed;     /* an append ran out of memory */
+	int b_failed; /* an append ran out of memory */
 };
 
 /* Appends LEN bytes of DATA: 0, or -1 (out of memory; the buffer is then

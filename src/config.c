@@ -36,92 +36,210 @@ static void secret_free(char *s);
 
 static const struct cfg_key config_keys[] = {
 	{ .name = "listen", .set = config_set_listen, .def = "\"127.0.0.1:8080\"" },
-	{ .name = "database_url", .set = config_set_string,
-	  .off = CFG_FIELD(database_url), .flags = CFG_NONEMPTY },
-	{ .name = "pool_size", .set = config_set_int, .off = CFG_FIELD(pool_size),
-	  .def = "8", .min = 1, .max = 256 },
+	{ .name = "database_url",
+	  .set = config_set_string,
+	  .off = CFG_FIELD(database_url),
+	  .flags = CFG_NONEMPTY },
+	{ .name = "pool_size",
+	  .set = config_set_int,
+	  .off = CFG_FIELD(pool_size),
+	  .def = "8",
+	  .min = 1,
+	  .max = 256 },
 	/* no default here: one thread per core, see load_root() */
-	{ .name = "threads", .set = config_set_int, .off = CFG_FIELD(threads),
-	  .min = 1, .max = 256 },
-	{ .name = "max_body_bytes", .set = config_set_size, .off = CFG_FIELD(max_body_bytes),
-	  .def = "1048576", .min = 1024, .max = 67108864 },
-	{ .name = "sweep_interval_seconds", .set = config_set_int,
-	  .off = CFG_FIELD(sweep_interval_seconds), .def = "60", .min = 1, .max = 86400 },
-	{ .name = "master_key_file", .set = config_set_string, .off = CFG_FIELD(master_key_file),
-	  .def = "\"idemd.key\"", .flags = CFG_NONEMPTY },
-	{ .name = "cors_origins", .set = config_set_strlist, .off = CFG_FIELD(cors_origins),
-	  .count_off = CFG_FIELD(n_cors_origins), .def = "[]", .max = 256,
+	{ .name = "threads",
+	  .set = config_set_int,
+	  .off = CFG_FIELD(threads),
+	  .min = 1,
+	  .max = 256 },
+	{ .name = "max_body_bytes",
+	  .set = config_set_size,
+	  .off = CFG_FIELD(max_body_bytes),
+	  .def = "1048576",
+	  .min = 1024,
+	  .max = 67108864 },
+	{ .name = "sweep_interval_seconds",
+	  .set = config_set_int,
+	  .off = CFG_FIELD(sweep_interval_seconds),
+	  .def = "60",
+	  .min = 1,
+	  .max = 86400 },
+	{ .name = "master_key_file",
+	  .set = config_set_string,
+	  .off = CFG_FIELD(master_key_file),
+	  .def = "\"idemd.key\"",
+	  .flags = CFG_NONEMPTY },
+	{ .name = "cors_origins",
+	  .set = config_set_strlist,
+	  .off = CFG_FIELD(cors_origins),
+	  .count_off = CFG_FIELD(n_cors_origins),
+	  .def = "[]",
+	  .max = 256,
 	  .check = config_check_origin },
 	{ .name = "routes", .set = config_set_routes, .def = "[]", .max = 1024 },
-	{ .name = "max_connections", .set = config_set_int, .off = CFG_FIELD(max_connections),
-	  .def = "4096", .min = 1, .max = 100000 },
-	{ .name = "connection_timeout_seconds", .set = config_set_int,
-	  .off = CFG_FIELD(connection_timeout_seconds), .def = "30", .min = 1, .max = 3600 },
-	{ .name = "max_connections_per_ip", .set = config_set_int,
-	  .off = CFG_FIELD(max_connections_per_ip), .def = "1024", .min = 0, .max = 100000 },
-	{ .name = "max_inflight_body_bytes", .set = config_set_size,
-	  .off = CFG_FIELD(max_inflight_body_bytes), .def = "67108864", .min = 1048576,
+	{ .name = "max_connections",
+	  .set = config_set_int,
+	  .off = CFG_FIELD(max_connections),
+	  .def = "4096",
+	  .min = 1,
+	  .max = 100000 },
+	{ .name = "connection_timeout_seconds",
+	  .set = config_set_int,
+	  .off = CFG_FIELD(connection_timeout_seconds),
+	  .def = "30",
+	  .min = 1,
+	  .max = 3600 },
+	{ .name = "max_connections_per_ip",
+	  .set = config_set_int,
+	  .off = CFG_FIELD(max_connections_per_ip),
+	  .def = "1024",
+	  .min = 0,
+	  .max = 100000 },
+	{ .name = "max_inflight_body_bytes",
+	  .set = config_set_size,
+	  .off = CFG_FIELD(max_inflight_body_bytes),
+	  .def = "67108864",
+	  .min = 1048576,
 	  .max = 68719476736LL },
-	{ .name = "request_timeout_seconds", .set = config_set_int,
-	  .off = CFG_FIELD(request_timeout_seconds), .def = "30", .min = 1, .max = 3600 },
-	{ .name = "issue_rate_per_second", .set = config_set_double,
-	  .off = CFG_FIELD(issue_rate_per_second), .def = "0", .min = 0, .max = 1000000 },
-	{ .name = "issue_burst", .set = config_set_int, .off = CFG_FIELD(issue_burst),
-	  .def = "100", .min = 1, .max = 1000000 },
-	{ .name = "max_waiters", .set = config_set_int, .off = CFG_FIELD(max_waiters),
-	  .def = "10000", .min = 0, .max = 1000000 },
-	{ .name = "database_timeout_ms", .set = config_set_long,
-	  .off = CFG_FIELD(database_timeout_ms), .def = "10000", .min = 100, .max = 600000 },
-	{ .name = "prepared_statements", .set = config_set_bool,
-	  .off = CFG_FIELD(prepared_statements), .def = "true" },
-	{ .name = "log_level", .set = config_set_string, .off = CFG_FIELD(log_level),
-	  .def = "\"info\"", .check = config_check_log_level },
-	{ .name = "tls_cert_file", .set = config_set_string, .off = CFG_FIELD(tls_cert_file),
-	  .def = "null", .flags = CFG_NONEMPTY | CFG_NULLABLE },
-	{ .name = "tls_key_file", .set = config_set_string, .off = CFG_FIELD(tls_key_file),
-	  .def = "null", .flags = CFG_NONEMPTY | CFG_NULLABLE },
-	{ .name = "listen_database_url", .set = config_set_string,
-	  .off = CFG_FIELD(listen_database_url), .def = "null",
+	{ .name = "request_timeout_seconds",
+	  .set = config_set_int,
+	  .off = CFG_FIELD(request_timeout_seconds),
+	  .def = "30",
+	  .min = 1,
+	  .max = 3600 },
+	{ .name = "issue_rate_per_second",
+	  .set = config_set_double,
+	  .off = CFG_FIELD(issue_rate_per_second),
+	  .def = "0",
+	  .min = 0,
+	  .max = 1000000 },
+	{ .name = "issue_burst",
+	  .set = config_set_int,
+	  .off = CFG_FIELD(issue_burst),
+	  .def = "100",
+	  .min = 1,
+	  .max = 1000000 },
+	{ .name = "max_waiters",
+	  .set = config_set_int,
+	  .off = CFG_FIELD(max_waiters),
+	  .def = "10000",
+	  .min = 0,
+	  .max = 1000000 },
+	{ .name = "database_timeout_ms",
+	  .set = config_set_long,
+	  .off = CFG_FIELD(database_timeout_ms),
+	  .def = "10000",
+	  .min = 100,
+	  .max = 600000 },
+	{ .name = "prepared_statements",
+	  .set = config_set_bool,
+	  .off = CFG_FIELD(prepared_statements),
+	  .def = "true" },
+	{ .name = "log_level",
+	  .set = config_set_string,
+	  .off = CFG_FIELD(log_level),
+	  .def = "\"info\"",
+	  .check = config_check_log_level },
+	{ .name = "tls_cert_file",
+	  .set = config_set_string,
+	  .off = CFG_FIELD(tls_cert_file),
+	  .def = "null",
+	  .flags = CFG_NONEMPTY | CFG_NULLABLE },
+	{ .name = "tls_key_file",
+	  .set = config_set_string,
+	  .off = CFG_FIELD(tls_key_file),
+	  .def = "null",
+	  .flags = CFG_NONEMPTY | CFG_NULLABLE },
+	{ .name = "listen_database_url",
+	  .set = config_set_string,
+	  .off = CFG_FIELD(listen_database_url),
+	  .def = "null",
 	  .flags = CFG_NONEMPTY | CFG_NULLABLE },
 	{ .name = "admin_listen", .set = config_set_admin_listen, .def = "null" },
-	{ .name = "metrics_operations", .set = config_set_strlist,
-	  .off = CFG_FIELD(metrics_operations), .count_off = CFG_FIELD(n_metrics_operations),
-	  .def = "[]", .max = 64, .check = config_check_metrics_operation },
+	{ .name = "metrics_operations",
+	  .set = config_set_strlist,
+	  .off = CFG_FIELD(metrics_operations),
+	  .count_off = CFG_FIELD(n_metrics_operations),
+	  .def = "[]",
+	  .max = 64,
+	  .check = config_check_metrics_operation },
 };
 
 static const struct cfg_key route_keys[] = {
-	{ .name = "method", .set = config_set_string, .off = ROUTE_FIELD(method),
-	  .flags = CFG_REQUIRED, .check = config_check_method },
-	{ .name = "path", .set = config_set_string, .off = ROUTE_FIELD(path),
-	  .flags = CFG_REQUIRED, .check = config_check_path },
-	{ .name = "tenant", .set = config_set_string, .off = ROUTE_FIELD(tenant),
+	{ .name = "method",
+	  .set = config_set_string,
+	  .off = ROUTE_FIELD(method),
+	  .flags = CFG_REQUIRED,
+	  .check = config_check_method },
+	{ .name = "path",
+	  .set = config_set_string,
+	  .off = ROUTE_FIELD(path),
+	  .flags = CFG_REQUIRED,
+	  .check = config_check_path },
+	{ .name = "tenant",
+	  .set = config_set_string,
+	  .off = ROUTE_FIELD(tenant),
 	  .flags = CFG_REQUIRED | CFG_NONEMPTY },
-	{ .name = "operation", .set = config_set_string, .off = ROUTE_FIELD(operation),
-	  .flags = CFG_REQUIRED, .check = config_check_operation },
-	{ .name = "upstream", .set = config_set_string, .off = ROUTE_FIELD(upstream),
-	  .flags = CFG_REQUIRED, .check = config_check_upstream },
-	{ .name = "store_headers", .set = config_set_strlist, .off = ROUTE_FIELD(store_headers),
-	  .count_off = ROUTE_FIELD(n_store_headers), .def = "[]", .max = 64,
+	{ .name = "operation",
+	  .set = config_set_string,
+	  .off = ROUTE_FIELD(operation),
+	  .flags = CFG_REQUIRED,
+	  .check = config_check_operation },
+	{ .name = "upstream",
+	  .set = config_set_string,
+	  .off = ROUTE_FIELD(upstream),
+	  .flags = CFG_REQUIRED,
+	  .check = config_check_upstream },
+	{ .name = "store_headers",
+	  .set = config_set_strlist,
+	  .off = ROUTE_FIELD(store_headers),
+	  .count_off = ROUTE_FIELD(n_store_headers),
+	  .def = "[]",
+	  .max = 64,
 	  .check = config_check_header_name },
-	{ .name = "connect_timeout_ms", .set = config_set_long,
-	  .off = ROUTE_FIELD(connect_timeout_ms), .def = "1000", .min = 1, .max = 60000 },
-	{ .name = "timeout_ms", .set = config_set_long, .off = ROUTE_FIELD(timeout_ms),
-	  .def = "10000", .min = 1, .max = 600000 },
-	{ .name = "client_if_match", .set = config_set_bool, .off = ROUTE_FIELD(client_if_match),
+	{ .name = "connect_timeout_ms",
+	  .set = config_set_long,
+	  .off = ROUTE_FIELD(connect_timeout_ms),
+	  .def = "1000",
+	  .min = 1,
+	  .max = 60000 },
+	{ .name = "timeout_ms",
+	  .set = config_set_long,
+	  .off = ROUTE_FIELD(timeout_ms),
+	  .def = "10000",
+	  .min = 1,
+	  .max = 600000 },
+	{ .name = "client_if_match",
+	  .set = config_set_bool,
+	  .off = ROUTE_FIELD(client_if_match),
 	  .def = "false" },
-	{ .name = "key", .set = config_set_string, .off = ROUTE_FIELD(key), .def = "\"token\"",
+	{ .name = "key",
+	  .set = config_set_string,
+	  .off = ROUTE_FIELD(key),
+	  .def = "\"token\"",
 	  .check = config_check_route_key },
-	{ .name = "scope_headers", .set = config_set_strlist, .off = ROUTE_FIELD(scope_headers),
-	  .count_off = ROUTE_FIELD(n_scope_headers), .def = "[\"authorization\"]", .max = 16,
+	{ .name = "scope_headers",
+	  .set = config_set_strlist,
+	  .off = ROUTE_FIELD(scope_headers),
+	  .count_off = ROUTE_FIELD(n_scope_headers),
+	  .def = "[\"authorization\"]",
+	  .max = 16,
 	  .check = config_check_scope_header },
-	{ .name = "fingerprint", .set = config_set_string, .off = ROUTE_FIELD(fingerprint),
-	  .def = "\"bytes\"", .check = config_check_fingerprint },
-	{ .name = "release_on", .set = config_set_release_on, .off = ROUTE_FIELD(release_on),
-	  .def = "[\"5xx\"]", .max = 600 },
-	{ .name = "trust_forwarded", .set = config_set_bool, .off = ROUTE_FIELD(trust_forwarded),
+	{ .name = "fingerprint",
+	  .set = config_set_string,
+	  .off = ROUTE_FIELD(fingerprint),
+	  .def = "\"bytes\"",
+	  .check = config_check_fingerprint },
+	{ .name = "release_on",
+	  .set = config_set_release_on,
+	  .off = ROUTE_FIELD(release_on),
+	  .def = "[\"5xx\"]",
+	  .max = 600 },
+	{ .name = "trust_forwarded",
+	  .set = config_set_bool,
+	  .off = ROUTE_FIELD(trust_forwarded),
 	  .def = "false" },
 };
-
 
 /* Jansson's error text without the " near '...'" part, which quotes raw
  * input (a password in database_url, control bytes), kept to printable
@@ -139,9 +257,8 @@ static const char *json_error_text(const char *text, char *out, size_t outlen)
 }
 
 /* An array of route objects (route_keys), method + path unique. */
-int
-config_set_routes(const struct cfg_key *k, void *base, json_t *v, const char *name,
-    char *err, size_t errlen)
+int config_set_routes(const struct cfg_key *k, void *base, json_t *v, const char *name, char *err,
+		      size_t errlen)
 {
 	struct config *cfg = base;
 	struct config_route *routes = NULL;
@@ -154,24 +271,26 @@ config_set_routes(const struct cfg_key *k, void *base, json_t *v, const char *na
 		return config_fail(err, errlen, "\"%s\" must be an array of objects", name);
 	n = json_array_size(v);
 	if (n > (size_t)k->max)
-		return config_fail(err, errlen, "\"%s\" must have at most %lld entries",
-		    name, k->max);
+		return config_fail(err, errlen, "\"%s\" must have at most %lld entries", name,
+				   k->max);
 	if (n > 0 && (routes = calloc(n, sizeof(*routes))) == NULL)
 		return config_fail(err, errlen, "out of memory");
-	json_array_foreach(v, i, e) {
+	json_array_foreach(v, i, e)
+	{
 		if (!json_is_object(e)) {
 			config_fail(err, errlen, "\"%s[%zu]\" must be an object", name, i);
 			goto done;
 		}
 		snprintf(prefix, sizeof(prefix), "%s[%zu].", name, i);
-		if (config_load_object(&routes[i], route_keys, IDEMD_ARRAY_LEN(route_keys),
-		    e, prefix, err, errlen) == -1)
+		if (config_load_object(&routes[i], route_keys, IDEMD_ARRAY_LEN(route_keys), e,
+				       prefix, err, errlen) == -1)
 			goto done;
 		for (j = 0; j < i; j++) {
 			if (strcmp(routes[i].method, routes[j].method) == 0 &&
 			    strcmp(routes[i].path, routes[j].path) == 0) {
-				config_fail(err, errlen, "\"%s[%zu]\" duplicates \"%s[%zu]\" (%s %s)",
-				    name, i, name, j, routes[i].method, routes[i].path);
+				config_fail(err, errlen,
+					    "\"%s[%zu]\" duplicates \"%s[%zu]\" (%s %s)", name, i,
+					    name, j, routes[i].method, routes[i].path);
 				goto done;
 			}
 		}
@@ -197,9 +316,8 @@ done:
  * keys take their default, absent CFG_REQUIRED keys are errors. PREFIX is
  * put before key names in messages ("routes[0].").
  */
-int
-config_load_object(void *base, const struct cfg_key *keys, size_t nkeys, json_t *obj,
-    const char *prefix, char *err, size_t errlen)
+int config_load_object(void *base, const struct cfg_key *keys, size_t nkeys, json_t *obj,
+		       const char *prefix, char *err, size_t errlen)
 {
 	char name[128], shown[72];
 	const char *key;
@@ -207,7 +325,8 @@ config_load_object(void *base, const struct cfg_key *keys, size_t nkeys, json_t 
 	size_t i;
 	int rc;
 
-	json_object_foreach(obj, key, v) {
+	json_object_foreach(obj, key, v)
+	{
 		for (i = 0; i < nkeys; i++)
 			if (strcmp(key, keys[i].name) == 0)
 				break;
@@ -228,7 +347,8 @@ config_load_object(void *base, const struct cfg_key *keys, size_t nkeys, json_t 
 			json_t *def = json_loads(k->def, JSON_DECODE_ANY, NULL);
 
 			if (def == NULL)
-				return config_fail(err, errlen, "bad built-in default for \"%s\"", name);
+				return config_fail(err, errlen, "bad built-in default for \"%s\"",
+						   name);
 			rc = k->set(k, base, def, name, err, errlen);
 			json_decref(def);
 		} else {
@@ -241,24 +361,22 @@ config_load_object(void *base, const struct cfg_key *keys, size_t nkeys, json_t 
 }
 
 /* The top level: keys, then rules that span keys. */
-static int
-load_root(struct config *cfg, json_t *root, char *err, size_t errlen)
+static int load_root(struct config *cfg, json_t *root, char *err, size_t errlen)
 {
 	if (!json_is_object(root))
 		return config_fail(err, errlen, "top level must be a JSON object");
-	if (config_load_object(cfg, config_keys, IDEMD_ARRAY_LEN(config_keys), root, "",
-	    err, errlen) == -1)
+	if (config_load_object(cfg, config_keys, IDEMD_ARRAY_LEN(config_keys), root, "", err,
+			       errlen) == -1)
 		return -1;
 	if ((cfg->tls_cert_file == NULL) != (cfg->tls_key_file == NULL))
 		return config_fail(err, errlen,
-		    "\"tls_cert_file\" and \"tls_key_file\" must be set together");
+				   "\"tls_cert_file\" and \"tls_key_file\" must be set together");
 	if (cfg->threads == 0)
 		cfg->threads = config_default_threads();
 	return 0;
 }
 
-int
-config_default_threads(void)
+int config_default_threads(void)
 {
 	/* request threads never wait for the database (claims and completes
 	 * go through the batcher), so one per core keeps every core busy
@@ -269,12 +387,11 @@ config_default_threads(void)
 }
 
 /* What must hold once the file and the environment are both applied. */
-static int
-check_required(const struct config *cfg, char *err, size_t errlen)
+static int check_required(const struct config *cfg, char *err, size_t errlen)
 {
 	if (cfg->database_url == NULL)
 		return config_fail(err, errlen,
-		    "\"database_url\" is required (or set IDEMD_DATABASE_URL)");
+				   "\"database_url\" is required (or set IDEMD_DATABASE_URL)");
 	if (cfg->admin_listen_host != NULL && cfg->admin_listen_port == cfg->listen_port &&
 	    strcmp(cfg->admin_listen_host, cfg->listen_host) == 0)
 		return config_fail(err, errlen, "\"admin_listen\" must differ from \"listen\"");
@@ -282,8 +399,7 @@ check_required(const struct config *cfg, char *err, size_t errlen)
 }
 
 /* Reads at most CONFIG_MAX_FILE_BYTES of PATH into a new buffer (*OUT). */
-static int
-read_file(const char *path, char **out, size_t *outlen, char *err, size_t errlen)
+static int read_file(const char *path, char **out, size_t *outlen, char *err, size_t errlen)
 {
 	char *buf = NULL;
 	size_t len = 0;
@@ -309,8 +425,7 @@ read_file(const char *path, char **out, size_t *outlen, char *err, size_t errlen
 		len += (size_t)n;
 	}
 	if (len > CONFIG_MAX_FILE_BYTES) {
-		config_fail(err, errlen, "%s is larger than %d bytes", path,
-		    CONFIG_MAX_FILE_BYTES);
+		config_fail(err, errlen, "%s is larger than %d bytes", path, CONFIG_MAX_FILE_BYTES);
 		goto done;
 	}
 	*out = buf;
@@ -326,8 +441,7 @@ done:
 	return ret;
 }
 
-int
-config_parse(struct config *cfg, const char *text, char *err, size_t errlen)
+int config_parse(struct config *cfg, const char *text, char *err, size_t errlen)
 {
 	struct config tmp = { 0 };
 	json_error_t jerr;
@@ -337,10 +451,9 @@ config_parse(struct config *cfg, const char *text, char *err, size_t errlen)
 
 	memset(cfg, 0, sizeof(*cfg));
 	if ((root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr)) == NULL)
-		return config_fail(err, errlen, "invalid JSON at line %d, column %d: %s",
-		    jerr.line, jerr.column, json_error_text(jerr.text, etext, sizeof(etext)));
-	if (load_root(&tmp, root, err, errlen) == -1 ||
-	    check_required(&tmp, err, errlen) == -1)
+		return config_fail(err, errlen, "invalid JSON at line %d, column %d: %s", jerr.line,
+				   jerr.column, json_error_text(jerr.text, etext, sizeof(etext)));
+	if (load_root(&tmp, root, err, errlen) == -1 || check_required(&tmp, err, errlen) == -1)
 		goto done;
 	*cfg = tmp;
 	memset(&tmp, 0, sizeof(tmp));
@@ -351,8 +464,7 @@ done:
 	return ret;
 }
 
-int
-config_load(struct config *cfg, const char *path, char *err, size_t errlen)
+int config_load(struct config *cfg, const char *path, char *err, size_t errlen)
 {
 	struct config tmp = { 0 };
 	json_error_t jerr;
@@ -369,8 +481,9 @@ config_load(struct config *cfg, const char *path, char *err, size_t errlen)
 			goto done;
 		root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
 		if (root == NULL) {
-			config_fail(err, errlen, "%s: invalid JSON at line %d, column %d: %s",
-			    path, jerr.line, jerr.column, json_error_text(jerr.text, etext, sizeof(etext)));
+			config_fail(err, errlen, "%s: invalid JSON at line %d, column %d: %s", path,
+				    jerr.line, jerr.column,
+				    json_error_text(jerr.text, etext, sizeof(etext)));
 			goto done;
 		}
 	} else if ((root = json_object()) == NULL) {
@@ -407,8 +520,7 @@ done:
 	return ret;
 }
 
-static void
-route_free(struct config_route *r)
+static void route_free(struct config_route *r)
 {
 	free(r->method);
 	free(r->path);
@@ -423,8 +535,7 @@ route_free(struct config_route *r)
 }
 
 /* Frees a string that may hold a password, wiping it first. */
-static void
-secret_free(char *s)
+static void secret_free(char *s)
 {
 	if (s == NULL)
 		return;
@@ -432,8 +543,7 @@ secret_free(char *s)
 	free(s);
 }
 
-void
-config_free(struct config *cfg)
+void config_free(struct config *cfg)
 {
 	size_t i;
 

@@ -17,24 +17,24 @@
  */
 
 struct config_route {
-	char *method;            /* "GET", "POST", "PUT", "PATCH" or "DELETE" */
-	char *path;              /* exact path, starts with '/', no query */
-	char *tenant;            /* tenant name */
-	char *operation;         /* operation name, [a-z0-9._-]{1,64} */
-	char *upstream;          /* base URL, http:// or https:// */
-	char **store_headers;    /* lower-cased header names to store */
+	char *method;	      /* "GET", "POST", "PUT", "PATCH" or "DELETE" */
+	char *path;	      /* exact path, starts with '/', no query */
+	char *tenant;	      /* tenant name */
+	char *operation;      /* operation name, [a-z0-9._-]{1,64} */
+	char *upstream;	      /* base URL, http:// or https:// */
+	char **store_headers; /* lower-cased header names to store */
 	size_t n_store_headers;
 	long connect_timeout_ms; /* default 1000, 1..60000 */
-	long timeout_ms;         /* default 10000, 1..600000 */
-	int client_if_match;     /* default false: the client's If-Match is ignored */
+	long timeout_ms;	 /* default 10000, 1..600000 */
+	int client_if_match;	 /* default false: the client's If-Match is ignored */
 	/* where a submit's key comes from: "token" (default), "header:NAME",
 	 * "json:/POINTER" or "body" */
 	char *key;
-	char **scope_headers;    /* lower-cased; default ["authorization"] */
+	char **scope_headers; /* lower-cased; default ["authorization"] */
 	size_t n_scope_headers;
-	char *fingerprint;       /* "bytes" (default), "json" or "none" */
+	char *fingerprint;	       /* "bytes" (default), "json" or "none" */
 	unsigned char release_on[600]; /* 1: that status releases the claim (default 5xx) */
-	int trust_forwarded;     /* default false: Forwarded, X-Real-IP, X-Forwarded-Host/
+	int trust_forwarded;	       /* default false: Forwarded, X-Real-IP, X-Forwarded-Host/
 				  * -Proto/-Port from clients are dropped */
 };
 
@@ -45,37 +45,37 @@ struct config {
 	 * address without brackets), or ":port", which means every IPv4
 	 * interface ("0.0.0.0"; write "[::]:port" for IPv6).
 	 */
-	char *listen_host;           /* e.g. "127.0.0.1" */
-	uint16_t listen_port;        /* 1..65535 */
-	char *database_url;          /* required; secret (may hold a password) */
-	int pool_size;               /* default 8, 1..256 */
-	int threads;                 /* default: one per core (at least 2), 1..256 */
-	size_t max_body_bytes;       /* default 1 MiB, 1024..64 MiB */
-	int sweep_interval_seconds;  /* default 60, 1..86400 */
-	char *master_key_file;       /* default "idemd.key" */
+	char *listen_host;	    /* e.g. "127.0.0.1" */
+	uint16_t listen_port;	    /* 1..65535 */
+	char *database_url;	    /* required; secret (may hold a password) */
+	int pool_size;		    /* default 8, 1..256 */
+	int threads;		    /* default: one per core (at least 2), 1..256 */
+	size_t max_body_bytes;	    /* default 1 MiB, 1024..64 MiB */
+	int sweep_interval_seconds; /* default 60, 1..86400 */
+	char *master_key_file;	    /* default "idemd.key" */
 	/*
 	 * Exact origins as browsers send them: "scheme://host[:port]",
 	 * lower-cased, default port (80, 443) removed. "*" is refused: every
 	 * origin allowed to submit forms must be listed.
 	 */
 	char **cors_origins;
-	size_t n_cors_origins;       /* at most 256 */
-	struct config_route *routes; /* method + path unique */
-	size_t n_routes;             /* at most 1024 */
-	int max_connections;         /* default 4096, 1..100000 */
+	size_t n_cors_origins;		/* at most 256 */
+	struct config_route *routes;	/* method + path unique */
+	size_t n_routes;		/* at most 1024 */
+	int max_connections;		/* default 4096, 1..100000 */
 	int connection_timeout_seconds; /* default 30, 1..3600 */
-	int max_connections_per_ip;  /* default 1024, 0 (no cap)..100000 */
+	int max_connections_per_ip;	/* default 1024, 0 (no cap)..100000 */
 	size_t max_inflight_body_bytes; /* default 64 MiB, 1 MiB..64 GiB: bodies held at once */
-	int request_timeout_seconds; /* default 30, 1..3600: a request arrives whole within it */
-	double issue_rate_per_second;   /* default 0 = unlimited, 0..1000000 */
-	int issue_burst;                /* default 100, 1..1000000 */
-	int prepared_statements;     /* default true; false behind a transaction-pooling pgbouncer */
-	long database_timeout_ms;    /* default 10000, 100..600000: wait for one statement */
-	int max_waiters;             /* default 10000, 0..1000000: duplicates waiting at once */
-	char *listen_database_url;   /* NULL: database_url; secret; the waiters' LISTEN, which
+	int request_timeout_seconds;	/* default 30, 1..3600: a request arrives whole within it */
+	double issue_rate_per_second;	/* default 0 = unlimited, 0..1000000 */
+	int issue_burst;		/* default 100, 1..1000000 */
+	int prepared_statements;   /* default true; false behind a transaction-pooling pgbouncer */
+	long database_timeout_ms;  /* default 10000, 100..600000: wait for one statement */
+	int max_waiters;	   /* default 10000, 0..1000000: duplicates waiting at once */
+	char *listen_database_url; /* NULL: database_url; secret; the waiters' LISTEN, which
 				      * a transaction-pooling proxy cannot carry */
-	char *log_level;             /* "debug", "info" (default), "warn" or "error" */
-	char *tls_cert_file;         /* NULL = plain HTTP; set with tls_key_file */
+	char *log_level;	   /* "debug", "info" (default), "warn" or "error" */
+	char *tls_cert_file;	   /* NULL = plain HTTP; set with tls_key_file */
 	char *tls_key_file;
 	/* "admin_listen": NULL (default) serves /metrics, /healthz and /readyz
 	 * on the public listener; else only on this second, plain-HTTP one */

@@ -25,8 +25,7 @@
 #define MAX_URL_LEN 2048
 
 /* True when every byte is visible ASCII (no space, control or non-ASCII). */
-static bool
-is_visible(const char *s)
+static bool is_visible(const char *s)
 {
 	for (; *s != '\0'; s++)
 		if ((unsigned char)*s <= 0x20 || (unsigned char)*s >= 0x7f)
@@ -35,8 +34,7 @@ is_visible(const char *s)
 }
 
 /* Parses a whole string as a port 1..65535, decimal digits only. */
-static int
-parse_port(const char *s, uint16_t *port)
+static int parse_port(const char *s, uint16_t *port)
 {
 	unsigned long n = 0;
 	size_t i;
@@ -53,8 +51,7 @@ parse_port(const char *s, uint16_t *port)
 }
 
 /* An IPv4 literal (checked with inet_pton) or a DNS name: [A-Za-z0-9.-]. */
-static bool
-valid_hostname(const char *h, size_t n)
+static bool valid_hostname(const char *h, size_t n)
 {
 	char buf[256];
 	struct in_addr a4;
@@ -84,8 +81,7 @@ valid_hostname(const char *h, size_t n)
  * means every IPv4 interface, "0.0.0.0", as in Go; "[::]:port" is the IPv6
  * equivalent. Returns NULL on success or the reason it is refused.
  */
-static const char *
-parse_listen(const char *s, const char **host, size_t *hostlen, uint16_t *port)
+static const char *parse_listen(const char *s, const char **host, size_t *hostlen, uint16_t *port)
 {
 	const char *colon;
 
@@ -128,9 +124,8 @@ parse_listen(const char *s, const char **host, size_t *hostlen, uint16_t *port)
 }
 
 /* Parses S into cfg->listen_host and listen_port; LABEL names the source. */
-int
-config_store_listen(struct config *cfg, const char *s, const char *label, char *err,
-    size_t errlen)
+int config_store_listen(struct config *cfg, const char *s, const char *label, char *err,
+			size_t errlen)
 {
 	const char *host, *why;
 	size_t hostlen;
@@ -148,9 +143,8 @@ config_store_listen(struct config *cfg, const char *s, const char *label, char *
 }
 
 /* "admin_listen": null, or an address in the form of "listen". */
-int
-config_set_admin_listen(const struct cfg_key *k, void *base, json_t *v, const char *name,
-    char *err, size_t errlen)
+int config_set_admin_listen(const struct cfg_key *k, void *base, json_t *v, const char *name,
+			    char *err, size_t errlen)
 {
 	struct config *cfg = base;
 	const char *host, *why;
@@ -173,8 +167,7 @@ config_set_admin_listen(const struct cfg_key *k, void *base, json_t *v, const ch
 	return 0;
 }
 
-const char *
-config_check_method(char *s)
+const char *config_check_method(char *s)
 {
 	static const char *const methods[] = { "GET", "POST", "PUT", "PATCH", "DELETE" };
 	size_t i;
@@ -186,8 +179,7 @@ config_check_method(char *s)
 }
 
 /* An exact path outside the API's own namespace. */
-const char *
-config_check_path(char *s)
+const char *config_check_path(char *s)
 {
 	static const char *const reserved[] = { "/healthz", "/readyz", "/metrics" };
 	size_t i;
@@ -208,24 +200,22 @@ config_check_path(char *s)
 	return NULL;
 }
 
-const char *
-config_check_operation(char *s)
+const char *config_check_operation(char *s)
 {
 	size_t i;
 
 	for (i = 0; s[i] != '\0'; i++) {
 		char c = s[i];
 
-		if (i >= 64 || !((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-		    c == '.' || c == '_' || c == '-'))
+		if (i >= 64 || !((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+				 c == '_' || c == '-'))
 			return "must match [a-z0-9._-]{1,64}";
 	}
 	return i == 0 ? "must match [a-z0-9._-]{1,64}" : NULL;
 }
 
 /* "http://" or "https://", a host, visible ASCII only, no fragment. */
-const char *
-config_check_upstream(char *s)
+const char *config_check_upstream(char *s)
 {
 	size_t skip;
 
@@ -247,8 +237,7 @@ config_check_upstream(char *s)
 }
 
 /* An HTTP field name (RFC 9110 token), lower-cased in place. */
-const char *
-config_check_header_name(char *s)
+const char *config_check_header_name(char *s)
 {
 	static const char tchar[] = "!#$%&'*+-.^_`|~";
 	const char *start = s;
@@ -257,14 +246,16 @@ config_check_header_name(char *s)
 		if (*s >= 'A' && *s <= 'Z')
 			*s = (char)(*s - 'A' + 'a');
 		else if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') ||
-		    strchr(tchar, *s) != NULL))
+			   strchr(tchar, *s) != NULL))
 			return "must be a header name (letters, digits, !#$%&'*+-.^_`|~)";
 	}
 	if (headers_never_stored(start)) {
 		/* config loading is single-threaded: one message buffer will do */
 		static char msg[192];
-		snprintf(msg, sizeof(msg), "names %.64s, which is never stored (hop-by-hop, "
-			 "framing, Access-Control-*, Set-Cookie, or set by idemd itself)", start);
+		snprintf(msg, sizeof(msg),
+			 "names %.64s, which is never stored (hop-by-hop, "
+			 "framing, Access-Control-*, Set-Cookie, or set by idemd itself)",
+			 start);
 		return msg;
 	}
 	return NULL;
@@ -272,8 +263,7 @@ config_check_header_name(char *s)
 
 /* A route's key source: token, body, header:NAME (a header name), or
  * json:/POINTER (an RFC 6901 JSON Pointer). */
-const char *
-config_check_route_key(char *s)
+const char *config_check_route_key(char *s)
 {
 	if (strcmp(s, "token") == 0 || strcmp(s, "body") == 0)
 		return NULL;
@@ -285,8 +275,7 @@ config_check_route_key(char *s)
 }
 
 /* A header name, lower-cased in place. */
-const char *
-config_check_scope_header(char *s)
+const char *config_check_scope_header(char *s)
 {
 	if (!headers_is_token(s, strlen(s)))
 		return "must be a header name";
@@ -296,8 +285,7 @@ config_check_scope_header(char *s)
 	return NULL;
 }
 
-const char *
-config_check_fingerprint(char *s)
+const char *config_check_fingerprint(char *s)
 {
 	if (strcmp(s, "bytes") == 0 || strcmp(s, "json") == 0 || strcmp(s, "none") == 0)
 		return NULL;
@@ -310,12 +298,10 @@ config_check_fingerprint(char *s)
  * comparing with the Origin header is an exact string compare. "*" is
  * refused on purpose: each origin allowed to use the gateway is listed.
  */
-const char *
-config_check_origin(char *s)
+const char *config_check_origin(char *s)
 {
-	static const char form[] =
-	    "must be an origin \"scheme://host[:port]\" without a path, "
-	    "e.g. \"https://app.example.com\"";
+	static const char form[] = "must be an origin \"scheme://host[:port]\" without a path, "
+				   "e.g. \"https://app.example.com\"";
 	char *p, *host, *end;
 	const char *defport;
 	uint16_t port;
@@ -365,8 +351,7 @@ config_check_origin(char *s)
 	return NULL;
 }
 
-const char *
-config_check_log_level(char *s)
+const char *config_check_log_level(char *s)
 {
 	enum log_level level;
 
@@ -377,8 +362,7 @@ config_check_log_level(char *s)
 
 /* "tenant/operation": a tenant name ([A-Za-z0-9._-]{1,64}), a slash, an
  * operation name. */
-const char *
-config_check_metrics_operation(char *s)
+const char *config_check_metrics_operation(char *s)
 {
 	char *slash = strchr(s, '/');
 
@@ -386,7 +370,7 @@ config_check_metrics_operation(char *s)
 		return "must be \"tenant/operation\"";
 	for (char *p = s; p < slash; p++)
 		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-		    (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' || *p == '-'))
+		      (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' || *p == '-'))
 			return "must be \"tenant/operation\" with a tenant of [A-Za-z0-9._-]";
 	return config_check_operation(slash + 1);
 }

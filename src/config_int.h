@@ -14,8 +14,8 @@
 struct cfg_key;
 
 /* Stores V into the field K describes in BASE; NAME is the key as shown in errors. */
-typedef int (*cfg_setter)(const struct cfg_key *k, void *base, json_t *v,
-    const char *name, char *err, size_t errlen);
+typedef int (*cfg_setter)(const struct cfg_key *k, void *base, json_t *v, const char *name,
+			  char *err, size_t errlen);
 
 /* Validates (and may normalise in place) a string; returns NULL or the reason. */
 typedef const char *(*cfg_check)(char *s);
@@ -29,27 +29,27 @@ enum {
 struct cfg_key {
 	const char *name;
 	cfg_setter set;
-	size_t off;       /* the field in the target struct */
+	size_t off;	  /* the field in the target struct */
 	size_t count_off; /* lists: the element count field */
 	const char *def;  /* default as JSON text; NULL: none */
-	long long min;    /* numbers: bounds; lists: max = most entries */
+	long long min;	  /* numbers: bounds; lists: max = most entries */
 	long long max;
 	unsigned flags;
-	cfg_check check;  /* strings and string lists: per-value check */
+	cfg_check check; /* strings and string lists: per-value check */
 };
 
 /* Writes "config: " and the message into ERR; returns -1. */
 int config_fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+	__attribute__((format(printf, 3, 4)));
 /* Copies at most 64 bytes of SRC for an error line into DST (N bytes). */
 void config_copy_printable(char *dst, size_t n, const char *src);
 void config_strlist_free(char **list, size_t n);
 /* Fills BASE from OBJ by the table KEYS (config.c). */
-int config_load_object(void *base, const struct cfg_key *keys, size_t nkeys,
-    json_t *obj, const char *prefix, char *err, size_t errlen);
+int config_load_object(void *base, const struct cfg_key *keys, size_t nkeys, json_t *obj,
+		       const char *prefix, char *err, size_t errlen);
 /* Parses S into cfg->listen_host and listen_port (config_check.c). */
-int config_store_listen(struct config *cfg, const char *s, const char *label,
-    char *err, size_t errlen);
+int config_store_listen(struct config *cfg, const char *s, const char *label, char *err,
+			size_t errlen);
 
 /* Setters (config_set.c; config_set_routes in config.c, config_set_admin_listen
  * in config_check.c). */
@@ -61,11 +61,9 @@ int config_set_bool(const struct cfg_key *, void *, json_t *, const char *, char
 int config_set_string(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 int config_set_strlist(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 int config_set_listen(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
-int config_set_admin_listen(const struct cfg_key *, void *, json_t *, const char *, char *,
-    size_t);
+int config_set_admin_listen(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 int config_set_routes(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
-int config_set_release_on(const struct cfg_key *, void *, json_t *, const char *, char *,
-    size_t);
+int config_set_release_on(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 
 /* String checks (config_check.c): NULL, or the reason S is refused. */
 const char *config_check_route_key(char *s);

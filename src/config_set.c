@@ -21,8 +21,7 @@
 #include "headers.h"
 
 /* Writes "config: " and the message into ERR; returns -1. */
-int
-config_fail(char *err, size_t errlen, const char *fmt, ...)
+int config_fail(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 	int n;
@@ -39,8 +38,7 @@ config_fail(char *err, size_t errlen, const char *fmt, ...)
 }
 
 /* Copies at most 64 bytes of SRC for an error line, '?' for unprintable bytes. */
-void
-config_copy_printable(char *dst, size_t n, const char *src)
+void config_copy_printable(char *dst, size_t n, const char *src)
 {
 	size_t i;
 
@@ -53,16 +51,14 @@ config_copy_printable(char *dst, size_t n, const char *src)
 	dst[i] = '\0';
 }
 
-static void *
-field(void *base, size_t off)
+static void *field(void *base, size_t off)
 {
 	return (char *)base + off;
 }
 
 /* Reads an integer within [k->min, k->max]. */
-static int
-get_integer(const struct cfg_key *k, json_t *v, const char *name,
-    long long *out, char *err, size_t errlen)
+static int get_integer(const struct cfg_key *k, json_t *v, const char *name, long long *out,
+		       char *err, size_t errlen)
 {
 	long long n = 0;
 
@@ -70,15 +66,14 @@ get_integer(const struct cfg_key *k, json_t *v, const char *name,
 		return config_fail(err, errlen, "\"%s\" must be an integer", name);
 	n = (long long)json_integer_value(v);
 	if (n < k->min || n > k->max)
-		return config_fail(err, errlen, "\"%s\" must be between %lld and %lld",
-		    name, k->min, k->max);
+		return config_fail(err, errlen, "\"%s\" must be between %lld and %lld", name,
+				   k->min, k->max);
 	*out = n;
 	return 0;
 }
 
-int
-config_set_int(const struct cfg_key *k, void *base, json_t *v, const char *name,
-    char *err, size_t errlen)
+int config_set_int(const struct cfg_key *k, void *base, json_t *v, const char *name, char *err,
+		   size_t errlen)
 {
 	long long n = 0;
 
@@ -88,9 +83,8 @@ config_set_int(const struct cfg_key *k, void *base, json_t *v, const char *name,
 	return 0;
 }
 
-int
-config_set_long(const struct cfg_key *k, void *base, json_t *v, const char *name,
-    char *err, size_t errlen)
+int config_set_long(const struct cfg_key *k, void *base, json_t *v, const char *name, char *err,
+		    size_t errlen)
 {
 	long long n = 0;
 
@@ -100,9 +94,8 @@ config_set_long(const struct cfg_key *k, void *base, json_t *v, const char *name
 	return 0;
 }
 
-int
-config_set_size(const struct cfg_key *k, void *base, json_t *v, const char *name,
-    char *err, size_t errlen)
+int config_set_size(const struct cfg_key *k, void *base, json_t *v, const char *name, char *err,
+		    size_t errlen)
 {
 	long long n = 0;
 
@@ -113,9 +106,8 @@ config_set_size(const struct cfg_key *k, void *base, json_t *v, const char *name
 }
 
 /* Integers and reals alike, within [k->min, k->max]. */
-int
-config_set_double(const struct cfg_key *k, void *base, json_t *v, const char *name,
-    char *err, size_t errlen)
+int config_set_double(const struct cfg_key *k, void *base, json_t *v, const char *name, char *err,
+		      size_t errlen)
 {
 	double d;
 
@@ -123,15 +115,14 @@ config_set_double(const struct cfg_key *k, void *base, json_t *v, const char *na
 		return config_fail(err, errlen, "\"%s\" must be a number", name);
 	d = json_number_value(v);
 	if (!(d >= (double)k->min && d <= (double)k->max))
-		return config_fail(err, errlen, "\"%s\" must be between %lld and %lld",
-		    name, k->min, k->max);
+		return config_fail(err, errlen, "\"%s\" must be between %lld and %lld", name,
+				   k->min, k->max);
 	*(double *)field(base, k->off) = d;
 	return 0;
 }
 
-int
-config_set_bool(const struct cfg_key *k, void *base, json_t *v, const char *name,
-    char *err, size_t errlen)
+int config_set_bool(const struct cfg_key *k, void *base, json_t *v, const char *name, char *err,
+		    size_t errlen)
 {
 	if (!json_is_boolean(v))
 		return config_fail(err, errlen, "\"%s\" must be true or false", name);
@@ -140,9 +131,8 @@ config_set_bool(const struct cfg_key *k, void *base, json_t *v, const char *name
 }
 
 /* A string (copied), null if CFG_NULLABLE, then k->check if any. */
-int
-config_set_string(const struct cfg_key *k, void *base, json_t *v, const char *name,
-    char *err, size_t errlen)
+int config_set_string(const struct cfg_key *k, void *base, json_t *v, const char *name, char *err,
+		      size_t errlen)
 {
 	char **dst = field(base, k->off);
 	const char *why;
@@ -155,7 +145,7 @@ config_set_string(const struct cfg_key *k, void *base, json_t *v, const char *na
 	}
 	if (!json_is_string(v))
 		return config_fail(err, errlen, "\"%s\" must be a string%s", name,
-		    (k->flags & CFG_NULLABLE) ? " or null" : "");
+				   (k->flags & CFG_NULLABLE) ? " or null" : "");
 	if ((k->flags & CFG_NONEMPTY) && json_string_length(v) == 0)
 		return config_fail(err, errlen, "\"%s\" must not be empty", name);
 	if ((s = strdup(json_string_value(v))) == NULL)
@@ -171,38 +161,41 @@ config_set_string(const struct cfg_key *k, void *base, json_t *v, const char *na
 
 /* "release_on": statuses (100..599) and classes ("1xx".."5xx") after which
  * a forward's claim is released rather than its answer stored. */
-int
-config_set_release_on(const struct cfg_key *k, void *base, json_t *v, const char *name,
-    char *err, size_t errlen)
+int config_set_release_on(const struct cfg_key *k, void *base, json_t *v, const char *name,
+			  char *err, size_t errlen)
 {
 	unsigned char *on = field(base, k->off);
 	json_t *e;
 	size_t i;
 
 	if (!json_is_array(v))
-		return config_fail(err, errlen, "\"%s\" must be an array of statuses and classes "
-		    "like [\"5xx\", 429]", name);
+		return config_fail(err, errlen,
+				   "\"%s\" must be an array of statuses and classes "
+				   "like [\"5xx\", 429]",
+				   name);
 	memset(on, 0, 600);
-	json_array_foreach(v, i, e) {
+	json_array_foreach(v, i, e)
+	{
 		const char *s = json_string_value(e);
 		if (json_is_integer(e) && json_integer_value(e) >= 100 &&
 		    json_integer_value(e) <= 599) {
 			on[json_integer_value(e)] = 1;
 		} else if (s != NULL && strlen(s) == 3 && s[0] >= '1' && s[0] <= '5' &&
-		    s[1] == 'x' && s[2] == 'x') {
+			   s[1] == 'x' && s[2] == 'x') {
 			memset(on + (s[0] - '0') * 100, 1, 100);
 		} else {
-			return config_fail(err, errlen, "\"%s[%zu]\" must be a status from 100 to 599 "
-			    "or a class \"1xx\" to \"5xx\"", name, i);
+			return config_fail(err, errlen,
+					   "\"%s[%zu]\" must be a status from 100 to 599 "
+					   "or a class \"1xx\" to \"5xx\"",
+					   name, i);
 		}
 	}
 	return 0;
 }
 
 /* An array of at most k->max distinct non-empty strings, each passing k->check. */
-int
-config_set_strlist(const struct cfg_key *k, void *base, json_t *v, const char *name,
-    char *err, size_t errlen)
+int config_set_strlist(const struct cfg_key *k, void *base, json_t *v, const char *name, char *err,
+		       size_t errlen)
 {
 	char ***dst = field(base, k->off);
 	size_t *count = field(base, k->count_off);
@@ -217,11 +210,12 @@ config_set_strlist(const struct cfg_key *k, void *base, json_t *v, const char *n
 		return config_fail(err, errlen, "\"%s\" must be an array of strings", name);
 	n = json_array_size(v);
 	if (n > (size_t)k->max)
-		return config_fail(err, errlen, "\"%s\" must have at most %lld entries",
-		    name, k->max);
+		return config_fail(err, errlen, "\"%s\" must have at most %lld entries", name,
+				   k->max);
 	if (n > 0 && (list = calloc(n, sizeof(*list))) == NULL)
 		return config_fail(err, errlen, "out of memory");
-	json_array_foreach(v, i, e) {
+	json_array_foreach(v, i, e)
+	{
 		snprintf(ename, sizeof(ename), "%s[%zu]", name, i);
 		if (!json_is_string(e)) {
 			config_fail(err, errlen, "\"%s\" must be a string", ename);
@@ -241,8 +235,8 @@ config_set_strlist(const struct cfg_key *k, void *base, json_t *v, const char *n
 		}
 		for (j = 0; j < i; j++) {
 			if (strcmp(list[i], list[j]) == 0) {
-				config_fail(err, errlen, "\"%s\" duplicates \"%s[%zu]\"",
-				    ename, name, j);
+				config_fail(err, errlen, "\"%s\" duplicates \"%s[%zu]\"", ename,
+					    name, j);
 				goto done;
 			}
 		}
@@ -257,9 +251,8 @@ done:
 	return ret;
 }
 
-int
-config_set_listen(const struct cfg_key *k, void *base, json_t *v, const char *name,
-    char *err, size_t errlen)
+int config_set_listen(const struct cfg_key *k, void *base, json_t *v, const char *name, char *err,
+		      size_t errlen)
 {
 	char label[64];
 
@@ -270,8 +263,7 @@ config_set_listen(const struct cfg_key *k, void *base, json_t *v, const char *na
 	return config_store_listen(base, json_string_value(v), label, err, errlen);
 }
 
-void
-config_strlist_free(char **list, size_t n)
+void config_strlist_free(char **list, size_t n)
 {
 	size_t i;
 

@@ -22,8 +22,10 @@
 
 #define CORS_MAX_HEADERS 8
 #define CORS_MAX_AGE_SECONDS "600"
-#define CORS_ALLOW_HEADERS "Content-Type, Idempotency-Key, If-Match, Prefer, Authorization, X-Request-Id"
-#define CORS_EXPOSE_HEADERS "Idempotent-Replayed, ETag, Retry-After, Preference-Applied, X-Request-Id"
+#define CORS_ALLOW_HEADERS \
+	"Content-Type, Idempotency-Key, If-Match, Prefer, Authorization, X-Request-Id"
+#define CORS_EXPOSE_HEADERS \
+	"Idempotent-Replayed, ETag, Retry-After, Preference-Applied, X-Request-Id"
 
 struct cors_header {
 	const char *ch_name;

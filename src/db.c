@@ -36,10 +36,16 @@ static struct {
 	int size;
 	char *conninfo;
 	int prepared;
-	long wait_ms;          /* DB_STATEMENT_WAIT_MS_DEFAULT or database_timeout_ms */
-	int waiting;           /* threads in db_acquire waiting for a free connection */
-} db_pool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, NULL, 1,
-	      DB_STATEMENT_WAIT_MS_DEFAULT, 0 };
+	long wait_ms; /* DB_STATEMENT_WAIT_MS_DEFAULT or database_timeout_ms */
+	int waiting;  /* threads in db_acquire waiting for a free connection */
+} db_pool = { PTHREAD_MUTEX_INITIALIZER,
+	      PTHREAD_COND_INITIALIZER,
+	      NULL,
+	      0,
+	      NULL,
+	      1,
+	      DB_STATEMENT_WAIT_MS_DEFAULT,
+	      0 };
 
 /* how many pooled connections were dropped because their server went away
  * or turned read-only: a sign that the primary may have moved */
@@ -54,11 +60,11 @@ int db_sqlstate_drops(const char *sqlstate)
 {
 	if (sqlstate == NULL || strlen(sqlstate) != 5)
 		return 0;
-	return strncmp(sqlstate, "08", 2) == 0 ||       /* connection exception */
-	       strcmp(sqlstate, "25006") == 0 ||        /* read_only_sql_transaction */
-	       strcmp(sqlstate, "57P01") == 0 ||        /* admin_shutdown */
-	       strcmp(sqlstate, "57P02") == 0 ||        /* crash_shutdown */
-	       strcmp(sqlstate, "57P03") == 0;          /* cannot_connect_now */
+	return strncmp(sqlstate, "08", 2) == 0 || /* connection exception */
+	       strcmp(sqlstate, "25006") == 0 ||  /* read_only_sql_transaction */
+	       strcmp(sqlstate, "57P01") == 0 ||  /* admin_shutdown */
+	       strcmp(sqlstate, "57P02") == 0 ||  /* crash_shutdown */
+	       strcmp(sqlstate, "57P03") == 0;	  /* cannot_connect_now */
 }
 
 /* Marks C broken, so that it is closed and reconnected on a later acquire
@@ -94,8 +100,10 @@ PGconn *db_connect(const char *conninfo)
 	/* defaults first, so that the operator's conninfo (expanded from
 	 * "dbname") overrides them: connect_timeout bounds a connect to an
 	 * unreachable host, TCP keepalives find a peer that vanished */
-	const char *keys[] = { "connect_timeout", "application_name", "keepalives",
-		"keepalives_idle", "keepalives_interval", "keepalives_count", "dbname", NULL };
+	const char *keys[] = {
+		"connect_timeout",     "application_name", "keepalives", "keepalives_idle",
+		"keepalives_interval", "keepalives_count", "dbname",	 NULL
+	};
 	const char *vals[] = { "2", "idemd", "1", "10", "5", "3", conninfo, NULL };
 	PGconn *pg = PQconnectdbParams(keys, vals, 1);
 
@@ -310,7 +318,8 @@ PGresult *db_exec(struct db_conn *c, const struct db_stmt *stmt, const char *con
 		if (st != PGRES_COMMAND_OK) {
 			db_log_error("prepare", stmt->name, PQerrorMessage(c->dc_pg));
 			if (PQstatus(c->dc_pg) != CONNECTION_OK ||
-			    (p != NULL && db_sqlstate_drops(PQresultErrorField(p, PG_DIAG_SQLSTATE))))
+			    (p != NULL &&
+			     db_sqlstate_drops(PQresultErrorField(p, PG_DIAG_SQLSTATE))))
 				db_drop(c);
 			PQclear(p);
 			return NULL;
@@ -349,8 +358,9 @@ int db_ping(void)
 {
 	/* writable, as target_session_attrs=read-write checks it: a standby
 	 * (or a session made read-only) cannot take a claim */
-	static const struct db_stmt ping = { 0, "ping",
-		"SELECT pg_catalog.current_setting('transaction_read_only') = 'off'", 0 };
+	static const struct db_stmt ping = {
+		0, "ping", "SELECT pg_catalog.current_setting('transaction_read_only') = 'off'", 0
+	};
 	struct db_conn *c = db_acquire();
 	int ok;
 

@@ -57,7 +57,7 @@ static void engine_replay_send(struct request *req, const char *text, size_t len
 
 /* Replays a completed response to a duplicate. */
 static void engine_replay(struct request *req, const struct stored_response *r,
-			    const struct token *t)
+			  const struct token *t)
 {
 	(void)t;
 	char *text = engine_replay_text(r);
@@ -70,9 +70,8 @@ static void engine_replay(struct request *req, const struct stored_response *r,
  * or NULL to render R), and keeps the rendered reply and this request's
  * body in the entry, so that the same body next time is answered by
  * engine_replay_raw(). */
-static void engine_replay_cached(struct request *req, const struct token *t,
-				   const uint8_t *fp, const struct stored_response *r,
-				   char *reply, size_t reply_len)
+static void engine_replay_cached(struct request *req, const struct token *t, const uint8_t *fp,
+				 const struct stored_response *r, char *reply, size_t reply_len)
 {
 	char *text = reply;
 
@@ -134,22 +133,22 @@ struct engine_claim {
 	engine_replay_fn tc_replay;
 	engine_claimed_fn tc_claimed;
 	void *tc_arg;
-	int tc_answer_later;        /* CLAIMED never keeps the connection */
-	int tc_wait;                /* seconds a duplicate in progress may wait (0: 409) */
-	int64_t tc_wait_until;      /* unix ms */
-	int64_t tc_submitted;       /* unix ms: when the claim last went to the batcher */
+	int tc_answer_later;   /* CLAIMED never keeps the connection */
+	int tc_wait;	       /* seconds a duplicate in progress may wait (0: 409) */
+	int64_t tc_wait_until; /* unix ms */
+	int64_t tc_submitted;  /* unix ms: when the claim last went to the batcher */
 	struct waiter tc_waiter;
 };
 
 int engine_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
-			  engine_replay_fn replay)
+			engine_replay_fn replay)
 {
 	struct stored_response r;
 	char *reply = NULL;
 	size_t reply_len = 0;
 	int direct = replay == NULL;
-	enum replaycache_hit cached = replaycache_lookup(t->tenant_id, t->id, fp, &r,
-							 direct ? &reply : NULL, &reply_len);
+	enum replaycache_hit cached =
+		replaycache_lookup(t->tenant_id, t->id, fp, &r, direct ? &reply : NULL, &reply_len);
 
 	http_note_record(req, t->id);
 	if (cached == REPLAYCACHE_HIT) {
@@ -174,9 +173,9 @@ int engine_claim_cached(struct request *req, const struct token *t, const uint8_
 
 /* See engine.h. A points into T, FP and VKEY: they must not move while A
  * is in use. */
-const char *engine_claim_args(const struct token *t, const struct operation *op,
-				const uint8_t *fp, const char *if_match,
-				char vkey[VERSIONKEY_MAX + 1], struct claim_args *a)
+const char *engine_claim_args(const struct token *t, const struct operation *op, const uint8_t *fp,
+			      const char *if_match, char vkey[VERSIONKEY_MAX + 1],
+			      struct claim_args *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->tenant_id = t->tenant_id;
@@ -241,13 +240,15 @@ static int engine_claim_prepare(struct request *req, struct engine_claim *c)
 		return -1;
 	}
 	if (!found || op.op_tenant_id != t->tenant_id) {
-		problem_reply(req, 422, "operation_unknown", "the token's operation no longer exists");
+		problem_reply(req, 422, "operation_unknown",
+			      "the token's operation no longer exists");
 		return -1;
 	}
 	c->tc_wait = engine_wait_seconds(req, &op);
-	const char *why = engine_claim_args(t, &op, c->tc_has_fp ? c->tc_fp : NULL,
-					      req->req_no_if_match ? NULL : http_header(req, "If-Match"),
-					      c->tc_vkey, &c->tc_args);
+	const char *why =
+		engine_claim_args(t, &op, c->tc_has_fp ? c->tc_fp : NULL,
+				  req->req_no_if_match ? NULL : http_header(req, "If-Match"),
+				  c->tc_vkey, &c->tc_args);
 	if (why != NULL) {
 		problem_reply(req, 400, "invalid_request", "%s", why);
 		return -1;
@@ -308,9 +309,10 @@ static int engine_claim_answer(struct request *req, struct engine_claim *c, int 
 		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_IN_PROGRESS);
 		/* most first submits finish in far less than their lease: ask for a
 		 * retry in a second, and say when the lease would allow a takeover */
-		problem_reply(req, 409, "request_in_progress",
-			      "the first submit of this token is still in progress (its lease ends in %d s)",
-			      res->cr_retry_after);
+		problem_reply(
+			req, 409, "request_in_progress",
+			"the first submit of this token is still in progress (its lease ends in %d s)",
+			res->cr_retry_after);
 		http_set_header(req, "Retry-After", "1");
 		break;
 	case CLAIM_REVOKED:
@@ -393,7 +395,7 @@ static json_t *engine_checkpoint_read(const struct token *t)
 }
 
 static struct engine_claim *engine_claim_new(struct request *req, const struct token *t,
-						 const uint8_t *fp, engine_replay_fn replay)
+					     const uint8_t *fp, engine_replay_fn replay)
 {
 	struct engine_claim *c = calloc(1, sizeof(*c));
 
@@ -441,8 +443,8 @@ static void engine_claim_done(struct batcher_job *j);
 static void engine_woken(struct waiter *w, int expired)
 {
 	struct engine_claim *c =
-		(struct engine_claim *)(void *)((char *)w - offsetof(struct engine_claim,
-								       tc_waiter));
+		(struct engine_claim *)(void *)((char *)w -
+						offsetof(struct engine_claim, tc_waiter));
 
 	if (expired) {
 		http_resume_then(c->tc_req, engine_claim_finish, c);

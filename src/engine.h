@@ -37,7 +37,7 @@ int engine_from_path(struct request *req, struct token *t) IDEMD_WUR;
 /* Answers a duplicate of a completed claim of T from its stored response R
  * (both borrowed for the call). */
 typedef void (*engine_replay_fn)(struct request *req, const struct stored_response *r,
-				   const struct token *t);
+				 const struct token *t);
 
 /* Called on a batcher thread when an asynchronous claim has its answer,
  * with the connection still suspended. RES is the successful claim
@@ -45,8 +45,7 @@ typedef void (*engine_replay_fn)(struct request *req, const struct stored_respon
  * 0 to have the connection resumed now or 1 when the callee takes over
  * resuming it (http_resume). RES is NULL when the claim was answered
  * otherwise (409, 410, replay...): only release ARG, and return 0. */
-typedef int (*engine_claimed_fn)(struct request *req, const struct claim_result *res,
-				   void *arg);
+typedef int (*engine_claimed_fn)(struct request *req, const struct claim_result *res, void *arg);
 
 /*
  * A completed submit never changes: answers a claim of T with fingerprint
@@ -56,7 +55,7 @@ typedef int (*engine_claimed_fn)(struct request *req, const struct claim_result 
  * (engine_claim).
  */
 int engine_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
-			  engine_replay_fn replay) IDEMD_WUR;
+			engine_replay_fn replay) IDEMD_WUR;
 
 /*
  * Claims T with fingerprint FP (NULL: none), honouring If-Match, without
@@ -124,9 +123,9 @@ json_t *engine_checkpoint_json(const struct record_view *rv);
  * VKEY receives the expanded counter name A points to. NULL, or why the
  * claim is refused (400 invalid_request).
  */
-const char *engine_claim_args(const struct token *t, const struct operation *op,
-				const uint8_t *fp, const char *if_match,
-				char vkey[VERSIONKEY_MAX + 1], struct claim_args *a);
+const char *engine_claim_args(const struct token *t, const struct operation *op, const uint8_t *fp,
+			      const char *if_match, char vkey[VERSIONKEY_MAX + 1],
+			      struct claim_args *a);
 
 /* What a claim outcome answers: STATUS, and for a refusal its problem
  * CODE and a DETAIL (NULL for 201 and 200). */
@@ -141,13 +140,13 @@ void engine_claim_verdict(const struct claim_result *res, struct engine_verdict 
  * canonical JSON of its "request", else none (*HAS_FP 0). 0, or -1 after
  * replying. */
 int engine_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES],
-			 int *has_fp) IDEMD_WUR;
+		       int *has_fp) IDEMD_WUR;
 
 /* Validates a completion (BODY: attempt, status, headers, body or
  * body_base64, and EXTRA when not NULL) into *ATTEMPT and RESP (headers
  * text and body owned: store_response_free). 0, or -1 after replying. */
-int engine_complete_parse(struct request *req, json_t *body, const char *extra,
-			    int64_t *attempt, struct stored_response *resp) IDEMD_WUR;
+int engine_complete_parse(struct request *req, json_t *body, const char *extra, int64_t *attempt,
+			  struct stored_response *resp) IDEMD_WUR;
 
 /* 1 when a repeated completion A says what the stored one B says: same
  * status, headers (as JSON values) and body bytes. */

@@ -54,7 +54,8 @@ int engine_verify(struct request *req, const char *text, struct token *t)
 		return -1;
 	}
 	if (t->tenant_id != req->req_tenant_id) {
-		problem_reply(req, 403, "token_scope_mismatch", "the token belongs to another tenant");
+		problem_reply(req, 403, "token_scope_mismatch",
+			      "the token belongs to another tenant");
 		return -1;
 	}
 	return 0;
@@ -88,8 +89,7 @@ static struct engine_bucket *engine_bucket_of(uint32_t tenant_id)
 	struct engine_bucket *pick = NULL;
 
 	for (size_t i = 0; i < ENGINE_RATE_PROBES; i++) {
-		struct engine_bucket *b =
-			&engine_buckets[(tenant_id + i) % ENGINE_RATE_SLOTS];
+		struct engine_bucket *b = &engine_buckets[(tenant_id + i) % ENGINE_RATE_SLOTS];
 		if (b->tb_last != 0 && b->tb_tenant_id == tenant_id)
 			return b;
 		if (pick == NULL || (pick->tb_last != 0 && b->tb_last < pick->tb_last))
@@ -126,14 +126,12 @@ int engine_rate_check(struct request *req, int n)
 		return 0;
 	char after[16];
 	snprintf(after, sizeof(after), "%d", (int)ceil(wait));
-	problem_reply(req, 429, "rate_limited", "token issuance is limited to %g per second",
-		      rate);
+	problem_reply(req, 429, "rate_limited", "token issuance is limited to %g per second", rate);
 	http_set_header(req, "Retry-After", after);
 	return -1;
 }
 
-int engine_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES],
-			 int *has_fp)
+int engine_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES], int *has_fp)
 {
 	const char *text;
 
@@ -163,19 +161,22 @@ int engine_check_headers(struct request *req, json_t *headers, size_t max)
 			      "headers must be an object of at most %zu string values", max);
 		return -1;
 	}
-	json_object_foreach(headers, name, value) {
+	json_object_foreach(headers, name, value)
+	{
 		size_t n = strlen(name);
 		if (n == 0 || n > 128 ||
 		    strspn(name, "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 				 "abcdefghijklmnopqrstuvwxyz") != n) {
-			problem_reply(req, 400, "invalid_request", "a header name is not a valid token");
+			problem_reply(req, 400, "invalid_request",
+				      "a header name is not a valid token");
 			return -1;
 		}
 		if (headers_never_stored(name)) {
-			problem_reply(req, 400, "invalid_request",
-				      "header %s cannot be stored: hop-by-hop, framing, "
-				      "Access-Control-*, Set-Cookie and idemd's own headers never are",
-				      name);
+			problem_reply(
+				req, 400, "invalid_request",
+				"header %s cannot be stored: hop-by-hop, framing, "
+				"Access-Control-*, Set-Cookie and idemd's own headers never are",
+				name);
 			return -1;
 		}
 		const char *v = json_string_value(value);

@@ -38,16 +38,17 @@ static int engine_not_found(struct request *req, const struct token *t, int is_k
 	store_record_view_free(&rv);
 	if (rv.rv_found)
 		return 0;
-	problem_reply(req, 404, "record_not_found", "this key was never claimed (or was forgotten)");
+	problem_reply(req, 404, "record_not_found",
+		      "this key was never claimed (or was forgotten)");
 	return -1;
 }
 
 /* Validates a complete body into RESP (headers text and body owned). */
-int engine_complete_parse(struct request *req, json_t *body, const char *extra,
-			    int64_t *attempt, struct stored_response *resp)
+int engine_complete_parse(struct request *req, json_t *body, const char *extra, int64_t *attempt,
+			  struct stored_response *resp)
 {
-	const char *const allowed[] = { "attempt", "status", "headers", "body", "body_base64",
-		extra, NULL };
+	const char *const allowed[] = { "attempt",     "status", "headers", "body",
+					"body_base64", extra,	 NULL };
 	int64_t status;
 	int present;
 	const char *b64;
@@ -74,8 +75,10 @@ int engine_complete_parse(struct request *req, json_t *body, const char *extra,
 		resp->sr_body = malloc(max);
 		if (resp->sr_body == NULL ||
 		    sodium_base642bin(resp->sr_body, max, b64, strlen(b64), NULL,
-				      &resp->sr_body_len, NULL, sodium_base64_VARIANT_ORIGINAL) != 0) {
-			problem_reply(req, 400, "invalid_request", "body_base64 is not valid base64");
+				      &resp->sr_body_len, NULL,
+				      sodium_base64_VARIANT_ORIGINAL) != 0) {
+			problem_reply(req, 400, "invalid_request",
+				      "body_base64 is not valid base64");
 			return -1;
 		}
 	} else if (jbody != NULL) {
@@ -95,7 +98,7 @@ struct engine_complete {
 	struct batcher_job hc_job;
 	struct request *hc_req;
 	struct token hc_token;
-	int hc_is_key;                 /* a caller key: never claimed is 404 */
+	int hc_is_key; /* a caller key: never claimed is 404 */
 	int64_t hc_attempt;
 	struct stored_response hc_resp;
 	struct complete_args hc_args;
@@ -134,7 +137,8 @@ static void engine_complete_answer(struct request *req, void *arg)
 		problem_unavailable(req);
 		goto done;
 	}
-	if (res->cpr_outcome == COMPLETE_ALREADY && !engine_same_response(&c->hc_resp, &res->cpr_stored)) {
+	if (res->cpr_outcome == COMPLETE_ALREADY &&
+	    !engine_same_response(&c->hc_resp, &res->cpr_stored)) {
 		problem_reply(req, 409, "completion_conflict",
 			      "attempt %" PRId64 " was already completed with another response",
 			      c->hc_attempt);
@@ -149,19 +153,21 @@ static void engine_complete_answer(struct request *req, void *arg)
 		replaycache_put(req->req_tenant_id, c->hc_token.id,
 				res->cpr_has_fingerprint ? res->cpr_fingerprint : NULL,
 				&res->cpr_stored, res->cpr_expires_at);
-		http_reply_json(req, 200, json_pack("{s:s,s:o,s:o}", "state", "completed",
-						    "response", reqjson_response(&res->cpr_stored),
-						    "expires_at", reqjson_time(res->cpr_expires_at)));
+		http_reply_json(req, 200,
+				json_pack("{s:s,s:o,s:o}", "state", "completed", "response",
+					  reqjson_response(&res->cpr_stored), "expires_at",
+					  reqjson_time(res->cpr_expires_at)));
 		break;
 	case COMPLETE_LEASE_LOST:
 		problem_reply(req, 409, "lease_lost",
-			      "attempt %" PRId64 " is no longer the current attempt", c->hc_attempt);
+			      "attempt %" PRId64 " is no longer the current attempt",
+			      c->hc_attempt);
 		break;
 	case COMPLETE_NOT_IN_PROGRESS:
 		if (engine_not_found(req, &c->hc_token, c->hc_is_key) < 0)
 			break;
-		problem_reply(req, 409, "not_in_progress", "the token is not claimed by attempt %" PRId64,
-			      c->hc_attempt);
+		problem_reply(req, 409, "not_in_progress",
+			      "the token is not claimed by attempt %" PRId64, c->hc_attempt);
 		break;
 	}
 done:
@@ -200,7 +206,8 @@ void engine_complete(struct request *req, const struct token *tok, int is_key)
 		goto done;
 	}
 	if (!found) {
-		problem_reply(req, 422, "operation_unknown", "the token's operation no longer exists");
+		problem_reply(req, 422, "operation_unknown",
+			      "the token's operation no longer exists");
 		goto done;
 	}
 	c->hc_req = req;
@@ -238,22 +245,21 @@ static int engine_fenced(struct request *req, const struct token *t, int is_key,
 		problem_reply(req, 409, "lease_lost",
 			      "attempt %" PRId64 " is no longer the current attempt", attempt);
 	else if (engine_not_found(req, t, is_key) == 0)
-		problem_reply(req, 409, "not_in_progress", "the token is not claimed by attempt %" PRId64,
-			      attempt);
+		problem_reply(req, 409, "not_in_progress",
+			      "the token is not claimed by attempt %" PRId64, attempt);
 	return -1;
 }
 
 /* The body of a fenced write: ALLOWED members, "attempt" among them. The
  * body (new reference) or NULL after replying. */
-static json_t *engine_fenced_body(struct request *req, const char *const *allowed,
-				    int64_t *attempt)
+static json_t *engine_fenced_body(struct request *req, const char *const *allowed, int64_t *attempt)
 {
 	int present;
 	json_t *body = http_body_object(req);
 
-	if (body != NULL && (reqjson_only(req, body, allowed) < 0 ||
-			     reqjson_int(req, body, "attempt", 1, 1, INT32_MAX, attempt,
-					 &present) < 0)) {
+	if (body != NULL &&
+	    (reqjson_only(req, body, allowed) < 0 ||
+	     reqjson_int(req, body, "attempt", 1, 1, INT32_MAX, attempt, &present) < 0)) {
 		json_decref(body);
 		body = NULL;
 	}
@@ -274,8 +280,9 @@ void engine_release(struct request *req, const struct token *t, int is_key)
 		problem_unavailable(req);
 	else if (engine_fenced(req, t, is_key, outcome, attempt) == 0) {
 		metrics_add(METRIC_RELEASES, 1);
-		http_reply_json(req, 200, json_pack("{s:s,s:I}", "state", "issued", "attempt",
-						    (json_int_t)attempt));
+		http_reply_json(req, 200,
+				json_pack("{s:s,s:I}", "state", "issued", "attempt",
+					  (json_int_t)attempt));
 	}
 	json_decref(body);
 }
@@ -296,8 +303,8 @@ void engine_extend(struct request *req, const struct token *t, int is_key)
 		problem_unavailable(req);
 		goto done;
 	}
-	if (reqjson_int(req, body, "lease_seconds", 0, 1, op.op_lease_seconds, &lease,
-			&present) < 0)
+	if (reqjson_int(req, body, "lease_seconds", 0, 1, op.op_lease_seconds, &lease, &present) <
+	    0)
 		goto done;
 	if (!present)
 		lease = op.op_lease_seconds;
@@ -305,9 +312,10 @@ void engine_extend(struct request *req, const struct token *t, int is_key)
 			 &until) < 0)
 		problem_unavailable(req);
 	else if (engine_fenced(req, t, is_key, outcome, attempt) == 0)
-		http_reply_json(req, 200, json_pack("{s:s,s:I,s:o}", "state", "in_progress",
-						    "attempt", (json_int_t)attempt,
-						    "lease_expires_at", reqjson_time(until)));
+		http_reply_json(req, 200,
+				json_pack("{s:s,s:I,s:o}", "state", "in_progress", "attempt",
+					  (json_int_t)attempt, "lease_expires_at",
+					  reqjson_time(until)));
 done:
 	json_decref(body);
 }
@@ -356,10 +364,11 @@ void engine_checkpoint(struct request *req, const struct token *t, int is_key)
 			     &outcome) < 0)
 		problem_unavailable(req);
 	else if (engine_fenced(req, t, is_key, outcome, attempt) == 0)
-		http_reply_json(req, 200, json_pack("{s:s,s:{s:s,s:o,s:I}}", "state", "in_progress",
-						    "checkpoint", "phase", phase, "data",
-						    jdata ? json_incref(jdata) : json_null(),
-						    "attempt", (json_int_t)attempt));
+		http_reply_json(req, 200,
+				json_pack("{s:s,s:{s:s,s:o,s:I}}", "state", "in_progress",
+					  "checkpoint", "phase", phase, "data",
+					  jdata ? json_incref(jdata) : json_null(), "attempt",
+					  (json_int_t)attempt));
 done:
 	free(data);
 	json_decref(body);

@@ -28,12 +28,10 @@
 #define FINGERPRINT_BYTES 32
 
 /* BLAKE2b-256("s:" + s[0..len)). */
-void fingerprint_of_string(const char *s, size_t len,
-    uint8_t out[FINGERPRINT_BYTES]);
+void fingerprint_of_string(const char *s, size_t len, uint8_t out[FINGERPRINT_BYTES]);
 
 /* BLAKE2b-256("j:" + canonical JSON of v). Returns 0 or -1 (out of memory). */
-IDEMD_WUR int fingerprint_of_json(const json_t *v,
-    uint8_t out[FINGERPRINT_BYTES]);
+IDEMD_WUR int fingerprint_of_json(const json_t *v, uint8_t out[FINGERPRINT_BYTES]);
 
 /* Canonical JSON text of v (new, free with free()), NULL on failure. */
 IDEMD_WUR char *fingerprint_canonical_json(const json_t *v);

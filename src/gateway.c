@@ -168,7 +168,8 @@ static int gateway_check_headers(struct request *req)
 			return -1;
 		}
 		if (n > 1) {
-			problem_reply(req, 400, "invalid_request", "send exactly one %s header", name);
+			problem_reply(req, 400, "invalid_request", "send exactly one %s header",
+				      name);
 			return -1;
 		}
 	}
@@ -177,7 +178,8 @@ static int gateway_check_headers(struct request *req)
 		if (alias != NULL) {
 			problem_reply(req, 400, "invalid_request",
 				      "header %s is refused: idemd's own headers cannot be spelt "
-				      "with '_'", alias);
+				      "with '_'",
+				      alias);
 			return -1;
 		}
 	}
@@ -241,7 +243,8 @@ static void gateway_scope(struct request *req, const struct gateway_route *gr, u
 	crypto_generichash_init(&sc.st, NULL, 0, 32);
 	for (size_t i = 0; i < gr->gr_cfg->n_scope_headers; i++) {
 		sc.name = gr->gr_cfg->scope_headers[i];
-		crypto_generichash_update(&sc.st, (const unsigned char *)sc.name, strlen(sc.name) + 1);
+		crypto_generichash_update(&sc.st, (const unsigned char *)sc.name,
+					  strlen(sc.name) + 1);
 		MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_scope_cb, &sc);
 		crypto_generichash_update(&sc.st, (const unsigned char *)"\n", 1);
 	}
@@ -268,7 +271,8 @@ static int gateway_derived_address(struct request *req, const struct gateway_rou
 		return -1;
 	}
 	if (!found) {
-		problem_reply(req, 422, "operation_unknown", "the route's operation does not exist yet");
+		problem_reply(req, 422, "operation_unknown",
+			      "the route's operation does not exist yet");
 		return -1;
 	}
 	switch (gr->gr_key) {
@@ -277,16 +281,19 @@ static int gateway_derived_address(struct request *req, const struct gateway_rou
 		const char *value = req->req_h_route_key;
 		n = value != NULL ? callerkey_from_header(value, key, sizeof(key)) : -1;
 		if (n == -1 && value != NULL) {
-			problem_reply(req, 400, "idempotency_key_invalid",
-				      "%s must be a key of 1 to %d visible ASCII characters, bare or "
-				      "as a quoted string", gr->gr_key_arg, CALLERKEY_MAX);
+			problem_reply(
+				req, 400, "idempotency_key_invalid",
+				"%s must be a key of 1 to %d visible ASCII characters, bare or "
+				"as a quoted string",
+				gr->gr_key_arg, CALLERKEY_MAX);
 			return -1;
 		}
 		break;
 	}
 	case GATEWAY_KEY_JSON:
 		if (*doc == NULL && req->req_body_len > 0)
-			*doc = json_loadb(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, NULL);
+			*doc = json_loadb(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES,
+					  NULL);
 		n = *doc != NULL ? callerkey_from_json(*doc, gr->gr_key_arg, key, sizeof(key)) : -1;
 		break;
 	case GATEWAY_KEY_BODY:
@@ -298,8 +305,8 @@ static int gateway_derived_address(struct request *req, const struct gateway_rou
 		break;
 	}
 	if (n == -1) {
-		problem_reply(req, 400, "idempotency_key_missing", "the request carries no key at %s",
-			      gr->gr_cfg->key);
+		problem_reply(req, 400, "idempotency_key_missing",
+			      "the request carries no key at %s", gr->gr_cfg->key);
 		return -1;
 	}
 	if (n < 0 || !callerkey_valid(key, (size_t)n) || strlen(key) != (size_t)n) {
@@ -363,8 +370,9 @@ static void gateway_submit(struct request *req)
 		return;
 	}
 	gateway_fingerprint(req, query, bytes_fp);
-	if ((gr->gr_key == GATEWAY_KEY_TOKEN ? gateway_token_address(req, gr, &t, &op)
-	     : gateway_derived_address(req, gr, bytes_fp, &doc, &t, &op)) < 0 ||
+	if ((gr->gr_key == GATEWAY_KEY_TOKEN
+		     ? gateway_token_address(req, gr, &t, &op)
+		     : gateway_derived_address(req, gr, bytes_fp, &doc, &t, &op)) < 0 ||
 	    gateway_route_fingerprint(req, gr, bytes_fp, &doc, json_fp, &fp) < 0)
 		goto done;
 	if (engine_claim_cached(req, &t, fp, gateway_replay) < 0)
@@ -407,8 +415,8 @@ static char *gateway_target(const struct config_route *r)
 
 	if (plen > 1) /* a path other than "/" */
 		return strdup(u);
-	if (buf_add(&b, u, (size_t)(auth + alen - u)) < 0 ||
-	    buf_str(&b, r->path) < 0 || buf_str(&b, rest + plen) < 0) {
+	if (buf_add(&b, u, (size_t)(auth + alen - u)) < 0 || buf_str(&b, r->path) < 0 ||
+	    buf_str(&b, rest + plen) < 0) {
 		buf_free(&b);
 		return NULL;
 	}
@@ -463,13 +471,13 @@ static int gateway_load_routes(const struct config *cfg)
 		if (router_add(&gr->gr_route) < 0)
 			return -1;
 		gr->gr_cfg = r;
-		gr->gr_key = strcmp(r->key, "token") == 0	 ? GATEWAY_KEY_TOKEN
-			     : strcmp(r->key, "body") == 0	 ? GATEWAY_KEY_BODY
+		gr->gr_key = strcmp(r->key, "token") == 0	  ? GATEWAY_KEY_TOKEN
+			     : strcmp(r->key, "body") == 0	  ? GATEWAY_KEY_BODY
 			     : strncmp(r->key, "header:", 7) == 0 ? GATEWAY_KEY_HEADER
-								 : GATEWAY_KEY_JSON;
+								  : GATEWAY_KEY_JSON;
 		gr->gr_key_arg = gr->gr_key == GATEWAY_KEY_HEADER ? r->key + 7
-			       : gr->gr_key == GATEWAY_KEY_JSON	 ? r->key + 5
-								 : NULL;
+				 : gr->gr_key == GATEWAY_KEY_JSON ? r->key + 5
+								  : NULL;
 		if (asprintf(&gr->gr_by, "route:%s %s", r->method, r->path) < 0) {
 			gr->gr_by = NULL;
 			return -1;
@@ -477,24 +485,28 @@ static int gateway_load_routes(const struct config *cfg)
 		if ((gr->gr_target = gateway_target(r)) == NULL)
 			return -1;
 		if (store_tenant_by_name(r->tenant, &gr->gr_tenant_id, &found) < 0) {
-			log_error("gateway: the database is unavailable; cannot resolve route tenants");
+			log_error(
+				"gateway: the database is unavailable; cannot resolve route tenants");
 			return -1;
 		}
 		if (!found) {
-			log_error("gateway: routes[%zu] (%s %s) names tenant \"%s\", which does not "
-				  "exist; create it with 'idemd tenant create %s' or fix the config",
-				  i, r->method, r->path, r->tenant, r->tenant);
+			log_error(
+				"gateway: routes[%zu] (%s %s) names tenant \"%s\", which does not "
+				"exist; create it with 'idemd tenant create %s' or fix the config",
+				i, r->method, r->path, r->tenant, r->tenant);
 			return -1;
 		}
 		if (store_operation_get(gr->gr_tenant_id, r->operation, &op, &found) < 0) {
-			log_error("gateway: the database is unavailable; cannot check route operations");
+			log_error(
+				"gateway: the database is unavailable; cannot check route operations");
 			return -1;
 		}
 		if (!found)
-			log_warn("gateway: routes[%zu] (%s %s): tenant \"%s\" has no operation \"%s\" "
-				 "yet; submits are refused until it is created with PUT "
-				 "/v1/operations/%s", i, r->method, r->path, r->tenant, r->operation,
-				 r->operation);
+			log_warn(
+				"gateway: routes[%zu] (%s %s): tenant \"%s\" has no operation \"%s\" "
+				"yet; submits are refused until it is created with PUT "
+				"/v1/operations/%s",
+				i, r->method, r->path, r->tenant, r->operation, r->operation);
 		else if ((long)op.op_lease_seconds * 1000 < r->connect_timeout_ms + r->timeout_ms)
 			log_warn("gateway: routes[%zu] (%s %s): operation \"%s\" has a %d s lease, "
 				 "shorter than the route's timeouts; forwards are cut at the lease",

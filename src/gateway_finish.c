@@ -24,7 +24,7 @@
 #define GATEWAY_FINISHERS 4
 
 static struct {
-	struct workq q;                    /* ended calls, for the finishers */
+	struct workq q; /* ended calls, for the finishers */
 	pthread_t finishers[GATEWAY_FINISHERS];
 	int n_finishers;
 } gw = { .q = WORKQ_INITIALIZER };
@@ -88,8 +88,10 @@ static void gateway_reply_response(struct request *req, const struct stored_resp
 	} else {
 		const char *name;
 		json_t *v, *headers = json_loads(stored, 0, NULL);
-		json_object_foreach(headers, name, v) {
-			if (json_is_string(v) && strlen(name) <= 128 && json_string_length(v) <= 8192)
+		json_object_foreach(headers, name, v)
+		{
+			if (json_is_string(v) && strlen(name) <= 128 &&
+			    json_string_length(v) <= 8192)
 				has_type |= gateway_add_header(req, name, strlen(name),
 							       json_string_value(v),
 							       json_string_length(v));
@@ -102,22 +104,22 @@ static void gateway_reply_response(struct request *req, const struct stored_resp
 		http_set_header(req, "Idempotent-Replayed", replayed);
 }
 
-void gateway_replay(struct request *req, const struct stored_response *r,
-			   const struct token *t)
+void gateway_replay(struct request *req, const struct stored_response *r, const struct token *t)
 {
 	(void)t;
 	gateway_reply_response(req, r, "true");
 }
 
 /* Gives the claim back so that the same token can be submitted again. */
-void gateway_release(const struct gateway_route *gr, const uint8_t *token_id,
-			    int attempt, const char *request_id)
+void gateway_release(const struct gateway_route *gr, const uint8_t *token_id, int attempt,
+		     const char *request_id)
 {
 	enum release_outcome outcome;
 
 	if (store_release(gr->gr_tenant_id, token_id, attempt, gr->gr_by, &outcome) < 0)
 		log_warn("gateway: request %s: the claim could not be released (database "
-			 "unavailable); it frees itself when its lease ends", request_id);
+			 "unavailable); it frees itself when its lease ends",
+			 request_id);
 	else if (outcome != RELEASE_DONE)
 		log_warn("gateway: request %s: attempt %d no longer held the claim", request_id,
 			 attempt);
@@ -142,7 +144,8 @@ static void gateway_store_answer(struct request *req, void *arg)
 		 * its lease ends, then a retry forwards again with the same
 		 * Idempotency-Key, which the upstream must recognise */
 		log_warn("gateway: request %s: the upstream answered %ld but the outcome could "
-			 "not be stored (database unavailable)", req->req_id, j->gj_call.uc_status);
+			 "not be stored (database unavailable)",
+			 req->req_id, j->gj_call.uc_status);
 		metrics_add(METRIC_DB_UNAVAILABLE, 1);
 		problem_unavailable(req);
 		goto done;
@@ -162,8 +165,8 @@ static void gateway_store_answer(struct request *req, void *arg)
 			      "the lease ran out and a newer attempt took the token over");
 		break;
 	case COMPLETE_NOT_IN_PROGRESS:
-		problem_reply(req, 409, "not_in_progress", "the token is no longer claimed by attempt %d",
-			      j->gj_attempt);
+		problem_reply(req, 409, "not_in_progress",
+			      "the token is no longer claimed by attempt %d", j->gj_attempt);
 		break;
 	}
 done:
@@ -229,7 +232,8 @@ static void gateway_not_final(struct gateway_job *j)
 		/* an answer release_on names (5xx by default): passed through */
 		if (c->uc_status >= 200 && c->uc_status <= 599) {
 			struct stored_response pass = { (int)c->uc_status, NULL,
-				(unsigned char *)c->uc_resp.b_data, c->uc_resp.b_len, 0 };
+							(unsigned char *)c->uc_resp.b_data,
+							c->uc_resp.b_len, 0 };
 			pass.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT);
 			gateway_reply_response(req, &pass, "false");
 			free(pass.sr_headers);
@@ -243,25 +247,26 @@ static void gateway_not_final(struct gateway_job *j)
 			      "the upstream's answer has a malformed header line");
 		break;
 	case UPSTREAM_TOO_LARGE:
-		problem_reply(req, 502, "upstream_invalid", "the upstream's answer exceeds %zu bytes",
-			      c->uc_max_body);
+		problem_reply(req, 502, "upstream_invalid",
+			      "the upstream's answer exceeds %zu bytes", c->uc_max_body);
 		break;
 	case UPSTREAM_UNREACHABLE:
-		problem_reply(req, 502, "upstream_unavailable", "the upstream could not be reached");
+		problem_reply(req, 502, "upstream_unavailable",
+			      "the upstream could not be reached");
 		break;
 	case UPSTREAM_FAILED:
 		problem_reply(req, 502, "upstream_unavailable",
 			      "the connection to the upstream failed before it answered");
 		break;
 	case UPSTREAM_TIMEOUT:
-		problem_reply(req, 504, "upstream_timeout", "the upstream did not answer within %ld ms",
-			      c->uc_timeout_ms);
+		problem_reply(req, 504, "upstream_timeout",
+			      "the upstream did not answer within %ld ms", c->uc_timeout_ms);
 		break;
 	}
 	/* the claim is given back: the same token may be submitted again */
 	http_set_header(req, "Retry-After", "1");
-	log_warn("gateway: request %s: %s %s: %s (%s)", req->req_id, req->req_method,
-		 req->req_path, c->uc_error, c->uc_sent ? "request sent" : "request not sent");
+	log_warn("gateway: request %s: %s %s: %s (%s)", req->req_id, req->req_method, req->req_path,
+		 c->uc_error, c->uc_sent ? "request sent" : "request not sent");
 }
 
 /* Writes the outcome of a finished (or refused) forward and resumes. */

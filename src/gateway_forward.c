@@ -52,8 +52,8 @@ static void gateway_client_ip(struct MHD_Connection *conn, char *out, size_t out
 		inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, out,
 			  (socklen_t)outlen);
 	else if (sa->sa_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, out,
-			  (socklen_t)outlen);
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
+			  out, (socklen_t)outlen);
 }
 
 /* Gathers the request's headers into a growing array. */
@@ -86,9 +86,8 @@ static enum MHD_Result gateway_field_cb(void *cls, enum MHD_ValueKind kind, cons
 }
 
 /* The headers sent upstream (headers_forward): a new list, or NULL. */
-struct curl_slist *gateway_request_headers(struct request *req,
-						  const struct gateway_route *gr,
-						  const struct token *t)
+struct curl_slist *gateway_request_headers(struct request *req, const struct gateway_route *gr,
+					   const struct token *t)
 {
 	struct gateway_fields g = { NULL, 0, 0, 0 };
 	struct curl_slist *list = NULL;
@@ -105,9 +104,11 @@ struct curl_slist *gateway_request_headers(struct request *req,
 	}
 	gateway_client_ip(req->req_conn, ip, sizeof(ip));
 	struct headers_forward_args a = {
-		.fa_token_id = hex, .fa_subject = t->subject_len > 0 ? t->subject : NULL,
+		.fa_token_id = hex,
+		.fa_subject = t->subject_len > 0 ? t->subject : NULL,
 		.fa_client_ip = ip,
-		.fa_request_id = req->req_id, .fa_trust_forwarded = gr->gr_cfg->trust_forwarded,
+		.fa_request_id = req->req_id,
+		.fa_trust_forwarded = gr->gr_cfg->trust_forwarded,
 	};
 	if (!g.failed && headers_forward(g.f, g.n, &a, &list) != HEADERS_OK)
 		list = NULL;
@@ -148,8 +149,8 @@ struct gateway_query {
 	int failed;
 };
 
-static enum MHD_Result gateway_query_cb(void *cls, enum MHD_ValueKind kind,
-					const char *key, const char *value)
+static enum MHD_Result gateway_query_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+					const char *value)
 {
 	struct gateway_query *g = cls;
 
@@ -202,9 +203,9 @@ static int64_t gateway_now_ms(void)
  * *HEADERS (set to NULL). NULL on OOM. Touches no libmicrohttpd state: it
  * runs on a batcher thread while the connection is suspended. */
 struct gateway_job *gateway_job_new(struct request *req, const struct gateway_route *gr,
-					   const struct token *t, const struct operation *op,
-					   const struct claim_result *res, const char *query,
-					   struct curl_slist **headers, size_t max_body)
+				    const struct token *t, const struct operation *op,
+				    const struct claim_result *res, const char *query,
+				    struct curl_slist **headers, size_t max_body)
 {
 	struct gateway_job *j = calloc(1, sizeof(*j));
 	struct buf url = { 0 };
@@ -238,7 +239,8 @@ struct gateway_job *gateway_job_new(struct request *req, const struct gateway_ro
 	int64_t left = res->cr_lease_expires_at - gateway_now_ms() - GATEWAY_LEASE_MARGIN_MS;
 	c->uc_timeout_ms = gr->gr_cfg->timeout_ms;
 	if (left < c->uc_timeout_ms)
-		c->uc_timeout_ms = left > GATEWAY_MIN_TIMEOUT_MS ? (long)left : GATEWAY_MIN_TIMEOUT_MS;
+		c->uc_timeout_ms = left > GATEWAY_MIN_TIMEOUT_MS ? (long)left
+								 : GATEWAY_MIN_TIMEOUT_MS;
 	c->uc_max_body = max_body;
 	c->uc_keep = gateway_keeps;
 	c->uc_keep_arg = gr;

@@ -25,30 +25,30 @@ struct request;
 enum gateway_key { GATEWAY_KEY_TOKEN, GATEWAY_KEY_HEADER, GATEWAY_KEY_JSON, GATEWAY_KEY_BODY };
 
 struct gateway_route {
-	struct route gr_route;             /* first member: handlers get &gr_route */
+	struct route gr_route;		   /* first member: handlers get &gr_route */
 	const struct config_route *gr_cfg; /* borrowed from the config */
 	uint32_t gr_tenant_id;
-	char *gr_target;                   /* URL the request goes to, before its query */
+	char *gr_target; /* URL the request goes to, before its query */
 	enum gateway_key gr_key;
-	const char *gr_key_arg;            /* the header name or JSON pointer, in gr_cfg */
-	char *gr_by;                       /* "route:METHOD path", for the audit trail */
+	const char *gr_key_arg; /* the header name or JSON pointer, in gr_cfg */
+	char *gr_by;		/* "route:METHOD path", for the audit trail */
 };
 
 struct gateway_job {
-	struct upstream_call gj_call;      /* first member: the done callback gets it */
-	struct workq_item gj_item;         /* in the finishers' queue */
-	struct request *gj_req;            /* borrowed; suspended until the job ends */
+	struct upstream_call gj_call; /* first member: the done callback gets it */
+	struct workq_item gj_item;    /* in the finishers' queue */
+	struct request *gj_req;	      /* borrowed; suspended until the job ends */
 	const struct gateway_route *gj_route;
 	uint8_t gj_token_id[TOKEN_ID_BYTES];
 	int gj_attempt;
 	int gj_retention_seconds;
-	int gj_audit_seconds;              /* how long its audit events are kept */
+	int gj_audit_seconds; /* how long its audit events are kept */
 	char *gj_url;
-	int gj_stopped;                    /* refused: the gateway is stopping */
-	struct timespec gj_sent;           /* CLOCK_MONOTONIC: the forward's start */
+	int gj_stopped;		 /* refused: the gateway is stopping */
+	struct timespec gj_sent; /* CLOCK_MONOTONIC: the forward's start */
 	/* storing a final answer (gateway_store) */
 	struct batcher_job gj_bj;
-	struct stored_response gj_resp;    /* headers owned, body borrowed from gj_call */
+	struct stored_response gj_resp; /* headers owned, body borrowed from gj_call */
 	struct complete_args gj_cargs;
 	struct complete_result gj_cres;
 };

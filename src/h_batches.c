@@ -29,16 +29,16 @@
 #include "store.h"
 
 struct h_item {
-	const char *key;               /* borrowed from the body; NULL when unusable */
-	const char *sent;              /* the "key" as sent when a string, else NULL */
-	struct token t;                /* the record the key names */
+	const char *key;  /* borrowed from the body; NULL when unusable */
+	const char *sent; /* the "key" as sent when a string, else NULL */
+	struct token t;	  /* the record the key names */
 	uint8_t fp[STORE_HASH_BYTES];
 	int has_fp;
-	unsigned status;               /* decided before the database, else 0 */
+	unsigned status; /* decided before the database, else 0 */
 	const char *code;
 	struct stored_response cached; /* status 200 from the replay cache */
-	int64_t attempt;               /* completions */
-	int db;                        /* index in the set, or -1 */
+	int64_t attempt;	       /* completions */
+	int db;			       /* index in the set, or -1 */
 };
 
 struct h_batch {
@@ -46,7 +46,7 @@ struct h_batch {
 	struct request *hb_req;
 	json_t *hb_body;
 	struct operation hb_op;
-	size_t hb_n, hb_m;             /* items; of them, in the set */
+	size_t hb_n, hb_m; /* items; of them, in the set */
 	struct h_item *hb_items;
 	/* the set: hb_m elements */
 	struct claim_args *hb_cargs;
@@ -94,7 +94,8 @@ static void h_item_refuse(struct h_item *it, unsigned status, const char *code)
 /* Item I refused by a validator that replied to SCRATCH. */
 static void h_item_refused(struct h_item *it, struct request *scratch)
 {
-	h_item_refuse(it, scratch->rep_status, scratch->rep_code ? scratch->rep_code : "invalid_request");
+	h_item_refuse(it, scratch->rep_status,
+		      scratch->rep_code ? scratch->rep_code : "invalid_request");
 	http_reply_discard(scratch);
 }
 
@@ -116,13 +117,14 @@ static struct h_batch *h_batch_new(struct request *req)
 	}
 	b->hb_req = req;
 	b->hb_job.bj_rc = 0;
-	if ((b->hb_body = http_body_object(req)) == NULL || reqjson_only(req, b->hb_body, allowed) < 0)
+	if ((b->hb_body = http_body_object(req)) == NULL ||
+	    reqjson_only(req, b->hb_body, allowed) < 0)
 		goto fail;
 	items = json_object_get(b->hb_body, "items");
 	if (!json_is_array(items) || json_array_size(items) == 0 ||
 	    json_array_size(items) > BATCHER_SET_MAX) {
-		problem_reply(req, 400, "invalid_request", "items must be an array of 1 to %d items",
-			      BATCHER_SET_MAX);
+		problem_reply(req, 400, "invalid_request",
+			      "items must be an array of 1 to %d items", BATCHER_SET_MAX);
 		goto fail;
 	}
 	if (opcache_by_name(req->req_tenant_id, req->req_params[0], &b->hb_op, &found) < 0) {
@@ -187,8 +189,8 @@ static int h_batch_set(struct h_batch *b, int claims)
 		b->hb_pres = calloc(m, sizeof(*b->hb_pres));
 		b->hb_resp = calloc(m, sizeof(*b->hb_resp));
 	}
-	if (b->hb_rcs == NULL || (claims && (b->hb_cargs == NULL || b->hb_cres == NULL ||
-					     b->hb_vkeys == NULL)) ||
+	if (b->hb_rcs == NULL ||
+	    (claims && (b->hb_cargs == NULL || b->hb_cres == NULL || b->hb_vkeys == NULL)) ||
 	    (!claims && (b->hb_pargs == NULL || b->hb_pres == NULL || b->hb_resp == NULL))) {
 		problem_unavailable(b->hb_req);
 		return -1;
@@ -362,8 +364,8 @@ static void h_claim_item_prepare(struct h_batch *b, struct h_item *it, json_t *o
 		break;
 	}
 	size_t k = b->hb_m;
-	if (engine_claim_args(&it->t, &b->hb_op, it->has_fp ? it->fp : NULL, NULL,
-				b->hb_vkeys[k], &b->hb_cargs[k]) != NULL) {
+	if (engine_claim_args(&it->t, &b->hb_op, it->has_fp ? it->fp : NULL, NULL, b->hb_vkeys[k],
+			      &b->hb_cargs[k]) != NULL) {
 		h_item_refuse(it, 400, "invalid_request");
 		return;
 	}
@@ -450,7 +452,7 @@ void h_key_completions(struct request *req)
 		if (it->key == NULL)
 			continue;
 		if (engine_complete_parse(&scratch, json_array_get(items, i), "key", &it->attempt,
-					    &b->hb_resp[k]) < 0) {
+					  &b->hb_resp[k]) < 0) {
 			store_response_free(&b->hb_resp[k]);
 			h_item_refused(it, &scratch);
 			continue;

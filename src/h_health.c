@@ -33,8 +33,8 @@ void h_readyz(struct request *req)
 	else if (!keys_ready())
 		reason = "no signing key loaded";
 	if (reason != NULL) {
-		http_reply_json(req, 503, json_pack("{s:s,s:s}", "status", "not_ready",
-						    "reason", reason));
+		http_reply_json(req, 503,
+				json_pack("{s:s,s:s}", "status", "not_ready", "reason", reason));
 		http_set_header(req, "Retry-After", "1");
 		return;
 	}

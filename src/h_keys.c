@@ -29,7 +29,8 @@ static int h_key_address(struct request *req, struct token *t, struct operation 
 	if (strlen(key) != klen || !callerkey_valid(key, klen)) {
 		problem_reply(req, 400, "idempotency_key_invalid",
 			      "a key is 1 to %d characters of visible ASCII (percent-encoded in "
-			      "the path where needed)", CALLERKEY_MAX);
+			      "the path where needed)",
+			      CALLERKEY_MAX);
 		return -1;
 	}
 	if (strlen(name) != req->req_param_lens[0] ||
@@ -57,8 +58,9 @@ static json_t *h_key_id(const struct token *t)
 static void h_key_replay(struct request *req, const struct stored_response *r,
 			 const struct token *t)
 {
-	http_reply_json(req, 200, json_pack("{s:s,s:o,s:o}", "state", "completed", "id",
-					    h_key_id(t), "response", reqjson_response(r)));
+	http_reply_json(req, 200,
+			json_pack("{s:s,s:o,s:o}", "state", "completed", "id", h_key_id(t),
+				  "response", reqjson_response(r)));
 	http_set_header(req, "Idempotent-Replayed", "true");
 }
 
@@ -162,7 +164,8 @@ void h_key_get(struct request *req)
 		return;
 	}
 	if (!rv.rv_found) {
-		problem_reply(req, 404, "record_not_found", "this key was never claimed (or was forgotten)");
+		problem_reply(req, 404, "record_not_found",
+			      "this key was never claimed (or was forgotten)");
 		return;
 	}
 	clock_gettime(CLOCK_REALTIME, &now);

@@ -10,17 +10,17 @@
 
 static json_t *h_operation_json(const struct operation *op)
 {
-	json_t *o = json_pack("{s:s,s:i,s:i,s:i,s:b,s:i}", "name", op->op_name,
-			      "token_ttl_seconds", op->op_token_ttl_seconds,
-			      "retention_seconds", op->op_retention_seconds,
-			      "lease_seconds", op->op_lease_seconds,
+	json_t *o = json_pack("{s:s,s:i,s:i,s:i,s:b,s:i}", "name", op->op_name, "token_ttl_seconds",
+			      op->op_token_ttl_seconds, "retention_seconds",
+			      op->op_retention_seconds, "lease_seconds", op->op_lease_seconds,
 			      "require_version", op->op_require_version, "wait_seconds",
 			      op->op_wait_seconds);
 
 	if (o != NULL)
 		json_object_set_new(o, "audit_retention_seconds",
-				    json_integer(op->op_audit_retention >= 0 ? op->op_audit_retention
-									: op->op_retention_seconds));
+				    json_integer(op->op_audit_retention >= 0
+							 ? op->op_audit_retention
+							 : op->op_retention_seconds));
 	if (o != NULL && op->op_has_version_key)
 		json_object_set_new(o, "version_key", json_string(op->op_version_key));
 	return o;
@@ -41,9 +41,10 @@ static const char *h_operation_name(struct request *req)
 
 void h_operation_put(struct request *req)
 {
-	static const char *const allowed[] = { "token_ttl_seconds", "retention_seconds",
-		"lease_seconds", "version_key", "require_version", "wait_seconds",
-		"audit_retention_seconds", NULL };
+	static const char *const allowed[] = { "token_ttl_seconds",	  "retention_seconds",
+					       "lease_seconds",		  "version_key",
+					       "require_version",	  "wait_seconds",
+					       "audit_retention_seconds", NULL };
 	struct operation op = { 0 };
 	int64_t ttl, retention, lease, wait, audit;
 	int present, created;
@@ -61,17 +62,19 @@ void h_operation_put(struct request *req)
 	    reqjson_int(req, body, "wait_seconds", 0, 0, 60, &wait, &present) < 0)
 		goto done;
 	op.op_wait_seconds = present ? (int)wait : 0;
-	if (reqjson_int(req, body, "audit_retention_seconds", 0, 0, 315360000, &audit,
-			&present) < 0)
+	if (reqjson_int(req, body, "audit_retention_seconds", 0, 0, 315360000, &audit, &present) <
+	    0)
 		goto done;
 	op.op_audit_retention = present ? (int)audit : -1;
 	json_t *rv = json_object_get(body, "require_version");
 	if (rv != NULL && !json_is_boolean(rv)) {
-		problem_reply(req, 400, "invalid_request", "field require_version must be a boolean");
+		problem_reply(req, 400, "invalid_request",
+			      "field require_version must be a boolean");
 		goto done;
 	}
-	if (vkey != NULL && strspn(vkey, "!\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-				   "[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~") != strlen(vkey)) {
+	if (vkey != NULL &&
+	    strspn(vkey, "!\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+			 "[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~") != strlen(vkey)) {
 		problem_reply(req, 400, "invalid_request",
 			      "field version_key must be printable ASCII without spaces");
 		goto done;

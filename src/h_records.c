@@ -91,7 +91,8 @@ void h_record_events(struct request *req)
 	}
 	if (json_array_size(events) == 0) {
 		json_decref(events);
-		problem_reply(req, 404, "record_not_found", "no record or audit trail with this id");
+		problem_reply(req, 404, "record_not_found",
+			      "no record or audit trail with this id");
 		return;
 	}
 	http_reply_json(req, 200, json_pack("{s:o}", "events", events));
@@ -110,7 +111,8 @@ static int h_query_int(struct request *req, const char *name, int64_t max, int64
 	if (v == NULL)
 		return 0;
 	long long n = strtoll(v, &end, 10);
-	if (*v == '\0' || *end != '\0' || n < 0 || n > max || strspn(v, "0123456789") != strlen(v)) {
+	if (*v == '\0' || *end != '\0' || n < 0 || n > max ||
+	    strspn(v, "0123456789") != strlen(v)) {
 		problem_reply(req, 400, "invalid_request",
 			      "%s must be an integer from 0 to %" PRId64, name, max);
 		return -1;
@@ -159,7 +161,8 @@ static int h_record_filter(struct request *req, struct record_filter *f, int64_t
 		int used = 0;
 		if (sscanf(cursor, "%lld.%32[0-9a-f]%n", &us, hex, &used) != 2 ||
 		    cursor[used] != '\0' || strlen(hex) != 32 || us < 0) {
-			problem_reply(req, 400, "invalid_request", "cursor is not one this API gave");
+			problem_reply(req, 400, "invalid_request",
+				      "cursor is not one this API gave");
 			return -1;
 		}
 		for (int i = 0; i < 16; i++) {
@@ -218,12 +221,14 @@ void h_record_list(struct request *req)
 		token_id_hex(r->rr_id, hex);
 		json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:o,s:o}", "id", hex, "operation",
 				      found ? op.op_name : "", "state", r->rr_state, "attempt",
-				      r->rr_attempt, "claimed_at", reqjson_time(r->rr_created_us / 1000),
-				      "expires_at", reqjson_time(r->rr_expires_at));
+				      r->rr_attempt, "claimed_at",
+				      reqjson_time(r->rr_created_us / 1000), "expires_at",
+				      reqjson_time(r->rr_expires_at));
 		if (o != NULL && r->rr_has_subject)
 			json_object_set_new(o, "subject", json_string(r->rr_subject));
 		if (o != NULL && strcmp(r->rr_state, "in_progress") == 0)
-			json_object_set_new(o, "lease_expires_at", reqjson_time(r->rr_lease_expires_at));
+			json_object_set_new(o, "lease_expires_at",
+					    reqjson_time(r->rr_lease_expires_at));
 		json_array_append_new(list, o);
 	}
 	json_t *next = json_null();

@@ -33,12 +33,16 @@ static int64_t h_now_ms(void)
 }
 
 /* The longest JSON object of one issued token (h_token_make). */
-#define H_TOKEN_TEXT_MAX (96 /* names, quotes, commas, braces */ + TOKEN_MAX_CHARS + \
-			  2 * TOKEN_ID_BYTES + 6 * STORE_NAME_MAX + 6 * TOKEN_SUBJECT_MAX + \
-			  REQJSON_TIME_MAX + 24 /* version */)
+#define H_TOKEN_TEXT_MAX \
+	(96 /* names, quotes, commas, braces */ + TOKEN_MAX_CHARS + 2 * TOKEN_ID_BYTES + \
+	 6 * STORE_NAME_MAX + 6 * TOKEN_SUBJECT_MAX + REQJSON_TIME_MAX + 24 /* version */)
 
 /* Appends the literal S at *P. */
-#define H_PUT(p, s) do { memcpy(p, s, sizeof(s) - 1); p += sizeof(s) - 1; } while (0)
+#define H_PUT(p, s) \
+	do { \
+		memcpy(p, s, sizeof(s) - 1); \
+		p += sizeof(s) - 1; \
+	} while (0)
 
 /* Issues one token for OP and SUBJECT and writes its JSON object, as
  * json_dumps would write it, at OUT (H_TOKEN_TEXT_MAX bytes); returns the
@@ -123,7 +127,8 @@ static int h_issue_fast(const struct request *req, struct h_issue *a)
 /* The full way: jansson and the field checks. 0, or -1 after replying. */
 static int h_issue_parse(struct request *req, struct h_issue *a)
 {
-	static const char *const allowed[] = { "operation", "subject", "ttl_seconds", "count", NULL };
+	static const char *const allowed[] = { "operation", "subject", "ttl_seconds", "count",
+					       NULL };
 	const char *opname, *subject;
 	json_t *body = http_body_object(req);
 	int rc = -1;
@@ -246,10 +251,10 @@ void h_token_get(struct request *req)
 	if (expired && strcmp(state, "issued") == 0)
 		state = "expired";
 	token_id_hex(t.id, hex);
-	json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:o,s:i}", "id", hex,
-			      "operation", found ? op.op_name : "", "subject", t.subject,
-			      "state", state, "expires_at", reqjson_time((int64_t)t.expires_at * 1000),
-			      "attempt", rv.rv_attempt);
+	json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:o,s:i}", "id", hex, "operation",
+			      found ? op.op_name : "", "subject", t.subject, "state", state,
+			      "expires_at", reqjson_time((int64_t)t.expires_at * 1000), "attempt",
+			      rv.rv_attempt);
 	engine_record_fields(o, &rv, state);
 	store_record_view_free(&rv);
 	http_reply_json(req, 200, o);
@@ -262,8 +267,8 @@ void h_token_revoke(struct request *req)
 
 	if (engine_from_path(req, &t) < 0)
 		return;
-	if (store_revoke(req->req_tenant_id, t.id, t.operation_id, t.subject,
-			 (int64_t)t.expires_at, req->req_by, &in_use) < 0) {
+	if (store_revoke(req->req_tenant_id, t.id, t.operation_id, t.subject, (int64_t)t.expires_at,
+			 req->req_by, &in_use) < 0) {
 		problem_unavailable(req);
 		return;
 	}
@@ -308,7 +313,7 @@ void h_token_claim(struct request *req)
 	if (engine_claim_cached(req, &t, has_fp ? fp : NULL, NULL) < 0 ||
 	    engine_claim(req, &t, has_fp ? fp : NULL, NULL, h_token_claimed, 0, NULL) < 0)
 		goto done; /* replied at once */
-	/* suspended: the batcher thread answers */
+			   /* suspended: the batcher thread answers */
 done:
 	json_decref(body);
 }

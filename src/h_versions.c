@@ -14,20 +14,20 @@ static const char *h_version_key(struct request *req)
 
 	if (strlen(key) != req->req_param_lens[0] || !versionkey_valid(key)) {
 		problem_reply(req, 400, "invalid_request",
-			      "version keys are 1 to %d printable ASCII characters", VERSIONKEY_MAX);
+			      "version keys are 1 to %d printable ASCII characters",
+			      VERSIONKEY_MAX);
 		return NULL;
 	}
 	return key;
 }
 
-static void h_version_reply(struct request *req, unsigned status, const char *key,
-			    int64_t version)
+static void h_version_reply(struct request *req, unsigned status, const char *key, int64_t version)
 {
 	char etag[32];
 
 	reqjson_etag_format(version, etag, sizeof(etag));
-	http_reply_json(req, status, json_pack("{s:s,s:I}", "key", key, "version",
-					       (json_int_t)version));
+	http_reply_json(req, status,
+			json_pack("{s:s,s:I}", "key", key, "version", (json_int_t)version));
 	http_set_header(req, "ETag", etag);
 }
 
@@ -60,7 +60,8 @@ void h_version_bump(struct request *req)
 		return;
 	}
 	if (reqjson_etag(im, &expected) < 0) {
-		problem_reply(req, 400, "invalid_request", "If-Match must be one strong ETag like \"7\"");
+		problem_reply(req, 400, "invalid_request",
+			      "If-Match must be one strong ETag like \"7\"");
 		return;
 	}
 	if (store_version_bump(req->req_tenant_id, key, expected, &ok, &version) < 0) {
@@ -70,8 +71,8 @@ void h_version_bump(struct request *req)
 	if (!ok) {
 		char etag[32];
 		reqjson_etag_format(version, etag, sizeof(etag));
-		problem_reply(req, 412, "version_mismatch",
-			      "the counter is at version %lld", (long long)version);
+		problem_reply(req, 412, "version_mismatch", "the counter is at version %lld",
+			      (long long)version);
 		http_set_header(req, "ETag", etag);
 		return;
 	}

@@ -39,9 +39,10 @@ int headers_value_ok(const char *value, size_t len)
 /* Headers idemd sets, strips or frames by: a client may not send them
  * under a '_' spelling on a gateway route. */
 static const char *const headers_own[] = {
-	"idempotency-key", "idempotency-subject", "x-request-id", "x-forwarded-for",
-	"x-forwarded-host", "x-forwarded-proto", "x-forwarded-port", "x-real-ip", "forwarded",
-	"content-length", "transfer-encoding", "host", "connection",
+	"idempotency-key",  "idempotency-subject", "x-request-id",	"x-forwarded-for",
+	"x-forwarded-host", "x-forwarded-proto",   "x-forwarded-port",	"x-real-ip",
+	"forwarded",	    "content-length",	   "transfer-encoding", "host",
+	"connection",
 };
 
 static int headers_in(const char *name, const char *const *list, size_t n)
@@ -66,8 +67,8 @@ int headers_is_alias(const char *name)
 
 int headers_hop_by_hop(const char *name, const char *connection)
 {
-	static const char *const hop[] = { "connection", "keep-alive", "te", "trailer",
-		"transfer-encoding", "upgrade" };
+	static const char *const hop[] = { "connection", "keep-alive",	      "te",
+					   "trailer",	 "transfer-encoding", "upgrade" };
 	size_t n = strlen(name);
 
 	if (headers_in(name, hop, IDEMD_ARRAY_LEN(hop)) || strncasecmp(name, "proxy-", 6) == 0)
@@ -84,8 +85,8 @@ int headers_hop_by_hop(const char *name, const char *connection)
 
 int headers_never_stored(const char *name)
 {
-	static const char *const never[] = { "content-length", "set-cookie",
-		"idempotent-replayed", "x-request-id" };
+	static const char *const never[] = { "content-length", "set-cookie", "idempotent-replayed",
+					     "x-request-id" };
 
 	return headers_hop_by_hop(name, NULL) || headers_in(name, never, IDEMD_ARRAY_LEN(never)) ||
 	       strncasecmp(name, "access-control-", 15) == 0;
@@ -95,8 +96,14 @@ int headers_never_stored(const char *name)
 
 /* Client headers a forward never passes on besides the hop-by-hop ones. */
 static const char *const headers_dropped[] = {
-	"host", "content-length", "expect", "accept-encoding",
-	"idempotency-key", "idempotency-subject", "x-request-id", "x-forwarded-for",
+	"host",
+	"content-length",
+	"expect",
+	"accept-encoding",
+	"idempotency-key",
+	"idempotency-subject",
+	"x-request-id",
+	"x-forwarded-for",
 };
 
 /* ... and these unless the route trusts its clients' proxies. */
@@ -175,8 +182,8 @@ int headers_arg_ok(const char *s)
 {
 	size_t n = strlen(s);
 
-	return n > 0 && headers_value_ok(s, n) && s[0] != ' ' && s[n - 1] != ' ' &&
-	       s[0] != '\t' && s[n - 1] != '\t';
+	return n > 0 && headers_value_ok(s, n) && s[0] != ' ' && s[n - 1] != ' ' && s[0] != '\t' &&
+	       s[n - 1] != '\t';
 }
 
 int headers_forward(const struct headers_field *fields, size_t n,

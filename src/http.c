@@ -32,7 +32,7 @@
 
 static struct MHD_Daemon *http_daemon;
 static struct MHD_Daemon *http_admin_daemon; /* admin_listen, or NULL */
-static char http_admin_marker;               /* the admin daemon's access cls */
+static char http_admin_marker;		     /* the admin daemon's access cls */
 static const struct config *http_cfg;
 static atomic_int http_active;
 static atomic_int http_suspended; /* connections between suspend and resume */
@@ -80,7 +80,9 @@ static const struct {
 	size_t len, off, count_off;
 } http_scanned[] = {
 #define HTTP_SCANNED(name, field, count) \
-	{ name, sizeof(name) - 1, offsetof(struct request, field), count }
+	{ \
+		name, sizeof(name) - 1, offsetof(struct request, field), count \
+	}
 	HTTP_SCANNED("Content-Length", req_h_content_length,
 		     offsetof(struct request, req_n_content_length)),
 	HTTP_SCANNED("Authorization", req_h_authorization, 0),
@@ -93,15 +95,16 @@ static const struct {
 #undef HTTP_SCANNED
 };
 
-static enum MHD_Result http_scan_header(void *cls, enum MHD_ValueKind kind,
-					const char *key, const char *value)
+static enum MHD_Result http_scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
+					const char *value)
 {
 	struct request *req = cls;
 	size_t n = strlen(key);
 
 	(void)kind;
 	if (req->req_bad_header == NULL &&
-	    (!headers_is_token(key, n) || (value != NULL && !headers_value_ok(value, strlen(value)))))
+	    (!headers_is_token(key, n) ||
+	     (value != NULL && !headers_value_ok(value, strlen(value)))))
 		req->req_bad_header = key;
 	if (memchr(key, '_', n) != NULL)
 		req->req_has_underscore = 1;
@@ -162,8 +165,7 @@ void http_resume(struct request *req)
 	MHD_resume_connection(req->req_conn);
 }
 
-void http_resume_then(struct request *req, void (*fn)(struct request *req, void *arg),
-		      void *arg)
+void http_resume_then(struct request *req, void (*fn)(struct request *req, void *arg), void *arg)
 {
 	req->req_on_resume = fn;
 	req->req_on_resume_arg = arg;
@@ -220,15 +222,15 @@ static int http_route(struct request *req, unsigned long long declared)
 		status = 404;
 	}
 	/* gateway bodies are opaque; the API's are JSON */
-	if (req->req_route != NULL && !req->req_route->opaque_body && http_has_body(req, declared) &&
-	    !http_is_json_type(req->req_h_content_type)) {
-		problem_reply(req, 415, "unsupported_media_type", "send the body as application/json");
+	if (req->req_route != NULL && !req->req_route->opaque_body &&
+	    http_has_body(req, declared) && !http_is_json_type(req->req_h_content_type)) {
+		problem_reply(req, 415, "unsupported_media_type",
+			      "send the body as application/json");
 		return 1;
 	}
 	if (req->req_route == NULL) {
 		if (status == 405) {
-			problem_reply(req, 405, "method_not_allowed",
-				      "use one of: %s", allow);
+			problem_reply(req, 405, "method_not_allowed", "use one of: %s", allow);
 			http_set_header(req, "Allow", allow);
 		} else {
 			problem_reply(req, 404, "not_found", "no such resource");
@@ -268,8 +270,8 @@ static void http_busy(struct request *req)
 static void http_dispatch(struct request *req)
 {
 	if (req->req_body_too_large) {
-		problem_reply(req, 413, "payload_too_large",
-			      "the body exceeds %zu bytes", http_cfg->max_body_bytes);
+		problem_reply(req, 413, "payload_too_large", "the body exceeds %zu bytes",
+			      http_cfg->max_body_bytes);
 		return;
 	}
 	if (req->req_over_budget) {
@@ -349,8 +351,7 @@ static enum MHD_Result http_headers_in(struct request *req)
 	}
 	/* two lengths, or a length beside chunked framing, make the end of the
 	 * body ambiguous (request smuggling): refuse and close */
-	if (req->req_n_content_length > 1 ||
-	    (cl != NULL && req->req_h_transfer_encoding != NULL)) {
+	if (req->req_n_content_length > 1 || (cl != NULL && req->req_h_transfer_encoding != NULL)) {
 		problem_reply(req, 400, "invalid_request",
 			      "conflicting Content-Length or Transfer-Encoding headers");
 		goto close;
@@ -359,9 +360,10 @@ static enum MHD_Result http_headers_in(struct request *req)
 		char *end;
 		errno = 0;
 		declared = strtoull(cl, &end, 10);
-		if (errno != 0 || *end != '\0' || end == cl || declared > http_cfg->max_body_bytes) {
-			problem_reply(req, 413, "payload_too_large",
-				      "the body exceeds %zu bytes", http_cfg->max_body_bytes);
+		if (errno != 0 || *end != '\0' || end == cl ||
+		    declared > http_cfg->max_body_bytes) {
+			problem_reply(req, 413, "payload_too_large", "the body exceeds %zu bytes",
+				      http_cfg->max_body_bytes);
 			goto answer;
 		}
 	}
@@ -506,22 +508,17 @@ int http_start(const struct config *cfg)
 		free(key);
 		return -1;
 	}
-	http_daemon = MHD_start_daemon(flags, cfg->listen_port, NULL, NULL, http_access, NULL,
-				       MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL,
-				       MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-				       MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
-				       MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-				       MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-				       (unsigned)cfg->max_connections_per_ip,
-				       MHD_OPTION_CONNECTION_TIMEOUT,
-				       (unsigned)cfg->connection_timeout_seconds,
-				       MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONNECTION_MEMORY,
-				       MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
-				       MHD_OPTION_NOTIFY_COMPLETED, http_completed, NULL,
-				       MHD_OPTION_NOTIFY_CONNECTION, http_connection, NULL,
-				       MHD_OPTION_UNESCAPE_CALLBACK, http_no_unescape, NULL,
-				       MHD_OPTION_ARRAY, tls,
-				       MHD_OPTION_END);
+	http_daemon = MHD_start_daemon(
+		flags, cfg->listen_port, NULL, NULL, http_access, NULL, MHD_OPTION_EXTERNAL_LOGGER,
+		http_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
+		(unsigned)cfg->threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_seconds,
+		MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONNECTION_MEMORY,
+		MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_NOTIFY_COMPLETED, http_completed,
+		NULL, MHD_OPTION_NOTIFY_CONNECTION, http_connection, NULL,
+		MHD_OPTION_UNESCAPE_CALLBACK, http_no_unescape, NULL, MHD_OPTION_ARRAY, tls,
+		MHD_OPTION_END);
 	freeaddrinfo(ai);
 	/* libmicrohttpd has parsed the PEM data by now; the key text is wiped */
 	if (key != NULL)

@@ -76,7 +76,7 @@ static void *http_reaper(void *arg)
 
 /* A connection opens (its state is made) or closes (the state is wiped). */
 void http_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
-			    enum MHD_ConnectionNotificationCode toe)
+		     enum MHD_ConnectionNotificationCode toe)
 {
 	struct http_conn *c = *socket_context;
 

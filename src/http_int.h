@@ -16,7 +16,7 @@ struct config;
 
 /* What outlives one request on a connection. */
 struct http_conn {
-	struct auth_memo hc_auth;     /* the API key it last authenticated with */
+	struct auth_memo hc_auth; /* the API key it last authenticated with */
 	/* monotonic ms since which the connection has been receiving a
 	 * request (opened, or answered its previous one); 0 while a request
 	 * is being answered. The reaper closes it past request_timeout. */

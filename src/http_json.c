@@ -33,7 +33,8 @@ json_t *http_body_object(struct request *req)
 		return json_object();
 	json_t *v = json_loadb(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, &err);
 	if (v == NULL) {
-		problem_reply(req, 400, "invalid_request", "malformed JSON at position %d", err.position);
+		problem_reply(req, 400, "invalid_request", "malformed JSON at position %d",
+			      err.position);
 		return NULL;
 	}
 	if (!json_is_object(v)) {

@@ -102,16 +102,14 @@ struct MHD_Daemon *http_admin_start(const struct config *cfg, void *access_cls)
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	d = MHD_start_daemon(flags, cfg->admin_listen_port, NULL, NULL, http_access, access_cls,
-			     MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL,
-			     MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-			     MHD_OPTION_CONNECTION_LIMIT, 64u,
+			     MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
+			     ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, 64u,
 			     MHD_OPTION_CONNECTION_TIMEOUT,
 			     (unsigned)cfg->connection_timeout_seconds,
 			     MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONNECTION_MEMORY,
 			     MHD_OPTION_NOTIFY_COMPLETED, http_completed, NULL,
 			     MHD_OPTION_NOTIFY_CONNECTION, http_connection, NULL,
-			     MHD_OPTION_UNESCAPE_CALLBACK, http_no_unescape, NULL,
-			     MHD_OPTION_END);
+			     MHD_OPTION_UNESCAPE_CALLBACK, http_no_unescape, NULL, MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (d == NULL) {
 		log_error("http: cannot listen on admin_listen %s:%u", cfg->admin_listen_host,

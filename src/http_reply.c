@@ -33,8 +33,8 @@ void http_reply_bytes(struct request *req, unsigned status, const char *content_
 		MHD_add_response_header(req->rep_response, "Content-Type", content_type);
 }
 
-void http_reply_take(struct request *req, unsigned status, const char *content_type,
-		     char *data, size_t len)
+void http_reply_take(struct request *req, unsigned status, const char *content_type, char *data,
+		     size_t len)
 {
 	http_clear_reply(req);
 	req->rep_response = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
@@ -53,7 +53,8 @@ void http_reply_empty(struct request *req, unsigned status)
 void http_reply_json(struct request *req, unsigned status, json_t *body)
 {
 	size_t len;
-	char *text = http_json_text(body, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY, &len);
+	char *text =
+		http_json_text(body, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY, &len);
 
 	json_decref(body);
 	if (text == NULL) {

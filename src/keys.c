@@ -27,7 +27,7 @@ struct keys_entry {
 
 static struct {
 	pthread_rwlock_t lock;
-	uint8_t *master;            /* sodium_malloc, crypto_secretbox_KEYBYTES */
+	uint8_t *master;	    /* sodium_malloc, crypto_secretbox_KEYBYTES */
 	struct keys_entry *entries; /* sodium_malloc */
 	size_t n;
 	uint32_t newest;
@@ -125,8 +125,9 @@ static int keys_decode(const char *text, size_t n, const char *where, uint8_t **
 		log_error("keys: out of locked memory for %s", where);
 		return -1;
 	}
-	int bad = sodium_hex2bin(*out, crypto_secretbox_KEYBYTES, text, n, NULL, &bin_len,
-				 &end) != 0 || bin_len != crypto_secretbox_KEYBYTES;
+	int bad = sodium_hex2bin(*out, crypto_secretbox_KEYBYTES, text, n, NULL, &bin_len, &end) !=
+			  0 ||
+		  bin_len != crypto_secretbox_KEYBYTES;
 	/* a trailing newline (or other white space) is fine, nothing else is */
 	for (const char *p = end; !bad && p < text + n; p++)
 		bad = *p != '\n' && *p != '\r' && *p != ' ' && *p != '\t';
@@ -159,7 +160,8 @@ static int keys_read_file(const char *path, const char *where, uint8_t **out)
 	}
 	if ((st.st_mode & 077) != 0) {
 		log_error("keys: %s is readable by group or others (mode %03o); "
-			  "run chmod 600 on it", where, (unsigned)(st.st_mode & 0777));
+			  "run chmod 600 on it",
+			  where, (unsigned)(st.st_mode & 0777));
 		goto done;
 	}
 	ssize_t n = read(fd, hex, sizeof(hex));
@@ -197,7 +199,8 @@ int keys_init(const char *path)
 		if (access(path, F_OK) != 0 && errno == ENOENT) {
 			log_error("keys: %s does not exist (run 'idemd migrate' to create it, or "
 				  "copy it from another instance: every instance must use the "
-				  "same one)", where);
+				  "same one)",
+				  where);
 			return -1;
 		}
 		return keys_read_file(path, where, &keys.master);
@@ -233,7 +236,8 @@ static int keys_load(void)
 		if (keys.master == NULL || keys_open(s, keys.master, entries[i].ke_key) != 0) {
 			log_error("keys: %s cannot open %s signing key %u: it is not the master "
 				  "key the signing keys were sealed with (every instance must use "
-				  "the same one)", keys_src.where,
+				  "the same one)",
+				  keys_src.where,
 				  s->sk_retired_at == 0 ? "the active" : "the retired",
 				  (unsigned)s->sk_id);
 			sodium_free(entries);
@@ -290,13 +294,13 @@ int keys_check(void)
 	return keys_load();
 }
 
-#define KEYS_SEALED_BYTES (crypto_secretbox_NONCEBYTES + crypto_secretbox_MACBYTES + \
-			   TOKEN_KEY_BYTES)
+#define KEYS_SEALED_BYTES \
+	(crypto_secretbox_NONCEBYTES + crypto_secretbox_MACBYTES + TOKEN_KEY_BYTES)
 
 int keys_master_rotate(const char *new_path, int *created, size_t *resealed)
 {
 	struct sealed_key *sealed = NULL;
-	unsigned char (*out)[KEYS_SEALED_BYTES] = NULL;
+	unsigned char(*out)[KEYS_SEALED_BYTES] = NULL;
 	const unsigned char **ptrs = NULL;
 	size_t *lens = NULL, n = 0;
 	uint8_t *fresh = NULL, *key = NULL;
@@ -308,7 +312,8 @@ int keys_master_rotate(const char *new_path, int *created, size_t *resealed)
 	if (keys.master == NULL)
 		return -1;
 	snprintf(where, sizeof(where), "the new master key file %s", new_path);
-	if (keys_master_create(new_path, created) < 0 || keys_read_file(new_path, where, &fresh) < 0)
+	if (keys_master_create(new_path, created) < 0 ||
+	    keys_read_file(new_path, where, &fresh) < 0)
 		return -1;
 	if (sodium_memcmp(fresh, keys.master, crypto_secretbox_KEYBYTES) == 0) {
 		log_error("keys: %s holds the current master key", where);
@@ -368,16 +373,16 @@ int keys_create_first(uint32_t *id)
 static int keys_add(int first_only, uint32_t *id)
 {
 	uint8_t *key = sodium_malloc(TOKEN_KEY_BYTES);
-	unsigned char sealed[crypto_secretbox_NONCEBYTES + crypto_secretbox_MACBYTES +
-			     TOKEN_KEY_BYTES];
+	unsigned char
+		sealed[crypto_secretbox_NONCEBYTES + crypto_secretbox_MACBYTES + TOKEN_KEY_BYTES];
 	int ret = -1;
 
 	if (key == NULL || keys.master == NULL)
 		goto done;
 	randombytes_buf(key, TOKEN_KEY_BYTES);
 	randombytes_buf(sealed, crypto_secretbox_NONCEBYTES);
-	crypto_secretbox_easy(sealed + crypto_secretbox_NONCEBYTES, key, TOKEN_KEY_BYTES,
-			      sealed, keys.master);
+	crypto_secretbox_easy(sealed + crypto_secretbox_NONCEBYTES, key, TOKEN_KEY_BYTES, sealed,
+			      keys.master);
 	if (store_key_insert(sealed, sizeof(sealed), first_only, id) < 0)
 		goto done;
 	/* a retired key verifies until no token it signed can still be valid */

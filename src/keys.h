@@ -18,12 +18,12 @@
 #define KEYS_WRONG_MASTER (-2)
 
 /* The master key may come, first found, from: */
-#define KEYS_MASTER_ENV "IDEMD_MASTER_KEY"        /* its 64 hex characters */
-#define KEYS_MASTER_CREDENTIAL "master.key"       /* in $CREDENTIALS_DIRECTORY */
+#define KEYS_MASTER_ENV "IDEMD_MASTER_KEY"  /* its 64 hex characters */
+#define KEYS_MASTER_CREDENTIAL "master.key" /* in $CREDENTIALS_DIRECTORY */
 enum keys_source {
-	KEYS_SRC_ENV,        /* $IDEMD_MASTER_KEY */
+	KEYS_SRC_ENV,	     /* $IDEMD_MASTER_KEY */
 	KEYS_SRC_CREDENTIAL, /* $CREDENTIALS_DIRECTORY/master.key (systemd) */
-	KEYS_SRC_FILE,       /* the config's master_key_file */
+	KEYS_SRC_FILE,	     /* the config's master_key_file */
 };
 
 /* Where the master key comes from (decided once per process); *WHERE (may

@@ -14,8 +14,7 @@ extern enum log_level log_min_level;
  * -1 when NAME is none of them. */
 int log_level_parse(const char *name, enum log_level *out);
 
-void log_write(enum log_level level, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+void log_write(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The access log line of one request, built without allocating: time,
  * request id, method, route, status, duration, the record it addressed
@@ -23,8 +22,8 @@ void log_write(enum log_level level, const char *fmt, ...)
  * (TERMINATED > 0). Lines are gathered per thread and
  * written whole, in order per thread, within about 60 ms, before any other
  * log line, and at exit (log_flush). */
-void log_access(const char *request_id, const char *method, const char *route,
-		unsigned status, double duration_ms, const char *record, int terminated);
+void log_access(const char *request_id, const char *method, const char *route, unsigned status,
+		double duration_ms, const char *record, int terminated);
 
 /* Writes out every gathered access line now. */
 void log_flush(void);
@@ -32,9 +31,21 @@ void log_flush(void);
 /* Writes FIELDS (borrowed) as one JSON line with "time" and "level" added. */
 void log_json(enum log_level level, json_t *fields);
 
-#define log_debug(...) do { if (log_min_level <= LOG_LEVEL_DEBUG) log_write(LOG_LEVEL_DEBUG, __VA_ARGS__); } while (0)
-#define log_info(...)  do { if (log_min_level <= LOG_LEVEL_INFO) log_write(LOG_LEVEL_INFO, __VA_ARGS__); } while (0)
-#define log_warn(...)  do { if (log_min_level <= LOG_LEVEL_WARN) log_write(LOG_LEVEL_WARN, __VA_ARGS__); } while (0)
+#define log_debug(...) \
+	do { \
+		if (log_min_level <= LOG_LEVEL_DEBUG) \
+			log_write(LOG_LEVEL_DEBUG, __VA_ARGS__); \
+	} while (0)
+#define log_info(...) \
+	do { \
+		if (log_min_level <= LOG_LEVEL_INFO) \
+			log_write(LOG_LEVEL_INFO, __VA_ARGS__); \
+	} while (0)
+#define log_warn(...) \
+	do { \
+		if (log_min_level <= LOG_LEVEL_WARN) \
+			log_write(LOG_LEVEL_WARN, __VA_ARGS__); \
+	} while (0)
 #define log_error(...) log_write(LOG_LEVEL_ERROR, __VA_ARGS__)
 
 #endif

@@ -111,12 +111,14 @@ static int main_serve(const struct config *cfg)
 	}
 	if (chk.state == MIGRATE_CHANGED) {
 		log_error("serve: the database schema does not match this idemd: %s applied with "
-			  "other contents", chk.changed_names);
+			  "other contents",
+			  chk.changed_names);
 		goto pool;
 	}
 	if (chk.state == MIGRATE_BEHIND) {
 		log_error("serve: the database schema is behind: %s not applied; "
-			  "run 'idemd migrate'", chk.pending_names);
+			  "run 'idemd migrate'",
+			  chk.pending_names);
 		goto pool;
 	}
 	if (chk.state == MIGRATE_TOO_OLD) {
@@ -124,19 +126,22 @@ static int main_serve(const struct config *cfg)
 		 * would misread the schema; restarting does not help (exit 2) */
 		log_error("serve: refusing to start: the database holds %s, applied by a newer "
 			  "idemd and marked breaking (not backward-compatible); this idemd is too "
-			  "old for the schema: run the newer idemd", chk.breaking_names);
+			  "old for the schema: run the newer idemd",
+			  chk.breaking_names);
 		ret = EXIT_USAGE;
 		goto pool;
 	}
 	if (chk.state == MIGRATE_AHEAD)
 		log_warn("serve: the database schema is ahead of this idemd: %s unknown "
-			 "(applied by a newer idemd); starting anyway", chk.unknown_names);
+			 "(applied by a newer idemd); starting anyway",
+			 chk.unknown_names);
 	int krc = keys_refresh();
 	if (krc == KEYS_WRONG_MASTER) {
 		const char *where;
 		(void)keys_master_source(cfg->master_key_file, &where);
 		log_error("serve: refusing to start: %s cannot open the signing keys; use the "
-			  "master key the other instances use", where);
+			  "master key the other instances use",
+			  where);
 		ret = EXIT_USAGE;
 		goto pool;
 	}
@@ -219,10 +224,13 @@ static int main_migrate(const struct config *cfg, int status)
 		if (nkeys > 0) {
 			/* a fresh key would seal nothing the database holds, and
 			 * instances made with it could not verify each other's tokens */
-			fprintf(stderr, "idemd: migrate: the master key file %s is missing, but the "
-				"database holds %" PRId64 " signing key(s) sealed under a master key: "
+			fprintf(stderr,
+				"idemd: migrate: the master key file %s is missing, but the "
+				"database holds %" PRId64
+				" signing key(s) sealed under a master key: "
 				"copy that file from an instance that has it (every instance must use "
-				"the same one); nothing was written\n", cfg->master_key_file, nkeys);
+				"the same one); nothing was written\n",
+				cfg->master_key_file, nkeys);
 			ret = EXIT_USAGE;
 			goto out;
 		}
@@ -236,7 +244,8 @@ static int main_migrate(const struct config *cfg, int status)
 	if (nkeys > 0) {
 		int rc = keys_check();
 		if (rc == KEYS_WRONG_MASTER) {
-			fprintf(stderr, "idemd: migrate: %s cannot open the database's signing keys; "
+			fprintf(stderr,
+				"idemd: migrate: %s cannot open the database's signing keys; "
 				"use the master key the other instances use; nothing was written\n",
 				where);
 			ret = EXIT_USAGE;
@@ -265,9 +274,12 @@ static int tenant_name_ok(const char *name)
 	size_t n = strlen(name);
 
 	if (n == 0 || n > 64 ||
-	    strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != n) {
-		fprintf(stderr, "idemd: tenant names are 1 to 64 characters of [A-Za-z0-9._-], "
-			"not '%s'\n", name);
+	    strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
+		    n) {
+		fprintf(stderr,
+			"idemd: tenant names are 1 to 64 characters of [A-Za-z0-9._-], "
+			"not '%s'\n",
+			name);
 		return 0;
 	}
 	return 1;
@@ -276,7 +288,8 @@ static int tenant_name_ok(const char *name)
 /* Prints {"tenant","api_key","key_id"}; 0 or 1. */
 static int print_new_key(const char *name, const char *key, uint32_t key_id)
 {
-	printf("{\"tenant\":\"%s\",\"api_key\":\"%s\",\"key_id\":%" PRIu32 "}\n", name, key, key_id);
+	printf("{\"tenant\":\"%s\",\"api_key\":\"%s\",\"key_id\":%" PRIu32 "}\n", name, key,
+	       key_id);
 	return fflush(stdout) == 0 ? 0 : 1;
 }
 
@@ -436,8 +449,10 @@ static int main_keys_rotate(const struct config *cfg)
 	int rc = keys_rotate(&id);
 	if (rc == KEYS_WRONG_MASTER) {
 		(void)keys_master_source(cfg->master_key_file, &where);
-		fprintf(stderr, "idemd: keys rotate: %s cannot open the active signing key; use the "
-			"master key the other instances use; nothing was written\n", where);
+		fprintf(stderr,
+			"idemd: keys rotate: %s cannot open the active signing key; use the "
+			"master key the other instances use; nothing was written\n",
+			where);
 		ret = EXIT_USAGE;
 		goto pool;
 	}
@@ -477,9 +492,11 @@ static int main_master_key_rotate(const struct config *cfg, const char *new_file
 		goto pool;
 	}
 	printf("{\"resealed\":%zu,\"master_key_file\":\"%s\"}\n", n, new_file);
-	fprintf(stderr, "idemd: every signing key is now sealed under %s%s; give every instance "
+	fprintf(stderr,
+		"idemd: every signing key is now sealed under %s%s; give every instance "
 		"that file as its master key (running ones go on with the keys they hold) and then "
-		"destroy %s\n", new_file, created ? " (a new random key)" : "", where);
+		"destroy %s\n",
+		new_file, created ? " (a new random key)" : "", where);
 	ret = fflush(stdout) == 0 ? 0 : 1;
 pool:
 	db_pool_close();
@@ -505,8 +522,15 @@ static int parse_key_id(const char *s, uint32_t *id)
 
 /* What the command line asks for. */
 enum cmd {
-	CMD_SERVE, CMD_MIGRATE, CMD_CHECK_CONFIG, CMD_TENANT_CREATE, CMD_TENANT_LIST,
-	CMD_TENANT_DELETE, CMD_TENANT_KEY_ADD, CMD_TENANT_KEY_REVOKE, CMD_KEYS_ROTATE,
+	CMD_SERVE,
+	CMD_MIGRATE,
+	CMD_CHECK_CONFIG,
+	CMD_TENANT_CREATE,
+	CMD_TENANT_LIST,
+	CMD_TENANT_DELETE,
+	CMD_TENANT_KEY_ADD,
+	CMD_TENANT_KEY_REVOKE,
+	CMD_KEYS_ROTATE,
 	CMD_MASTER_KEY_ROTATE,
 };
 
@@ -543,7 +567,9 @@ static int parse_command(const char *const *args, int nargs, enum cmd *cmd)
 			if (nargs < 3)
 				return usage_error("tenant %s needs a NAME", sub);
 			return no_more(sub[0] == 'c' ? "tenant create NAME" : "tenant delete NAME",
-				       args, nargs, 3) < 0 ? EXIT_USAGE : 0;
+				       args, nargs, 3) < 0
+				       ? EXIT_USAGE
+				       : 0;
 		}
 		if (strcmp(sub, "key") == 0) {
 			if (nargs < 3)
@@ -552,16 +578,18 @@ static int parse_command(const char *const *args, int nargs, enum cmd *cmd)
 				*cmd = CMD_TENANT_KEY_ADD;
 				if (nargs < 4)
 					return usage_error("tenant key add needs a NAME");
-				return no_more("tenant key add NAME", args, nargs, 4) < 0 ?
-					       EXIT_USAGE : 0;
+				return no_more("tenant key add NAME", args, nargs, 4) < 0
+					       ? EXIT_USAGE
+					       : 0;
 			}
 			if (strcmp(args[2], "revoke") == 0) {
 				*cmd = CMD_TENANT_KEY_REVOKE;
 				if (nargs < 5)
 					return usage_error("tenant key revoke needs a NAME and a "
 							   "KEY_ID");
-				return no_more("tenant key revoke NAME KEY_ID", args, nargs, 5) < 0 ?
-					       EXIT_USAGE : 0;
+				return no_more("tenant key revoke NAME KEY_ID", args, nargs, 5) < 0
+					       ? EXIT_USAGE
+					       : 0;
 			}
 			return usage_error("unknown tenant key command '%s' (add or revoke)",
 					   args[2]);
@@ -661,7 +689,8 @@ int main(int argc, char **argv)
 				   "created with a fresh key if missing)");
 	if (cmd == CMD_TENANT_KEY_REVOKE && parse_key_id(args[4], &key_id) < 0)
 		return usage_error("KEY_ID must be a positive integer (as tenant list shows it), "
-				   "not '%s'", args[4]);
+				   "not '%s'",
+				   args[4]);
 	if (config_path == NULL && access("idemd.json", F_OK) == 0) {
 		config_path = "idemd.json";
 		config_origin = "./idemd.json";
@@ -672,9 +701,11 @@ int main(int argc, char **argv)
 	}
 	if (config_load(&cfg, config_path, err, sizeof(err)) < 0) {
 		if (cmd == CMD_CHECK_CONFIG && config_path == NULL)
-			fprintf(stderr, "idemd: no config file found (no --config, $IDEMD_CONFIG "
+			fprintf(stderr,
+				"idemd: no config file found (no --config, $IDEMD_CONFIG "
 				"unset, no idemd.json in the current directory); from defaults and "
-				"the environment: %s\n", err);
+				"the environment: %s\n",
+				err);
 		else
 			fprintf(stderr, "idemd: %s\n", err);
 		return EXIT_USAGE;
@@ -695,7 +726,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "idemd: config file %s (from %s) is valid\n", config_path,
 				config_origin);
 		else
-			fprintf(stderr, "idemd: no config file found (no --config, $IDEMD_CONFIG "
+			fprintf(stderr,
+				"idemd: no config file found (no --config, $IDEMD_CONFIG "
 				"unset, no idemd.json in the current directory); the defaults with "
 				"the environment are valid\n");
 		ret = 0;

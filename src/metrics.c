@@ -21,7 +21,7 @@
 struct metrics_hist {
 	atomic_long mh_bucket[METRICS_MAX_BUCKETS]; /* observations in (le[i-1], le[i]] */
 	atomic_long mh_count;
-	atomic_long mh_sum;                         /* in units of the scale below */
+	atomic_long mh_sum; /* in units of the scale below */
 };
 
 /* A histogram's bucket bounds (the last one +Inf, implicit) and the unit of
@@ -33,13 +33,16 @@ struct metrics_layout {
 };
 
 static const double metrics_le_request[] = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-					     0.1, 0.25, 0.5, 1, 2.5, 5, 10 };
-static const double metrics_le_dbwait[] = { 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1,
-					    0.25, 0.5, 1 };
+					     0.1,    0.25,  0.5,    1,	   2.5,	 5,	10 };
+static const double metrics_le_dbwait[] = { 0.0001, 0.0005, 0.001, 0.005, 0.01,
+					    0.05,   0.1,    0.25,  0.5,	  1 };
 static const double metrics_le_batch[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512 };
-static const double metrics_le_upstream[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-					      2.5, 5, 10, 30 };
-#define LAYOUT(le, scale) { le, (int)(sizeof(le) / sizeof(le[0])), scale }
+static const double metrics_le_upstream[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+					      0.5,   1,	   2.5,	  5,	10,  30 };
+#define LAYOUT(le, scale) \
+	{ \
+		le, (int)(sizeof(le) / sizeof(le[0])), scale \
+	}
 static const struct metrics_layout ml_request = LAYOUT(metrics_le_request, 1e6);
 static const struct metrics_layout ml_dbwait = LAYOUT(metrics_le_dbwait, 1e6);
 static const struct metrics_layout ml_batch = LAYOUT(metrics_le_batch, 1);
@@ -56,7 +59,7 @@ static const struct metrics_layout ml_upstream = LAYOUT(metrics_le_upstream, 1e6
 /* Pair slots: the named pairs, then "other". */
 struct metrics_pair {
 	char *mp_tenant, *mp_operation; /* owned; set by metrics_init */
-	atomic_ullong mp_key;            /* tenant id << 32 | operation id; 0 unresolved */
+	atomic_ullong mp_key;		/* tenant id << 32 | operation id; 0 unresolved */
 };
 
 static atomic_long metrics_counters[METRIC_COUNT];
@@ -75,11 +78,14 @@ static atomic_int metrics_db_ok = 1;
 static time_t metrics_resolved_all;
 
 static const char *const metrics_dup_names[METRICS_DUP_COUNT] = {
-	"replayed", "in_progress", "fingerprint_mismatch", "waited",
+	"replayed",
+	"in_progress",
+	"fingerprint_mismatch",
+	"waited",
 };
 static const char *const metrics_upstream_outcomes[N_UPSTREAM_OUTCOMES] = {
-	"1xx", "2xx", "3xx", "4xx", "5xx", "unreachable", "timeout", "failed", "too_large",
-	"invalid",
+	"1xx",	       "2xx",	  "3xx",    "4xx",	 "5xx",
+	"unreachable", "timeout", "failed", "too_large", "invalid",
 };
 static const char *const metrics_class_names[N_CLASSES] = {
 	"none", "1xx", "2xx", "3xx", "4xx", "5xx",
@@ -96,11 +102,13 @@ static const struct {
 	{ "idemd_releases_total", "Claims released." },
 	{ "idemd_revocations_total", "Tokens revoked." },
 	{ "idemd_records_swept_total", "Expired records deleted by the sweeper." },
-	{ "idemd_db_unavailable_total", "Requests answered 503 because PostgreSQL did not answer." },
+	{ "idemd_db_unavailable_total",
+	  "Requests answered 503 because PostgreSQL did not answer." },
 	{ "idemd_db_batches_total", "Batched claim and complete statements run." },
 	{ "idemd_db_batch_jobs_total", "Jobs run in batched statements." },
 	{ "idemd_request_timeouts_total", "Connections closed by request_timeout_seconds." },
-	{ "idemd_replay_cache_hits_total", "Replay cache lookups that answered (or refused) a duplicate." },
+	{ "idemd_replay_cache_hits_total",
+	  "Replay cache lookups that answered (or refused) a duplicate." },
 	{ "idemd_replay_cache_misses_total", "Replay cache lookups that had to ask PostgreSQL." },
 };
 
@@ -197,8 +205,8 @@ static size_t metrics_route_slot(const struct route *route)
 	size_t h = (size_t)(((uintptr_t)route >> 4) % METRICS_ROUTES);
 	for (size_t probe = 0; probe < METRICS_ROUTES; probe++) {
 		size_t i = (h + probe) % METRICS_ROUTES;
-		const struct route *cur = atomic_load_explicit(&metrics_routes[i],
-							       memory_order_acquire);
+		const struct route *cur =
+			atomic_load_explicit(&metrics_routes[i], memory_order_acquire);
 		if (cur == route)
 			return i;
 		if (cur == NULL) {
@@ -241,8 +249,9 @@ void metrics_request(const struct route *route, unsigned status, double ms)
 
 void metrics_duplicate(uint32_t tenant_id, uint32_t operation_id, enum metrics_dup outcome)
 {
-	atomic_fetch_add_explicit(&metrics_dups[metrics_pair_slot(tenant_id, operation_id)][outcome],
-				  1, memory_order_relaxed);
+	atomic_fetch_add_explicit(
+		&metrics_dups[metrics_pair_slot(tenant_id, operation_id)][outcome], 1,
+		memory_order_relaxed);
 }
 
 void metrics_set_stuck(const struct stuck_count *rows, size_t n, int ok)
@@ -278,11 +287,21 @@ void metrics_upstream(const struct route *route, int result, long status, double
 	case UPSTREAM_ANSWERED:
 		o = status >= 100 && status < 600 ? (int)(status / 100) - 1 : 9;
 		break;
-	case UPSTREAM_UNREACHABLE: o = 5; break;
-	case UPSTREAM_TIMEOUT: o = 6; break;
-	case UPSTREAM_FAILED: o = 7; break;
-	case UPSTREAM_TOO_LARGE: o = 8; break;
-	default: o = 9; break;
+	case UPSTREAM_UNREACHABLE:
+		o = 5;
+		break;
+	case UPSTREAM_TIMEOUT:
+		o = 6;
+		break;
+	case UPSTREAM_FAILED:
+		o = 7;
+		break;
+	case UPSTREAM_TOO_LARGE:
+		o = 8;
+		break;
+	default:
+		o = 9;
+		break;
 	}
 	atomic_fetch_add_explicit(&metrics_upstream_calls[slot][o], 1, memory_order_relaxed);
 	metrics_observe(&metrics_upstream_hist[slot], &ml_upstream, seconds);

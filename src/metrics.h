@@ -14,19 +14,29 @@ struct route;
 struct stuck_count;
 
 enum metrics_counter {
-	METRIC_TOKENS_ISSUED, METRIC_CLAIMS, METRIC_REPLAYS, METRIC_CONFLICTS,
-	METRIC_COMPLETIONS, METRIC_RELEASES, METRIC_REVOCATIONS, METRIC_SWEPT,
-	METRIC_DB_UNAVAILABLE, METRIC_DB_BATCHES, METRIC_DB_BATCH_JOBS, METRIC_REQUEST_TIMEOUTS,
-	METRIC_REPLAY_CACHE_HITS, METRIC_REPLAY_CACHE_MISSES,
+	METRIC_TOKENS_ISSUED,
+	METRIC_CLAIMS,
+	METRIC_REPLAYS,
+	METRIC_CONFLICTS,
+	METRIC_COMPLETIONS,
+	METRIC_RELEASES,
+	METRIC_REVOCATIONS,
+	METRIC_SWEPT,
+	METRIC_DB_UNAVAILABLE,
+	METRIC_DB_BATCHES,
+	METRIC_DB_BATCH_JOBS,
+	METRIC_REQUEST_TIMEOUTS,
+	METRIC_REPLAY_CACHE_HITS,
+	METRIC_REPLAY_CACHE_MISSES,
 	METRIC_COUNT
 };
 
 /* The outcome label of idemd_duplicates_total: a duplicate idemd stopped. */
 enum metrics_dup {
-	METRICS_DUP_REPLAYED,             /* answered with the stored response */
-	METRICS_DUP_IN_PROGRESS,          /* 409: the first submit still runs */
+	METRICS_DUP_REPLAYED,		  /* answered with the stored response */
+	METRICS_DUP_IN_PROGRESS,	  /* 409: the first submit still runs */
 	METRICS_DUP_FINGERPRINT_MISMATCH, /* 422: same key, another request */
-	METRICS_DUP_WAITED,               /* waited (Prefer: wait), then replayed */
+	METRICS_DUP_WAITED,		  /* waited (Prefer: wait), then replayed */
 	METRICS_DUP_COUNT
 };
 
@@ -74,8 +84,8 @@ void metrics_upstream(const struct route *route, int result, long status, double
 
 /* What the renderer samples from other modules (GET /metrics fills it). */
 struct metrics_gauges {
-	size_t mg_cache_bytes, mg_cache_entries;  /* replaycache_usage */
-	size_t mg_replay_pending;                 /* replaycount_usage */
+	size_t mg_cache_bytes, mg_cache_entries; /* replaycache_usage */
+	size_t mg_replay_pending;		 /* replaycount_usage */
 	long mg_replay_dropped;
 	int mg_pool_size, mg_pool_in_use, mg_pool_waiting; /* db_pool_usage */
 };

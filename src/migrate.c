@@ -124,8 +124,9 @@ static int migrate_compare(const PGresult *r, struct migrate_check *out, int lis
 	memset(out, 0, sizeof(*out));
 	while (i < migrate_embedded_count || j < rows) {
 		const char *name = j < rows ? PQgetvalue(r, (int)j, 0) : NULL;
-		int cmp = i == migrate_embedded_count ? 1 :
-			  name == NULL ? -1 : strcmp(migrate_embedded[i].name, name);
+		int cmp = i == migrate_embedded_count ? 1
+			  : name == NULL	      ? -1
+						      : strcmp(migrate_embedded[i].name, name);
 		const char *what;
 		int breaking = 0;
 
@@ -160,10 +161,11 @@ static int migrate_compare(const PGresult *r, struct migrate_check *out, int lis
 		if (cmp >= 0)
 			j++;
 	}
-	out->state = out->changed > 0 ? MIGRATE_CHANGED :
-		     out->pending > 0 ? MIGRATE_BEHIND :
-		     out->breaking > 0 ? MIGRATE_TOO_OLD :
-		     out->unknown > 0 ? MIGRATE_AHEAD : MIGRATE_CURRENT;
+	out->state = out->changed > 0	 ? MIGRATE_CHANGED
+		     : out->pending > 0	 ? MIGRATE_BEHIND
+		     : out->breaking > 0 ? MIGRATE_TOO_OLD
+		     : out->unknown > 0	 ? MIGRATE_AHEAD
+					 : MIGRATE_CURRENT;
 	return failed ? -1 : 0;
 }
 
@@ -207,8 +209,8 @@ static int migrate_apply(PGconn *pg, size_t i, int *applied)
 {
 	const struct migrate_embedded *m = &migrate_embedded[i];
 	const char *v[] = { m->name, migrate_sums[i], migrate_breaking[i] ? "true" : "false" };
-	PGresult *r = PQexecParams(pg, "SELECT checksum FROM schema_migrations WHERE name = $1",
-				   1, NULL, v, NULL, NULL, 0);
+	PGresult *r = PQexecParams(pg, "SELECT checksum FROM schema_migrations WHERE name = $1", 1,
+				   NULL, v, NULL, NULL, 0);
 
 	*applied = 0;
 	if (!migrate_ok(pg, r, m->name)) {
@@ -231,8 +233,10 @@ static int migrate_apply(PGconn *pg, size_t i, int *applied)
 		return -1;
 	if (migrate_exec(pg, (const char *)m->sql, m->name) < 0)
 		goto fail;
-	r = PQexecParams(pg, "INSERT INTO schema_migrations(name, checksum, breaking) "
-			 "VALUES ($1, $2, $3)", 3, NULL, v, NULL, NULL, 0);
+	r = PQexecParams(pg,
+			 "INSERT INTO schema_migrations(name, checksum, breaking) "
+			 "VALUES ($1, $2, $3)",
+			 3, NULL, v, NULL, NULL, 0);
 	if (!migrate_ok(pg, r, m->name)) {
 		PQclear(r);
 		goto fail;
@@ -242,7 +246,8 @@ static int migrate_apply(PGconn *pg, size_t i, int *applied)
 		return -1;
 	*applied = 1;
 	log_info("migrate: applied %s%s", m->name,
-		 migrate_breaking[i] ? " (breaking: older idemd binaries will refuse to serve)" : "");
+		 migrate_breaking[i] ? " (breaking: older idemd binaries will refuse to serve)"
+				     : "");
 	return 0;
 fail:
 	(void)migrate_exec(pg, "ROLLBACK", "rollback");
@@ -265,9 +270,11 @@ int migrate_run(const char *conninfo)
 	if (migrate_exec(pg, "SET client_min_messages = warning", "settings") < 0 ||
 	    migrate_exec(pg, "SELECT pg_advisory_lock(" MIGRATE_LOCK_KEY ")", "lock") < 0)
 		goto out;
-	if (migrate_exec(pg, "CREATE TABLE IF NOT EXISTS schema_migrations ("
-			     "name text PRIMARY KEY, checksum text NOT NULL, "
-			     "applied_at timestamptz NOT NULL DEFAULT now())", "schema_migrations") < 0 ||
+	if (migrate_exec(pg,
+			 "CREATE TABLE IF NOT EXISTS schema_migrations ("
+			 "name text PRIMARY KEY, checksum text NOT NULL, "
+			 "applied_at timestamptz NOT NULL DEFAULT now())",
+			 "schema_migrations") < 0 ||
 	    migrate_exec(pg, MIGRATE_BREAKING_COLUMN_SQL, "schema_migrations.breaking") < 0)
 		goto out;
 	for (size_t i = 0; i < migrate_embedded_count; i++) {
@@ -285,10 +292,12 @@ int migrate_run(const char *conninfo)
 	PQclear(r);
 	if (chk.unknown > 0)
 		log_warn("migrate: the database also holds %s, unknown to this idemd "
-			 "(applied by a newer one)", chk.unknown_names);
+			 "(applied by a newer one)",
+			 chk.unknown_names);
 	if (chk.breaking > 0)
 		log_warn("migrate: %s not backward-compatible: this idemd cannot serve the "
-			 "database; run the newer idemd", chk.breaking_names);
+			 "database; run the newer idemd",
+			 chk.breaking_names);
 	ret = 0;
 out:
 	/* the lock ends with the session too; unlock for clarity */

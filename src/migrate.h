@@ -26,11 +26,11 @@ extern const size_t migrate_embedded_count;
 /* How the database stands against the migrations this binary holds; a
  * later one wins over an earlier one. */
 enum migrate_state {
-	MIGRATE_CURRENT,	/* every one applied, nothing else */
-	MIGRATE_AHEAD,		/* every one applied, and some this binary does not know */
-	MIGRATE_TOO_OLD,	/* ahead, and one of those unknown is marked breaking */
-	MIGRATE_BEHIND,		/* some not applied */
-	MIGRATE_CHANGED,	/* some applied with other contents */
+	MIGRATE_CURRENT, /* every one applied, nothing else */
+	MIGRATE_AHEAD,	 /* every one applied, and some this binary does not know */
+	MIGRATE_TOO_OLD, /* ahead, and one of those unknown is marked breaking */
+	MIGRATE_BEHIND,	 /* some not applied */
+	MIGRATE_CHANGED, /* some applied with other contents */
 };
 
 #define MIGRATE_NAMES 512
@@ -49,7 +49,7 @@ struct migrate_check {
 	char pending_names[MIGRATE_NAMES];
 	char changed_names[MIGRATE_NAMES];
 	char unknown_names[MIGRATE_NAMES];
-	char breaking_names[MIGRATE_NAMES];	/* the unknown ones marked breaking */
+	char breaking_names[MIGRATE_NAMES]; /* the unknown ones marked breaking */
 };
 
 /* Applies pending migrations. Returns 0, or -1 after logging why (an applied

@@ -40,7 +40,8 @@ void opcache_put(const struct operation *op)
 	time_t now = opcache_now();
 
 	pthread_rwlock_wrlock(&opcache_lock);
-	struct opcache_entry *a = &opcache_by_name_slots[opcache_name_slot(op->op_tenant_id, op->op_name)];
+	struct opcache_entry *a =
+		&opcache_by_name_slots[opcache_name_slot(op->op_tenant_id, op->op_name)];
 	struct opcache_entry *b = &opcache_by_id_slots[op->op_id % OPCACHE_SLOTS];
 	a->oe_op = *op;
 	a->oe_loaded = now;

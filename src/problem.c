@@ -9,25 +9,44 @@
 const char *problem_title(unsigned status)
 {
 	switch (status) {
-	case 400: return "Bad Request";
-	case 401: return "Unauthorized";
-	case 403: return "Forbidden";
-	case 404: return "Not Found";
-	case 405: return "Method Not Allowed";
-	case 408: return "Request Timeout";
-	case 409: return "Conflict";
-	case 410: return "Gone";
-	case 412: return "Precondition Failed";
-	case 413: return "Content Too Large";
-	case 415: return "Unsupported Media Type";
-	case 422: return "Unprocessable Content";
-	case 428: return "Precondition Required";
-	case 429: return "Too Many Requests";
-	case 500: return "Internal Server Error";
-	case 502: return "Bad Gateway";
-	case 503: return "Service Unavailable";
-	case 504: return "Gateway Timeout";
-	default: return "Error";
+	case 400:
+		return "Bad Request";
+	case 401:
+		return "Unauthorized";
+	case 403:
+		return "Forbidden";
+	case 404:
+		return "Not Found";
+	case 405:
+		return "Method Not Allowed";
+	case 408:
+		return "Request Timeout";
+	case 409:
+		return "Conflict";
+	case 410:
+		return "Gone";
+	case 412:
+		return "Precondition Failed";
+	case 413:
+		return "Content Too Large";
+	case 415:
+		return "Unsupported Media Type";
+	case 422:
+		return "Unprocessable Content";
+	case 428:
+		return "Precondition Required";
+	case 429:
+		return "Too Many Requests";
+	case 500:
+		return "Internal Server Error";
+	case 502:
+		return "Bad Gateway";
+	case 503:
+		return "Service Unavailable";
+	case 504:
+		return "Gateway Timeout";
+	default:
+		return "Error";
 	}
 }
 
@@ -36,13 +55,11 @@ json_t *problem_document(unsigned status, const char *code, const char *detail)
 	char type[128];
 
 	snprintf(type, sizeof(type), "https://idemd.dev/problems/%s", code);
-	return json_pack("{s:s,s:s,s:i,s:s,s:s}", "type", type,
-			 "title", problem_title(status), "status", (int)status,
-			 "detail", detail, "code", code);
+	return json_pack("{s:s,s:s,s:i,s:s,s:s}", "type", type, "title", problem_title(status),
+			 "status", (int)status, "detail", detail, "code", code);
 }
 
-void problem_reply(struct request *req, unsigned status, const char *code,
-		   const char *fmt, ...)
+void problem_reply(struct request *req, unsigned status, const char *code, const char *fmt, ...)
 {
 	char detail[512];
 	va_list ap;

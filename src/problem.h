@@ -5,8 +5,8 @@
 #include "http.h"
 
 /* Replies STATUS with CODE (snake_case) and a formatted detail. */
-void problem_reply(struct request *req, unsigned status, const char *code,
-		   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void problem_reply(struct request *req, unsigned status, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 /* 503 unavailable with Retry-After: 1. */
 void problem_unavailable(struct request *req);

@@ -41,9 +41,8 @@ static _Alignas(64) uint32_t replaycache_tags[REPLAYCACHE_SLOTS];
 static atomic_size_t replaycache_bytes; /* what the blocks hold */
 static atomic_size_t replaycache_entries;
 static atomic_uint_fast64_t replaycache_clock;
-static pthread_mutex_t replaycache_locks[REPLAYCACHE_STRIPES] = {
-	[0 ... REPLAYCACHE_STRIPES - 1] = PTHREAD_MUTEX_INITIALIZER
-};
+static pthread_mutex_t replaycache_locks[REPLAYCACHE_STRIPES] = { [0 ... REPLAYCACHE_STRIPES -
+								   1] = PTHREAD_MUTEX_INITIALIZER };
 
 #define REPLAYCACHE_SETS (REPLAYCACHE_SLOTS / REPLAYCACHE_WAYS)
 
@@ -134,7 +133,8 @@ static const char *replaycache_raw(const struct replaycache_entry *e)
 static size_t replaycache_entry_bytes(const struct replaycache_entry *e)
 {
 	return e->re_used ? (size_t)e->re_headers_len + e->re_body_len + e->re_reply_len +
-				    e->re_raw_len : 0;
+				    e->re_raw_len
+			  : 0;
 }
 
 static void replaycache_drop(struct replaycache_entry *e)
@@ -184,7 +184,8 @@ static void replaycache_make_room(size_t need)
 	static atomic_size_t hand;
 
 	for (size_t n = 0; n < REPLAYCACHE_SLOTS &&
-	     atomic_load(&replaycache_bytes) + need > REPLAYCACHE_MAX_BYTES; n++) {
+			   atomic_load(&replaycache_bytes) + need > REPLAYCACHE_MAX_BYTES;
+	     n++) {
 		size_t i = atomic_fetch_add(&hand, 1) % REPLAYCACHE_SLOTS;
 		pthread_mutex_t *lock = replaycache_lock_of(i - i % REPLAYCACHE_WAYS);
 		pthread_mutex_lock(lock);
@@ -229,8 +230,7 @@ static struct replaycache_entry *replaycache_find2(const struct replaycache_pair
 
 /* Readers: the live entry of (TENANT, ID) with the lock of its set held
  * (*LOCK; unlock it when done), or NULL with no lock held. */
-static struct replaycache_entry *replaycache_find_locked(uint32_t tenant_id,
-							 const uint8_t id[16],
+static struct replaycache_entry *replaycache_find_locked(uint32_t tenant_id, const uint8_t id[16],
 							 pthread_mutex_t **lock)
 {
 	for (int which = 0; which < 2; which++) {
@@ -255,8 +255,8 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 
 	if (r->sr_body_len > REPLAYCACHE_MAX_BODY)
 		return;
-	fresh.re_data = replaycache_block(headers, headers_len, r->sr_body, r->sr_body_len,
-					  NULL, 0, NULL, 0);
+	fresh.re_data = replaycache_block(headers, headers_len, r->sr_body, r->sr_body_len, NULL, 0,
+					  NULL, 0);
 	if (fresh.re_data == NULL)
 		return;
 	fresh.re_tenant_id = tenant_id;
@@ -355,9 +355,9 @@ static int replaycache_copy(struct stored_response *out, const struct replaycach
 	return 0;
 }
 
-enum replaycache_hit replaycache_lookup(uint32_t tenant_id, const uint8_t id[16],
-					const uint8_t *fp, struct stored_response *out,
-					char **reply, size_t *reply_len)
+enum replaycache_hit replaycache_lookup(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
+					struct stored_response *out, char **reply,
+					size_t *reply_len)
 {
 	pthread_mutex_t *lock;
 	enum replaycache_hit ret = REPLAYCACHE_MISS;
@@ -382,19 +382,19 @@ enum replaycache_hit replaycache_lookup(uint32_t tenant_id, const uint8_t id[16]
 	if (ret == REPLAYCACHE_HIT)
 		e->re_tick = atomic_fetch_add(&replaycache_clock, 1);
 	pthread_mutex_unlock(lock);
-	metrics_add(ret != REPLAYCACHE_MISS ? METRIC_REPLAY_CACHE_HITS : METRIC_REPLAY_CACHE_MISSES, 1);
+	metrics_add(ret != REPLAYCACHE_MISS ? METRIC_REPLAY_CACHE_HITS : METRIC_REPLAY_CACHE_MISSES,
+		    1);
 	return ret;
 }
 
-enum replaycache_hit replaycache_get(uint32_t tenant_id, const uint8_t id[16],
-				     const uint8_t *fp, struct stored_response *out)
+enum replaycache_hit replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
+				     struct stored_response *out)
 {
 	return replaycache_lookup(tenant_id, id, fp, out, NULL, NULL);
 }
 
-enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16],
-					 const void *raw, size_t raw_len, char **reply,
-					 size_t *reply_len)
+enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], const void *raw,
+					 size_t raw_len, char **reply, size_t *reply_len)
 {
 	pthread_mutex_t *lock;
 	enum replaycache_hit ret = REPLAYCACHE_MISS;
@@ -446,9 +446,9 @@ void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8
 	}
 	if (raw == NULL)
 		raw_len = 0;
-	if (e->re_has_reply && (raw == NULL || (e->re_has_raw && e->re_raw_len == raw_len &&
-						sodium_memcmp(replaycache_raw(e), raw,
-							      raw_len) == 0)))
+	if (e->re_has_reply &&
+	    (raw == NULL || (e->re_has_raw && e->re_raw_len == raw_len &&
+			     sodium_memcmp(replaycache_raw(e), raw, raw_len) == 0)))
 		goto out; /* nothing new */
 	size_t old = replaycache_entry_bytes(e);
 	size_t now = (size_t)e->re_headers_len + e->re_body_len + reply_len + raw_len;

@@ -29,8 +29,8 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 
 /* What a lookup found. */
 enum replaycache_hit {
-	REPLAYCACHE_MISS = 0,     /* nothing usable: go the full way */
-	REPLAYCACHE_HIT = 1,      /* a completed answer for this request */
+	REPLAYCACHE_MISS = 0,	  /* nothing usable: go the full way */
+	REPLAYCACHE_HIT = 1,	  /* a completed answer for this request */
 	REPLAYCACHE_OTHER_FP = 2, /* a completed answer for another request's fingerprint */
 };
 
@@ -40,8 +40,8 @@ enum replaycache_hit {
  * fingerprint; REPLAYCACHE_OTHER_FP when a live entry exists with another
  * fingerprint; REPLAYCACHE_MISS when nothing usable is cached.
  */
-enum replaycache_hit replaycache_get(uint32_t tenant_id, const uint8_t id[16],
-				     const uint8_t *fp, struct stored_response *out);
+enum replaycache_hit replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
+				     struct stored_response *out);
 
 /*
  * replaycache_get() that, when REPLY is not NULL and the entry holds a
@@ -49,9 +49,9 @@ enum replaycache_hit replaycache_get(uint32_t tenant_id, const uint8_t id[16],
  * free) in *REPLY and *REPLY_LEN instead of filling OUT. Otherwise *REPLY
  * is NULL and OUT is filled as by replaycache_get().
  */
-enum replaycache_hit replaycache_lookup(uint32_t tenant_id, const uint8_t id[16],
-					const uint8_t *fp, struct stored_response *out,
-					char **reply, size_t *reply_len);
+enum replaycache_hit replaycache_lookup(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
+					struct stored_response *out, char **reply,
+					size_t *reply_len);
 
 /*
  * Attaches to the live entry of (TENANT, ID), if its fingerprint is FP, the
@@ -69,9 +69,8 @@ void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8
  * byte; REPLAYCACHE_MISS otherwise (go the full way). The same body gives the same fingerprint, so
  * a hit answers as the full way would.
  */
-enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16],
-					 const void *raw, size_t raw_len, char **reply,
-					 size_t *reply_len);
+enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], const void *raw,
+					 size_t raw_len, char **reply, size_t *reply_len);
 
 /* What the cache holds now: response bytes (counted against
  * REPLAYCACHE_MAX_BYTES) and entries. */

@@ -15,21 +15,22 @@
 
 struct rc_entry {
 	uint32_t re_tenant;
-	uint32_t re_used;           /* 0: free slot */
+	uint32_t re_used; /* 0: free slot */
 	int64_t re_count;
 	uint8_t re_id[16];
 };
 
 static struct {
-	pthread_mutex_t lock;       /* guards everything below but the thread */
+	pthread_mutex_t lock; /* guards everything below but the thread */
 	pthread_cond_t wake;
-	pthread_mutex_t flush_lock; /* one flush at a time */
+	pthread_mutex_t flush_lock;	 /* one flush at a time */
 	struct rc_entry *active, *spare; /* each REPLAYCOUNT_CAPACITY slots; owned */
 	size_t used;
 	long dropped;
 	int stop, running;
 	pthread_t thread;
-} rc = { .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER,
+} rc = { .lock = PTHREAD_MUTEX_INITIALIZER,
+	 .wake = PTHREAD_COND_INITIALIZER,
 	 .flush_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static size_t rc_hash(uint32_t tenant, const uint8_t id[16])
@@ -113,7 +114,7 @@ int replaycount_flush(void)
 	qsort(table, n, sizeof(*table), rc_cmp);
 
 	uint32_t *tenants = malloc(n * sizeof(*tenants));
-	uint8_t (*ids)[16] = malloc(n * sizeof(*ids));
+	uint8_t(*ids)[16] = malloc(n * sizeof(*ids));
 	int64_t *counts = malloc(n * sizeof(*counts));
 	if (tenants == NULL || ids == NULL || counts == NULL) {
 		ret = -1;
@@ -143,7 +144,8 @@ int replaycount_flush(void)
 	pthread_mutex_unlock(&rc.flush_lock);
 	if (ret < 0)
 		log_warn("replaycount: could not add the replay counts of %zu records; kept for "
-			 "the next flush", n);
+			 "the next flush",
+			 n);
 	return ret;
 }
 

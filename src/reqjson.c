@@ -16,7 +16,8 @@ int reqjson_only(struct request *req, json_t *obj, const char *const *allowed)
 	const char *key;
 	json_t *value;
 
-	json_object_foreach(obj, key, value) {
+	json_object_foreach(obj, key, value)
+	{
 		size_t i;
 		for (i = 0; allowed[i] != NULL; i++)
 			if (strcmp(key, allowed[i]) == 0)
@@ -32,8 +33,8 @@ int reqjson_only(struct request *req, json_t *obj, const char *const *allowed)
 	return 0;
 }
 
-int reqjson_int(struct request *req, json_t *obj, const char *name, int required,
-		int64_t min, int64_t max, int64_t *out, int *present)
+int reqjson_int(struct request *req, json_t *obj, const char *name, int required, int64_t min,
+		int64_t max, int64_t *out, int *present)
 {
 	json_t *v = json_object_get(obj, name);
 
@@ -46,16 +47,16 @@ int reqjson_int(struct request *req, json_t *obj, const char *name, int required
 	}
 	if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
 		problem_reply(req, 400, "invalid_request",
-			      "field %s must be an integer from %" PRId64 " to %" PRId64,
-			      name, min, max);
+			      "field %s must be an integer from %" PRId64 " to %" PRId64, name, min,
+			      max);
 		return -1;
 	}
 	*out = json_integer_value(v);
 	return 0;
 }
 
-int reqjson_string(struct request *req, json_t *obj, const char *name, int required,
-		   size_t minlen, size_t maxlen, const char **out)
+int reqjson_string(struct request *req, json_t *obj, const char *name, int required, size_t minlen,
+		   size_t maxlen, const char **out)
 {
 	json_t *v = json_object_get(obj, name);
 
@@ -67,10 +68,11 @@ int reqjson_string(struct request *req, json_t *obj, const char *name, int requi
 		return -1;
 	}
 	if (!json_is_string(v) || json_string_length(v) < minlen ||
-	    json_string_length(v) > maxlen || strlen(json_string_value(v)) != json_string_length(v)) {
+	    json_string_length(v) > maxlen ||
+	    strlen(json_string_value(v)) != json_string_length(v)) {
 		problem_reply(req, 400, "invalid_request",
-			      "field %s must be a string of %zu to %zu bytes without NUL",
-			      name, minlen, maxlen);
+			      "field %s must be a string of %zu to %zu bytes without NUL", name,
+			      minlen, maxlen);
 		return -1;
 	}
 	*out = json_string_value(v);
@@ -138,7 +140,8 @@ int reqjson_flat_each(const char *s, size_t len,
 				v = v * 10 + (*p++ - '0');
 			/* no leading zero, at most 15 digits, nothing like ".5" or "e3" after */
 			if (p == d || (*d == '0' && p - d > 1) || p - d > 15 ||
-			    (p < end && (*p == '.' || *p == 'e' || *p == 'E' || (*p >= '0' && *p <= '9'))))
+			    (p < end &&
+			     (*p == '.' || *p == 'e' || *p == 'E' || (*p >= '0' && *p <= '9'))))
 				return 0;
 			m.rm_num = v;
 		}
@@ -270,13 +273,27 @@ size_t reqjson_escape(char *out, const char *s, size_t len)
 		}
 		*p++ = '\\';
 		switch (c) {
-		case '"': *p++ = '"'; break;
-		case '\\': *p++ = '\\'; break;
-		case '\b': *p++ = 'b'; break;
-		case '\f': *p++ = 'f'; break;
-		case '\n': *p++ = 'n'; break;
-		case '\r': *p++ = 'r'; break;
-		case '\t': *p++ = 't'; break;
+		case '"':
+			*p++ = '"';
+			break;
+		case '\\':
+			*p++ = '\\';
+			break;
+		case '\b':
+			*p++ = 'b';
+			break;
+		case '\f':
+			*p++ = 'f';
+			break;
+		case '\n':
+			*p++ = 'n';
+			break;
+		case '\r':
+			*p++ = 'r';
+			break;
+		case '\t':
+			*p++ = 't';
+			break;
 		default:
 			memcpy(p, "u00", 3);
 			p[3] = hex[c >> 4];
@@ -290,23 +307,25 @@ size_t reqjson_escape(char *out, const char *s, size_t len)
 json_t *reqjson_response(const struct stored_response *r)
 {
 	json_t *headers = json_loads(r->sr_headers ? r->sr_headers : "{}", 0, NULL);
-	json_t *out = json_pack("{s:i,s:o}", "status", r->sr_status,
-				"headers", headers ? headers : json_object());
+	json_t *out = json_pack("{s:i,s:o}", "status", r->sr_status, "headers",
+				headers ? headers : json_object());
 
 	if (out == NULL)
 		return NULL;
 	if (r->sr_is_json) {
-		json_t *body = json_loadb((const char *)r->sr_body, r->sr_body_len,
-					  JSON_DECODE_ANY, NULL);
+		json_t *body =
+			json_loadb((const char *)r->sr_body, r->sr_body_len, JSON_DECODE_ANY, NULL);
 		json_object_set_new(out, "body", body ? body : json_null());
 	} else if (r->sr_body_len > 0) {
-		size_t n = sodium_base64_encoded_len(r->sr_body_len, sodium_base64_VARIANT_ORIGINAL);
+		size_t n =
+			sodium_base64_encoded_len(r->sr_body_len, sodium_base64_VARIANT_ORIGINAL);
 		char *b64 = malloc(n);
 		if (b64 == NULL) {
 			json_decref(out);
 			return NULL;
 		}
-		sodium_bin2base64(b64, n, r->sr_body, r->sr_body_len, sodium_base64_VARIANT_ORIGINAL);
+		sodium_bin2base64(b64, n, r->sr_body, r->sr_body_len,
+				  sodium_base64_VARIANT_ORIGINAL);
 		json_object_set_new(out, "body_base64", json_string(b64));
 		free(b64);
 	} else {

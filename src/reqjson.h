@@ -16,13 +16,13 @@ int reqjson_only(struct request *req, json_t *obj, const char *const *allowed) I
 
 /* Integer field in [MIN, MAX]. *present tells whether it was there; a
  * missing field with REQUIRED set is an error. 0 or -1 (replied). */
-int reqjson_int(struct request *req, json_t *obj, const char *name, int required,
-		int64_t min, int64_t max, int64_t *out, int *present) IDEMD_WUR;
+int reqjson_int(struct request *req, json_t *obj, const char *name, int required, int64_t min,
+		int64_t max, int64_t *out, int *present) IDEMD_WUR;
 
 /* String field of MINLEN..MAXLEN bytes without NUL (borrowed). NULL when
  * absent and optional; -1 (replied) on error. */
-int reqjson_string(struct request *req, json_t *obj, const char *name, int required,
-		   size_t minlen, size_t maxlen, const char **out) IDEMD_WUR;
+int reqjson_string(struct request *req, json_t *obj, const char *name, int required, size_t minlen,
+		   size_t maxlen, const char **out) IDEMD_WUR;
 
 /* A field of reqjson_flat(): NAME and TYPE in, the rest out. */
 struct reqjson_field {
@@ -31,7 +31,7 @@ struct reqjson_field {
 	int rf_present;
 	const char *rf_str; /* REQJSON_STRING: the characters, borrowed, no quotes */
 	size_t rf_len;
-	int64_t rf_num;     /* REQJSON_UINT */
+	int64_t rf_num; /* REQJSON_UINT */
 };
 
 /*
@@ -53,7 +53,7 @@ struct reqjson_member {
 	int rm_is_string;
 	const char *rm_str; /* rm_is_string */
 	size_t rm_len;
-	int64_t rm_num;     /* !rm_is_string */
+	int64_t rm_num; /* !rm_is_string */
 };
 
 /* reqjson_flat()'s reading for any member names: calls FN(ARG, member) for

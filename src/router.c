@@ -33,7 +33,8 @@ static const struct route router_table[] = {
 	{ "POST", "/v1/operations/{}/keys/{}/complete", h_key_complete, ROUTE_API_KEY, NULL, 0 },
 	{ "POST", "/v1/operations/{}/keys/{}/release", h_key_release, ROUTE_API_KEY, NULL, 0 },
 	{ "POST", "/v1/operations/{}/keys/{}/extend", h_key_extend, ROUTE_API_KEY, NULL, 0 },
-	{ "POST", "/v1/operations/{}/keys/{}/checkpoint", h_key_checkpoint, ROUTE_API_KEY, NULL, 0 },
+	{ "POST", "/v1/operations/{}/keys/{}/checkpoint", h_key_checkpoint, ROUTE_API_KEY, NULL,
+	  0 },
 };
 
 /* Matches PATH against PATTERN; on success records where each "{}" segment
@@ -92,8 +93,8 @@ char *router_decode(const char *s, size_t len, size_t *outlen)
 	}
 	for (size_t i = 0; i < len; i++) {
 		int hi, lo;
-		if (s[i] == '%' && i + 2 < len &&
-		    (hi = router_hex(s[i + 1])) >= 0 && (lo = router_hex(s[i + 2])) >= 0) {
+		if (s[i] == '%' && i + 2 < len && (hi = router_hex(s[i + 1])) >= 0 &&
+		    (lo = router_hex(s[i + 2])) >= 0) {
 			out[n++] = (char)(hi * 16 + lo);
 			i += 2;
 		} else {

@@ -11,7 +11,7 @@ enum route_auth { ROUTE_PUBLIC, ROUTE_API_KEY };
 
 struct route {
 	const char *method;
-	const char *pattern;     /* "{}" matches one non-empty segment; logged as the route */
+	const char *pattern; /* "{}" matches one non-empty segment; logged as the route */
 	void (*handler)(struct request *req);
 	enum route_auth auth;
 	/* optional: checks on the headers alone, before any body byte is

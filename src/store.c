@@ -12,45 +12,87 @@
 #include "reqjson.h"
 
 enum {
-	ST_TENANT_CREATE = 1, ST_TENANT_BY_KEY, ST_TENANT_BY_NAME,
-	ST_OP_PUT, ST_OP_GET, ST_OP_BY_ID, ST_OP_LIST,
-	ST_KEYS_LOAD, ST_KEYS_NEWEST, ST_KEY_INSERT, ST_KEY_FIRST, ST_KEYS_PRUNE,
-	ST_RELEASE, ST_REVOKE, ST_RECORD_GET,
-	ST_VERSION_GET, ST_VERSION_BUMP, ST_SWEEP, ST_CLAIM_MANY, ST_COMPLETE_MANY,
-	ST_TENANT_LIST, ST_TENANT_DELETE, ST_APIKEY_ADD, ST_APIKEY_REVOKE,
-	ST_KEYS_TABLE, ST_KEYS_COUNT, ST_KEYS_RESEAL, ST_EXTEND, ST_CHECKPOINT,
-	ST_EVENTS_GET, ST_EVENTS_SWEEP, ST_RECORD_LIST, ST_REPLAYS_ADD, ST_RECORDS_STUCK,
+	ST_TENANT_CREATE = 1,
+	ST_TENANT_BY_KEY,
+	ST_TENANT_BY_NAME,
+	ST_OP_PUT,
+	ST_OP_GET,
+	ST_OP_BY_ID,
+	ST_OP_LIST,
+	ST_KEYS_LOAD,
+	ST_KEYS_NEWEST,
+	ST_KEY_INSERT,
+	ST_KEY_FIRST,
+	ST_KEYS_PRUNE,
+	ST_RELEASE,
+	ST_REVOKE,
+	ST_RECORD_GET,
+	ST_VERSION_GET,
+	ST_VERSION_BUMP,
+	ST_SWEEP,
+	ST_CLAIM_MANY,
+	ST_COMPLETE_MANY,
+	ST_TENANT_LIST,
+	ST_TENANT_DELETE,
+	ST_APIKEY_ADD,
+	ST_APIKEY_REVOKE,
+	ST_KEYS_TABLE,
+	ST_KEYS_COUNT,
+	ST_KEYS_RESEAL,
+	ST_EXTEND,
+	ST_CHECKPOINT,
+	ST_EVENTS_GET,
+	ST_EVENTS_SWEEP,
+	ST_RECORD_LIST,
+	ST_REPLAYS_ADD,
+	ST_RECORDS_STUCK,
 };
 
-#define OP_COLUMNS "id, tenant_id, name, token_ttl_seconds, retention_seconds, " \
+#define OP_COLUMNS \
+	"id, tenant_id, name, token_ttl_seconds, retention_seconds, " \
 	"lease_seconds, version_key, require_version, wait_seconds, " \
 	"coalesce(audit_retention_seconds, -1)"
 /* Who did it, for the audit trail; never NULL in a statement. */
 #define STORE_BY(by) ((by) != NULL ? (by) : "unknown")
 #define MS(col) "(extract(epoch from " col ") * 1000)::bigint"
 
-static const struct db_stmt st_tenant_create = { ST_TENANT_CREATE, "tenant_create",
+static const struct db_stmt st_tenant_create = {
+	ST_TENANT_CREATE, "tenant_create",
 	"WITH t AS (INSERT INTO tenants(name) VALUES ($1) ON CONFLICT (name) DO NOTHING RETURNING id), "
 	"k AS (INSERT INTO api_keys(key_hash, tenant_id) SELECT $2, id FROM t RETURNING tenant_id, id) "
-	"SELECT tenant_id, id FROM k", 2 };
-static const struct db_stmt st_tenant_list = { ST_TENANT_LIST, "tenant_list",
+	"SELECT tenant_id, id FROM k",
+	2
+};
+static const struct db_stmt st_tenant_list = {
+	ST_TENANT_LIST, "tenant_list",
 	"SELECT t.name, extract(epoch from t.created_at)::bigint, "
 	"coalesce(string_agg(k.id::text, ',' ORDER BY k.id), '') "
-	"FROM tenants t LEFT JOIN api_keys k ON k.tenant_id = t.id GROUP BY t.id ORDER BY t.name", 0 };
+	"FROM tenants t LEFT JOIN api_keys k ON k.tenant_id = t.id GROUP BY t.id ORDER BY t.name",
+	0
+};
 static const struct db_stmt st_tenant_delete = { ST_TENANT_DELETE, "tenant_delete",
-	"SELECT idemd_tenant_delete($1)", 1 };
-static const struct db_stmt st_apikey_add = { ST_APIKEY_ADD, "apikey_add",
+						 "SELECT idemd_tenant_delete($1)", 1 };
+static const struct db_stmt st_apikey_add = {
+	ST_APIKEY_ADD, "apikey_add",
 	"INSERT INTO api_keys(key_hash, tenant_id) SELECT $2, id FROM tenants WHERE name = $1 "
-	"RETURNING id", 2 };
-static const struct db_stmt st_apikey_revoke = { ST_APIKEY_REVOKE, "apikey_revoke",
+	"RETURNING id",
+	2
+};
+static const struct db_stmt st_apikey_revoke = {
+	ST_APIKEY_REVOKE, "apikey_revoke",
 	"WITH t AS (SELECT id FROM tenants WHERE name = $1), "
 	"d AS (DELETE FROM api_keys k USING t WHERE k.tenant_id = t.id AND k.id = $2 RETURNING k.id) "
-	"SELECT (SELECT count(*) FROM t), (SELECT count(*) FROM d)", 2 };
-static const struct db_stmt st_tenant_by_key = { ST_TENANT_BY_KEY, "tenant_by_key",
-	"SELECT tenant_id, id FROM api_keys WHERE key_hash = $1", 1 };
+	"SELECT (SELECT count(*) FROM t), (SELECT count(*) FROM d)",
+	2
+};
+static const struct db_stmt st_tenant_by_key = {
+	ST_TENANT_BY_KEY, "tenant_by_key", "SELECT tenant_id, id FROM api_keys WHERE key_hash = $1",
+	1
+};
 static const struct db_stmt st_tenant_by_name = { ST_TENANT_BY_NAME, "tenant_by_name",
-	"SELECT id FROM tenants WHERE name = $1", 1 };
-static const struct db_stmt st_op_put = { ST_OP_PUT, "op_put",
+						  "SELECT id FROM tenants WHERE name = $1", 1 };
+static const struct db_stmt st_op_put = {
+	ST_OP_PUT, "op_put",
 	"INSERT INTO operations(tenant_id, name, token_ttl_seconds, retention_seconds, "
 	"lease_seconds, version_key, require_version, wait_seconds, audit_retention_seconds) "
 	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($9::int, -1)) "
@@ -59,37 +101,55 @@ static const struct db_stmt st_op_put = { ST_OP_PUT, "op_put",
 	"version_key = EXCLUDED.version_key, require_version = EXCLUDED.require_version, "
 	"wait_seconds = EXCLUDED.wait_seconds, "
 	"audit_retention_seconds = EXCLUDED.audit_retention_seconds, "
-	"updated_at = now() RETURNING id, (xmax = 0)", 9 };
+	"updated_at = now() RETURNING id, (xmax = 0)",
+	9
+};
 static const struct db_stmt st_op_get = { ST_OP_GET, "op_get",
-	"SELECT " OP_COLUMNS " FROM operations WHERE tenant_id = $1 AND name = $2", 2 };
+					  "SELECT " OP_COLUMNS
+					  " FROM operations WHERE tenant_id = $1 AND name = $2",
+					  2 };
 static const struct db_stmt st_op_by_id = { ST_OP_BY_ID, "op_by_id",
-	"SELECT " OP_COLUMNS " FROM operations WHERE id = $1", 1 };
-static const struct db_stmt st_op_list = { ST_OP_LIST, "op_list",
-	"SELECT " OP_COLUMNS " FROM operations WHERE tenant_id = $1 ORDER BY name LIMIT 1000", 1 };
-static const struct db_stmt st_keys_load = { ST_KEYS_LOAD, "keys_load",
+					    "SELECT " OP_COLUMNS " FROM operations WHERE id = $1",
+					    1 };
+static const struct db_stmt st_op_list = {
+	ST_OP_LIST, "op_list",
+	"SELECT " OP_COLUMNS " FROM operations WHERE tenant_id = $1 ORDER BY name LIMIT 1000", 1
+};
+static const struct db_stmt st_keys_load = {
+	ST_KEYS_LOAD, "keys_load",
 	"SELECT id, sealed, extract(epoch from created_at)::bigint, "
-	"coalesce(extract(epoch from retired_at)::bigint, 0) FROM signing_keys ORDER BY id", 0 };
+	"coalesce(extract(epoch from retired_at)::bigint, 0) FROM signing_keys ORDER BY id",
+	0
+};
 static const struct db_stmt st_keys_newest = { ST_KEYS_NEWEST, "keys_newest",
-	"SELECT coalesce(max(id), 0) FROM signing_keys", 0 };
-static const struct db_stmt st_key_insert = { ST_KEY_INSERT, "key_insert",
+					       "SELECT coalesce(max(id), 0) FROM signing_keys", 0 };
+static const struct db_stmt st_key_insert = {
+	ST_KEY_INSERT, "key_insert",
 	"WITH r AS (UPDATE signing_keys SET retired_at = now() WHERE retired_at IS NULL) "
-	"INSERT INTO signing_keys(sealed) VALUES ($1) RETURNING id", 1 };
+	"INSERT INTO signing_keys(sealed) VALUES ($1) RETURNING id",
+	1
+};
 static const struct db_stmt st_key_first = { ST_KEY_FIRST, "key_first",
-	"SELECT idemd_first_key($1)", 1 };
+					     "SELECT idemd_first_key($1)", 1 };
 static const struct db_stmt st_keys_table = { ST_KEYS_TABLE, "keys_table",
-	"SELECT to_regclass('signing_keys') IS NOT NULL", 0 };
+					      "SELECT to_regclass('signing_keys') IS NOT NULL", 0 };
 static const struct db_stmt st_keys_count = { ST_KEYS_COUNT, "keys_count",
-	"SELECT count(*) FROM signing_keys", 0 };
-static const struct db_stmt st_keys_reseal = { ST_KEYS_RESEAL, "keys_reseal",
-	"SELECT idemd_reseal_keys($1::int[], $2::bytea[], $3::bytea[])", 3 };
-static const struct db_stmt st_keys_prune = { ST_KEYS_PRUNE, "keys_prune",
-	"DELETE FROM signing_keys WHERE retired_at < now() - make_interval(secs => $1)", 1 };
+					      "SELECT count(*) FROM signing_keys", 0 };
+static const struct db_stmt st_keys_reseal = {
+	ST_KEYS_RESEAL, "keys_reseal",
+	"SELECT idemd_reseal_keys($1::int[], $2::bytea[], $3::bytea[])", 3
+};
+static const struct db_stmt st_keys_prune = {
+	ST_KEYS_PRUNE, "keys_prune",
+	"DELETE FROM signing_keys WHERE retired_at < now() - make_interval(secs => $1)", 1
+};
 /*
  * Every state change writes its audit event in the same statement, so in
  * the same transaction (migrations/0007): an INSERT into record_events
  * over the change's own result, naming who did it (the last parameter).
  */
-#define EVENT_COLUMNS "INSERT INTO record_events (tenant_id, token_id, event, attempt, status, " \
+#define EVENT_COLUMNS \
+	"INSERT INTO record_events (tenant_id, token_id, event, attempt, status, " \
 	"phase, by, expires_at) "
 #define CLAIM_EVENT "CASE WHEN r.attempt = 1 THEN 'claimed' ELSE 'taken_over' END"
 /* When an event written now may be swept: now + the operation's audit
@@ -98,84 +158,129 @@ static const struct db_stmt st_keys_prune = { ST_KEYS_PRUNE, "keys_prune",
 /* Claims and completes exist only over arrays (migrations/0009): one
  * statement, one transaction and one commit for a whole batch, n = 1
  * included; rows sorted back into array order. */
-static const struct db_stmt st_claim_many = { ST_CLAIM_MANY, "claim_many",
+static const struct db_stmt st_claim_many = {
+	ST_CLAIM_MANY, "claim_many",
 	"WITH r AS (SELECT * FROM idemd.claim($1::int[], $2::bytea[], $3::int[], $4::text[], "
 	"$5::bytea[], $6::bigint[], $7::int[], $8::text[], $9::bigint[], $10::boolean[], "
 	"$11::boolean[])), "
 	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[r.i], ($2::bytea[])[r.i], " CLAIM_EVENT ", "
-	"r.attempt, NULL, NULL, ($12::text[])[r.i], " EVENT_UNTIL("($13::int[])[r.i]") " FROM r "
-	"WHERE r.outcome = 'claimed') "
-	"SELECT outcome, attempt, " MS("lease_expires_at") ", retry_after, resp_status, "
-	"resp_headers, resp_body, resp_is_json, current_version, i FROM r ORDER BY i", 13 };
-static const struct db_stmt st_complete_many = { ST_COMPLETE_MANY, "complete_many",
+	"r.attempt, NULL, NULL, ($12::text[])[r.i], " EVENT_UNTIL(
+		"($13::int[])[r.i]") " FROM r "
+				     "WHERE r.outcome = 'claimed') "
+				     "SELECT outcome, attempt, " MS(
+					     "lease_expires_at") ", retry_after, resp_status, "
+								 "resp_headers, resp_body, resp_is_json, current_version, i FROM r ORDER BY i",
+	13
+};
+static const struct db_stmt st_complete_many = {
+	ST_COMPLETE_MANY, "complete_many",
 	"WITH r AS (SELECT * FROM idemd.complete($1::int[], $2::bytea[], $3::int[], "
 	"$4::int[], $5::jsonb[], $6::bytea[], $7::boolean[], $8::int[])), "
 	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[r.i], ($2::bytea[])[r.i], 'completed', "
-	"($3::int[])[r.i], ($4::int[])[r.i], NULL, ($9::text[])[r.i], "
-	EVENT_UNTIL("($10::int[])[r.i]") " FROM r WHERE r.outcome = 'completed') "
-	"SELECT outcome, resp_status, resp_headers, resp_body, resp_is_json, " MS("expires_at")
-	", fingerprint, i FROM r ORDER BY i", 10 };
+	"($3::int[])[r.i], ($4::int[])[r.i], NULL, ($9::text[])[r.i], " EVENT_UNTIL(
+		"($10::int[])[r.i]") " FROM r WHERE r.outcome = 'completed') "
+				     "SELECT outcome, resp_status, resp_headers, resp_body, resp_is_json, " MS(
+					     "expires_at") ", fingerprint, i FROM r ORDER BY i",
+	10
+};
 /* The fenced writes of one record: release, extend, checkpoint. */
 #define FENCED_EVENT(what, attempt, phase, by) \
-	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, '" what "', " attempt ", NULL, " phase ", " by ", " \
+	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, '" what "', " attempt ", NULL, " phase ", " by \
+	", " \
 	"idemd_audit_until(rec.operation_id) FROM r JOIN records rec ON rec.tenant_id = $1 " \
 	"AND rec.token_id = $2 WHERE r.o = "
-static const struct db_stmt st_release = { ST_RELEASE, "release",
-	"WITH r AS (SELECT idemd_release($1, $2, $3) AS o), "
-	FENCED_EVENT("released", "$3", "NULL", "$4") "'released') SELECT o FROM r", 4 };
-static const struct db_stmt st_revoke = { ST_REVOKE, "revoke",
+static const struct db_stmt st_release = {
+	ST_RELEASE, "release",
+	"WITH r AS (SELECT idemd_release($1, $2, $3) AS o), " FENCED_EVENT(
+		"released", "$3", "NULL", "$4") "'released') SELECT o FROM r",
+	4
+};
+static const struct db_stmt st_revoke = {
+	ST_REVOKE, "revoke",
 	"WITH r AS (SELECT idemd_revoke($1, $2, $3, $4, to_timestamp($5)) AS o), "
 	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, 'revoked', NULL, NULL, NULL, $6, "
-	"idemd_audit_until($3) FROM r WHERE r.o = 'revoked') SELECT o FROM r", 6 };
-static const struct db_stmt st_record_get = { ST_RECORD_GET, "record_get",
-	"SELECT state, attempt, coalesce(" MS("lease_expires_at") ", 0), " MS("expires_at") ", "
-	"response_status, response_headers, response_body, response_is_json, subject, "
-	"operation_id, checkpoint_phase, checkpoint_data::text, checkpoint_attempt, replays "
-	"FROM records WHERE tenant_id = $1 AND token_id = $2", 2 };
+	"idemd_audit_until($3) FROM r WHERE r.o = 'revoked') SELECT o FROM r",
+	6
+};
+static const struct db_stmt st_record_get = {
+	ST_RECORD_GET, "record_get",
+	"SELECT state, attempt, coalesce(" MS("lease_expires_at") ", 0), " MS(
+		"expires_at") ", "
+			      "response_status, response_headers, response_body, response_is_json, subject, "
+			      "operation_id, checkpoint_phase, checkpoint_data::text, checkpoint_attempt, replays "
+			      "FROM records WHERE tenant_id = $1 AND token_id = $2",
+	2
+};
 /* Replay counts gathered in memory (replaycount.c), added in one statement;
  * the rows are locked in record order, the order claim batches lock in,
  * whatever plan the UPDATE gets. */
-static const struct db_stmt st_replays_add = { ST_REPLAYS_ADD, "replays_add",
+static const struct db_stmt st_replays_add = {
+	ST_REPLAYS_ADD, "replays_add",
 	"WITH l AS (SELECT r.tenant_id, r.token_id, u.n FROM records r "
 	"JOIN unnest($1::int[], $2::bytea[], $3::bigint[]) AS u(t, id, n) "
 	"ON r.tenant_id = u.t AND r.token_id = u.id "
 	"ORDER BY r.tenant_id, r.token_id FOR UPDATE OF r) "
 	"UPDATE records r SET replays = r.replays + l.n FROM l "
-	"WHERE r.tenant_id = l.tenant_id AND r.token_id = l.token_id", 3 };
+	"WHERE r.tenant_id = l.tenant_id AND r.token_id = l.token_id",
+	3
+};
 /* Reads only the partial index records_in_progress_lease_idx (0010). */
-static const struct db_stmt st_records_stuck = { ST_RECORDS_STUCK, "records_stuck",
+static const struct db_stmt st_records_stuck = {
+	ST_RECORDS_STUCK, "records_stuck",
 	"SELECT tenant_id, operation_id, count(*) FROM records "
 	"WHERE state = 'in_progress' AND lease_expires_at < now() "
-	"GROUP BY tenant_id, operation_id LIMIT 10000", 0 };
-static const struct db_stmt st_extend = { ST_EXTEND, "extend",
-	"WITH r AS (SELECT outcome AS o, lease_expires_at FROM idemd_extend($1, $2, $3, $4)), "
-	FENCED_EVENT("extended", "$3", "NULL", "$5") "'extended') "
-	"SELECT o, coalesce(" MS("lease_expires_at") ", 0) FROM r", 5 };
-static const struct db_stmt st_checkpoint = { ST_CHECKPOINT, "checkpoint",
-	"WITH r AS (SELECT idemd_checkpoint($1, $2, $3, $4, $5::jsonb) AS o), "
-	FENCED_EVENT("checkpoint", "$3", "$4", "$6") "'saved') SELECT o FROM r", 6 };
-static const struct db_stmt st_events_get = { ST_EVENTS_GET, "events_get",
+	"GROUP BY tenant_id, operation_id LIMIT 10000",
+	0
+};
+static const struct db_stmt st_extend = {
+	ST_EXTEND, "extend",
+	"WITH r AS (SELECT outcome AS o, lease_expires_at FROM idemd_extend($1, $2, $3, $4)), " FENCED_EVENT(
+		"extended", "$3", "NULL",
+		"$5") "'extended') "
+		      "SELECT o, coalesce(" MS("lease_expires_at") ", 0) FROM r",
+	5
+};
+static const struct db_stmt st_checkpoint = {
+	ST_CHECKPOINT, "checkpoint",
+	"WITH r AS (SELECT idemd_checkpoint($1, $2, $3, $4, $5::jsonb) AS o), " FENCED_EVENT(
+		"checkpoint", "$3", "$4", "$6") "'saved') SELECT o FROM r",
+	6
+};
+static const struct db_stmt st_events_get = {
+	ST_EVENTS_GET, "events_get",
 	"SELECT " MS("at") ", event, attempt, status, phase, by FROM record_events "
-	"WHERE tenant_id = $1 AND token_id = $2 ORDER BY seq LIMIT 1000", 2 };
-static const struct db_stmt st_record_list = { ST_RECORD_LIST, "record_list",
+			   "WHERE tenant_id = $1 AND token_id = $2 ORDER BY seq LIMIT 1000",
+	2
+};
+static const struct db_stmt st_record_list = {
+	ST_RECORD_LIST, "record_list",
 	"SELECT token_id, operation_id, state, subject, attempt, "
-	"coalesce(" MS("lease_expires_at") ", 0), " MS("expires_at") ", "
-	"(extract(epoch from created_at) * 1000000)::bigint FROM records "
-	"WHERE tenant_id = $1 AND ($2::int IS NULL OR operation_id = $2) "
-	"AND ($3::text IS NULL OR state = $3) AND ($4::text IS NULL OR subject = $4) "
-	"AND ($5::bigint IS NULL OR created_at <= now() - make_interval(secs => $5)) "
-	"AND ($6::bigint IS NULL OR (created_at, token_id) < "
-	"('epoch'::timestamptz + ($6::bigint || ' microseconds')::interval, $7::bytea)) "
-	"ORDER BY created_at DESC, token_id DESC LIMIT $8", 8 };
+	"coalesce(" MS("lease_expires_at") ", 0), " MS(
+		"expires_at") ", "
+			      "(extract(epoch from created_at) * 1000000)::bigint FROM records "
+			      "WHERE tenant_id = $1 AND ($2::int IS NULL OR operation_id = $2) "
+			      "AND ($3::text IS NULL OR state = $3) AND ($4::text IS NULL OR subject = $4) "
+			      "AND ($5::bigint IS NULL OR created_at <= now() - make_interval(secs => $5)) "
+			      "AND ($6::bigint IS NULL OR (created_at, token_id) < "
+			      "('epoch'::timestamptz + ($6::bigint || ' microseconds')::interval, $7::bytea)) "
+			      "ORDER BY created_at DESC, token_id DESC LIMIT $8",
+	8
+};
 static const struct db_stmt st_events_sweep = { ST_EVENTS_SWEEP, "events_sweep",
-	"SELECT idemd_sweep_events($1)", 1 };
-static const struct db_stmt st_version_get = { ST_VERSION_GET, "version_get",
-	"SELECT version FROM versions WHERE tenant_id = $1 AND key = $2", 2 };
-static const struct db_stmt st_version_bump = { ST_VERSION_BUMP, "version_bump",
-	"SELECT ok, version FROM idemd_version_bump($1, $2, $3)", 3 };
-static const struct db_stmt st_sweep = { ST_SWEEP, "sweep",
+						"SELECT idemd_sweep_events($1)", 1 };
+static const struct db_stmt st_version_get = {
+	ST_VERSION_GET, "version_get",
+	"SELECT version FROM versions WHERE tenant_id = $1 AND key = $2", 2
+};
+static const struct db_stmt st_version_bump = {
+	ST_VERSION_BUMP, "version_bump", "SELECT ok, version FROM idemd_version_bump($1, $2, $3)", 3
+};
+static const struct db_stmt st_sweep = {
+	ST_SWEEP, "sweep",
 	"SELECT deleted, coalesce(floor(extract(epoch from last_expiry) * 1000)::bigint, $2::bigint) "
-	"FROM idemd_sweep_after($1::int, CASE WHEN $2::bigint > 0 THEN to_timestamp($2::bigint / 1000.0) END)", 2 };
+	"FROM idemd_sweep_after($1::int, CASE WHEN $2::bigint > 0 THEN to_timestamp($2::bigint / 1000.0) END)",
+	2
+};
 
 /* Runs STMT on a pooled connection; the connection goes back at once. */
 static PGresult *store_run(const struct db_stmt *stmt, const char *const *values,
@@ -347,8 +452,7 @@ int store_api_key_add(const char *tenant, const uint8_t key_hash[STORE_HASH_BYTE
 	return 0;
 }
 
-int store_api_key_revoke(const char *tenant, uint32_t key_id, int *tenant_found,
-			 int *key_found)
+int store_api_key_revoke(const char *tenant, uint32_t key_id, int *tenant_found, int *key_found)
 {
 	char id[16];
 
@@ -423,9 +527,15 @@ int store_operation_put(struct operation *op, int *created)
 	snprintf(ttl, sizeof(ttl), "%d", op->op_token_ttl_seconds);
 	snprintf(ret, sizeof(ret), "%d", op->op_retention_seconds);
 	snprintf(lease, sizeof(lease), "%d", op->op_lease_seconds);
-	const char *v[] = { tenant, op->op_name, ttl, ret, lease,
+	const char *v[] = { tenant,
+			    op->op_name,
+			    ttl,
+			    ret,
+			    lease,
 			    op->op_has_version_key ? op->op_version_key : NULL,
-			    op->op_require_version ? "true" : "false", wait, audit };
+			    op->op_require_version ? "true" : "false",
+			    wait,
+			    audit };
 	PGresult *r = store_run(&st_op_put, v, NULL, NULL);
 	if (r == NULL)
 		return -1;
@@ -585,9 +695,12 @@ static const struct {
 	const char *name;
 	enum claim_outcome outcome;
 } store_claim_outcomes[] = {
-	{ "claimed", CLAIM_CLAIMED }, { "replay", CLAIM_REPLAY },
-	{ "in_progress", CLAIM_IN_PROGRESS }, { "revoked", CLAIM_REVOKED },
-	{ "fingerprint_mismatch", CLAIM_FINGERPRINT_MISMATCH }, { "expired", CLAIM_EXPIRED },
+	{ "claimed", CLAIM_CLAIMED },
+	{ "replay", CLAIM_REPLAY },
+	{ "in_progress", CLAIM_IN_PROGRESS },
+	{ "revoked", CLAIM_REVOKED },
+	{ "fingerprint_mismatch", CLAIM_FINGERPRINT_MISMATCH },
+	{ "expired", CLAIM_EXPIRED },
 	{ "version_mismatch", CLAIM_VERSION_MISMATCH },
 	{ "version_required", CLAIM_VERSION_REQUIRED },
 };
@@ -764,8 +877,7 @@ static void store_arrays_free(struct store_array *arrs, size_t n)
 
 /* Runs STMT with the arrays as text parameters; the result must have N rows
  * whose last column counts 1..N. */
-static PGresult *store_run_arrays(const struct db_stmt *stmt, struct store_array *arrs,
-				  size_t n)
+static PGresult *store_run_arrays(const struct db_stmt *stmt, struct store_array *arrs, size_t n)
 {
 	const char *v[16];
 	PGresult *r;
@@ -787,8 +899,7 @@ static PGresult *store_run_arrays(const struct db_stmt *stmt, struct store_array
 	return r;
 }
 
-int store_claim_many(const struct claim_args *const *a, struct claim_result *const *res,
-		     size_t n)
+int store_claim_many(const struct claim_args *const *a, struct claim_result *const *res, size_t n)
 {
 	struct store_array arrs[13] = { { 0 } };
 	PGresult *r = NULL;
@@ -1009,8 +1120,8 @@ int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_
 		rc = store_read_response(r, 0, 4, &rv->rv_response);
 		if (rc == 0 && !PQgetisnull(r, 0, 10)) {
 			rv->rv_checkpoint_phase = strdup(PQgetvalue(r, 0, 10));
-			rv->rv_checkpoint_data = PQgetisnull(r, 0, 11) ? NULL
-							: strdup(PQgetvalue(r, 0, 11));
+			rv->rv_checkpoint_data =
+				PQgetisnull(r, 0, 11) ? NULL : strdup(PQgetvalue(r, 0, 11));
 			rv->rv_checkpoint_attempt = (int)store_i64(r, 0, 12);
 			if (rv->rv_checkpoint_phase == NULL ||
 			    (!PQgetisnull(r, 0, 11) && rv->rv_checkpoint_data == NULL)) {
@@ -1067,9 +1178,14 @@ int store_record_list(uint32_t tenant_id, const struct record_filter *f, size_t 
 	snprintf(older, sizeof(older), "%" PRId64, f->rf_older_than);
 	snprintf(after, sizeof(after), "%" PRId64, f->rf_after_us);
 	snprintf(lim, sizeof(lim), "%zu", limit);
-	const char *v[] = { tenant, f->rf_operation_id ? op : NULL, f->rf_state, f->rf_subject,
-			    f->rf_older_than >= 0 ? older : NULL, f->rf_has_after ? after : NULL,
-			    f->rf_has_after ? (const char *)f->rf_after_id : NULL, lim };
+	const char *v[] = { tenant,
+			    f->rf_operation_id ? op : NULL,
+			    f->rf_state,
+			    f->rf_subject,
+			    f->rf_older_than >= 0 ? older : NULL,
+			    f->rf_has_after ? after : NULL,
+			    f->rf_has_after ? (const char *)f->rf_after_id : NULL,
+			    lim };
 	const int len[] = { 0, 0, 0, 0, 0, 0, 16, 0 }, fmt[] = { 0, 0, 0, 0, 0, 0, 1, 0 };
 	PGresult *r = store_run(&st_record_list, v, len, fmt);
 	if (r == NULL)

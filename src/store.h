@@ -23,8 +23,8 @@ struct operation {
 	int op_has_version_key;
 	char op_version_key[STORE_KEY_MAX + 1];
 	int op_require_version;
-	int op_wait_seconds;         /* 0..60: a duplicate in progress waits this long */
-	int op_audit_retention;      /* seconds audit events are kept; -1: retention_seconds */
+	int op_wait_seconds;	/* 0..60: a duplicate in progress waits this long */
+	int op_audit_retention; /* seconds audit events are kept; -1: retention_seconds */
 };
 
 /* How long an audit event of OP written now is kept, in seconds. */
@@ -35,7 +35,7 @@ static inline int store_audit_seconds(const struct operation *op)
 
 struct stored_response {
 	int sr_status;
-	char *sr_headers;      /* JSON object text, owned (malloc) */
+	char *sr_headers;	/* JSON object text, owned (malloc) */
 	unsigned char *sr_body; /* owned (malloc), NUL-terminated */
 	size_t sr_body_len;
 	int sr_is_json;
@@ -50,8 +50,8 @@ int store_tenant_create(const char *name, const uint8_t key_hash[STORE_HASH_BYTE
 
 struct tenant_info {
 	char ti_name[STORE_NAME_MAX + 1];
-	int64_t ti_created_at;  /* unix seconds */
-	uint32_t *ti_key_ids;   /* owned, ascending */
+	int64_t ti_created_at; /* unix seconds */
+	uint32_t *ti_key_ids;  /* owned, ascending */
 	size_t ti_nkeys;
 };
 /* Fills a new array (store_tenants_free()) with every tenant, by name. */
@@ -86,7 +86,7 @@ struct sealed_key {
 	unsigned char *sk_sealed; /* owned */
 	size_t sk_len;
 	int64_t sk_created_at;
-	int64_t sk_retired_at;    /* 0 when active */
+	int64_t sk_retired_at; /* 0 when active */
 };
 int store_keys_load(struct sealed_key **keys, size_t *n) IDEMD_WUR;
 void store_keys_free(struct sealed_key *keys, size_t n);
@@ -111,24 +111,29 @@ int store_keys_prune(int64_t max_age_seconds) IDEMD_WUR;
 /* Records: the token state machine (SQL functions in migrations/). */
 struct claim_args {
 	uint32_t tenant_id;
-	const uint8_t *token_id;   /* 16 bytes: the record id (a token's id, or a caller key's) */
+	const uint8_t *token_id; /* 16 bytes: the record id (a token's id, or a caller key's) */
 	uint32_t operation_id;
-	const char *subject;       /* NULL: none (a caller key sent without one) */
+	const char *subject;	    /* NULL: none (a caller key sent without one) */
 	const uint8_t *fingerprint; /* STORE_HASH_BYTES or NULL */
 	int64_t token_expires_at;
 	int lease_seconds;
-	const char *version_key;    /* NULL: the operation guards no counter */
+	const char *version_key; /* NULL: the operation guards no counter */
 	int has_expected;
 	int64_t expected;
 	int require_version;
-	int wait;                  /* the caller waits if the record is in progress */
-	const char *by;            /* who, for the audit trail: "api_key:<id>" or "route:..." */
-	int audit_seconds;         /* how long its event is kept (store_audit_seconds) */
+	int wait;	   /* the caller waits if the record is in progress */
+	const char *by;	   /* who, for the audit trail: "api_key:<id>" or "route:..." */
+	int audit_seconds; /* how long its event is kept (store_audit_seconds) */
 };
 
 enum claim_outcome {
-	CLAIM_CLAIMED, CLAIM_REPLAY, CLAIM_IN_PROGRESS, CLAIM_REVOKED,
-	CLAIM_FINGERPRINT_MISMATCH, CLAIM_EXPIRED, CLAIM_VERSION_MISMATCH,
+	CLAIM_CLAIMED,
+	CLAIM_REPLAY,
+	CLAIM_IN_PROGRESS,
+	CLAIM_REVOKED,
+	CLAIM_FINGERPRINT_MISMATCH,
+	CLAIM_EXPIRED,
+	CLAIM_VERSION_MISMATCH,
 	CLAIM_VERSION_REQUIRED
 };
 
@@ -148,23 +153,26 @@ struct claim_result {
 int store_claim(const struct claim_args *a, struct claim_result *r) IDEMD_WUR;
 
 enum complete_outcome {
-	COMPLETE_STORED, COMPLETE_ALREADY, COMPLETE_LEASE_LOST, COMPLETE_NOT_IN_PROGRESS
+	COMPLETE_STORED,
+	COMPLETE_ALREADY,
+	COMPLETE_LEASE_LOST,
+	COMPLETE_NOT_IN_PROGRESS
 };
 
 struct complete_args {
 	uint32_t tenant_id;
-	const uint8_t *token_id;             /* 16 bytes */
+	const uint8_t *token_id; /* 16 bytes */
 	int attempt;
 	const struct stored_response *resp;
 	int retention_seconds;
-	const char *by;                      /* who, for the audit trail */
-	int audit_seconds;                   /* how long its event is kept */
+	const char *by;	   /* who, for the audit trail */
+	int audit_seconds; /* how long its event is kept */
 };
 
 struct complete_result {
 	enum complete_outcome cpr_outcome;
-	struct stored_response cpr_stored;   /* STORED and ALREADY: as the record holds it */
-	int64_t cpr_expires_at;              /* unix ms: end of retention */
+	struct stored_response cpr_stored; /* STORED and ALREADY: as the record holds it */
+	int64_t cpr_expires_at;		   /* unix ms: end of retention */
 	int cpr_has_fingerprint;
 	uint8_t cpr_fingerprint[STORE_HASH_BYTES];
 };
@@ -191,7 +199,8 @@ int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt, cons
  * written): a new lease of LEASE_SECONDS from now (*LEASE_EXPIRES_AT, unix
  * ms), or the latest checkpoint PHASE with DATA (JSON text, or NULL). */
 int store_extend(uint32_t tenant_id, const uint8_t *token_id, int attempt, int lease_seconds,
-		 const char *by, enum release_outcome *outcome, int64_t *lease_expires_at) IDEMD_WUR;
+		 const char *by, enum release_outcome *outcome,
+		 int64_t *lease_expires_at) IDEMD_WUR;
 int store_checkpoint(uint32_t tenant_id, const uint8_t *token_id, int attempt, const char *phase,
 		     const char *data, const char *by, enum release_outcome *outcome) IDEMD_WUR;
 
@@ -209,10 +218,10 @@ struct record_view {
 	int rv_has_subject;
 	char rv_subject[129];
 	uint32_t rv_operation_id;
-	char *rv_checkpoint_phase;   /* NULL: no checkpoint; owned, like the data */
-	char *rv_checkpoint_data;    /* JSON text, or NULL */
+	char *rv_checkpoint_phase; /* NULL: no checkpoint; owned, like the data */
+	char *rv_checkpoint_data;  /* JSON text, or NULL */
 	int rv_checkpoint_attempt;
-	int64_t rv_replays;          /* duplicates answered from the stored response (flushed) */
+	int64_t rv_replays; /* duplicates answered from the stored response (flushed) */
 	struct stored_response rv_response;
 };
 /* Frees what a filled record_view owns. */
@@ -228,9 +237,9 @@ struct record_filter {
 	uint32_t rf_operation_id;
 	const char *rf_state;
 	const char *rf_subject;
-	int64_t rf_older_than;       /* seconds since the first claim */
+	int64_t rf_older_than; /* seconds since the first claim */
 	int rf_has_after;
-	int64_t rf_after_us;         /* created_at, unix microseconds */
+	int64_t rf_after_us; /* created_at, unix microseconds */
 	uint8_t rf_after_id[16];
 };
 struct record_row {
@@ -241,7 +250,7 @@ struct record_row {
 	char rr_subject[129];
 	int rr_attempt;
 	int64_t rr_lease_expires_at, rr_expires_at; /* unix ms */
-	int64_t rr_created_us;                      /* the first claim, unix microseconds */
+	int64_t rr_created_us;			    /* the first claim, unix microseconds */
 };
 /* One page of a tenant's records, newest first claim first: a new array
  * of *N rows (free()). */

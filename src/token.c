@@ -12,8 +12,7 @@
 /* ver, flags, key_id, tenant_id, operation_id, id, issued_at, expires_at */
 #define TOKEN_HEADER_BYTES (1 + 1 + 4 + 4 + 4 + TOKEN_ID_BYTES + 4 + 4)
 #define TOKEN_MIN_BYTES (TOKEN_HEADER_BYTES + 1 + 1 + TOKEN_TAG_BYTES)
-#define TOKEN_MAX_BYTES \
-	(TOKEN_HEADER_BYTES + 8 + 1 + TOKEN_SUBJECT_MAX + TOKEN_TAG_BYTES)
+#define TOKEN_MAX_BYTES (TOKEN_HEADER_BYTES + 8 + 1 + TOKEN_SUBJECT_MAX + TOKEN_TAG_BYTES)
 /* Room for anything TOKEN_MAX_CHARS base64 characters can decode to. */
 #define TOKEN_DECODE_BYTES (TOKEN_MAX_CHARS / 4 * 3)
 
@@ -21,43 +20,36 @@ static uint8_t *put32(uint8_t *p, uint32_t v);
 static const uint8_t *get32(const uint8_t *p, uint32_t *v);
 static int token_b64_char(char c);
 static void token_b64url_encode(const uint8_t *in, size_t len, char *out);
-static int token_decode(const char *s, size_t len,
-    uint8_t buf[TOKEN_DECODE_BYTES], size_t *n);
-static void token_mac(uint8_t tag[TOKEN_TAG_BYTES], const uint8_t *payload,
-    size_t len, const uint8_t key[TOKEN_KEY_BYTES]);
+static int token_decode(const char *s, size_t len, uint8_t buf[TOKEN_DECODE_BYTES], size_t *n);
+static void token_mac(uint8_t tag[TOKEN_TAG_BYTES], const uint8_t *payload, size_t len,
+		      const uint8_t key[TOKEN_KEY_BYTES]);
 
 _Static_assert(TOKEN_MAX_BYTES <= TOKEN_DECODE_BYTES, "decode buffer");
-_Static_assert(sodium_base64_ENCODED_LEN(TOKEN_MAX_BYTES, TOKEN_B64)
-    <= TOKEN_MAX_CHARS + 1, "largest token fits TOKEN_MAX_CHARS");
+_Static_assert(sodium_base64_ENCODED_LEN(TOKEN_MAX_BYTES, TOKEN_B64) <= TOKEN_MAX_CHARS + 1,
+	       "largest token fits TOKEN_MAX_CHARS");
 
-static uint8_t *
-put32(uint8_t *p, uint32_t v)
+static uint8_t *put32(uint8_t *p, uint32_t v)
 {
 	for (int i = 0; i < 4; i++)
 		*p++ = (uint8_t)(v >> (8 * i));
 	return p;
 }
 
-static const uint8_t *
-get32(const uint8_t *p, uint32_t *v)
+static const uint8_t *get32(const uint8_t *p, uint32_t *v)
 {
-	*v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	    (uint32_t)p[3] << 24;
+	*v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 	return p + 4;
 }
 
-static void
-token_mac(uint8_t tag[TOKEN_TAG_BYTES], const uint8_t *payload, size_t len,
-    const uint8_t key[TOKEN_KEY_BYTES])
+static void token_mac(uint8_t tag[TOKEN_TAG_BYTES], const uint8_t *payload, size_t len,
+		      const uint8_t key[TOKEN_KEY_BYTES])
 {
 	/* Cannot fail: output and key sizes are within BLAKE2b's bounds. */
-	(void)crypto_generichash(tag, TOKEN_TAG_BYTES, payload, len, key,
-	    TOKEN_KEY_BYTES);
+	(void)crypto_generichash(tag, TOKEN_TAG_BYTES, payload, len, key, TOKEN_KEY_BYTES);
 }
 
-int
-token_encode(const struct token *t, const uint8_t key[TOKEN_KEY_BYTES],
-    char *out, size_t outlen)
+int token_encode(const struct token *t, const uint8_t key[TOKEN_KEY_BYTES], char *out,
+		 size_t outlen)
 {
 	uint8_t buf[TOKEN_MAX_BYTES], *p = buf;
 
@@ -91,11 +83,10 @@ token_encode(const struct token *t, const uint8_t key[TOKEN_KEY_BYTES],
 
 /* base64url without padding, by table: a token is no secret to hide from
  * timing (it travels in URLs), and this is the issue path's hot loop. */
-static void
-token_b64url_encode(const uint8_t *in, size_t len, char *out)
+static void token_b64url_encode(const uint8_t *in, size_t len, char *out)
 {
 	static const char digits[] =
-	    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 	size_t i = 0;
 
 	for (; i + 3 <= len; i += 3) {
@@ -121,8 +112,8 @@ token_b64url_encode(const uint8_t *in, size_t len, char *out)
 /* One more than the value of each base64url digit, 0 for every other
  * byte. */
 static const uint8_t token_b64_value[256] = {
-	['A'] = 1, ['B'] = 2, ['C'] = 3, ['D'] = 4, ['E'] = 5, ['F'] = 6, ['G'] = 7,
-	['H'] = 8, ['I'] = 9, ['J'] = 10, ['K'] = 11, ['L'] = 12, ['M'] = 13, ['N'] = 14,
+	['A'] = 1,  ['B'] = 2,	['C'] = 3,  ['D'] = 4,	['E'] = 5,  ['F'] = 6,	['G'] = 7,
+	['H'] = 8,  ['I'] = 9,	['J'] = 10, ['K'] = 11, ['L'] = 12, ['M'] = 13, ['N'] = 14,
 	['O'] = 15, ['P'] = 16, ['Q'] = 17, ['R'] = 18, ['S'] = 19, ['T'] = 20, ['U'] = 21,
 	['V'] = 22, ['W'] = 23, ['X'] = 24, ['Y'] = 25, ['Z'] = 26, ['a'] = 27, ['b'] = 28,
 	['c'] = 29, ['d'] = 30, ['e'] = 31, ['f'] = 32, ['g'] = 33, ['h'] = 34, ['i'] = 35,
@@ -133,9 +124,7 @@ static const uint8_t token_b64_value[256] = {
 	['_'] = 64,
 };
 
-int
-token_b64url_decode(const char *s, size_t len, uint8_t *out, size_t outmax,
-    size_t *n)
+int token_b64url_decode(const char *s, size_t len, uint8_t *out, size_t outmax, size_t *n)
 {
 	const unsigned char *u = (const unsigned char *)s;
 	size_t groups = len / 4, rest = len % 4, k = 0;
@@ -145,7 +134,7 @@ token_b64url_decode(const char *s, size_t len, uint8_t *out, size_t outmax,
 		return -1;
 	for (size_t i = 0; i < groups; i++, u += 4) {
 		uint32_t a = token_b64_value[u[0]], b = token_b64_value[u[1]],
-		    c = token_b64_value[u[2]], d = token_b64_value[u[3]];
+			 c = token_b64_value[u[2]], d = token_b64_value[u[3]];
 		if (a == 0 || b == 0 || c == 0 || d == 0)
 			return -1;
 		uint32_t v = (a - 1) << 18 | (b - 1) << 12 | (c - 1) << 6 | (d - 1);
@@ -155,7 +144,7 @@ token_b64url_decode(const char *s, size_t len, uint8_t *out, size_t outmax,
 	}
 	if (rest > 0) {
 		uint32_t a = token_b64_value[u[0]], b = token_b64_value[u[1]],
-		    c = rest == 3 ? token_b64_value[u[2]] : 1;
+			 c = rest == 3 ? token_b64_value[u[2]] : 1;
 		if (a == 0 || b == 0 || c == 0)
 			return -1;
 		uint32_t v = (a - 1) << 18 | (b - 1) << 12 | (c - 1) << 6;
@@ -176,9 +165,7 @@ token_b64url_decode(const char *s, size_t len, uint8_t *out, size_t outmax,
  * for byte), so any altered character changes the decoded bytes and cannot
  * slip past the MAC.
  */
-static int
-token_decode(const char *s, size_t len, uint8_t buf[TOKEN_DECODE_BYTES],
-    size_t *n)
+static int token_decode(const char *s, size_t len, uint8_t buf[TOKEN_DECODE_BYTES], size_t *n)
 {
 	size_t hdr;
 
@@ -199,8 +186,7 @@ token_decode(const char *s, size_t len, uint8_t buf[TOKEN_DECODE_BYTES],
 }
 
 /* Fills t from the decoded bytes buf (token_decode accepted them). */
-static void
-token_fill(const uint8_t *buf, struct token *t)
+static void token_fill(const uint8_t *buf, struct token *t)
 {
 	const uint8_t *p = buf + 2;
 	uint32_t lo, hi;
@@ -224,8 +210,7 @@ token_fill(const uint8_t *buf, struct token *t)
 	t->subject[t->subject_len] = '\0';
 }
 
-int
-token_parse(const char *s, size_t len, struct token *t)
+int token_parse(const char *s, size_t len, struct token *t)
 {
 	uint8_t buf[TOKEN_DECODE_BYTES];
 	size_t n;
@@ -236,9 +221,8 @@ token_parse(const char *s, size_t len, struct token *t)
 	return TOKEN_OK;
 }
 
-int
-token_open(const char *s, size_t len, struct token *t,
-    const uint8_t *(*key_of)(uint32_t key_id, void *arg), void *arg)
+int token_open(const char *s, size_t len, struct token *t,
+	       const uint8_t *(*key_of)(uint32_t key_id, void *arg), void *arg)
 {
 	uint8_t buf[TOKEN_DECODE_BYTES], tag[TOKEN_TAG_BYTES];
 	const uint8_t *key;
@@ -257,23 +241,20 @@ token_open(const char *s, size_t len, struct token *t,
 }
 
 /* token_verify's key lookup: the one key it was given, whatever the id. */
-static const uint8_t *
-token_the_key(uint32_t key_id, void *arg)
+static const uint8_t *token_the_key(uint32_t key_id, void *arg)
 {
 	(void)key_id;
 	return arg;
 }
 
-int
-token_verify(const char *s, size_t len, const uint8_t key[TOKEN_KEY_BYTES])
+int token_verify(const char *s, size_t len, const uint8_t key[TOKEN_KEY_BYTES])
 {
 	struct token t;
 
 	return token_open(s, len, &t, token_the_key, (void *)(uintptr_t)key);
 }
 
-void
-token_id_hex(const uint8_t id[TOKEN_ID_BYTES], char out[2 * TOKEN_ID_BYTES + 1])
+void token_id_hex(const uint8_t id[TOKEN_ID_BYTES], char out[2 * TOKEN_ID_BYTES + 1])
 {
 	static const char hex[] = "0123456789abcdef";
 
@@ -285,15 +266,13 @@ token_id_hex(const uint8_t id[TOKEN_ID_BYTES], char out[2 * TOKEN_ID_BYTES + 1])
 	out[2 * TOKEN_ID_BYTES] = '\0';
 }
 
-static int
-token_b64_char(char c)
+static int token_b64_char(char c)
 {
-	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-	    (c >= '0' && c <= '9') || c == '-' || c == '_';
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+	       c == '-' || c == '_';
 }
 
-int
-token_from_header(const char *value, char *out, size_t outlen)
+int token_from_header(const char *value, char *out, size_t outlen)
 {
 	const char *p, *end;
 	size_t n = 0, max;
@@ -312,14 +291,13 @@ token_from_header(const char *value, char *out, size_t outlen)
 				p++;
 				if (p == end || (*p != '"' && *p != '\\'))
 					return -1;
-			} else if ((unsigned char)*p < 0x20 ||
-			    (unsigned char)*p > 0x7e)
+			} else if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
 				return -1;
 			if (n == max)
 				return -1;
 			out[n++] = *p;
 		}
-		if (p == end || p + 1 != end)	/* unterminated or trailing */
+		if (p == end || p + 1 != end) /* unterminated or trailing */
 			return -1;
 	} else {
 		for (; p < end; p++) {

@@ -23,23 +23,19 @@
 #define TOKEN_ID_BYTES 16
 #define TOKEN_MAX_CHARS 256
 #define TOKEN_SUBJECT_MAX 128
-#define TOKEN_KEY_BYTES 32	/* signing key size */
+#define TOKEN_KEY_BYTES 32 /* signing key size */
 
 struct token {
 	uint32_t key_id, tenant_id, operation_id;
 	uint8_t id[TOKEN_ID_BYTES];
-	uint32_t issued_at, expires_at;	/* unix seconds */
+	uint32_t issued_at, expires_at; /* unix seconds */
 	int has_version;
-	uint64_t version;		/* meaningful only if has_version */
-	size_t subject_len;		/* 1..TOKEN_SUBJECT_MAX */
+	uint64_t version;		     /* meaningful only if has_version */
+	size_t subject_len;		     /* 1..TOKEN_SUBJECT_MAX */
 	char subject[TOKEN_SUBJECT_MAX + 1]; /* NUL-terminated; no NUL inside */
 };
 
-enum token_status {
-	TOKEN_OK = 0,
-	TOKEN_MALFORMED = -1,
-	TOKEN_BAD_SIGNATURE = -2
-};
+enum token_status { TOKEN_OK = 0, TOKEN_MALFORMED = -1, TOKEN_BAD_SIGNATURE = -2 };
 
 /*
  * Writes the token string (NUL-terminated) into out, which must hold at
@@ -47,8 +43,8 @@ enum token_status {
  * Returns 0, or -1 if a field is invalid (subject length outside 1..128 or a
  * NUL byte in the subject) or out is too small.
  */
-IDEMD_WUR int token_encode(const struct token *t,
-    const uint8_t key[TOKEN_KEY_BYTES], char *out, size_t outlen);
+IDEMD_WUR int token_encode(const struct token *t, const uint8_t key[TOKEN_KEY_BYTES], char *out,
+			   size_t outlen);
 
 /*
  * Strict, bounded parse of s[0..len) without checking the tag: base64url
@@ -64,8 +60,7 @@ IDEMD_WUR int token_parse(const char *s, size_t len, struct token *t);
  * Checks the tag of s[0..len) under key in constant time: TOKEN_OK or
  * TOKEN_BAD_SIGNATURE (TOKEN_MALFORMED if s does not parse at all).
  */
-IDEMD_WUR int token_verify(const char *s, size_t len,
-    const uint8_t key[TOKEN_KEY_BYTES]);
+IDEMD_WUR int token_verify(const char *s, size_t len, const uint8_t key[TOKEN_KEY_BYTES]);
 
 /*
  * token_parse() and token_verify() with one decoding: fills t, then checks
@@ -73,7 +68,7 @@ IDEMD_WUR int token_verify(const char *s, size_t len,
  * key, TOKEN_BAD_SIGNATURE). The key is used before token_open returns.
  */
 IDEMD_WUR int token_open(const char *s, size_t len, struct token *t,
-    const uint8_t *(*key_of)(uint32_t key_id, void *arg), void *arg);
+			 const uint8_t *(*key_of)(uint32_t key_id, void *arg), void *arg);
 
 /*
  * Strict base64url (no padding) decoder: only the canonical encoding of
@@ -81,12 +76,11 @@ IDEMD_WUR int token_open(const char *s, size_t len, struct token *t,
  * length of 1 mod 4, and zero bits after the last byte. Writes at most
  * outmax bytes to out and their number to *n. Returns 0, or -1.
  */
-IDEMD_WUR int token_b64url_decode(const char *s, size_t len, uint8_t *out,
-    size_t outmax, size_t *n);
+IDEMD_WUR int token_b64url_decode(const char *s, size_t len, uint8_t *out, size_t outmax,
+				  size_t *n);
 
 /* Writes id as 32 lowercase hex characters plus NUL. */
-void token_id_hex(const uint8_t id[TOKEN_ID_BYTES],
-    char out[2 * TOKEN_ID_BYTES + 1]);
+void token_id_hex(const uint8_t id[TOKEN_ID_BYTES], char out[2 * TOKEN_ID_BYTES + 1]);
 
 /*
  * Extracts the token from an Idempotency-Key header value (NUL-terminated):

@@ -18,10 +18,10 @@
 #define UPSTREAM_MAX_IDLE_SECONDS 4L
 
 static struct {
-	struct workq q;                    /* calls for the thread; open while it runs */
-	int running, curl_ready;           /* touched by start and stop only */
+	struct workq q;		 /* calls for the thread; open while it runs */
+	int running, curl_ready; /* touched by start and stop only */
 	CURLM *multi;
-	CURL **idle;                       /* easy handles kept for reuse (thread only) */
+	CURL **idle; /* easy handles kept for reuse (thread only) */
 	size_t n_idle, cap_idle;
 	pthread_t thread;
 } up = { .q = WORKQ_INITIALIZER };
@@ -85,7 +85,8 @@ static size_t upstream_on_header(char *data, size_t size, size_t n, void *arg)
 	if (nlen > UPSTREAM_HEADER_NAME_MAX)
 		return len;
 	for (size_t i = 0; i < nlen; i++)
-		name[i] = (char)((data[i] >= 'A' && data[i] <= 'Z') ? data[i] - 'A' + 'a' : data[i]);
+		name[i] =
+			(char)((data[i] >= 'A' && data[i] <= 'Z') ? data[i] - 'A' + 'a' : data[i]);
 	name[nlen] = '\0';
 	if (c->uc_keep == NULL || !c->uc_keep(c->uc_keep_arg, name))
 		return len;
@@ -151,7 +152,8 @@ static void upstream_classify(struct upstream_call *c, CURLcode code)
 	} else if (!c->uc_sent) {
 		c->uc_result = UPSTREAM_UNREACHABLE;
 	} else {
-		c->uc_result = code == CURLE_OPERATION_TIMEDOUT ? UPSTREAM_TIMEOUT : UPSTREAM_FAILED;
+		c->uc_result = code == CURLE_OPERATION_TIMEDOUT ? UPSTREAM_TIMEOUT
+								: UPSTREAM_FAILED;
 	}
 	if (c->uc_error[0] == '\0')
 		snprintf(c->uc_error, sizeof(c->uc_error), "%s", curl_easy_strerror(code));
@@ -179,7 +181,8 @@ static void upstream_drop_connection_names(struct upstream_call *c)
 		size_t len = strcspn(p, ", \t");
 		if (len > 0 && len <= UPSTREAM_HEADER_NAME_MAX) {
 			for (size_t i = 0; i < len; i++)
-				name[i] = (char)((p[i] >= 'A' && p[i] <= 'Z') ? p[i] - 'A' + 'a' : p[i]);
+				name[i] = (char)((p[i] >= 'A' && p[i] <= 'Z') ? p[i] - 'A' + 'a'
+									      : p[i]);
 			name[len] = '\0';
 			json_object_del(c->uc_resp_headers, name);
 		}

@@ -29,23 +29,23 @@
 #include "workq.h"
 
 enum upstream_result {
-	UPSTREAM_ANSWERED,      /* uc_status, uc_resp_headers, uc_resp are set */
-	UPSTREAM_UNREACHABLE,   /* nothing was sent: no connection could be made */
-	UPSTREAM_TIMEOUT,       /* sent, but no whole answer within uc_timeout_ms */
-	UPSTREAM_FAILED,        /* sent, then the connection failed or closed */
-	UPSTREAM_TOO_LARGE,     /* the answer's body exceeds uc_max_body */
-	UPSTREAM_INVALID,       /* a header line of the answer is malformed */
+	UPSTREAM_ANSWERED,    /* uc_status, uc_resp_headers, uc_resp are set */
+	UPSTREAM_UNREACHABLE, /* nothing was sent: no connection could be made */
+	UPSTREAM_TIMEOUT,     /* sent, but no whole answer within uc_timeout_ms */
+	UPSTREAM_FAILED,      /* sent, then the connection failed or closed */
+	UPSTREAM_TOO_LARGE,   /* the answer's body exceeds uc_max_body */
+	UPSTREAM_INVALID,     /* a header line of the answer is malformed */
 };
 
 struct upstream_call {
 	/* set by the caller */
 	const char *uc_method;
 	const char *uc_url;
-	const char *uc_body;               /* NULL when uc_body_len is 0 */
+	const char *uc_body; /* NULL when uc_body_len is 0 */
 	size_t uc_body_len;
-	struct curl_slist *uc_headers;     /* "Name: value" lines sent as they are */
+	struct curl_slist *uc_headers; /* "Name: value" lines sent as they are */
 	long uc_connect_timeout_ms;
-	long uc_timeout_ms;                /* the whole exchange */
+	long uc_timeout_ms; /* the whole exchange */
 	size_t uc_max_body;
 	/* which answer headers to keep: NAME lower-cased; 1 keeps it */
 	int (*uc_keep)(const void *arg, const char *name);
@@ -55,18 +55,18 @@ struct upstream_call {
 
 	/* results */
 	enum upstream_result uc_result;
-	int uc_sent;                       /* the request left for the upstream */
-	char uc_error[CURL_ERROR_SIZE];    /* what went wrong, for logs */
+	int uc_sent;			/* the request left for the upstream */
+	char uc_error[CURL_ERROR_SIZE]; /* what went wrong, for logs */
 	long uc_status;
-	json_t *uc_resp_headers;           /* kept headers, lower-cased names */
-	struct buf uc_resp;                /* the answer's body */
+	json_t *uc_resp_headers; /* kept headers, lower-cased names */
+	struct buf uc_resp;	 /* the answer's body */
 
 	/* private to upstream.c */
-	struct workq_item uc_item;         /* in the upstream thread's queue */
+	struct workq_item uc_item; /* in the upstream thread's queue */
 	int uc_resend_refused;
 	int uc_too_large;
 	int uc_invalid;
-	char uc_connection[256];           /* names listed in the answer's Connection headers */
+	char uc_connection[256]; /* names listed in the answer's Connection headers */
 };
 
 /* Starts the upstream thread. -1 after logging. */

@@ -38,16 +38,16 @@ static struct {
 	struct waiter *head;
 	int count, max;
 	int running, stopping;
-	int online;                 /* the LISTEN connection is up (under lock) */
+	int online;				      /* the LISTEN connection is up (under lock) */
 	struct waiters_recent recent[WAITERS_RECENT]; /* a ring, under lock */
 	size_t n_recent;
 	pthread_t thread;
 	char *conninfo;
-	PGconn *pg;                 /* the LISTEN connection (thread only) */
-	int64_t last_connect_ms;    /* thread only */
-	int64_t retry_after_ms;     /* thread only: no (re)connect before */
-	unsigned drops_seen;        /* thread only: db_drop_count() at connect */
-	int offline_only;           /* nothing to LISTEN to: re-checks only */
+	PGconn *pg;		 /* the LISTEN connection (thread only) */
+	int64_t last_connect_ms; /* thread only */
+	int64_t retry_after_ms;	 /* thread only: no (re)connect before */
+	unsigned drops_seen;	 /* thread only: db_drop_count() at connect */
+	int offline_only;	 /* nothing to LISTEN to: re-checks only */
 } wt = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static int64_t waiters_now_ms(void)
@@ -251,17 +251,20 @@ int waiters_start(const struct config *cfg)
 	 * transaction-pooling proxy (prepared_statements false) LISTEN is
 	 * accepted and then nothing arrives, so there is nothing to listen to
 	 * unless listen_database_url reaches PostgreSQL itself */
-	const char *url = cfg->listen_database_url ? cfg->listen_database_url
-			  : cfg->prepared_statements ? cfg->database_url : NULL;
+	const char *url = cfg->listen_database_url   ? cfg->listen_database_url
+			  : cfg->prepared_statements ? cfg->database_url
+						     : NULL;
 
 	wt.max = cfg->max_waiters;
 	wt.stopping = 0;
 	wt.offline_only = url == NULL;
 	wt.conninfo = strdup(url != NULL ? url : "");
 	if (url == NULL)
-		log_warn("waiters: prepared_statements is false (a transaction-pooling proxy?) and "
-			 "no listen_database_url is set: duplicates that wait look again every %d ms "
-			 "instead of being notified", WAITERS_OFFLINE_RECHECK_MS);
+		log_warn(
+			"waiters: prepared_statements is false (a transaction-pooling proxy?) and "
+			"no listen_database_url is set: duplicates that wait look again every %d ms "
+			"instead of being notified",
+			WAITERS_OFFLINE_RECHECK_MS);
 	if (wt.conninfo == NULL || pthread_create(&wt.thread, NULL, waiters_main, NULL) != 0) {
 		log_error("waiters: cannot start the thread");
 		free(wt.conninfo);
@@ -281,7 +284,8 @@ int waiters_add(struct waiter *w, int64_t since_ms)
 		size_t n = wt.n_recent < WAITERS_RECENT ? wt.n_recent : WAITERS_RECENT;
 		int seen = 0;
 		for (size_t i = 0; i < n && !seen; i++)
-			seen = wt.recent[i].at_ms >= since_ms && wt.recent[i].tenant == w->w_tenant &&
+			seen = wt.recent[i].at_ms >= since_ms &&
+			       wt.recent[i].tenant == w->w_tenant &&
 			       memcmp(wt.recent[i].id, w->w_id, 16) == 0;
 		/* no notification can come while offline: look again soon */
 		int64_t soon = waiters_now_ms() + WAITERS_OFFLINE_RECHECK_MS;

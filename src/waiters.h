@@ -26,13 +26,13 @@ struct config;
 
 struct waiter {
 	uint32_t w_tenant;
-	uint8_t w_id[16];             /* the record */
-	int64_t w_deadline_ms;        /* unix ms: past it, EXPIRED is 1 */
-	int64_t w_retry_ms;           /* unix ms: look again then (the lease's end) */
+	uint8_t w_id[16];      /* the record */
+	int64_t w_deadline_ms; /* unix ms: past it, EXPIRED is 1 */
+	int64_t w_retry_ms;    /* unix ms: look again then (the lease's end) */
 	/* called once per waiters_add(), on the waiters' thread */
 	void (*w_wake)(struct waiter *w, int expired);
-	struct waiter *w_next;        /* the module's */
-	int w_due;                    /* the module's */
+	struct waiter *w_next; /* the module's */
+	int w_due;	       /* the module's */
 };
 
 /* Opens the LISTEN connection and starts the thread. -1 after logging. */

@@ -32,14 +32,15 @@ struct workq {
 
 /* A queue as a static initialiser, closed until workq_open(). */
 #define WORKQ_INITIALIZER \
-	{ PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0 }
+	{ \
+		PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0 \
+	}
 
 /* The job of type TYPE whose member MEMBER is the item IT (WORKQ_CJOB:
  * a const item, a const job). */
-#define WORKQ_JOB(it, type, member) \
-	((type *)(void *)((char *)(it) - offsetof(type, member)))
+#define WORKQ_JOB(it, type, member) ((type *)(void *)((char *)(it)-offsetof(type, member)))
 #define WORKQ_CJOB(it, type, member) \
-	((const type *)(const void *)((const char *)(it) - offsetof(type, member)))
+	((const type *)(const void *)((const char *)(it)-offsetof(type, member)))
 
 /* Whether IT may be taken in one go with FIRST, the queue's head. */
 typedef int (*workq_match_fn)(const struct workq_item *first, const struct workq_item *it);

@@ -140,6 +140,13 @@ else
   results+=("high availability: FAILED"); problems+=("high availability")
 fi
 
+say "checking the C formatting (tests/format.sh, .clang-format)"
+if bash tests/format.sh; then
+  results+=("c formatting: ok")
+else
+  results+=("c formatting: FAILED"); problems+=("c formatting")
+fi
+
 say "checking the problem codes against api/openapi.yaml"
 if python3 tests/problem_codes.py; then
   results+=("problem codes: ok")

@@ -96,8 +96,8 @@ void http_reply_bytes(struct request *req, unsigned status, const char *content_
 	fake_http.fh_n_headers = 0;
 }
 
-void http_reply_take(struct request *req, unsigned status, const char *content_type,
-		     char *data, size_t len)
+void http_reply_take(struct request *req, unsigned status, const char *content_type, char *data,
+		     size_t len)
 {
 	http_reply_bytes(req, status, content_type, data, len);
 	free(data);
@@ -111,7 +111,8 @@ void http_reply_empty(struct request *req, unsigned status)
 void http_reply_json(struct request *req, unsigned status, json_t *body)
 {
 	size_t len;
-	char *text = http_json_text(body, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY, &len);
+	char *text =
+		http_json_text(body, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY, &len);
 
 	json_decref(body);
 	assert_non_null(text);
@@ -122,10 +123,10 @@ void http_set_header(struct request *req, const char *name, const char *value)
 {
 	(void)req;
 	assert_true(fake_http.fh_n_headers < FAKE_HTTP_MAX_HEADERS);
-	snprintf(fake_http.fh_headers[fake_http.fh_n_headers][0], sizeof(fake_http.fh_headers[0][0]),
-		 "%s", name);
-	snprintf(fake_http.fh_headers[fake_http.fh_n_headers][1], sizeof(fake_http.fh_headers[0][1]),
-		 "%s", value);
+	snprintf(fake_http.fh_headers[fake_http.fh_n_headers][0],
+		 sizeof(fake_http.fh_headers[0][0]), "%s", name);
+	snprintf(fake_http.fh_headers[fake_http.fh_n_headers][1],
+		 sizeof(fake_http.fh_headers[0][1]), "%s", value);
 	fake_http.fh_n_headers++;
 }
 

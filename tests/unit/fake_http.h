@@ -22,10 +22,10 @@
 
 struct fake_http {
 	/* the last reply */
-	int fh_replies;                 /* replies made since the reset */
+	int fh_replies; /* replies made since the reset */
 	unsigned fh_status;
 	char fh_content_type[64];
-	char *fh_body;                  /* NUL-terminated copy */
+	char *fh_body; /* NUL-terminated copy */
 	size_t fh_body_len;
 	int fh_n_headers;
 	char fh_headers[FAKE_HTTP_MAX_HEADERS][2][256];

@@ -25,9 +25,8 @@ static const char key_b[] = "idk_BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB";
 static int clear_cache(void **state);
 static void expect_lookup(const char *key, int rc, int found, uint32_t tenant);
 
-int
-store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tenant_id,
-		    uint32_t *key_id, int *found)
+int store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tenant_id,
+			uint32_t *key_id, int *found)
 {
 	check_expected(key_hash);
 	int rc = mock_type(int);
@@ -43,14 +42,12 @@ store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tenant_i
 /* The clock auth.c reads for AUTH_RECHECK_MS, moved by the tests. */
 static int64_t fake_now_ms = 1000000;
 
-static int64_t
-fake_clock(void)
+static int64_t fake_clock(void)
 {
 	return fake_now_ms;
 }
 
-static int
-clear_cache(void **state)
+static int clear_cache(void **state)
 {
 	(void)state;
 	auth_cache_clear();
@@ -59,8 +56,7 @@ clear_cache(void **state)
 }
 
 /* The next store lookup must be for KEY's hash and answers RC, FOUND, TENANT. */
-static void
-expect_lookup(const char *key, int rc, int found, uint32_t tenant)
+static void expect_lookup(const char *key, int rc, int found, uint32_t tenant)
 {
 	static uint8_t hashes[8][32];
 	static size_t next;
@@ -73,8 +69,7 @@ expect_lookup(const char *key, int rc, int found, uint32_t tenant)
 	will_return(store_tenant_by_key, tenant);
 }
 
-static void
-test_generate_format(void **state)
+static void test_generate_format(void **state)
 {
 	char key[AUTH_KEY_CHARS + 1];
 
@@ -85,15 +80,15 @@ test_generate_format(void **state)
 		auth_key_generate(key, sizeof(key));
 		assert_int_equal(strlen(key), AUTH_KEY_CHARS);
 		assert_memory_equal(key, AUTH_KEY_PREFIX, 4);
-		size_t alnum = strspn(key + 4, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+		size_t alnum = strspn(key + 4,
+				      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 				      "0123456789-_");
 		assert_int_equal(alnum, AUTH_KEY_CHARS - 4);
 	}
 }
 
 /* The 43 characters decode back to 32 bytes. */
-static void
-test_generate_decodes(void **state)
+static void test_generate_decodes(void **state)
 {
 	char key[AUTH_KEY_CHARS + 1];
 	unsigned char raw[32];
@@ -102,12 +97,12 @@ test_generate_decodes(void **state)
 	(void)state;
 	auth_key_generate(key, sizeof(key));
 	assert_int_equal(sodium_base642bin(raw, sizeof(raw), key + 4, AUTH_KEY_CHARS - 4, NULL,
-					   &len, NULL, sodium_base64_VARIANT_URLSAFE_NO_PADDING), 0);
+					   &len, NULL, sodium_base64_VARIANT_URLSAFE_NO_PADDING),
+			 0);
 	assert_int_equal(len, 32);
 }
 
-static void
-test_generate_unique(void **state)
+static void test_generate_unique(void **state)
 {
 	char keys[64][AUTH_KEY_CHARS + 1];
 
@@ -120,8 +115,7 @@ test_generate_unique(void **state)
 }
 
 /* A larger buffer is fine and still holds exactly one key. */
-static void
-test_generate_large_buffer(void **state)
+static void test_generate_large_buffer(void **state)
 {
 	char key[128];
 
@@ -131,8 +125,7 @@ test_generate_large_buffer(void **state)
 	assert_int_equal(strlen(key), AUTH_KEY_CHARS);
 }
 
-static void
-test_hash(void **state)
+static void test_hash(void **state)
 {
 	uint8_t h1[32], h2[32], h3[32], ref[32];
 
@@ -142,7 +135,8 @@ test_hash(void **state)
 	assert_memory_equal(h1, h2, 32);
 	/* it is BLAKE2b-256 of the key text, unkeyed */
 	assert_int_equal(crypto_generichash(ref, 32, (const unsigned char *)key_a, strlen(key_a),
-					    NULL, 0), 0);
+					    NULL, 0),
+			 0);
 	assert_memory_equal(h1, ref, 32);
 	/* a different key, a different hash */
 	auth_key_hash(key_b, strlen(key_b), h3);
@@ -155,17 +149,16 @@ test_hash(void **state)
 	assert_memory_not_equal(h1, h3, 32);
 	/* the empty key has the well-known BLAKE2b-256("") digest */
 	static const uint8_t empty[32] = {
-		0x0e, 0x57, 0x51, 0xc0, 0x26, 0xe5, 0x43, 0xb2, 0xe8, 0xab, 0x2e, 0xb0,
-		0x60, 0x99, 0xda, 0xa1, 0xd1, 0xe5, 0xdf, 0x47, 0x77, 0x8f, 0x77, 0x87,
-		0xfa, 0xab, 0x45, 0xcd, 0xf1, 0x2f, 0xe3, 0xa8,
+		0x0e, 0x57, 0x51, 0xc0, 0x26, 0xe5, 0x43, 0xb2, 0xe8, 0xab, 0x2e,
+		0xb0, 0x60, 0x99, 0xda, 0xa1, 0xd1, 0xe5, 0xdf, 0x47, 0x77, 0x8f,
+		0x77, 0x87, 0xfa, 0xab, 0x45, 0xcd, 0xf1, 0x2f, 0xe3, 0xa8,
 	};
 	auth_key_hash("", 0, h1);
 	assert_memory_equal(h1, empty, 32);
 }
 
 /* Wrong lengths are refused before any lookup (the mock would fail). */
-static void
-test_check_wrong_length(void **state)
+static void test_check_wrong_length(void **state)
 {
 	char key[AUTH_KEY_CHARS + 2];
 	uint32_t tenant = 0xabcdef;
@@ -184,8 +177,7 @@ test_check_wrong_length(void **state)
 	assert_int_equal(tenant, 0xabcdef);
 }
 
-static void
-test_check_found_then_cached(void **state)
+static void test_check_found_then_cached(void **state)
 {
 	uint32_t tenant = 0;
 
@@ -208,8 +200,7 @@ test_check_found_then_cached(void **state)
 }
 
 /* Unknown keys are not cached: a key created later works at once. */
-static void
-test_check_unknown_not_cached(void **state)
+static void test_check_unknown_not_cached(void **state)
 {
 	uint32_t tenant = 0x55;
 
@@ -223,8 +214,7 @@ test_check_unknown_not_cached(void **state)
 }
 
 /* A store failure is "unavailable", not "denied", and is not cached. */
-static void
-test_check_unavailable(void **state)
+static void test_check_unavailable(void **state)
 {
 	uint32_t tenant = 0;
 
@@ -237,8 +227,7 @@ test_check_unavailable(void **state)
 }
 
 /* A key that differs from a cached one in one character is looked up. */
-static void
-test_check_near_miss(void **state)
+static void test_check_near_miss(void **state)
 {
 	char other[sizeof(key_a)];
 	uint32_t tenant = 0;
@@ -252,8 +241,7 @@ test_check_near_miss(void **state)
 	assert_int_equal(auth_check(other, &tenant), AUTH_DENIED);
 }
 
-static void
-test_cache_clear(void **state)
+static void test_cache_clear(void **state)
 {
 	uint32_t tenant = 0;
 
@@ -268,8 +256,7 @@ test_cache_clear(void **state)
 
 /* A memo answers its own key without the cache; another key, a denied
  * one, or a cleared cache goes the full way; wiping empties it. */
-static void
-test_memo(void **state)
+static void test_memo(void **state)
 {
 	struct auth_memo memo = { 0 };
 	char other[sizeof(key_a)];
@@ -308,8 +295,7 @@ test_memo(void **state)
 
 /* A known key is asked about again after AUTH_RECHECK_MS: revoked, it is
  * refused and forgotten; still there, it is believed for another period. */
-static void
-test_recheck_revoked(void **state)
+static void test_recheck_revoked(void **state)
 {
 	uint32_t tenant = 0;
 
@@ -331,8 +317,7 @@ test_recheck_revoked(void **state)
 
 /* While the database cannot answer a recheck, a known key stays accepted
  * and is asked about again a second later. */
-static void
-test_recheck_unavailable(void **state)
+static void test_recheck_unavailable(void **state)
 {
 	uint32_t tenant = 0;
 
@@ -353,8 +338,7 @@ test_recheck_unavailable(void **state)
 
 /* A connection's memo expires with its entry: a key revoked while a
  * keep-alive connection goes on using it is refused after the recheck. */
-static void
-test_memo_recheck(void **state)
+static void test_memo_recheck(void **state)
 {
 	struct auth_memo memo = { 0 };
 	uint32_t tenant = 0;
@@ -383,8 +367,7 @@ test_memo_recheck(void **state)
 	auth_memo_wipe(&m2);
 }
 
-int
-main(void)
+int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_generate_format),

@@ -29,10 +29,10 @@ static struct {
 	pthread_cond_t cond;
 	struct call calls[MAX_CALLS];
 	size_t ncalls;
-	int gate_closed;     /* the next store call waits until it opens */
-	int in_store;        /* a call is waiting at the gate */
-	int fail_many;       /* the *_many stand-ins fail as a whole */
-	int done;            /* bj_done callbacks so far */
+	int gate_closed; /* the next store call waits until it opens */
+	int in_store;	 /* a call is waiting at the gate */
+	int fail_many;	 /* the *_many stand-ins fail as a whole */
+	int done;	 /* bj_done callbacks so far */
 } st = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 static void record(const char *what, size_t n, const uint8_t *const *tokens)

@@ -80,7 +80,8 @@ static void test_from_json(void **state)
 {
 	json_t *doc = json_loads("{\"id\":\"evt_1\",\"n\":42,\"a/b\":\"slash\",\"m~n\":\"tilde\","
 				 "\"data\":{\"object\":{\"id\":\"ch_9\"},\"list\":[\"x\",\"y\"]},"
-				 "\"f\":1.5,\"t\":true,\"z\":null,\"long\":\"0123456789\"}", 0, NULL);
+				 "\"f\":1.5,\"t\":true,\"z\":null,\"long\":\"0123456789\"}",
+				 0, NULL);
 	char out[8];
 
 	(void)state;

@@ -40,8 +40,14 @@ static const char *find(const struct cors_header *h, size_t n, const char *name)
 static void test_exact_origin_match(void **state)
 {
 	static const char *const refused[] = {
-		"https://shop.example/", "https://shop.example:443", "HTTPS://shop.example",
-		"https://shop.example.evil", "http://shop.example", "null", "", "*",
+		"https://shop.example/",
+		"https://shop.example:443",
+		"HTTPS://shop.example",
+		"https://shop.example.evil",
+		"http://shop.example",
+		"null",
+		"",
+		"*",
 		"https://shop.exampl",
 	};
 
@@ -76,7 +82,8 @@ static void test_preflight_headers(void **state)
 	const char *allow = find(h, n, "Access-Control-Allow-Headers");
 	assert_non_null(allow);
 	for (const char *want = "Content-Type\0Idempotency-Key\0If-Match\0Authorization\0"
-				"X-Request-Id\0"; *want != '\0'; want += strlen(want) + 1)
+				"X-Request-Id\0";
+	     *want != '\0'; want += strlen(want) + 1)
 		assert_non_null(strstr(allow, want));
 	assert_string_equal(find(h, n, "Access-Control-Max-Age"), CORS_MAX_AGE_SECONDS);
 	assert_string_equal(find(h, n, "Vary"), "Origin");

@@ -52,8 +52,8 @@ int MHD_get_connection_values(struct MHD_Connection *connection, enum MHD_ValueK
 		if ((values[i].kind & kind) == 0)
 			continue;
 		n++;
-		if (iterator != NULL &&
-		    iterator(iterator_cls, values[i].kind, values[i].key, values[i].value) != MHD_YES)
+		if (iterator != NULL && iterator(iterator_cls, values[i].kind, values[i].key,
+						 values[i].value) != MHD_YES)
 			break;
 	}
 	return n;
@@ -218,7 +218,8 @@ static void test_headers_token_route(void **state)
 	struct curl_slist *list = gateway_request_headers(&req, &gr, &tok);
 	assert_non_null(list);
 	assert_string_equal(line_value(list, "Content-Type"), "application/json");
-	assert_string_equal(line_value(list, "Idempotency-Key"), "000102030405060708090a0b0c0d0e0f");
+	assert_string_equal(line_value(list, "Idempotency-Key"),
+			    "000102030405060708090a0b0c0d0e0f");
 	assert_string_equal(line_value(list, "Idempotency-Subject"), "user-1");
 	assert_string_equal(line_value(list, "X-Request-Id"), "req-1");
 	const char *xff = line_value(list, "X-Forwarded-For");
@@ -248,7 +249,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_query_rebuilt, setup, fake_http_reset),
 		cmocka_unit_test_setup_teardown(test_url_and_call, setup, fake_http_reset),
-		cmocka_unit_test_setup_teardown(test_timeout_cut_to_the_lease, setup, fake_http_reset),
+		cmocka_unit_test_setup_teardown(test_timeout_cut_to_the_lease, setup,
+						fake_http_reset),
 		cmocka_unit_test_setup_teardown(test_headers_token_route, setup, fake_http_reset),
 		cmocka_unit_test_setup_teardown(test_headers_derived_key, setup, fake_http_reset),
 	};

@@ -14,11 +14,18 @@
 
 static void test_fixed_names(void **state)
 {
-	static const char *const hop[] = { "Connection", "keep-alive", "TE", "Trailer",
-		"Transfer-Encoding", "UPGRADE", "Proxy-Authorization", "proxy-connection",
-		"Proxy-Whatever" };
+	static const char *const hop[] = { "Connection",
+					   "keep-alive",
+					   "TE",
+					   "Trailer",
+					   "Transfer-Encoding",
+					   "UPGRADE",
+					   "Proxy-Authorization",
+					   "proxy-connection",
+					   "Proxy-Whatever" };
 	static const char *const end_to_end[] = { "Authorization", "Content-Type", "Cookie",
-		"Host", "X-Proxy-Id", "Tee", "Trailers", "Connection-Id" };
+						  "Host",	   "X-Proxy-Id",   "Tee",
+						  "Trailers",	   "Connection-Id" };
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(hop) / sizeof(hop[0]); i++)
@@ -42,14 +49,15 @@ static void test_connection_tokens(void **state)
 	assert_false(headers_hop_by_hop("X-Custom", ",,, ,"));
 }
 
-
 static void test_is_token(void **state)
 {
 	static const char *const good[] = { "X-Foo", "a", "Content-Type", "x_y",
-		"!#$%&'*+-.^_`|~09AZaz" };
-	static const char *const bad[] = { "X Foo", "X:Foo", "X-Foo:", "\"X\"", "(", ")", ",",
-		"/", ";", "<", "=", ">", "?", "@", "[", "\\", "]", "{", "}", "X\tY", "X\rY",
-		"X\nY", "\x7f", "\x01", "caf\xc3\xa9" };
+					    "!#$%&'*+-.^_`|~09AZaz" };
+	static const char *const bad[] = { "X Foo", "X:Foo", "X-Foo:", "\"X\"", "(",
+					   ")",	    ",",     "/",      ";",	"<",
+					   "=",	    ">",     "?",      "@",	"[",
+					   "\\",    "]",     "{",      "}",	"X\tY",
+					   "X\rY",  "X\nY",  "\x7f",   "\x01",	"caf\xc3\xa9" };
 
 	(void)state;
 	for (size_t i = 0; i < LEN(good); i++)
@@ -89,14 +97,23 @@ static void test_value_ok(void **state)
 
 static void test_is_alias(void **state)
 {
-	static const char *const alias[] = { "Idempotency_Subject", "idempotency_key",
-		"IDEMPOTENCY_KEY", "X_Request_Id", "x_forwarded_for",
-		"X-Forwarded_For", "X_Forwarded_Host", "X_Forwarded_Proto", "X_Forwarded_Port",
-		"X_Real_IP", "Content_Length", "transfer_encoding" };
-	static const char *const not_alias[] = { "Idempotency-Subject", "Idempotency-Key",
-		"X-Forwarded-For", "X_Custom", "Idempotency__Subject", "Idempotency_Subjects",
-		"_Idempotency_Key", "Content_Type", "Forwarded", "Host", "Connection",
-		"X_Padding_Padding_Padding_Padding_Padding" };
+	static const char *const alias[] = {
+		"Idempotency_Subject", "idempotency_key", "IDEMPOTENCY_KEY",  "X_Request_Id",
+		"x_forwarded_for",     "X-Forwarded_For", "X_Forwarded_Host", "X_Forwarded_Proto",
+		"X_Forwarded_Port",    "X_Real_IP",	  "Content_Length",   "transfer_encoding"
+	};
+	static const char *const not_alias[] = { "Idempotency-Subject",
+						 "Idempotency-Key",
+						 "X-Forwarded-For",
+						 "X_Custom",
+						 "Idempotency__Subject",
+						 "Idempotency_Subjects",
+						 "_Idempotency_Key",
+						 "Content_Type",
+						 "Forwarded",
+						 "Host",
+						 "Connection",
+						 "X_Padding_Padding_Padding_Padding_Padding" };
 
 	(void)state;
 	for (size_t i = 0; i < LEN(alias); i++)
@@ -107,14 +124,29 @@ static void test_is_alias(void **state)
 
 static void test_never_stored(void **state)
 {
-	static const char *const never[] = { "set-cookie", "Set-Cookie", "content-length",
-		"Transfer-Encoding", "transfer-encoding", "access-control-allow-origin",
-		"Access-Control-Expose-Headers", "connection", "keep-alive", "proxy-x",
-		"Proxy-Authenticate", "idempotent-replayed", "Idempotent-Replayed",
-		"x-request-id", "X-Request-Id", "TE", "trailer", "upgrade" };
-	static const char *const stored[] = { "content-type", "Content-Type", "location",
-		"etag", "x-foo", "cache-control", "set-cookie2", "access-control", "x-request-ids",
-		"content-length-x" };
+	static const char *const never[] = { "set-cookie",
+					     "Set-Cookie",
+					     "content-length",
+					     "Transfer-Encoding",
+					     "transfer-encoding",
+					     "access-control-allow-origin",
+					     "Access-Control-Expose-Headers",
+					     "connection",
+					     "keep-alive",
+					     "proxy-x",
+					     "Proxy-Authenticate",
+					     "idempotent-replayed",
+					     "Idempotent-Replayed",
+					     "x-request-id",
+					     "X-Request-Id",
+					     "TE",
+					     "trailer",
+					     "upgrade" };
+	static const char *const stored[] = { "content-type",  "Content-Type",
+					      "location",      "etag",
+					      "x-foo",	       "cache-control",
+					      "set-cookie2",   "access-control",
+					      "x-request-ids", "content-length-x" };
 
 	(void)state;
 	for (size_t i = 0; i < LEN(never); i++)
@@ -169,12 +201,22 @@ static void test_forward_plain(void **state)
 		{ "X-Note", "c" },
 	};
 	static const char *const want[] = { "Content-Type: application/json",
-		"Authorization: Bearer abc", "X-Note: a, b", "X-Note: c",
-		"Idempotency-Key: " HEX, "Idempotency-Subject: alice",
-		"X-Forwarded-For: 203.0.113.7", "X-Request-Id: req-1", "Expect:", NULL };
+					    "Authorization: Bearer abc",
+					    "X-Note: a, b",
+					    "X-Note: c",
+					    "Idempotency-Key: " HEX,
+					    "Idempotency-Subject: alice",
+					    "X-Forwarded-For: 203.0.113.7",
+					    "X-Request-Id: req-1",
+					    "Expect:",
+					    NULL };
 	static const char *const want_none[] = { "Idempotency-Key: " HEX,
-		"Idempotency-Subject: alice", "X-Forwarded-For: 203.0.113.7",
-		"X-Request-Id: req-1", "Expect:", "Content-Type:", NULL };
+						 "Idempotency-Subject: alice",
+						 "X-Forwarded-For: 203.0.113.7",
+						 "X-Request-Id: req-1",
+						 "Expect:",
+						 "Content-Type:",
+						 NULL };
 
 	(void)state;
 	expect_forward(f, LEN(f), &fwd_args, want);
@@ -203,10 +245,15 @@ static void test_forward_drops(void **state)
 		{ "Accept", "application/json" },
 		{ "X-Keep", "1" },
 	};
-	static const char *const want[] = { "Accept: application/json", "X-Keep: 1",
-		"Idempotency-Key: " HEX, "Idempotency-Subject: alice",
-		"X-Forwarded-For: 203.0.113.7", "X-Request-Id: req-1", "Expect:",
-		"Content-Type:", NULL };
+	static const char *const want[] = { "Accept: application/json",
+					    "X-Keep: 1",
+					    "Idempotency-Key: " HEX,
+					    "Idempotency-Subject: alice",
+					    "X-Forwarded-For: 203.0.113.7",
+					    "X-Request-Id: req-1",
+					    "Expect:",
+					    "Content-Type:",
+					    NULL };
 
 	(void)state;
 	expect_forward(f, LEN(f), &fwd_args, want);
@@ -220,14 +267,24 @@ static void test_forward_xff(void **state)
 		{ "X-Forwarded-For", "" },
 		{ "x-forwarded-for", "192.168.1.1" },
 	};
-	static const char *const want_chain[] = { "X-Note: n", "Idempotency-Key: " HEX,
+	static const char *const want_chain[] = {
+		"X-Note: n",
+		"Idempotency-Key: " HEX,
 		"Idempotency-Subject: alice",
 		"X-Forwarded-For: 10.0.0.1, 10.0.0.2, 192.168.1.1, 203.0.113.7",
-		"X-Request-Id: req-1", "Expect:", "Content-Type:", NULL };
+		"X-Request-Id: req-1",
+		"Expect:",
+		"Content-Type:",
+		NULL
+	};
 	static const struct headers_field empty[] = { { "X-Forwarded-For", "" } };
 	static const char *const want_alone[] = { "Idempotency-Key: " HEX,
-		"Idempotency-Subject: alice", "X-Forwarded-For: 203.0.113.7",
-		"X-Request-Id: req-1", "Expect:", "Content-Type:", NULL };
+						  "Idempotency-Subject: alice",
+						  "X-Forwarded-For: 203.0.113.7",
+						  "X-Request-Id: req-1",
+						  "Expect:",
+						  "Content-Type:",
+						  NULL };
 	struct headers_forward_args trusted = fwd_args;
 
 	(void)state;
@@ -248,15 +305,27 @@ static void test_forward_trust(void **state)
 		{ "X-Forwarded-Port", "443" },
 		{ "X-Note", "n" },
 	};
-	static const char *const want_off[] = { "X-Note: n", "Idempotency-Key: " HEX,
-		"Idempotency-Subject: alice", "X-Forwarded-For: 203.0.113.7",
-		"X-Request-Id: req-1", "Expect:", "Content-Type:", NULL };
+	static const char *const want_off[] = { "X-Note: n",
+						"Idempotency-Key: " HEX,
+						"Idempotency-Subject: alice",
+						"X-Forwarded-For: 203.0.113.7",
+						"X-Request-Id: req-1",
+						"Expect:",
+						"Content-Type:",
+						NULL };
 	static const char *const want_on[] = { "Forwarded: for=192.0.2.1;proto=https",
-		"X-Real-IP: 192.0.2.1", "X-Forwarded-Host: shop.example",
-		"X-Forwarded-Proto: https", "X-Forwarded-Port: 443", "X-Note: n",
-		"Idempotency-Key: " HEX, "Idempotency-Subject: alice",
-		"X-Forwarded-For: 203.0.113.7", "X-Request-Id: req-1", "Expect:",
-		"Content-Type:", NULL };
+					       "X-Real-IP: 192.0.2.1",
+					       "X-Forwarded-Host: shop.example",
+					       "X-Forwarded-Proto: https",
+					       "X-Forwarded-Port: 443",
+					       "X-Note: n",
+					       "Idempotency-Key: " HEX,
+					       "Idempotency-Subject: alice",
+					       "X-Forwarded-For: 203.0.113.7",
+					       "X-Request-Id: req-1",
+					       "Expect:",
+					       "Content-Type:",
+					       NULL };
 	struct headers_forward_args trusted = fwd_args;
 
 	(void)state;
@@ -278,18 +347,27 @@ static void test_forward_connection(void **state)
 		{ "connection", " x-bar " },
 		{ "X-Foo-Bar", "4" },
 	};
-	static const char *const want[] = { "X-Baz: 3", "X-Foo-Bar: 4",
-		"Idempotency-Key: " HEX, "Idempotency-Subject: alice",
-		"X-Forwarded-For: 203.0.113.7", "X-Request-Id: req-1", "Expect:",
-		"Content-Type:", NULL };
+	static const char *const want[] = { "X-Baz: 3",
+					    "X-Foo-Bar: 4",
+					    "Idempotency-Key: " HEX,
+					    "Idempotency-Subject: alice",
+					    "X-Forwarded-For: 203.0.113.7",
+					    "X-Request-Id: req-1",
+					    "Expect:",
+					    "Content-Type:",
+					    NULL };
 	/* naming idemd's own headers removes only the client's copies */
 	static const struct headers_field own[] = {
 		{ "Connection", "Idempotency-Key, X-Request-Id, X-Forwarded-For" },
 		{ "X-Forwarded-For", "10.0.0.1" },
 	};
 	static const char *const want_own[] = { "Idempotency-Key: " HEX,
-		"Idempotency-Subject: alice", "X-Forwarded-For: 10.0.0.1, 203.0.113.7",
-		"X-Request-Id: req-1", "Expect:", "Content-Type:", NULL };
+						"Idempotency-Subject: alice",
+						"X-Forwarded-For: 10.0.0.1, 203.0.113.7",
+						"X-Request-Id: req-1",
+						"Expect:",
+						"Content-Type:",
+						NULL };
 
 	(void)state;
 	expect_forward(f, LEN(f), &fwd_args, want);
@@ -303,9 +381,15 @@ static void test_forward_empty_values(void **state)
 		{ "Content-Type", "" },
 		{ "X-Tab", "a\tb" },
 	};
-	static const char *const want[] = { "X-Empty;", "Content-Type;", "X-Tab: a\tb",
-		"Idempotency-Key: " HEX, "Idempotency-Subject: alice",
-		"X-Forwarded-For: 203.0.113.7", "X-Request-Id: req-1", "Expect:", NULL };
+	static const char *const want[] = { "X-Empty;",
+					    "Content-Type;",
+					    "X-Tab: a\tb",
+					    "Idempotency-Key: " HEX,
+					    "Idempotency-Subject: alice",
+					    "X-Forwarded-For: 203.0.113.7",
+					    "X-Request-Id: req-1",
+					    "Expect:",
+					    NULL };
 
 	(void)state;
 	expect_forward(f, LEN(f), &fwd_args, want);
@@ -333,9 +417,14 @@ static void test_forward_invalid_field(void **state)
 	/* the same fields minus the bad one go through */
 	{
 		static const struct headers_field ok[] = { { "X-Ok", "1" } };
-		static const char *const want[] = { "X-Ok: 1", "Idempotency-Key: " HEX,
-			"Idempotency-Subject: alice", "X-Forwarded-For: 203.0.113.7",
-			"X-Request-Id: req-1", "Expect:", "Content-Type:", NULL };
+		static const char *const want[] = { "X-Ok: 1",
+						    "Idempotency-Key: " HEX,
+						    "Idempotency-Subject: alice",
+						    "X-Forwarded-For: 203.0.113.7",
+						    "X-Request-Id: req-1",
+						    "Expect:",
+						    "Content-Type:",
+						    NULL };
 
 		expect_forward(ok, LEN(ok), &fwd_args, want);
 	}
@@ -343,8 +432,15 @@ static void test_forward_invalid_field(void **state)
 
 static void test_forward_invalid_args(void **state)
 {
-	static const char *const subjects[] = { "ali\rce", "alice\n", " alice", "alice ",
-		"\talice", "alice\t", "", "al\x7f" "ice" };
+	static const char *const subjects[] = { "ali\rce",
+						"alice\n",
+						" alice",
+						"alice ",
+						"\talice",
+						"alice\t",
+						"",
+						"al\x7f"
+						"ice" };
 	static const struct headers_field f[] = { { "X-Ok", "1" } };
 	struct headers_forward_args a = fwd_args;
 
@@ -356,9 +452,14 @@ static void test_forward_invalid_args(void **state)
 	}
 	/* inner spaces and non-ASCII bytes are fine */
 	{
-		static const char *const want[] = { "X-Ok: 1", "Idempotency-Key: " HEX,
-			"Idempotency-Subject: a b\tc\xc3\xa9", "X-Forwarded-For: 203.0.113.7",
-			"X-Request-Id: req-1", "Expect:", "Content-Type:", NULL };
+		static const char *const want[] = { "X-Ok: 1",
+						    "Idempotency-Key: " HEX,
+						    "Idempotency-Subject: a b\tc\xc3\xa9",
+						    "X-Forwarded-For: 203.0.113.7",
+						    "X-Request-Id: req-1",
+						    "Expect:",
+						    "Content-Type:",
+						    NULL };
 
 		a.fa_subject = "a b\tc\xc3\xa9";
 		expect_forward(f, LEN(f), &a, want);

@@ -21,8 +21,7 @@ static void req_done(struct request *req);
 static const char *content_type(const struct request *req);
 static void assert_body_refused(const char *body, size_t len);
 
-static void
-req_init(struct request *req, const char *body, size_t len)
+static void req_init(struct request *req, const char *body, size_t len)
 {
 	memset(req, 0, sizeof(*req));
 	req->req_method = "POST";
@@ -36,8 +35,7 @@ req_init(struct request *req, const char *body, size_t len)
 }
 
 /* Frees what http.c's completion callback would. */
-static void
-req_done(struct request *req)
+static void req_done(struct request *req)
 {
 	if (req->rep_response != NULL)
 		MHD_destroy_response(req->rep_response);
@@ -45,16 +43,14 @@ req_done(struct request *req)
 	memset(req, 0, sizeof(*req));
 }
 
-static const char *
-content_type(const struct request *req)
+static const char *content_type(const struct request *req)
 {
 	assert_non_null(req->rep_response);
 	return MHD_get_response_header(req->rep_response, "Content-Type");
 }
 
 /* BODY is not a JSON object: NULL and a 400 problem. */
-static void
-assert_body_refused(const char *body, size_t len)
+static void assert_body_refused(const char *body, size_t len)
 {
 	struct request req;
 
@@ -69,8 +65,7 @@ assert_body_refused(const char *body, size_t len)
 	req_done(&req);
 }
 
-static void
-test_body_object(void **state)
+static void test_body_object(void **state)
 {
 	struct request req;
 
@@ -101,8 +96,7 @@ test_body_object(void **state)
 	req_done(&req);
 }
 
-static void
-test_body_refused(void **state)
+static void test_body_refused(void **state)
 {
 	(void)state;
 	assert_body_refused("{", 1);
@@ -128,8 +122,7 @@ test_body_refused(void **state)
 }
 
 /* Deeply nested input is refused, not a stack overflow. */
-static void
-test_body_deep(void **state)
+static void test_body_deep(void **state)
 {
 	enum { DEPTH = 100000 };
 	char *deep = malloc(2 * DEPTH + 16);
@@ -148,8 +141,7 @@ test_body_deep(void **state)
 	free(deep);
 }
 
-static void
-test_reply_json(void **state)
+static void test_reply_json(void **state)
 {
 	struct request req;
 
@@ -169,8 +161,7 @@ test_reply_json(void **state)
 	req_done(&req);
 }
 
-static void
-test_reply_empty(void **state)
+static void test_reply_empty(void **state)
 {
 	struct request req;
 
@@ -185,8 +176,7 @@ test_reply_empty(void **state)
 	req_done(&req);
 }
 
-static void
-test_headers(void **state)
+static void test_headers(void **state)
 {
 	struct request req;
 	char name[32], value[32];
@@ -213,8 +203,7 @@ test_headers(void **state)
 }
 
 /* The real reply path keeps status and type when the detail is not UTF-8. */
-static void
-test_problem_fallback(void **state)
+static void test_problem_fallback(void **state)
 {
 	struct request req;
 
@@ -233,16 +222,12 @@ test_problem_fallback(void **state)
 	req_done(&req);
 }
 
-int
-main(void)
+int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_body_object),
-		cmocka_unit_test(test_body_refused),
-		cmocka_unit_test(test_body_deep),
-		cmocka_unit_test(test_reply_json),
-		cmocka_unit_test(test_reply_empty),
-		cmocka_unit_test(test_headers),
+		cmocka_unit_test(test_body_object),	 cmocka_unit_test(test_body_refused),
+		cmocka_unit_test(test_body_deep),	 cmocka_unit_test(test_reply_json),
+		cmocka_unit_test(test_reply_empty),	 cmocka_unit_test(test_headers),
 		cmocka_unit_test(test_problem_fallback),
 	};
 

@@ -67,7 +67,8 @@ static void *writer(void *arg)
 
 	for (int i = 0; i < LINES; i++) {
 		snprintf(id, sizeof(id), "t%d-%d", t, i);
-		log_access(id, "POST", "/v1/tokens/{}/claim", 200, 0.0125 * i, NULL, i % 7 == 0 ? 3 : 0);
+		log_access(id, "POST", "/v1/tokens/{}/claim", 200, 0.0125 * i, NULL,
+			   i % 7 == 0 ? 3 : 0);
 	}
 	return NULL;
 }
@@ -179,8 +180,8 @@ static void test_levels(void **state)
 	char *text = read_log(&len);
 	for (int min = 0; min < 4; min++) {
 		for (int at = 0; at < 4; at++) {
-			snprintf(want, sizeof(want), "\"level\":\"%s\",\"msg\":\"lv%d-%s\"", names[at],
-				 min, names[at]);
+			snprintf(want, sizeof(want), "\"level\":\"%s\",\"msg\":\"lv%d-%s\"",
+				 names[at], min, names[at]);
 			assert_int_equal(strstr(text, want) != NULL, at >= min);
 		}
 		snprintf(want, sizeof(want), "\"request_id\":\"access-%d\"", min);

@@ -21,8 +21,7 @@
 static void assert_problem(unsigned status, const char *code, const char *detail);
 
 /* One reply was sent: a problem document with these fields. */
-static void
-assert_problem(unsigned status, const char *code, const char *detail)
+static void assert_problem(unsigned status, const char *code, const char *detail)
 {
 	char type[160];
 
@@ -43,23 +42,35 @@ assert_problem(unsigned status, const char *code, const char *detail)
 	json_decref(doc);
 }
 
-static void
-test_titles(void **state)
+static void test_titles(void **state)
 {
 	static const struct {
 		unsigned status;
 		const char *title;
 	} cases[] = {
-		{ 400, "Bad Request" }, { 401, "Unauthorized" }, { 403, "Forbidden" },
-		{ 404, "Not Found" }, { 405, "Method Not Allowed" },
-		{ 408, "Request Timeout" }, { 409, "Conflict" }, { 410, "Gone" },
-		{ 412, "Precondition Failed" }, { 413, "Content Too Large" },
-		{ 415, "Unsupported Media Type" }, { 422, "Unprocessable Content" },
-		{ 428, "Precondition Required" }, { 429, "Too Many Requests" },
-		{ 500, "Internal Server Error" }, { 502, "Bad Gateway" },
-		{ 503, "Service Unavailable" }, { 504, "Gateway Timeout" },
+		{ 400, "Bad Request" },
+		{ 401, "Unauthorized" },
+		{ 403, "Forbidden" },
+		{ 404, "Not Found" },
+		{ 405, "Method Not Allowed" },
+		{ 408, "Request Timeout" },
+		{ 409, "Conflict" },
+		{ 410, "Gone" },
+		{ 412, "Precondition Failed" },
+		{ 413, "Content Too Large" },
+		{ 415, "Unsupported Media Type" },
+		{ 422, "Unprocessable Content" },
+		{ 428, "Precondition Required" },
+		{ 429, "Too Many Requests" },
+		{ 500, "Internal Server Error" },
+		{ 502, "Bad Gateway" },
+		{ 503, "Service Unavailable" },
+		{ 504, "Gateway Timeout" },
 		/* anything else gets a generic, never NULL, title */
-		{ 0, "Error" }, { 200, "Error" }, { 418, "Error" }, { 599, "Error" },
+		{ 0, "Error" },
+		{ 200, "Error" },
+		{ 418, "Error" },
+		{ 599, "Error" },
 		{ 4294967295u, "Error" },
 	};
 
@@ -71,8 +82,7 @@ test_titles(void **state)
 	}
 }
 
-static void
-test_document_fields(void **state)
+static void test_document_fields(void **state)
 {
 	(void)state;
 	json_t *doc = problem_document(412, "version_mismatch", "the counter is at version 7");
@@ -92,24 +102,21 @@ test_document_fields(void **state)
 }
 
 /* Fields come out in a fixed order, so replies are byte-stable. */
-static void
-test_document_text(void **state)
+static void test_document_text(void **state)
 {
 	(void)state;
 	json_t *doc = problem_document(404, "not_found", "no such resource");
 	char *text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
 
 	assert_non_null(text);
-	assert_string_equal(text,
-			    "{\"type\":\"https://idemd.dev/problems/not_found\","
-			    "\"title\":\"Not Found\",\"status\":404,"
-			    "\"detail\":\"no such resource\",\"code\":\"not_found\"}");
+	assert_string_equal(text, "{\"type\":\"https://idemd.dev/problems/not_found\","
+				  "\"title\":\"Not Found\",\"status\":404,"
+				  "\"detail\":\"no such resource\",\"code\":\"not_found\"}");
 	free(text);
 	json_decref(doc);
 }
 
-static void
-test_document_utf8(void **state)
+static void test_document_utf8(void **state)
 {
 	(void)state;
 	/* valid UTF-8 and characters JSON must escape are kept */
@@ -129,8 +136,7 @@ test_document_utf8(void **state)
 	json_decref(doc);
 }
 
-static void
-test_reply(void **state)
+static void test_reply(void **state)
 {
 	struct request req = { 0 };
 
@@ -140,21 +146,19 @@ test_reply(void **state)
 	assert_int_equal(fake_http.fh_n_headers, 0);
 }
 
-static void
-test_reply_format(void **state)
+static void test_reply_format(void **state)
 {
 	struct request req = { 0 };
 
 	(void)state;
-	problem_reply(&req, 400, "invalid_request", "field %s must be from %d to %lld", "count",
-		      1, 100LL);
+	problem_reply(&req, 400, "invalid_request", "field %s must be from %d to %lld", "count", 1,
+		      100LL);
 	assert_problem(400, "invalid_request", "field count must be from 1 to 100");
 }
 
 /* A detail that is not UTF-8 (say, echoing client bytes) still gets a
  * problem with the right status and code, not a 500. */
-static void
-test_reply_invalid_utf8(void **state)
+static void test_reply_invalid_utf8(void **state)
 {
 	struct request req = { 0 };
 
@@ -164,8 +168,7 @@ test_reply_invalid_utf8(void **state)
 }
 
 /* Details are cut at 511 bytes rather than overflowing. */
-static void
-test_reply_long_detail(void **state)
+static void test_reply_long_detail(void **state)
 {
 	struct request req = { 0 };
 	char longer[2000], expected[512];
@@ -179,8 +182,7 @@ test_reply_long_detail(void **state)
 	assert_problem(400, "invalid_request", expected);
 }
 
-static void
-test_unavailable(void **state)
+static void test_unavailable(void **state)
 {
 	struct request req = { 0 };
 
@@ -193,21 +195,28 @@ test_unavailable(void **state)
 }
 
 /* Every code the API documents renders as a problem of its status. */
-static void
-test_api_codes(void **state)
+static void test_api_codes(void **state)
 {
 	static const struct {
 		unsigned status;
 		const char *code;
 	} codes[] = {
-		{ 400, "idempotency_key_missing" }, { 400, "token_malformed" },
-		{ 403, "token_invalid" }, { 403, "token_scope_mismatch" },
-		{ 410, "token_expired" }, { 410, "token_revoked" },
-		{ 412, "version_mismatch" }, { 428, "version_required" },
-		{ 409, "lease_lost" }, { 409, "request_in_progress" },
-		{ 422, "fingerprint_mismatch" }, { 401, "unauthorized" },
-		{ 400, "invalid_request" }, { 422, "operation_unknown" },
-		{ 413, "payload_too_large" }, { 503, "unavailable" },
+		{ 400, "idempotency_key_missing" },
+		{ 400, "token_malformed" },
+		{ 403, "token_invalid" },
+		{ 403, "token_scope_mismatch" },
+		{ 410, "token_expired" },
+		{ 410, "token_revoked" },
+		{ 412, "version_mismatch" },
+		{ 428, "version_required" },
+		{ 409, "lease_lost" },
+		{ 409, "request_in_progress" },
+		{ 422, "fingerprint_mismatch" },
+		{ 401, "unauthorized" },
+		{ 400, "invalid_request" },
+		{ 422, "operation_unknown" },
+		{ 413, "payload_too_large" },
+		{ 503, "unavailable" },
 	};
 	struct request req = { 0 };
 
@@ -221,8 +230,7 @@ test_api_codes(void **state)
 	}
 }
 
-int
-main(void)
+int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_titles),
@@ -230,9 +238,12 @@ main(void)
 		cmocka_unit_test(test_document_text),
 		cmocka_unit_test(test_document_utf8),
 		cmocka_unit_test_setup_teardown(test_reply, fake_http_reset, fake_http_reset),
-		cmocka_unit_test_setup_teardown(test_reply_format, fake_http_reset, fake_http_reset),
-		cmocka_unit_test_setup_teardown(test_reply_invalid_utf8, fake_http_reset, fake_http_reset),
-		cmocka_unit_test_setup_teardown(test_reply_long_detail, fake_http_reset, fake_http_reset),
+		cmocka_unit_test_setup_teardown(test_reply_format, fake_http_reset,
+						fake_http_reset),
+		cmocka_unit_test_setup_teardown(test_reply_invalid_utf8, fake_http_reset,
+						fake_http_reset),
+		cmocka_unit_test_setup_teardown(test_reply_long_detail, fake_http_reset,
+						fake_http_reset),
 		cmocka_unit_test_setup_teardown(test_unavailable, fake_http_reset, fake_http_reset),
 		cmocka_unit_test_setup_teardown(test_api_codes, fake_http_reset, fake_http_reset),
 	};

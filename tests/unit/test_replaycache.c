@@ -172,8 +172,11 @@ static void test_byte_bound_turns_over(void **state)
 {
 	static unsigned char big[60 * 1024];
 	uint8_t id[16];
-	struct stored_response r = { .sr_status = 200, .sr_headers = headers_text,
-				     .sr_body = big, .sr_body_len = sizeof(big) }, out;
+	struct stored_response r = { .sr_status = 200,
+				     .sr_headers = headers_text,
+				     .sr_body = big,
+				     .sr_body_len = sizeof(big) },
+			       out;
 	unsigned n = 3 * (REPLAYCACHE_MAX_BYTES / sizeof(big)), hits = 0;
 
 	(void)state;
@@ -316,7 +319,7 @@ static void test_full_set(void **state)
 	replaycache_clear();
 	for (unsigned k = 0; k <= N; k++) {
 		uint64_t h = (k + 1) * sets + 5; /* same first set for every k */
-		memset(id[k], 0, 16);            /* same second set (bytes 8..15) */
+		memset(id[k], 0, 16);		 /* same second set (bytes 8..15) */
 		memcpy(id[k], &h, sizeof(h));
 	}
 	for (unsigned k = 0; k < N; k++)

@@ -17,11 +17,11 @@
 
 static struct {
 	int calls;
-	int fail;                 /* the next calls fail */
-	size_t n;                 /* of the last call */
-	int64_t total;            /* sum of all counts written */
-	int sorted;               /* every call's elements in (tenant, id) order */
-	uint32_t tenant0;         /* the first element of the last call */
+	int fail;	  /* the next calls fail */
+	size_t n;	  /* of the last call */
+	int64_t total;	  /* sum of all counts written */
+	int sorted;	  /* every call's elements in (tenant, id) order */
+	uint32_t tenant0; /* the first element of the last call */
 	uint8_t id0[16];
 	int64_t count0;
 } st;
@@ -35,9 +35,9 @@ int store_replays_add(size_t n, const uint32_t *tenant_ids, const uint8_t (*ids)
 	st.n = n;
 	for (size_t i = 0; i < n; i++) {
 		st.total += counts[i];
-		if (i > 0 && (tenant_ids[i - 1] > tenant_ids[i] ||
-			      (tenant_ids[i - 1] == tenant_ids[i] &&
-			       memcmp(ids[i - 1], ids[i], 16) >= 0)))
+		if (i > 0 &&
+		    (tenant_ids[i - 1] > tenant_ids[i] ||
+		     (tenant_ids[i - 1] == tenant_ids[i] && memcmp(ids[i - 1], ids[i], 16) >= 0)))
 			st.sorted = 0;
 	}
 	if (n > 0) {

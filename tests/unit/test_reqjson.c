@@ -30,8 +30,7 @@ static void assert_etag_refused(const char *value);
 static void assert_time(int64_t unix_ms, const char *expected);
 static void assert_response(const struct stored_response *r, const char *expected);
 
-static json_t *
-load(const char *text)
+static json_t *load(const char *text)
 {
 	json_error_t err;
 	json_t *v = json_loads(text, JSON_DECODE_ANY, &err);
@@ -41,16 +40,14 @@ load(const char *text)
 	return v;
 }
 
-static void
-assert_no_reply(void)
+static void assert_no_reply(void)
 {
 	assert_int_equal(fake_http.fh_replies, 0);
 	assert_int_equal(fake_http.fh_n_headers, 0);
 }
 
 /* Exactly one 400 invalid_request problem with DETAIL was sent; resets. */
-static void
-assert_invalid_request(const char *detail)
+static void assert_invalid_request(const char *detail)
 {
 	assert_int_equal(fake_http.fh_replies, 1);
 	assert_int_equal(fake_http.fh_status, 400);
@@ -66,8 +63,7 @@ assert_invalid_request(const char *detail)
 
 /* ---- reqjson_only ---- */
 
-static void
-test_only(void **state)
+static void test_only(void **state)
 {
 	static const char *const allowed[] = { "operation", "subject", "count", NULL };
 	static const char *const none[] = { NULL };
@@ -108,8 +104,7 @@ test_only(void **state)
 
 /* ---- reqjson_int ---- */
 
-static void
-test_int(void **state)
+static void test_int(void **state)
 {
 	struct request req = { 0 };
 	int64_t v = -7;
@@ -172,8 +167,7 @@ test_int(void **state)
 
 /* ---- reqjson_string ---- */
 
-static void
-test_string(void **state)
+static void test_string(void **state)
 {
 	struct request req = { 0 };
 	const char *s = "stale";
@@ -232,8 +226,7 @@ test_string(void **state)
 
 /* ---- ETags ---- */
 
-static void
-assert_etag_ok(const char *value, int64_t expected)
+static void assert_etag_ok(const char *value, int64_t expected)
 {
 	int64_t v = -12345;
 
@@ -244,8 +237,7 @@ assert_etag_ok(const char *value, int64_t expected)
 			 (long long)expected);
 }
 
-static void
-assert_etag_refused(const char *value)
+static void assert_etag_refused(const char *value)
 {
 	int64_t v = -12345;
 
@@ -254,8 +246,7 @@ assert_etag_refused(const char *value)
 	assert_int_equal(v, -12345);
 }
 
-static void
-test_etag_parse(void **state)
+static void test_etag_parse(void **state)
 {
 	(void)state;
 	assert_etag_ok("\"0\"", 0);
@@ -306,8 +297,7 @@ test_etag_parse(void **state)
 	assert_etag_refused("\"1\"\"2\"");
 }
 
-static void
-test_etag_format(void **state)
+static void test_etag_format(void **state)
 {
 	static const int64_t versions[] = { 0, 1, 7, 123, 1000000, INT64_MAX };
 	char buf[32];
@@ -335,8 +325,7 @@ test_etag_format(void **state)
 
 /* ---- names ---- */
 
-static void
-test_valid_name(void **state)
+static void test_valid_name(void **state)
 {
 	char name[STORE_NAME_MAX + 2];
 
@@ -374,8 +363,7 @@ test_valid_name(void **state)
 
 /* ---- times ---- */
 
-static void
-assert_time(int64_t unix_ms, const char *expected)
+static void assert_time(int64_t unix_ms, const char *expected)
 {
 	json_t *t = reqjson_time(unix_ms);
 
@@ -385,8 +373,7 @@ assert_time(int64_t unix_ms, const char *expected)
 	json_decref(t);
 }
 
-static void
-test_time(void **state)
+static void test_time(void **state)
 {
 	(void)state;
 	assert_time(0, "1970-01-01T00:00:00.000Z");
@@ -402,8 +389,7 @@ test_time(void **state)
 /* ---- stored responses ---- */
 
 /* reqjson_response(R) serialises (sorted keys) to EXPECTED. */
-static void
-assert_response(const struct stored_response *r, const char *expected)
+static void assert_response(const struct stored_response *r, const char *expected)
 {
 	json_t *out = reqjson_response(r);
 
@@ -415,72 +401,69 @@ assert_response(const struct stored_response *r, const char *expected)
 	json_decref(out);
 }
 
-static void
-test_response_json(void **state)
+static void test_response_json(void **state)
 {
 	static const char body[] = "{\"id\":42,\"items\":[1,2]}";
 	struct stored_response r = { 0 };
 
 	(void)state;
 	r.sr_status = 201;
-	r.sr_headers = (char *)(uintptr_t)"{\"location\":\"/orders/42\"}";
+	r.sr_headers = (char *)(uintptr_t) "{\"location\":\"/orders/42\"}";
 	r.sr_body = (unsigned char *)(uintptr_t)body;
 	r.sr_body_len = strlen(body);
 	r.sr_is_json = 1;
 	assert_response(&r, "{\"body\":{\"id\":42,\"items\":[1,2]},"
-			"\"headers\":{\"location\":\"/orders/42\"},\"status\":201}");
+			    "\"headers\":{\"location\":\"/orders/42\"},\"status\":201}");
 
 	/* any JSON value is a body, not only objects */
 	static const char scalar[] = "\"done\"";
 	r.sr_body = (unsigned char *)(uintptr_t)scalar;
 	r.sr_body_len = strlen(scalar);
 	assert_response(&r, "{\"body\":\"done\","
-			"\"headers\":{\"location\":\"/orders/42\"},\"status\":201}");
+			    "\"headers\":{\"location\":\"/orders/42\"},\"status\":201}");
 	static const char null_body[] = "null";
 	r.sr_body = (unsigned char *)(uintptr_t)null_body;
 	r.sr_body_len = strlen(null_body);
 	assert_response(&r, "{\"body\":null,"
-			"\"headers\":{\"location\":\"/orders/42\"},\"status\":201}");
+			    "\"headers\":{\"location\":\"/orders/42\"},\"status\":201}");
 
 	/* only sr_body_len bytes are read */
-	r.sr_body = (unsigned char *)(uintptr_t)"[1,2]garbage";
+	r.sr_body = (unsigned char *)(uintptr_t) "[1,2]garbage";
 	r.sr_body_len = 5;
 	assert_response(&r, "{\"body\":[1,2],"
-			"\"headers\":{\"location\":\"/orders/42\"},\"status\":201}");
+			    "\"headers\":{\"location\":\"/orders/42\"},\"status\":201}");
 }
 
-static void
-test_response_base64(void **state)
+static void test_response_base64(void **state)
 {
 	static const unsigned char bin[] = { 0x00, 0x01, 0xff, 0xfe, ' ', 'h', 'i' };
 	struct stored_response r = { 0 };
 
 	(void)state;
 	r.sr_status = 200;
-	r.sr_headers = (char *)(uintptr_t)"{\"content-type\":\"application/octet-stream\"}";
+	r.sr_headers = (char *)(uintptr_t) "{\"content-type\":\"application/octet-stream\"}";
 	r.sr_body = (unsigned char *)(uintptr_t)bin;
 	r.sr_body_len = sizeof(bin);
 	r.sr_is_json = 0;
 	assert_response(&r, "{\"body_base64\":\"AAH//iBoaQ==\","
-			"\"headers\":{\"content-type\":\"application/octet-stream\"},"
-			"\"status\":200}");
+			    "\"headers\":{\"content-type\":\"application/octet-stream\"},"
+			    "\"status\":200}");
 
 	/* one byte: padded */
 	r.sr_body_len = 1;
 	assert_response(&r, "{\"body_base64\":\"AA==\","
-			"\"headers\":{\"content-type\":\"application/octet-stream\"},"
-			"\"status\":200}");
+			    "\"headers\":{\"content-type\":\"application/octet-stream\"},"
+			    "\"status\":200}");
 
 	/* text that is not JSON is still base64 when not flagged JSON */
-	r.sr_body = (unsigned char *)(uintptr_t)"plain";
+	r.sr_body = (unsigned char *)(uintptr_t) "plain";
 	r.sr_body_len = 5;
 	assert_response(&r, "{\"body_base64\":\"cGxhaW4=\","
-			"\"headers\":{\"content-type\":\"application/octet-stream\"},"
-			"\"status\":200}");
+			    "\"headers\":{\"content-type\":\"application/octet-stream\"},"
+			    "\"status\":200}");
 }
 
-static void
-test_response_empty(void **state)
+static void test_response_empty(void **state)
 {
 	struct stored_response r = { 0 };
 
@@ -490,28 +473,27 @@ test_response_empty(void **state)
 	assert_response(&r, "{\"body\":null,\"headers\":{},\"status\":204}");
 	/* a zero-length body flagged JSON is null too */
 	r.sr_is_json = 1;
-	r.sr_body = (unsigned char *)(uintptr_t)"";
+	r.sr_body = (unsigned char *)(uintptr_t) "";
 	assert_response(&r, "{\"body\":null,\"headers\":{},\"status\":204}");
 	/* unreadable stored JSON degrades to null / {} rather than failing */
 	r.sr_status = 200;
-	r.sr_headers = (char *)(uintptr_t)"{not json";
-	r.sr_body = (unsigned char *)(uintptr_t)"{not json";
+	r.sr_headers = (char *)(uintptr_t) "{not json";
+	r.sr_body = (unsigned char *)(uintptr_t) "{not json";
 	r.sr_body_len = 9;
 	assert_response(&r, "{\"body\":null,\"headers\":{},\"status\":200}");
-	r.sr_headers = (char *)(uintptr_t)"{}";
+	r.sr_headers = (char *)(uintptr_t) "{}";
 	assert_response(&r, "{\"body\":null,\"headers\":{},\"status\":200}");
 }
 
 /* Keys come out in the documented order: status, headers, body. */
-static void
-test_response_order(void **state)
+static void test_response_order(void **state)
 {
 	static const char body[] = "{\"b\":1,\"a\":2}";
 	struct stored_response r = { 0 };
 
 	(void)state;
 	r.sr_status = 200;
-	r.sr_headers = (char *)(uintptr_t)"{\"x-b\":\"1\",\"x-a\":\"2\"}";
+	r.sr_headers = (char *)(uintptr_t) "{\"x-b\":\"1\",\"x-a\":\"2\"}";
 	r.sr_body = (unsigned char *)(uintptr_t)body;
 	r.sr_body_len = strlen(body);
 	r.sr_is_json = 1;
@@ -520,7 +502,7 @@ test_response_order(void **state)
 	char *text = json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	assert_non_null(text);
 	assert_string_equal(text, "{\"status\":200,\"headers\":{\"x-b\":\"1\",\"x-a\":\"2\"},"
-			    "\"body\":{\"b\":1,\"a\":2}}");
+				  "\"body\":{\"b\":1,\"a\":2}}");
 	free(text);
 	json_decref(out);
 }
@@ -529,9 +511,21 @@ test_response_order(void **state)
  * century rules, the epoch, negative times and far years. */
 static void test_time_text_matches_strftime(void **state)
 {
-	static const int64_t fixed[] = { 0, -1, 1, 999, -999, -1000, 951782400000,
-		951868799999, 4107542400000, 253402300799999, 253402300800000,
-		-62167219200000, -62167219200001, 1709164800123, INT64_C(32503680000000) };
+	static const int64_t fixed[] = { 0,
+					 -1,
+					 1,
+					 999,
+					 -999,
+					 -1000,
+					 951782400000,
+					 951868799999,
+					 4107542400000,
+					 253402300799999,
+					 253402300800000,
+					 -62167219200000,
+					 -62167219200001,
+					 1709164800123,
+					 INT64_C(32503680000000) };
 	char a[REQJSON_TIME_MAX], b[64];
 	uint32_t seed = 12345;
 
@@ -586,16 +580,16 @@ static void test_flat(void **state)
 		{ "{}", 1 },
 		{ "{ }", 1 },
 		{ "{\"count\":999999999999999}", 1 },
-		{ "{\"count\":1000000000000000}", 0 },   /* 16 digits */
+		{ "{\"count\":1000000000000000}", 0 }, /* 16 digits */
 		{ "{\"count\":01}", 0 },
 		{ "{\"count\":-1}", 0 },
 		{ "{\"count\":1.0}", 0 },
 		{ "{\"count\":1e3}", 0 },
 		{ "{\"count\":\"1\"}", 0 },
 		{ "{\"subject\":1}", 0 },
-		{ "{\"subject\":\"a\\\"b\"}", 0 },    /* an escape */
+		{ "{\"subject\":\"a\\\"b\"}", 0 },	/* an escape */
 		{ "{\"subject\":\"caf\xc3\xa9\"}", 0 }, /* not ASCII */
-		{ "{\"subject\":\"a\tb\"}", 0 },       /* a control character */
+		{ "{\"subject\":\"a\tb\"}", 0 },	/* a control character */
 		{ "{\"subject\":\"a\",\"subject\":\"b\"}", 0 },
 		{ "{\"other\":\"a\"}", 0 },
 		{ "{\"subject\":\"a\",}", 0 },
@@ -622,7 +616,9 @@ static void test_flat(void **state)
 		if (strstr(b, "ttl_seconds") != NULL) {
 			/* both integer names in one body: a fourth field */
 			struct reqjson_field g[4] = {
-				f[0], f[1], { .rf_name = "ttl_seconds", .rf_type = REQJSON_UINT },
+				f[0],
+				f[1],
+				{ .rf_name = "ttl_seconds", .rf_type = REQJSON_UINT },
 				{ .rf_name = "count", .rf_type = REQJSON_UINT },
 			};
 			taken = reqjson_flat(b, strlen(b), g, 4);
@@ -697,8 +693,20 @@ static void test_flat_each(void **state)
 
 static void test_escape_matches_jansson(void **state)
 {
-	static const char *const pieces[] = { "a", "\"", "\\", "/", "\x7f", "\t", "\x01",
-		"\x1f", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", " ", "\n", "u" };
+	static const char *const pieces[] = { "a",
+					      "\"",
+					      "\\",
+					      "/",
+					      "\x7f",
+					      "\t",
+					      "\x01",
+					      "\x1f",
+					      "\xc3\xa9",
+					      "\xe2\x82\xac",
+					      "\xf0\x9f\x98\x80",
+					      " ",
+					      "\n",
+					      "u" };
 	char s[256], out[6 * 256 + 1];
 	uint32_t seed = 99;
 
@@ -728,8 +736,7 @@ static void test_escape_matches_jansson(void **state)
 	}
 }
 
-int
-main(void)
+int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_only, fake_http_reset, fake_http_reset),

@@ -24,7 +24,7 @@ struct route_case {
 	const char *pattern;
 	void (*handler)(struct request *req);
 	enum route_auth auth;
-	const char *param0;	/* NULL: no parameter expected */
+	const char *param0; /* NULL: no parameter expected */
 };
 
 static const struct route_case route_cases[] = {
@@ -34,21 +34,21 @@ static const struct route_case route_cases[] = {
 	{ "POST", "/v1/tokens", "/v1/tokens", h_token_issue, ROUTE_API_KEY, NULL },
 	{ "GET", "/v1/tokens/tok-1", "/v1/tokens/{}", h_token_get, ROUTE_API_KEY, "tok-1" },
 	{ "DELETE", "/v1/tokens/tok-2", "/v1/tokens/{}", h_token_revoke, ROUTE_API_KEY, "tok-2" },
-	{ "POST", "/v1/tokens/tok_3/claim", "/v1/tokens/{}/claim", h_token_claim,
-	  ROUTE_API_KEY, "tok_3" },
+	{ "POST", "/v1/tokens/tok_3/claim", "/v1/tokens/{}/claim", h_token_claim, ROUTE_API_KEY,
+	  "tok_3" },
 	{ "POST", "/v1/tokens/T4/complete", "/v1/tokens/{}/complete", h_token_complete,
 	  ROUTE_API_KEY, "T4" },
-	{ "POST", "/v1/tokens/t.5/release", "/v1/tokens/{}/release", h_token_release,
-	  ROUTE_API_KEY, "t.5" },
-	{ "GET", "/v1/versions/orders:user-42", "/v1/versions/{}", h_version_get,
-	  ROUTE_API_KEY, "orders:user-42" },
-	{ "POST", "/v1/versions/orders:user-42", "/v1/versions/{}", h_version_bump,
-	  ROUTE_API_KEY, "orders:user-42" },
+	{ "POST", "/v1/tokens/t.5/release", "/v1/tokens/{}/release", h_token_release, ROUTE_API_KEY,
+	  "t.5" },
+	{ "GET", "/v1/versions/orders:user-42", "/v1/versions/{}", h_version_get, ROUTE_API_KEY,
+	  "orders:user-42" },
+	{ "POST", "/v1/versions/orders:user-42", "/v1/versions/{}", h_version_bump, ROUTE_API_KEY,
+	  "orders:user-42" },
 	{ "GET", "/v1/operations", "/v1/operations", h_operation_list, ROUTE_API_KEY, NULL },
-	{ "GET", "/v1/operations/order.create", "/v1/operations/{}", h_operation_get,
-	  ROUTE_API_KEY, "order.create" },
-	{ "PUT", "/v1/operations/order.create", "/v1/operations/{}", h_operation_put,
-	  ROUTE_API_KEY, "order.create" },
+	{ "GET", "/v1/operations/order.create", "/v1/operations/{}", h_operation_get, ROUTE_API_KEY,
+	  "order.create" },
+	{ "PUT", "/v1/operations/order.create", "/v1/operations/{}", h_operation_put, ROUTE_API_KEY,
+	  "order.create" },
 };
 
 static void params_reset(char *params[HTTP_MAX_PARAMS]);
@@ -57,15 +57,13 @@ static void assert_not_found(const char *method, const char *path);
 static void assert_not_allowed(const char *method, const char *path, const char *allow);
 static void assert_param(const char *method, const char *path, const char *param0);
 
-static void
-params_reset(char *params[HTTP_MAX_PARAMS])
+static void params_reset(char *params[HTTP_MAX_PARAMS])
 {
 	for (int i = 0; i < HTTP_MAX_PARAMS; i++)
 		params[i] = sentinel;
 }
 
-static void
-params_free(char *params[HTTP_MAX_PARAMS])
+static void params_free(char *params[HTTP_MAX_PARAMS])
 {
 	for (int i = 0; i < HTTP_MAX_PARAMS; i++) {
 		if (params[i] != sentinel)
@@ -74,8 +72,7 @@ params_free(char *params[HTTP_MAX_PARAMS])
 	}
 }
 
-static void
-assert_not_found(const char *method, const char *path)
+static void assert_not_found(const char *method, const char *path)
 {
 	char *params[HTTP_MAX_PARAMS];
 	size_t lens[HTTP_MAX_PARAMS];
@@ -84,7 +81,8 @@ assert_not_found(const char *method, const char *path)
 
 	params_reset(params);
 	memset(allow, 'x', sizeof(allow));
-	const struct route *r = router_match(method, path, params, lens, &status, allow, sizeof(allow));
+	const struct route *r =
+		router_match(method, path, params, lens, &status, allow, sizeof(allow));
 	if (r != NULL)
 		fail_msg("%s %s matched %s %s, expected 404", method, path, r->method, r->pattern);
 	if (status != 404)
@@ -94,8 +92,7 @@ assert_not_found(const char *method, const char *path)
 		assert_ptr_equal(params[i], sentinel);
 }
 
-static void
-assert_not_allowed(const char *method, const char *path, const char *expected_allow)
+static void assert_not_allowed(const char *method, const char *path, const char *expected_allow)
 {
 	char *params[HTTP_MAX_PARAMS];
 	size_t lens[HTTP_MAX_PARAMS];
@@ -103,7 +100,8 @@ assert_not_allowed(const char *method, const char *path, const char *expected_al
 	unsigned status = 0;
 
 	params_reset(params);
-	const struct route *r = router_match(method, path, params, lens, &status, allow, sizeof(allow));
+	const struct route *r =
+		router_match(method, path, params, lens, &status, allow, sizeof(allow));
 	if (r != NULL)
 		fail_msg("%s %s matched %s %s, expected 405", method, path, r->method, r->pattern);
 	if (status != 405)
@@ -114,8 +112,7 @@ assert_not_allowed(const char *method, const char *path, const char *expected_al
 }
 
 /* METHOD PATH matches with exactly one parameter PARAM0. */
-static void
-assert_param(const char *method, const char *path, const char *param0)
+static void assert_param(const char *method, const char *path, const char *param0)
 {
 	char *params[HTTP_MAX_PARAMS];
 	size_t lens[HTTP_MAX_PARAMS];
@@ -123,7 +120,8 @@ assert_param(const char *method, const char *path, const char *param0)
 	unsigned status = 0;
 
 	params_reset(params);
-	const struct route *r = router_match(method, path, params, lens, &status, allow, sizeof(allow));
+	const struct route *r =
+		router_match(method, path, params, lens, &status, allow, sizeof(allow));
 	if (r == NULL)
 		fail_msg("%s %s did not match (status %u)", method, path, status);
 	assert_non_null(params[0]);
@@ -134,8 +132,7 @@ assert_param(const char *method, const char *path, const char *param0)
 }
 
 /* A decoded NUL shows as a decoded length beyond strlen(). */
-static void
-test_decoded_nul(void **state)
+static void test_decoded_nul(void **state)
 {
 	char *params[HTTP_MAX_PARAMS];
 	size_t lens[HTTP_MAX_PARAMS];
@@ -144,15 +141,14 @@ test_decoded_nul(void **state)
 
 	(void)state;
 	params_reset(params);
-	assert_non_null(router_match("GET", "/v1/versions/abc%00def", params, lens, &status,
-				     allow, sizeof(allow)));
+	assert_non_null(router_match("GET", "/v1/versions/abc%00def", params, lens, &status, allow,
+				     sizeof(allow)));
 	assert_int_equal(lens[0], 7);
 	assert_int_equal(strlen(params[0]), 3);
 	params_free(params);
 }
 
-static void
-test_every_route(void **state)
+static void test_every_route(void **state)
 {
 	(void)state;
 	for (size_t i = 0; i < sizeof(route_cases) / sizeof(route_cases[0]); i++) {
@@ -184,8 +180,7 @@ test_every_route(void **state)
 	}
 }
 
-static void
-test_params(void **state)
+static void test_params(void **state)
 {
 	char big[301];
 
@@ -213,21 +208,50 @@ test_params(void **state)
 	assert_param("POST", path, big);
 }
 
-static void
-test_unknown_paths(void **state)
+static void test_unknown_paths(void **state)
 {
 	(void)state;
 	static const char *const paths[] = {
-		"", "/", "//", "healthz", "/healthz/", "//healthz", "/healthzz", "/health",
-		"/HEALTHZ", "/healthz?x=1", "/readyz/", "/metrics/x",
-		"/v1", "/v1/", "/v2/tokens", "/V1/tokens", "/v1/token", "/v1/tokens/",
-		"/v1/tokensx", "/v1//tokens", "/v1/tokens//claim", "/v1/tokens//",
-		"/v1/tokens/abc/", "/v1/tokens/abc/claim/", "/v1/tokens/abc/claim/x",
-		"/v1/tokens/abc/def", "/v1/tokens/abc/clai", "/v1/tokens/abc/claimx",
-		"/v1/tokens/abc/Claim", "/v1/tokens/a/b/claim", "/v1/tokens/abc//claim",
-		"/v1/versions", "/v1/versions/", "/v1/versions/a/b", "/v1/versions//",
-		"/v1/operations/", "/v1/operations//", "/v1/operations/a/b",
-		"/v1/operations/a/", "/v1/operationsx",
+		"",
+		"/",
+		"//",
+		"healthz",
+		"/healthz/",
+		"//healthz",
+		"/healthzz",
+		"/health",
+		"/HEALTHZ",
+		"/healthz?x=1",
+		"/readyz/",
+		"/metrics/x",
+		"/v1",
+		"/v1/",
+		"/v2/tokens",
+		"/V1/tokens",
+		"/v1/token",
+		"/v1/tokens/",
+		"/v1/tokensx",
+		"/v1//tokens",
+		"/v1/tokens//claim",
+		"/v1/tokens//",
+		"/v1/tokens/abc/",
+		"/v1/tokens/abc/claim/",
+		"/v1/tokens/abc/claim/x",
+		"/v1/tokens/abc/def",
+		"/v1/tokens/abc/clai",
+		"/v1/tokens/abc/claimx",
+		"/v1/tokens/abc/Claim",
+		"/v1/tokens/a/b/claim",
+		"/v1/tokens/abc//claim",
+		"/v1/versions",
+		"/v1/versions/",
+		"/v1/versions/a/b",
+		"/v1/versions//",
+		"/v1/operations/",
+		"/v1/operations//",
+		"/v1/operations/a/b",
+		"/v1/operations/a/",
+		"/v1/operationsx",
 	};
 	static const char *const methods[] = { "GET", "POST", "PUT", "DELETE", "PATCH" };
 
@@ -236,8 +260,7 @@ test_unknown_paths(void **state)
 			assert_not_found(methods[m], paths[i]);
 }
 
-static void
-test_wrong_method(void **state)
+static void test_wrong_method(void **state)
 {
 	(void)state;
 	assert_not_allowed("POST", "/healthz", "GET");
@@ -264,8 +287,7 @@ test_wrong_method(void **state)
 }
 
 /* The pattern text "{}" in a path is an ordinary segment, not a wildcard. */
-static void
-test_pattern_text_in_path(void **state)
+static void test_pattern_text_in_path(void **state)
 {
 	(void)state;
 	assert_param("GET", "/v1/operations/{}", "{}");
@@ -273,8 +295,7 @@ test_pattern_text_in_path(void **state)
 }
 
 /* A reused output buffer is reset: a 404 after a 405 reports no Allow. */
-static void
-test_allow_reset(void **state)
+static void test_allow_reset(void **state)
 {
 	char *params[HTTP_MAX_PARAMS];
 	size_t lens[HTTP_MAX_PARAMS];
@@ -283,7 +304,8 @@ test_allow_reset(void **state)
 
 	(void)state;
 	params_reset(params);
-	assert_null(router_match("PATCH", "/v1/tokens/abc", params, lens, &status, allow, sizeof(allow)));
+	assert_null(router_match("PATCH", "/v1/tokens/abc", params, lens, &status, allow,
+				 sizeof(allow)));
 	assert_int_equal(status, 405);
 	assert_string_equal(allow, "GET, DELETE");
 	assert_null(router_match("PATCH", "/nowhere", params, lens, &status, allow, sizeof(allow)));
@@ -291,8 +313,7 @@ test_allow_reset(void **state)
 	assert_string_equal(allow, "");
 }
 
-static void
-test_added_routes(void **state)
+static void test_added_routes(void **state)
 {
 	static const struct route post = { "POST", "/orders", h_healthz, ROUTE_PUBLIC, NULL, 1 };
 	static const struct route put = { "PUT", "/orders", h_metrics, ROUTE_PUBLIC, NULL, 1 };
@@ -308,34 +329,30 @@ test_added_routes(void **state)
 	assert_int_equal(router_add(&get), 0);
 	params_reset(params);
 	assert_ptr_equal(router_match("POST", "/orders", params, lens, &status, allow,
-				      sizeof(allow)), &post);
+				      sizeof(allow)),
+			 &post);
 	assert_null(params[0]);
-	assert_ptr_equal(router_match("PUT", "/orders", params, lens, &status, allow,
-				      sizeof(allow)), &put);
+	assert_ptr_equal(
+		router_match("PUT", "/orders", params, lens, &status, allow, sizeof(allow)), &put);
 	/* exact path only, and HEAD is not GET on an added route */
 	assert_not_found("POST", "/orders/");
 	assert_not_found("POST", "/order");
 	assert_not_allowed("HEAD", "/catalog", "GET");
 	assert_not_allowed("DELETE", "/orders", "POST, PUT");
 	/* the API's own table still answers, HEAD included */
-	assert_non_null(router_match("HEAD", "/healthz", params, lens, &status, allow,
-				     sizeof(allow)));
+	assert_non_null(
+		router_match("HEAD", "/healthz", params, lens, &status, allow, sizeof(allow)));
 	router_clear_added();
 	assert_not_found("POST", "/orders");
 }
 
-int
-main(void)
+int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_every_route),
-		cmocka_unit_test(test_params),
-		cmocka_unit_test(test_decoded_nul),
-		cmocka_unit_test(test_unknown_paths),
-		cmocka_unit_test(test_wrong_method),
-		cmocka_unit_test(test_pattern_text_in_path),
-		cmocka_unit_test(test_allow_reset),
-		cmocka_unit_test(test_added_routes),
+		cmocka_unit_test(test_every_route),  cmocka_unit_test(test_params),
+		cmocka_unit_test(test_decoded_nul),  cmocka_unit_test(test_unknown_paths),
+		cmocka_unit_test(test_wrong_method), cmocka_unit_test(test_pattern_text_in_path),
+		cmocka_unit_test(test_allow_reset),  cmocka_unit_test(test_added_routes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

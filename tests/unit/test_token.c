@@ -14,7 +14,7 @@
 #define TAG_BYTES 16
 
 static const uint8_t key[TOKEN_KEY_BYTES] = {
-	1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+	1,  2,	3,  4,	5,  6,	7,  8,	9,  10, 11, 12, 13, 14, 15, 16,
 	17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32,
 };
 
@@ -26,8 +26,7 @@ static void decode_raw(const char *s, uint8_t *bin, size_t *n);
 static void encode_raw(const uint8_t *bin, size_t n, char *out, size_t outlen);
 static void round_trip(int has_version, size_t subject_len);
 
-static void
-make_token(struct token *t, int has_version, size_t subject_len)
+static void make_token(struct token *t, int has_version, size_t subject_len)
 {
 	memset(t, 0, sizeof(*t));
 	t->key_id = 7;
@@ -41,19 +40,17 @@ make_token(struct token *t, int has_version, size_t subject_len)
 	t->version = has_version ? UINT64_C(0x0102030405060708) : 0;
 	t->subject_len = subject_len;
 	for (size_t i = 0; i < subject_len; i++)
-		t->subject[i] = (char)(1 + i * 7 % 255);	/* any non-NUL byte */
+		t->subject[i] = (char)(1 + i * 7 % 255); /* any non-NUL byte */
 	t->subject[subject_len] = '\0';
 }
 
-static void
-encode_ok(const struct token *t, char out[TOKEN_MAX_CHARS + 1])
+static void encode_ok(const struct token *t, char out[TOKEN_MAX_CHARS + 1])
 {
 	assert_int_equal(token_encode(t, key, out, TOKEN_MAX_CHARS + 1), 0);
 	assert_true(strlen(out) <= TOKEN_MAX_CHARS);
 }
 
-static const uint8_t *
-key_of(uint32_t key_id, void *arg)
+static const uint8_t *key_of(uint32_t key_id, void *arg)
 {
 	(void)arg;
 	return key_id == 7 ? key : NULL;
@@ -61,12 +58,10 @@ key_of(uint32_t key_id, void *arg)
 
 /* Would a server accept s under the right key? token_open must say the
  * same as token_parse and token_verify together. */
-static int
-accepted(const char *s, size_t len)
+static int accepted(const char *s, size_t len)
 {
 	struct token t, o;
-	int ok = token_parse(s, len, &t) == TOKEN_OK &&
-	    token_verify(s, len, key) == TOKEN_OK;
+	int ok = token_parse(s, len, &t) == TOKEN_OK && token_verify(s, len, key) == TOKEN_OK;
 
 	if (ok && t.key_id == 7) {
 		assert_int_equal(token_open(s, len, &o, key_of, NULL), TOKEN_OK);
@@ -77,8 +72,7 @@ accepted(const char *s, size_t len)
 	return ok;
 }
 
-static void
-assert_same_token(const struct token *a, const struct token *b)
+static void assert_same_token(const struct token *a, const struct token *b)
 {
 	assert_int_equal(a->key_id, b->key_id);
 	assert_int_equal(a->tenant_id, b->tenant_id);
@@ -94,28 +88,25 @@ assert_same_token(const struct token *a, const struct token *b)
 }
 
 /* Decodes s into its raw bytes: payload || tag. */
-static void
-decode_raw(const char *s, uint8_t *bin, size_t *n)
+static void decode_raw(const char *s, uint8_t *bin, size_t *n)
 {
-	assert_int_equal(sodium_base642bin(bin, 256, s, strlen(s), NULL, n,
-	    NULL, sodium_base64_VARIANT_URLSAFE_NO_PADDING), 0);
+	assert_int_equal(sodium_base642bin(bin, 256, s, strlen(s), NULL, n, NULL,
+					   sodium_base64_VARIANT_URLSAFE_NO_PADDING),
+			 0);
 }
 
 /* Re-signs an (edited) payload || tag and encodes it. */
-static void
-encode_raw(const uint8_t *bin, size_t n, char *out, size_t outlen)
+static void encode_raw(const uint8_t *bin, size_t n, char *out, size_t outlen)
 {
 	uint8_t copy[256];
 
 	memcpy(copy, bin, n);
-	crypto_generichash(copy + n - TAG_BYTES, TAG_BYTES, copy,
-	    n - TAG_BYTES, key, TOKEN_KEY_BYTES);
-	sodium_bin2base64(out, outlen, copy, n,
-	    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+	crypto_generichash(copy + n - TAG_BYTES, TAG_BYTES, copy, n - TAG_BYTES, key,
+			   TOKEN_KEY_BYTES);
+	sodium_bin2base64(out, outlen, copy, n, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
 }
 
-static void
-round_trip(int has_version, size_t subject_len)
+static void round_trip(int has_version, size_t subject_len)
 {
 	struct token in, out;
 	char s[TOKEN_MAX_CHARS + 1];
@@ -124,7 +115,8 @@ round_trip(int has_version, size_t subject_len)
 	encode_ok(&in, s);
 	for (const char *p = s; *p; p++)
 		assert_non_null(strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-		    "abcdefghijklmnopqrstuvwxyz0123456789-_", *p));
+				       "abcdefghijklmnopqrstuvwxyz0123456789-_",
+				       *p));
 	assert_int_equal(token_parse(s, strlen(s), &out), TOKEN_OK);
 	assert_int_equal(token_verify(s, strlen(s), key), TOKEN_OK);
 	assert_same_token(&in, &out);
@@ -134,8 +126,7 @@ round_trip(int has_version, size_t subject_len)
 
 /* The table encoder writes what libsodium's base64url writes, for every
  * length a token can have. */
-static void
-test_encode_matches_libsodium(void **state)
+static void test_encode_matches_libsodium(void **state)
 {
 	struct token t;
 	char s[TOKEN_MAX_CHARS + 1], ref[TOKEN_MAX_CHARS + 1];
@@ -150,14 +141,13 @@ test_encode_matches_libsodium(void **state)
 			encode_ok(&t, s);
 			decode_raw(s, bin, &n);
 			sodium_bin2base64(ref, sizeof(ref), bin, n,
-			    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+					  sodium_base64_VARIANT_URLSAFE_NO_PADDING);
 			assert_string_equal(s, ref);
 		}
 }
 
 /* An unknown key id is a bad signature, not a malformed token. */
-static void
-test_open_unknown_key(void **state)
+static void test_open_unknown_key(void **state)
 {
 	struct token t;
 	char s[TOKEN_MAX_CHARS + 1];
@@ -166,12 +156,10 @@ test_open_unknown_key(void **state)
 	make_token(&t, 0, 5);
 	t.key_id = 8;
 	encode_ok(&t, s);
-	assert_int_equal(token_open(s, strlen(s), &t, key_of, NULL),
-	    TOKEN_BAD_SIGNATURE);
+	assert_int_equal(token_open(s, strlen(s), &t, key_of, NULL), TOKEN_BAD_SIGNATURE);
 }
 
-static void
-test_round_trip(void **state)
+static void test_round_trip(void **state)
 {
 	(void)state;
 	for (int v = 0; v <= 1; v++) {
@@ -181,8 +169,7 @@ test_round_trip(void **state)
 	}
 }
 
-static void
-test_utf8_subject(void **state)
+static void test_utf8_subject(void **state)
 {
 	struct token in, out;
 	char s[TOKEN_MAX_CHARS + 1];
@@ -197,8 +184,7 @@ test_utf8_subject(void **state)
 	assert_string_equal(out.subject, subj);
 }
 
-static void
-test_max_length(void **state)
+static void test_max_length(void **state)
 {
 	struct token t;
 	char s[TOKEN_MAX_CHARS + 1];
@@ -217,8 +203,7 @@ test_max_length(void **state)
 	assert_int_equal(token_encode(&t, key, s, 255), -1);
 }
 
-static void
-test_every_truncation_rejected(void **state)
+static void test_every_truncation_rejected(void **state)
 {
 	struct token t;
 	char s[TOKEN_MAX_CHARS + 1];
@@ -229,14 +214,12 @@ test_every_truncation_rejected(void **state)
 		encode_ok(&t, s);
 		for (size_t len = 0; len < strlen(s); len++) {
 			assert_false(accepted(s, len));
-			assert_int_equal(token_parse(s, len, &t),
-			    TOKEN_MALFORMED);
+			assert_int_equal(token_parse(s, len, &t), TOKEN_MALFORMED);
 		}
 	}
 }
 
-static void
-test_every_bit_flip_rejected(void **state)
+static void test_every_bit_flip_rejected(void **state)
 {
 	struct token t;
 	char s[TOKEN_MAX_CHARS + 1], m[TOKEN_MAX_CHARS + 1];
@@ -259,8 +242,7 @@ test_every_bit_flip_rejected(void **state)
 	assert_true(tried > 8 * 100);
 }
 
-static void
-test_wrong_key(void **state)
+static void test_wrong_key(void **state)
 {
 	struct token t;
 	char s[TOKEN_MAX_CHARS + 1];
@@ -272,13 +254,11 @@ test_wrong_key(void **state)
 	memcpy(other, key, sizeof(other));
 	other[31] ^= 1;
 	assert_int_equal(token_parse(s, strlen(s), &t), TOKEN_OK);
-	assert_int_equal(token_verify(s, strlen(s), other),
-	    TOKEN_BAD_SIGNATURE);
+	assert_int_equal(token_verify(s, strlen(s), other), TOKEN_BAD_SIGNATURE);
 	assert_int_equal(token_verify(s, strlen(s), key), TOKEN_OK);
 }
 
-static void
-test_malformed(void **state)
+static void test_malformed(void **state)
 {
 	struct token t;
 	char s[TOKEN_MAX_CHARS + 1], m[2 * TOKEN_MAX_CHARS + 2];
@@ -296,8 +276,7 @@ test_malformed(void **state)
 
 	/* Overlong: valid token plus more base64, and 257+ base64 chars. */
 	memset(m, 'A', sizeof(m));
-	assert_int_equal(token_parse(m, TOKEN_MAX_CHARS + 1, &t),
-	    TOKEN_MALFORMED);
+	assert_int_equal(token_parse(m, TOKEN_MAX_CHARS + 1, &t), TOKEN_MALFORMED);
 	assert_int_equal(token_parse(m, sizeof(m), &t), TOKEN_MALFORMED);
 	memcpy(m, s, len);
 	memcpy(m + len, "AAAA", 4);
@@ -308,8 +287,7 @@ test_malformed(void **state)
 		for (size_t i = 0; i < len; i += 7) {
 			memcpy(m, s, len);
 			m[i] = *b;
-			assert_int_equal(token_parse(m, len, &t),
-			    TOKEN_MALFORMED);
+			assert_int_equal(token_parse(m, len, &t), TOKEN_MALFORMED);
 		}
 	}
 
@@ -326,11 +304,10 @@ test_malformed(void **state)
 	assert_int_equal(token_parse(m, len, &t), TOKEN_MALFORMED);
 }
 
-static void
-test_non_canonical_rejected(void **state)
+static void test_non_canonical_rejected(void **state)
 {
 	static const char alphabet[] =
-	    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 	struct token t;
 	char s[TOKEN_MAX_CHARS + 1];
 	size_t len, tried = 0;
@@ -348,10 +325,8 @@ test_non_canonical_rejected(void **state)
 		unsigned unused = len % 4 == 2 ? 0x0f : 0x03;
 		for (unsigned low = 1; low <= unused; low++) {
 			s[len - 1] = alphabet[(idx & ~(size_t)unused) | low];
-			assert_int_equal(token_parse(s, len, &t),
-			    TOKEN_MALFORMED);
-			assert_int_equal(token_verify(s, len, key),
-			    TOKEN_MALFORMED);
+			assert_int_equal(token_parse(s, len, &t), TOKEN_MALFORMED);
+			assert_int_equal(token_verify(s, len, key), TOKEN_MALFORMED);
 			tried++;
 		}
 	}
@@ -359,8 +334,7 @@ test_non_canonical_rejected(void **state)
 }
 
 /* Correctly signed but structurally invalid payloads are still malformed. */
-static void
-test_bad_structure(void **state)
+static void test_bad_structure(void **state)
 {
 	struct token t;
 	char s[TOKEN_MAX_CHARS + 1], m[TOKEN_MAX_CHARS + 1];
@@ -372,34 +346,33 @@ test_bad_structure(void **state)
 	encode_ok(&t, s);
 	decode_raw(s, bin, &n);
 	encode_raw(bin, n, m, sizeof(m));
-	assert_string_equal(m, s);	/* the test's re-signing is faithful */
+	assert_string_equal(m, s); /* the test's re-signing is faithful */
 	assert_true(accepted(m, strlen(m)));
 
-	bin[0] = 2;			/* format version */
+	bin[0] = 2; /* format version */
 	encode_raw(bin, n, m, sizeof(m));
 	assert_int_equal(token_parse(m, strlen(m), &t), TOKEN_MALFORMED);
 	bin[0] = 1;
-	bin[1] = 0x02;			/* unknown flag */
+	bin[1] = 0x02; /* unknown flag */
 	encode_raw(bin, n, m, sizeof(m));
 	assert_int_equal(token_parse(m, strlen(m), &t), TOKEN_MALFORMED);
-	bin[1] = 0x01;			/* claims a version it lacks */
+	bin[1] = 0x01; /* claims a version it lacks */
 	encode_raw(bin, n, m, sizeof(m));
 	assert_int_equal(token_parse(m, strlen(m), &t), TOKEN_MALFORMED);
 	bin[1] = 0;
-	for (int sl = 0; sl < 256; sl++) {	/* subject_len must fit */
+	for (int sl = 0; sl < 256; sl++) { /* subject_len must fit */
 		bin[subj_at] = (uint8_t)sl;
 		encode_raw(bin, n, m, sizeof(m));
 		assert_int_equal(token_parse(m, strlen(m), &t),
-		    sl == 10 ? TOKEN_OK : TOKEN_MALFORMED);
+				 sl == 10 ? TOKEN_OK : TOKEN_MALFORMED);
 	}
 	bin[subj_at] = 10;
-	bin[subj_at + 3] = '\0';		/* NUL inside the subject */
+	bin[subj_at + 3] = '\0'; /* NUL inside the subject */
 	encode_raw(bin, n, m, sizeof(m));
 	assert_int_equal(token_parse(m, strlen(m), &t), TOKEN_MALFORMED);
 }
 
-static void
-test_encode_refuses_bad_subject(void **state)
+static void test_encode_refuses_bad_subject(void **state)
 {
 	struct token t;
 	char s[TOKEN_MAX_CHARS + 1];
@@ -421,8 +394,7 @@ test_encode_refuses_bad_subject(void **state)
 	assert_int_equal(token_encode(&t, key, s, 10), -1);
 }
 
-static void
-test_id_hex(void **state)
+static void test_id_hex(void **state)
 {
 	uint8_t id[TOKEN_ID_BYTES];
 	char hex[2 * TOKEN_ID_BYTES + 1];
@@ -434,17 +406,17 @@ test_id_hex(void **state)
 	assert_string_equal(hex, "00112233445566778899aabbccddeeff");
 }
 
-static void
-test_from_header(void **state)
+static void test_from_header(void **state)
 {
 	char out[TOKEN_MAX_CHARS + 1], big[TOKEN_MAX_CHARS + 8];
 	struct token t;
 	char s[TOKEN_MAX_CHARS + 1], q[TOKEN_MAX_CHARS + 8];
 	static const char *const bad[] = {
-		"", "   ", "\"\"", "\"abc", "abc\"", "\"abc\"x", "\"abc\" x",
-		"\"abc\";a=1", "a\"bc\"", "\"a\\nb\"", "\"abc\\\"", "\"a\\",
-		"ab c", "ab,c", "a\\b", "\"a\tb\"", "\"a\x01\"", "\"\xc3\xa9\"",
-		"\xc3\xa9", "abc\x7f", "\"abc\"\"", "ab;c", "ab=", "ab+/", "a.b",
+		"",	     "   ",	  "\"\"",	  "\"abc",    "abc\"",
+		"\"abc\"x",  "\"abc\" x", "\"abc\";a=1",  "a\"bc\"",  "\"a\\nb\"",
+		"\"abc\\\"", "\"a\\",	  "ab c",	  "ab,c",     "a\\b",
+		"\"a\tb\"",  "\"a\x01\"", "\"\xc3\xa9\"", "\xc3\xa9", "abc\x7f",
+		"\"abc\"\"", "ab;c",	  "ab=",	  "ab+/",     "a.b",
 	};
 
 	(void)state;
@@ -456,8 +428,7 @@ test_from_header(void **state)
 	assert_string_equal(out, "abc");
 	assert_int_equal(token_from_header(" \"abc\" ", out, sizeof(out)), 0);
 	assert_string_equal(out, "abc");
-	assert_int_equal(token_from_header("\"a\\\"b\\\\c\"", out,
-	    sizeof(out)), 0);
+	assert_int_equal(token_from_header("\"a\\\"b\\\\c\"", out, sizeof(out)), 0);
 	assert_string_equal(out, "a\"b\\c");
 	assert_int_equal(token_from_header("\"a b\"", out, sizeof(out)), 0);
 	assert_string_equal(out, "a b");
@@ -499,23 +470,20 @@ test_from_header(void **state)
 
 /* The reference the decoder must agree with: libsodium's decoder, and the
  * re-encoding giving the input back. */
-static int
-reference_decode(const char *s, size_t len, uint8_t *out, size_t max, size_t *n)
+static int reference_decode(const char *s, size_t len, uint8_t *out, size_t max, size_t *n)
 {
 	char canon[512];
 
 	if (sodium_base642bin(out, max, s, len, NULL, n, NULL,
-	    sodium_base64_VARIANT_URLSAFE_NO_PADDING) != 0)
+			      sodium_base64_VARIANT_URLSAFE_NO_PADDING) != 0)
 		return -1;
-	sodium_bin2base64(canon, sizeof(canon), out, *n,
-	    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+	sodium_bin2base64(canon, sizeof(canon), out, *n, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
 	return strlen(canon) == len && memcmp(canon, s, len) == 0 ? 0 : -1;
 }
 
 /* Random strings over the alphabet plus padding, standard base64 digits,
  * spaces, NUL and high bytes, of every length up to 40. */
-static void
-test_b64url_matches_reference(void **state)
+static void test_b64url_matches_reference(void **state)
 {
 	static const char extra[] = "=+/ .\x80\xff";
 	uint8_t a[64], b[64];
@@ -529,7 +497,7 @@ test_b64url_matches_reference(void **state)
 			uint32_t r = randombytes_uniform(80);
 			if (r < 64)
 				s[i] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-				    "0123456789-_"[r];
+				       "0123456789-_"[r];
 			else if (r < 79)
 				s[i] = extra[r % (sizeof(extra) - 1)];
 			else
@@ -551,8 +519,7 @@ test_b64url_matches_reference(void **state)
 	assert_int_equal(na, 0);
 }
 
-int
-main(void)
+int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_round_trip),

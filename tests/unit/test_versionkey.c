@@ -13,8 +13,7 @@ static void assert_expands(const char *tmpl, const char *subject, const char *ex
 static void assert_refused(const char *tmpl, const char *subject);
 static void fill(char *buf, char c, size_t n);
 
-static void
-assert_expands(const char *tmpl, const char *subject, const char *expected)
+static void assert_expands(const char *tmpl, const char *subject, const char *expected)
 {
 	char out[VERSIONKEY_MAX + 1];
 
@@ -24,8 +23,7 @@ assert_expands(const char *tmpl, const char *subject, const char *expected)
 	assert_int_equal(versionkey_valid(out), 1);
 }
 
-static void
-assert_refused(const char *tmpl, const char *subject)
+static void assert_refused(const char *tmpl, const char *subject)
 {
 	char out[VERSIONKEY_MAX + 1];
 
@@ -34,15 +32,13 @@ assert_refused(const char *tmpl, const char *subject)
 }
 
 /* BUF gets N copies of C and a terminating NUL. */
-static void
-fill(char *buf, char c, size_t n)
+static void fill(char *buf, char c, size_t n)
 {
 	memset(buf, c, n);
 	buf[n] = '\0';
 }
 
-static void
-test_valid(void **state)
+static void test_valid(void **state)
 {
 	char key[VERSIONKEY_MAX + 2];
 
@@ -50,8 +46,10 @@ test_valid(void **state)
 	assert_int_equal(versionkey_valid("a"), 1);
 	assert_int_equal(versionkey_valid("orders:user-42"), 1);
 	assert_int_equal(versionkey_valid("{subject}"), 1);
-	assert_int_equal(versionkey_valid("!\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-					  "[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~"), 1);
+	assert_int_equal(versionkey_valid(
+				 "!\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				 "[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~"),
+			 1);
 
 	assert_int_equal(versionkey_valid(""), 0);
 	assert_int_equal(versionkey_valid(" "), 0);
@@ -74,8 +72,7 @@ test_valid(void **state)
 	assert_int_equal(versionkey_valid(key), 0);
 }
 
-static void
-test_expand(void **state)
+static void test_expand(void **state)
 {
 	(void)state;
 	/* once, twice, never */
@@ -101,8 +98,7 @@ test_expand(void **state)
 	assert_expands("o:{subject}", "a:b/c{}~", "o:a:b/c{}~");
 }
 
-static void
-test_expand_invalid(void **state)
+static void test_expand_invalid(void **state)
 {
 	(void)state;
 	/* the result must be a valid key */
@@ -118,8 +114,7 @@ test_expand_invalid(void **state)
 	assert_refused("bad key", "u");
 }
 
-static void
-test_expand_lengths(void **state)
+static void test_expand_lengths(void **state)
 {
 	char subject[VERSIONKEY_MAX + 2], tmpl[VERSIONKEY_MAX + 16], expected[VERSIONKEY_MAX + 2];
 	char out[VERSIONKEY_MAX * 2 + 1];
@@ -154,8 +149,7 @@ test_expand_lengths(void **state)
 }
 
 /* OUTLEN bounds the write: the result needs strlen + 1 bytes. */
-static void
-test_expand_small_buffer(void **state)
+static void test_expand_small_buffer(void **state)
 {
 	char out[16];
 
@@ -181,8 +175,7 @@ test_expand_small_buffer(void **state)
 		assert_int_equal(out[i], '#');
 }
 
-int
-main(void)
+int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_valid),

@@ -107,7 +107,8 @@ static void *consumer(void *arg)
 	for (int p = 0; p < PRODUCERS; p++)
 		last[p] = -1;
 	for (;;) {
-		struct workq_item *it = workq_take(&shared, 1 + (size_t)(intptr_t)arg, NULL, 1, NULL);
+		struct workq_item *it =
+			workq_take(&shared, 1 + (size_t)(intptr_t)arg, NULL, 1, NULL);
 		if (it == NULL)
 			return NULL;
 		for (; it != NULL; it = it->wi_next) {
