@@ -10,6 +10,7 @@
 #include "migrate.h"
 #include "replaycache.h"
 #include "replaycount.h"
+#include "waiters.h"
 
 void h_healthz(struct request *req)
 {
@@ -48,6 +49,7 @@ void h_metrics(struct request *req)
 
 	replaycache_usage(&g.mg_cache_bytes, &g.mg_cache_entries);
 	replaycount_usage(&g.mg_replay_pending, &g.mg_replay_dropped);
+	g.mg_waiters = waiters_count();
 	db_pool_usage(&g.mg_pool_size, &g.mg_pool_in_use, &g.mg_pool_waiting);
 	text = metrics_render(&g);
 

@@ -439,6 +439,9 @@ static void metrics_render_records(FILE *f, const struct metrics_gauges *g)
 		       "Named tenant/operation pairs (metrics_operations, routes) whose tenant or "
 		       "operation does not exist (yet): their counts go to \"other\".");
 	fprintf(f, "idemd_metrics_pairs_unresolved %zu\n", unresolved);
+	metrics_family(f, "idemd_waiters", "gauge",
+		       "Duplicates waiting for the answer of a record in progress (max_waiters).");
+	fprintf(f, "idemd_waiters %d\n", g->mg_waiters);
 	size_t pending = g->mg_replay_pending;
 	long dropped = g->mg_replay_dropped;
 	metrics_family(f, "idemd_replay_counts_pending", "gauge",

@@ -85,6 +85,7 @@ void metrics_upstream(const struct route *route, int result, long status, double
 /* What the renderer samples from other modules (GET /metrics fills it). */
 struct metrics_gauges {
 	size_t mg_cache_bytes, mg_cache_entries; /* replaycache_usage */
+	int mg_waiters;				 /* waiters_count */
 	size_t mg_replay_pending;		 /* replaycount_usage */
 	long mg_replay_dropped;
 	int mg_pool_size, mg_pool_in_use, mg_pool_waiting; /* db_pool_usage */

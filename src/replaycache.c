@@ -387,6 +387,17 @@ enum replaycache_hit replaycache_lookup(uint32_t tenant_id, const uint8_t id[16]
 	return ret;
 }
 
+int replaycache_has(uint32_t tenant_id, const uint8_t id[16])
+{
+	pthread_mutex_t *lock;
+	struct replaycache_entry *e = replaycache_find_locked(tenant_id, id, &lock);
+
+	if (e == NULL)
+		return 0;
+	pthread_mutex_unlock(lock);
+	return 1;
+}
+
 enum replaycache_hit replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 				     struct stored_response *out)
 {

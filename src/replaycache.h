@@ -49,6 +49,9 @@ enum replaycache_hit replaycache_get(uint32_t tenant_id, const uint8_t id[16], c
  * free) in *REPLY and *REPLY_LEN instead of filling OUT. Otherwise *REPLY
  * is NULL and OUT is filled as by replaycache_get().
  */
+/* 1 when a completed response of (TENANT, ID) is cached, else 0. */
+int replaycache_has(uint32_t tenant_id, const uint8_t id[16]);
+
 enum replaycache_hit replaycache_lookup(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 					struct stored_response *out, char **reply,
 					size_t *reply_len);

@@ -15,6 +15,7 @@
 #include "config.h"
 #include "db.h"
 #include "log.h"
+#include "replaycache.h"
 
 #define WAITERS_TICK_MS 100
 #define WAITERS_OFFLINE_RECHECK_MS 250
@@ -24,6 +25,13 @@
 #define WAITERS_REPROBE_MS 60000
 #define WAITERS_PROBE_WAIT_MS 1000
 #define WAITERS_RECENT 4096
+/* records whose first notified waiter may lead the others in one pass */
+#define WAITERS_LEADERS 64
+/* a follower goes to the database itself when its leader's answer is not
+ * cached this much later (the leader was not answered with a replay) */
+#define WAITERS_FOLLOW_MS 250
+/* how often followers look for their leader's answer */
+#define WAITERS_FOLLOW_TICK_MS 5
 
 /* A record recently notified: a waiter added just after its notification
  * (its claim saw "in progress" an instant before) must not miss it. */
@@ -168,11 +176,11 @@ static void waiters_offline(const char *why)
 	pthread_mutex_unlock(&wt.lock);
 }
 
-/* Waits up to WAITERS_TICK_MS for notifications and reads them. Thread only. */
-static void waiters_listen(void)
+/* Waits up to TICK_MS for notifications and reads them. Thread only. */
+static void waiters_listen(int tick_ms)
 {
 	if (wt.pg == NULL) {
-		struct timespec ts = { 0, WAITERS_TICK_MS * 1000000L };
+		struct timespec ts = { 0, tick_ms * 1000000L };
 		nanosleep(&ts, NULL);
 		return;
 	}
@@ -186,7 +194,7 @@ static void waiters_listen(void)
 		return;
 	}
 	struct pollfd p = { PQsocket(wt.pg), POLLIN, 0 };
-	if (poll(&p, 1, WAITERS_TICK_MS) > 0 && PQconsumeInput(wt.pg) == 0) {
+	if (poll(&p, 1, tick_ms) > 0 && PQconsumeInput(wt.pg) == 0) {
 		waiters_offline("the LISTEN connection was lost");
 		return;
 	}
@@ -199,21 +207,53 @@ static void waiters_listen(void)
 
 /* Unlinks the waiters that are due (notified, retry time, deadline; all of
  * them when stopping) into *OUT, in order. */
-static struct waiter *waiters_take_due(int64_t now, int *stopping)
+static struct waiter *waiters_take_due(int64_t now, int *stopping, int *following)
 {
 	struct waiter *out = NULL, **tail = &out, **link = &wt.head;
+	/* Records notified but not in the replay cache: one waiter each (a
+	 * leader) claims again in the database this pass; the others follow
+	 * once its answer is in the cache, or WAITERS_FOLLOW_MS later. So
+	 * thousands of waiters of one record cost one claim, not thousands. */
+	struct {
+		uint32_t tenant;
+		const uint8_t *id;
+	} leaders[WAITERS_LEADERS];
+	size_t n_leaders = 0;
 
+	*following = 0;
 	pthread_mutex_lock(&wt.lock);
 	*stopping = wt.stopping;
 	while (*link != NULL) {
 		struct waiter *w = *link;
-		if (wt.stopping || w->w_due || now >= w->w_retry_ms || now >= w->w_deadline_ms) {
+		int take = wt.stopping || now >= w->w_retry_ms || now >= w->w_deadline_ms;
+		if (!take && w->w_due == 1) {
+			size_t i = 0;
+			take = 1;
+			if (!replaycache_has(w->w_tenant, w->w_id)) {
+				while (i < n_leaders && (leaders[i].tenant != w->w_tenant ||
+							 memcmp(leaders[i].id, w->w_id, 16) != 0))
+					i++;
+				if (i < n_leaders) {
+					w->w_due = 2;
+					w->w_retry_ms = now + WAITERS_FOLLOW_MS;
+					take = 0;
+				} else if (n_leaders < WAITERS_LEADERS) {
+					leaders[n_leaders].tenant = w->w_tenant;
+					leaders[n_leaders].id = w->w_id;
+					n_leaders++;
+				}
+			}
+		} else if (!take && w->w_due == 2) {
+			take = replaycache_has(w->w_tenant, w->w_id);
+		}
+		if (take) {
 			*link = w->w_next;
 			w->w_next = NULL;
 			*tail = w;
 			tail = &w->w_next;
 			wt.count--;
 		} else {
+			*following |= w->w_due == 2;
 			link = &w->w_next;
 		}
 	}
@@ -223,13 +263,15 @@ static struct waiter *waiters_take_due(int64_t now, int *stopping)
 
 static void *waiters_main(void *arg)
 {
+	int following = 0;
+
 	(void)arg;
 	for (;;) {
 		waiters_connect();
-		waiters_listen();
+		waiters_listen(following ? WAITERS_FOLLOW_TICK_MS : WAITERS_TICK_MS);
 		int64_t now = waiters_now_ms();
 		int stopping;
-		struct waiter *w = waiters_take_due(now, &stopping);
+		struct waiter *w = waiters_take_due(now, &stopping, &following);
 		while (w != NULL) {
 			struct waiter *next = w->w_next;
 			int expired = stopping || now >= w->w_deadline_ms;

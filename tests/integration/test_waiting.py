@@ -18,6 +18,13 @@ import harness  # noqa: E402
 from harness import Client, IdemdCase, assert_problem, assert_status, uniq  # noqa: E402
 
 
+def gauge(client, name):
+    """The unlabelled metric NAME of the instance CLIENT talks to."""
+    r = client.get("/metrics")
+    m = re.search(r"^%s (\d+)$" % name, r.body.decode(), re.M)
+    return int(m.group(1))
+
+
 def later(fn, *args):
     """Runs FN(*ARGS) on a thread; returns a getter for (result, seconds)."""
     box = {}
@@ -167,6 +174,36 @@ class Waiting(IdemdCase):
         self.assertEqual(j["response"]["body"], {"z": 1})
         self.assertLess(time.monotonic() - t0, 1.5)
         second.stop()
+
+    def test_many_waiters_of_one_record_cost_one_claim(self):
+        # 20 waiters on the instance that completes and 20 on another: the
+        # first are answered from the replay cache, the others follow one
+        # leader's claim, instead of 40 claims in the database
+        op = self.put_operation()
+        key = uniq("many")
+        second = self.idemd.start()
+        self.addCleanup(second.stop)
+        c2 = Client(second.port, self.api_key)
+        assert_status(self, self.kclaim(op, key), 201)
+        here = [later(self.kclaim, op, key, 10) for _ in range(15)]
+        there = [later(self.kclaim, op, key, 10, c2) for _ in range(15)]
+        deadline = time.monotonic() + 10
+        while (gauge(self.client, "idemd_waiters"), gauge(c2, "idemd_waiters")) != (15, 15):
+            self.assertLess(time.monotonic(), deadline, "the 30 duplicates never all waited")
+            time.sleep(0.05)
+        jobs_here, jobs_there = (gauge(self.client, "idemd_db_batch_jobs_total"),
+                                 gauge(c2, "idemd_db_batch_jobs_total"))
+        assert_status(self, self.client.post(self.kurl(op, key, "complete"),
+                                             {"attempt": 1, "status": 201, "body": {"n": 40}}), 200)
+        for g in here + there:
+            r, took = g()
+            self.assertEqual(assert_status(self, r, 200)["response"]["body"], {"n": 40})
+            self.assertEqual(r.header("idempotent-replayed"), "true")
+        # here: the completion, and at most one leader when the notification
+        # came before the completion's answer was cached; there: the leader
+        # (again if a notification came twice)
+        self.assertLessEqual(gauge(self.client, "idemd_db_batch_jobs_total") - jobs_here, 2)
+        self.assertLessEqual(gauge(c2, "idemd_db_batch_jobs_total") - jobs_there, 3)
 
     def test_waiters_hold_no_thread_and_are_bounded(self):
         op = self.put_operation()
