@@ -470,9 +470,9 @@ def cmd_report(path, out, scale=False):
         ("key_batch", "idemd batch claim of 100 fresh caller keys", "keys/s"),
         ("c2000", "idemd GET /healthz, 2,000 connections", "req/s"),
         ("baseline_a_c2000", "baseline A: GET, 2,000 connections", "req/s"),
-        ("db_first_submit", "diagnostic: idemd_claim + idemd_complete by pgbench, no idemd",
+        ("db_first_submit", "diagnostic: idemd.claim + idemd.complete by pgbench, no idemd",
          "ops/s"),
-        ("db_replay", "diagnostic: idemd_claim of a completed record by pgbench", "tx/s"),
+        ("db_replay", "diagnostic: idemd.claim of a completed record by pgbench", "tx/s"),
         ("db_select", "diagnostic: plain SELECT of a completed record by pgbench", "tx/s"),
         ("scale_claim", "10M records: claim of fresh tokens", "ops/s"),
         ("scale_replay", "10M records: replay", "req/s"),
@@ -519,8 +519,8 @@ def cmd_report(path, out, scale=False):
     rp, dbr, dbs = rep.rate("replay"), rep.rate("db_replay"), rep.rate("db_select")
     if rp and dbr and dbs:
         derived.append(
-            "replay: idemd %s req/s; idemd_claim of a completed record by pgbench %s tx/s "
-            "(it locks the row, so every replay is a write transaction with a commit flush); "
+            "replay: idemd %s req/s; idemd.claim of a completed record by pgbench %s tx/s "
+            "(a read without a lock, through the claim function); "
             "a plain SELECT of the same row %s tx/s" % (fmt_rate(rp), fmt_rate(dbr),
                                                         fmt_rate(dbs)))
     if derived:
