@@ -93,7 +93,10 @@ kill "${pids[0]}"; wait "${pids[0]}"; pids=()
 "$BIN" --config "$TMP/idemd.json" serve 2>"$TMP/idemd.log" &
 pids+=($!)
 for _ in $(seq 100); do
-  curl -fs "http://127.0.0.1:$ADMIN/metrics" | grep -qx 'idemd_metrics_pairs_unresolved 0' && break
+  # read whole before grep: grep -q stops early, and under pipefail the
+  # write error it gives curl would fail the pipeline
+  m=$(curl -fs "http://127.0.0.1:$ADMIN/metrics") || m=
+  grep -qx 'idemd_metrics_pairs_unresolved 0' <<<"$m" && break
   sleep 0.1
 done
 TOKEN=$(api POST /v1/tokens '{"operation":"orders.pay","subject":"u1"}' | jq -r .token)
@@ -103,7 +106,8 @@ api POST "/v1/tokens/$TOKEN/claim" '{"request":{"n":1}}' >/dev/null &&
 REPLAYS=7
 for _ in $(seq $REPLAYS); do api POST "/v1/tokens/$TOKEN/claim" '{"request":{"n":1}}' >/dev/null; done
 want='idemd_duplicates_total{tenant="acme",operation="orders.pay",outcome="replayed"}'
-if curl -fs "http://127.0.0.1:$ADMIN/metrics" | grep -qxF "$want $REPLAYS"; then
+m=$(curl -fs "http://127.0.0.1:$ADMIN/metrics") || m=
+if grep -qxF "$want $REPLAYS" <<<"$m"; then
   ok "admin_listen /metrics: $want $REPLAYS"
 else
   bad "admin_listen /metrics lacks $want $REPLAYS"
