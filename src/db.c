@@ -87,6 +87,14 @@ void db_set_timeout(long ms)
 	db_pool.wait_ms = ms;
 }
 
+/* CLOCK_MONOTONIC ms of the last successful connect of a pooled connection */
+static _Atomic long long db_connected_at;
+
+static long long db_ms(const struct timespec *t)
+{
+	return (long long)t->tv_sec * 1000 + t->tv_nsec / 1000000;
+}
+
 static long db_ms_since(const struct timespec *t)
 {
 	struct timespec now;
@@ -125,12 +133,20 @@ static void db_heal(struct db_conn *c)
 {
 	if (c->dc_pg != NULL && !c->dc_broken && PQstatus(c->dc_pg) == CONNECTION_OK)
 		return;
-	if (db_ms_since(&c->dc_last_try) < DB_RECONNECT_PAUSE_MS)
+	/* a connection that failed a moment ago waits before trying again,
+	 * unless another one has connected since: the database is back */
+	if (db_ms_since(&c->dc_last_try) < DB_RECONNECT_PAUSE_MS &&
+	    atomic_load(&db_connected_at) <= db_ms(&c->dc_last_try))
 		return;
 	clock_gettime(CLOCK_MONOTONIC, &c->dc_last_try);
 	if (c->dc_pg != NULL)
 		PQfinish(c->dc_pg);
 	c->dc_pg = db_connect(db_pool.conninfo);
+	if (c->dc_pg != NULL) {
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		atomic_store(&db_connected_at, db_ms(&now));
+	}
 	/* non-blocking, so that db_wait() bounds sending as well as waiting */
 	if (c->dc_pg != NULL && PQsetnonblocking(c->dc_pg, 1) != 0) {
 		PQfinish(c->dc_pg);
