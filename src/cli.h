@@ -1,0 +1,24 @@
+/* cli.c: the operator subcommands, each run once from main() with the
+ * loaded config: migrate, tenant create/list/delete/key add/key revoke,
+ * keys rotate, master-key rotate. Each returns the process's exit status. */
+#ifndef IDEMD_CLI_H
+#define IDEMD_CLI_H
+
+#include <stdint.h>
+
+#include "config.h"
+
+/* Exit status of a usage error (and of a refusal the operator must fix). */
+#define EXIT_USAGE 2
+
+/* STATUS: only compare the database with the migrations compiled in. */
+int cli_migrate(const struct config *cfg, int status);
+int cli_tenant_create(const struct config *cfg, const char *name);
+int cli_tenant_list(const struct config *cfg);
+int cli_tenant_delete(const struct config *cfg, const char *name);
+int cli_tenant_key_add(const struct config *cfg, const char *name);
+int cli_tenant_key_revoke(const struct config *cfg, const char *name, uint32_t key_id);
+int cli_keys_rotate(const struct config *cfg);
+int cli_master_key_rotate(const struct config *cfg, const char *new_file);
+
+#endif

@@ -1,0 +1,99 @@
+/*
+ * Store internals shared by its three parts: store.c (pool and row
+ * helpers, array literals, claims and completions), store_records.c (the
+ * other record statements: release, extend, checkpoint, revoke, reads,
+ * audit events, versions, sweeps, replay counts) and store_admin.c
+ * (tenants, API keys, operations, signing keys). Not for other modules:
+ * they see store.h.
+ */
+#ifndef IDEMD_STORE_INT_H
+#define IDEMD_STORE_INT_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "db.h"
+#include "store.h"
+
+/* Statement ids, one per statement of all three files (db.c prepares each
+ * once per connection under its id). */
+enum {
+	ST_TENANT_CREATE = 1,
+	ST_TENANT_BY_KEY,
+	ST_TENANT_BY_NAME,
+	ST_OP_PUT,
+	ST_OP_GET,
+	ST_OP_BY_ID,
+	ST_OP_LIST,
+	ST_KEYS_LOAD,
+	ST_KEYS_NEWEST,
+	ST_KEY_INSERT,
+	ST_KEY_FIRST,
+	ST_KEYS_PRUNE,
+	ST_RELEASE,
+	ST_REVOKE,
+	ST_RECORD_GET,
+	ST_VERSION_GET,
+	ST_VERSION_BUMP,
+	ST_SWEEP,
+	ST_CLAIM_MANY,
+	ST_COMPLETE_MANY,
+	ST_TENANT_LIST,
+	ST_TENANT_DELETE,
+	ST_APIKEY_ADD,
+	ST_APIKEY_REVOKE,
+	ST_KEYS_TABLE,
+	ST_KEYS_COUNT,
+	ST_KEYS_RESEAL,
+	ST_EXTEND,
+	ST_CHECKPOINT,
+	ST_EVENTS_GET,
+	ST_EVENTS_SWEEP,
+	ST_RECORD_LIST,
+	ST_REPLAYS_ADD,
+	ST_RECORDS_STUCK,
+};
+
+/* Who did it, for the audit trail; never NULL in a statement. */
+#define STORE_BY(by) ((by) != NULL ? (by) : "unknown")
+#define MS(col) "(extract(epoch from " col ") * 1000)::bigint"
+
+/*
+ * Every state change writes its audit event in the same statement, so in
+ * the same transaction (migrations/0007): an INSERT into record_events
+ * over the change's own result, naming who did it (the last parameter).
+ */
+#define EVENT_COLUMNS \
+	"INSERT INTO record_events (tenant_id, token_id, event, attempt, status, " \
+	"phase, by, expires_at) "
+/* When an event written now may be swept: now + the operation's audit
+ * retention, which the caller sends per element (store_audit_seconds). */
+#define EVENT_UNTIL(secs) "now() + make_interval(secs => " secs ")"
+
+/* Runs STMT on a pooled connection; the connection goes back at once. */
+PGresult *store_run(const struct db_stmt *stmt, const char *const *values, const int *lengths,
+		    const int *formats);
+/* Column COL of ROW as an integer (0 when NULL) or a boolean (0 when NULL). */
+int64_t store_i64(const PGresult *r, int row, int col);
+int store_bool(const PGresult *r, int row, int col);
+/* Decodes a bytea text value into malloc'd memory (NUL-terminated). */
+unsigned char *store_bytea(const PGresult *r, int row, int col, size_t *len);
+/* Reads status, headers, body, is_json of ROW starting at column COL. */
+int store_read_response(const PGresult *r, int row, int col, struct stored_response *out);
+
+/* A PostgreSQL array literal being built: {e1,e2,...}. */
+struct store_array {
+	char *sa_buf;
+	size_t sa_len, sa_cap;
+	int sa_failed;
+};
+
+/* Appends an element to A. */
+void store_array_i64(struct store_array *a, int64_t v);
+void store_array_bytea(struct store_array *a, const uint8_t *p, size_t n);
+/* Closes every array of ARRS; -1 if building any of them failed. */
+int store_arrays_close(struct store_array *arrs, size_t n);
+void store_arrays_free(struct store_array *arrs, size_t n);
+
+#endif
