@@ -28,7 +28,6 @@ struct batcher_job {
 	int *bj_rcs;
 	/* Called on a batcher thread once the result is known (committed). */
 	void (*bj_done)(struct batcher_job *j);
-	void *bj_arg;
 	struct workq_item bj_item; /* queue link, the batcher's own */
 };
 

@@ -7,6 +7,10 @@
 #define IDEMD_WUR __attribute__((warn_unused_result))
 #define IDEMD_UNUSED __attribute__((unused))
 #define IDEMD_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* The TYPE whose member MEMBER is at PTR: how every callback finds its job
+ * (a batcher job, a waiter, an upstream call, a queue item). */
+#define IDEMD_CONTAINER_OF(ptr, type, member) \
+	((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
 #define IDEMD_VERSION "0.1.0"
 

@@ -444,9 +444,7 @@ static void engine_claim_done(struct batcher_job *j);
  * deadline passed. Claims again, or (EXPIRED) answers 409. */
 static void engine_woken(struct waiter *w, int expired)
 {
-	struct engine_claim *c =
-		(struct engine_claim *)(void *)((char *)w -
-						offsetof(struct engine_claim, tc_waiter));
+	struct engine_claim *c = IDEMD_CONTAINER_OF(w, struct engine_claim, tc_waiter);
 
 	if (expired) {
 		http_resume_then(c->tc_req, engine_claim_finish, c);
@@ -500,7 +498,7 @@ static int engine_wait(struct engine_claim *c)
 
 static void engine_claim_done(struct batcher_job *j)
 {
-	struct engine_claim *c = (struct engine_claim *)(void *)j;
+	struct engine_claim *c = IDEMD_CONTAINER_OF(j, struct engine_claim, tc_job);
 	struct request *req = c->tc_req;
 	int keep = 0;
 

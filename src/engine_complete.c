@@ -177,7 +177,7 @@ done:
 /* Batcher thread: the complete is committed (or refused); resume at once. */
 static void engine_completed(struct batcher_job *j)
 {
-	struct engine_complete *c = (struct engine_complete *)(void *)j;
+	struct engine_complete *c = IDEMD_CONTAINER_OF(j, struct engine_complete, hc_job);
 
 	http_resume_then(c->hc_req, engine_complete_answer, c);
 }

@@ -178,7 +178,7 @@ done:
 /* Batcher thread: the complete has its answer; resume at once. */
 static void gateway_stored(struct batcher_job *bj)
 {
-	struct gateway_job *j = bj->bj_arg;
+	struct gateway_job *j = IDEMD_CONTAINER_OF(bj, struct gateway_job, gj_bj);
 
 	http_resume_then(j->gj_req, gateway_store_answer, j);
 }
@@ -210,7 +210,6 @@ static int gateway_store(struct gateway_job *j)
 	j->gj_bj.bj_complete = &j->gj_cargs;
 	j->gj_bj.bj_complete_result = &j->gj_cres;
 	j->gj_bj.bj_done = gateway_stored;
-	j->gj_bj.bj_arg = j;
 	batcher_submit(&j->gj_bj);
 	return 0;
 }
@@ -294,7 +293,7 @@ void gateway_finish(struct gateway_job *j)
 /* Upstream thread: queues the ended call's job for a finisher. */
 void gateway_on_done(struct upstream_call *c)
 {
-	struct gateway_job *j = (struct gateway_job *)(void *)c;
+	struct gateway_job *j = IDEMD_CONTAINER_OF(c, struct gateway_job, gj_call);
 	struct timespec now;
 
 	clock_gettime(CLOCK_MONOTONIC, &now);

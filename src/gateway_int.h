@@ -35,9 +35,9 @@ struct gateway_route {
 };
 
 struct gateway_job {
-	struct upstream_call gj_call; /* first member: the done callback gets it */
-	struct workq_item gj_item;    /* in the finishers' queue */
-	struct request *gj_req;	      /* borrowed; suspended until the job ends */
+	struct upstream_call gj_call;
+	struct workq_item gj_item; /* in the finishers' queue */
+	struct request *gj_req;	   /* borrowed; suspended until the job ends */
 	const struct gateway_route *gj_route;
 	uint8_t gj_token_id[TOKEN_ID_BYTES];
 	int gj_attempt;

@@ -43,6 +43,7 @@ struct h_item {
 
 struct h_batch {
 	struct batcher_job hb_job;
+	void (*hb_answer)(struct request *, void *); /* on the request thread, once committed */
 	struct request *hb_req;
 	json_t *hb_body;
 	struct operation hb_op;
@@ -202,10 +203,9 @@ static int h_batch_set(struct h_batch *b, int claims)
  * request's thread. */
 static void h_batch_done(struct batcher_job *j)
 {
-	struct h_batch *b = (struct h_batch *)(void *)j;
-	void (*answer)(struct request *, void *) = b->hb_job.bj_arg;
+	struct h_batch *b = IDEMD_CONTAINER_OF(j, struct h_batch, hb_job);
 
-	http_resume_then(b->hb_req, answer, b);
+	http_resume_then(b->hb_req, b->hb_answer, b);
 }
 
 /* Queues the set (or answers at once when no item needs the database). */
@@ -223,7 +223,7 @@ static void h_batch_run(struct h_batch *b, int claims, void (*answer)(struct req
 	b->hb_job.bj_n = b->hb_m;
 	b->hb_job.bj_rcs = b->hb_rcs;
 	b->hb_job.bj_done = h_batch_done;
-	b->hb_job.bj_arg = (void *)answer;
+	b->hb_answer = answer;
 	http_suspend(b->hb_req);
 	batcher_submit(&b->hb_job);
 }

@@ -38,7 +38,7 @@ struct workq {
 
 /* The job of type TYPE whose member MEMBER is the item IT (WORKQ_CJOB:
  * a const item, a const job). */
-#define WORKQ_JOB(it, type, member) ((type *)(void *)((char *)(it)-offsetof(type, member)))
+#define WORKQ_JOB(it, type, member) IDEMD_CONTAINER_OF(it, type, member)
 #define WORKQ_CJOB(it, type, member) \
 	((const type *)(const void *)((const char *)(it)-offsetof(type, member)))
 
