@@ -161,7 +161,7 @@ class Scenarios(unittest.TestCase):
                          "lease_seconds": 1},
                 "gw": {"token_ttl_seconds": 3600, "retention_seconds": 3600,
                        "lease_seconds": 2},
-                "retain": {"token_ttl_seconds": 2, "retention_seconds": 1, "lease_seconds": 2},
+                "retain": {"token_ttl_seconds": 2, "retention_seconds": 3, "lease_seconds": 2},
                 "race": {"token_ttl_seconds": 3600, "retention_seconds": 3600,
                          "lease_seconds": 30},
             }
@@ -509,7 +509,9 @@ class Scenarios(unittest.TestCase):
         first = self.submit(self.a, gw["token"], path="/orders/short")
         self.assertEqual((first.status, first.header("idempotent-replayed")), (201, "false"),
                          first.describe())
-        # past the TTL, within retention: the duplicate learns its order went through
+        # past the TTL, within retention (3 s from the completion, so the
+        # record outlives the token by at least a second and the janitor
+        # cannot have swept it yet): the duplicate learns its order went through
         time.sleep(max(0.0, parse_time(gw["expires_at"]) + 0.1 - time.time()))
         r = self.submit(self.b, gw["token"], path="/orders/short")
         self.assertEqual((r.status, r.header("idempotent-replayed"), r.json),
