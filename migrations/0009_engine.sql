@@ -392,9 +392,12 @@ BEGIN
         -- every record of the batch, locked in record order (the order
         -- claims lock in), whatever the plan of the UPDATE below: two
         -- batches never wait on each other in a circle
+        -- (only records in progress: the replay counts' UPDATE, which
+        -- touches completed records only, never meets it)
         SELECT rec.tenant_id, rec.token_id, rec.state, rec.attempt
           FROM records rec
          WHERE (rec.tenant_id, rec.token_id) IN (SELECT u.tenant, u.id FROM u)
+           AND rec.state = 'in_progress'
          ORDER BY rec.tenant_id, rec.token_id
            FOR UPDATE
     ), pick AS (

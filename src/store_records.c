@@ -39,17 +39,17 @@ static const struct db_stmt st_record_get = {
 			      "FROM records WHERE tenant_id = $1 AND token_id = $2",
 	2
 };
-/* Replay counts gathered in memory (replaycount.c), added in one statement;
- * the rows are locked in record order, the order claim batches lock in,
- * whatever plan the UPDATE gets. */
+/* Replay counts gathered in memory (replaycount.c), added in one statement.
+ * Only completed records are replayed; completions lock records in progress
+ * only, and claims lock a completed record only when it completed under
+ * them. Should a flush ever deadlock, the loser keeps its counts for the
+ * next flush. No explicit row locks: each would
+ * write the row once more. */
 static const struct db_stmt st_replays_add = {
 	ST_REPLAYS_ADD, "replays_add",
-	"WITH l AS (SELECT r.tenant_id, r.token_id, u.n FROM records r "
-	"JOIN unnest($1::int[], $2::bytea[], $3::bigint[]) AS u(t, id, n) "
-	"ON r.tenant_id = u.t AND r.token_id = u.id "
-	"ORDER BY r.tenant_id, r.token_id FOR UPDATE OF r) "
-	"UPDATE records r SET replays = r.replays + l.n FROM l "
-	"WHERE r.tenant_id = l.tenant_id AND r.token_id = l.token_id",
+	"UPDATE records r SET replays = r.replays + u.n "
+	"FROM unnest($1::int[], $2::bytea[], $3::bigint[]) AS u(t, id, n) "
+	"WHERE r.tenant_id = u.t AND r.token_id = u.id",
 	3
 };
 /* Reads only the partial index records_in_progress_lease_idx (0010). */
