@@ -73,7 +73,7 @@ void replaycount_add(uint32_t tenant_id, const uint8_t id[16])
 	if (rc.active != NULL) {
 		if (rc_put(rc.active, tenant_id, id, 1) < 0)
 			rc.dropped++;
-		else if (rc.used == REPLAYCOUNT_CAPACITY / 2)
+		else if (rc.used == REPLAYCOUNT_EARLY)
 			pthread_cond_signal(&rc.wake);
 	}
 	pthread_mutex_unlock(&rc.lock);
@@ -159,9 +159,10 @@ static void *rc_main(void *arg)
 		struct timespec until;
 		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_sec += REPLAYCOUNT_FLUSH_SECONDS;
-		/* a half-full table is flushed at once, unless the last flush
-		 * failed: then the database is given the whole interval */
-		while (!rc.stop && (failed || rc.used < REPLAYCOUNT_CAPACITY / 2) &&
+		/* a table three quarters full is flushed at once, unless the
+		 * last flush failed: then the database is given the whole
+		 * interval */
+		while (!rc.stop && (failed || rc.used < REPLAYCOUNT_EARLY) &&
 		       pthread_cond_timedwait(&rc.wake, &rc.lock, &until) == 0)
 			;
 		if (rc.stop)

@@ -11,10 +11,13 @@
 #include "common.h"
 
 #define REPLAYCOUNT_FLUSH_SECONDS 5
-/* Distinct records counted between two flushes; past half of it the
- * flusher runs at once. A replay of yet another record when the table is
- * full is dropped and counted in idemd_replay_counts_dropped_total. */
-#define REPLAYCOUNT_CAPACITY 16384
+/* Distinct records counted between two flushes; past three quarters of it
+ * the flusher runs at once (each flushed record is one row updated, so the
+ * longer counts gather, the fewer rows a storm of replays writes). A replay
+ * of yet another record when the table is full is dropped and counted in
+ * idemd_replay_counts_dropped_total. Two tables of it: 2 MiB. */
+#define REPLAYCOUNT_CAPACITY 32768
+#define REPLAYCOUNT_EARLY (REPLAYCOUNT_CAPACITY / 4 * 3)
 
 /* Allocates the tables and starts the flusher thread. 0 or -1. */
 int replaycount_start(void) IDEMD_WUR;
