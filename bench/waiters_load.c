@@ -184,7 +184,7 @@ int main(int argc, char **argv)
 	int claim_len = snprintf(claim, sizeof(claim),
 		"POST /v1/operations/%s/keys/%s/claim HTTP/1.1\r\nHost: 127.0.0.1\r\n"
 		"Authorization: Bearer %s\r\nContent-Type: application/json\r\nPrefer: wait=%d\r\n"
-		"Connection: close\r\nContent-Length: %zu\r\n\r\n%s",
+		"Content-Length: %zu\r\n\r\n%s",
 		op, key, api_key, wait_s, sizeof(claim_body) - 1, claim_body);
 	int complete_len = snprintf(complete, sizeof(complete),
 		"POST /v1/operations/%s/keys/%s/complete HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -290,7 +290,10 @@ int main(int argc, char **argv)
 				continue;
 			c->state = WL_DONE;
 			epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
-			close(c->fd);
+			/* a waiter's connection stays open, as a browser's or an
+			 * HTTP client's pool keeps it: closed once all are in */
+			if (idx == (uint32_t)n)
+				close(c->fd);
 			if (idx == (uint32_t)n) {
 				t_done = c->at_us;
 				if (c->status != 200)
@@ -311,6 +314,9 @@ int main(int argc, char **argv)
 	long long cpu_us = (ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec -
 			    ru0.ru_stime.tv_sec) * 1000000LL + ru1.ru_utime.tv_usec -
 			   ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec;
+	for (int i = 0; i < n; i++)
+		if (conns[i].state == WL_DONE && !conns[i].early)
+			close(conns[i].fd);
 	int64_t *lat = malloc(sizeof(int64_t) * (size_t)(n + 1));
 	int m = 0, replayed = 0, other = 0, unanswered = 0;
 	for (int i = 0; i < n; i++) {
