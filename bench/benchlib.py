@@ -470,8 +470,10 @@ def cmd_report(path, out, scale=False):
         ("key_batch", "idemd batch claim of 100 fresh caller keys", "keys/s"),
         ("c2000", "idemd GET /healthz, 2,000 connections", "req/s"),
         ("baseline_a_c2000", "baseline A: GET, 2,000 connections", "req/s"),
-        ("db_first_submit", "diagnostic: idemd.claim + idemd.complete by pgbench, no idemd",
-         "ops/s"),
+        ("db_first_submit", "diagnostic: claim_fresh + complete_current (plain SQL) by "
+         "pgbench, no idemd", "ops/s"),
+        ("db_first_submit_fn", "diagnostic: idemd.claim + idemd.complete (PL/pgSQL) by "
+         "pgbench, no idemd", "ops/s"),
         ("db_replay", "diagnostic: idemd.claim of a completed record by pgbench", "tx/s"),
         ("db_select", "diagnostic: plain SELECT of a completed record by pgbench", "tx/s"),
         ("scale_claim", "10M records: claim of fresh tokens", "ops/s"),
@@ -516,6 +518,13 @@ def cmd_report(path, out, scale=False):
                 fmt_rate(fs), fmt_rate(dbfs), dbfs / b, 100.0 * fs / dbfs,
                 ", %.0f%% at 64" % (100.0 * rep.rate("first_submit_c64") / dbfs)
                 if rep.have("first_submit_c64") else ""))
+    dbfn = rep.rate("db_first_submit_fn")
+    if dbfs and dbfn:
+        derived.append(
+            "the database's cost of a first submit: the plain-SQL claim_fresh + "
+            "complete_current %s ops/s against the PL/pgSQL idemd.claim + idemd.complete "
+            "%s ops/s by the same pgbench (%.2f×)" % (fmt_rate(dbfs), fmt_rate(dbfn),
+                                                      dbfs / dbfn))
     rp, dbr, dbs = rep.rate("replay"), rep.rate("db_replay"), rep.rate("db_select")
     if rp and dbr and dbs:
         derived.append(

@@ -1,11 +1,9 @@
--- pgbench_db_first_submit.sql: diagnostic, the database half of a direct
--- first submit without idemd: the claim and the completion of a fresh
--- random token as idemd sends them when a batch holds one request
--- (idemd.claim / idemd.complete of migrations/0009 over one-element arrays,
--- each with its audit event), two transactions (tenant 0).
--- Throughput here is the ceiling idemd's first submit can reach with the
--- current SQL and no batching; the gap between it and bench's first_submit
--- is idemd's own (or, above it, what batching buys).
+-- pgbench_db_first_submit_functions.sql: diagnostic, as
+-- pgbench_db_first_submit.sql but through the PL/pgSQL functions
+-- idemd.claim / idemd.complete of migrations/0009 (over one-element
+-- arrays, each with its audit event), two transactions (tenant 0): what a
+-- first submit cost the database before the plain-SQL paths, and what it
+-- costs now for every claim or complete those paths do not settle.
 \set k random(1000000, 9000000000000000)
 WITH r AS (SELECT * FROM idemd.claim(ARRAY[0], ARRAY[decode(lpad(to_hex(:k::bigint), 32, '0'), 'hex')],
        ARRAY[1], ARRAY['user-42'],

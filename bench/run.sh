@@ -491,6 +491,7 @@ for r in $(seq "$RUNS"); do
   wrk_run key_batch "r$r" "$URL" key_claims.lua "$DUR" 16 batch "kb$r" 100
   if [ "$DIAG" = 1 ]; then
     pgbench_run db_first_submit "r$r" pgbench_db_first_submit.sql "$DIAG_DUR" optional
+    pgbench_run db_first_submit_fn "r$r" pgbench_db_first_submit_functions.sql "$DIAG_DUR" optional
     pgbench_run db_replay "r$r" pgbench_db_replay.sql "$DIAG_DUR" optional
     pgbench_run db_select "r$r" pgbench_db_select.sql "$DIAG_DUR" optional
   fi

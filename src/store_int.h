@@ -53,6 +53,8 @@ enum {
 	ST_RECORD_LIST,
 	ST_REPLAYS_ADD,
 	ST_RECORDS_STUCK,
+	ST_CLAIM_FRESH,
+	ST_COMPLETE_CURRENT,
 };
 
 /* Who did it, for the audit trail; never NULL in a statement. */

@@ -251,6 +251,51 @@ class Batches(IdemdCase):
         self.assertEqual([(x["status"], x.get("code")) for x in j["items"]],
                          [(409, "not_in_progress"), (200, None), (409, "completion_conflict")])
 
+    def test_mixed_batches_write_one_event_per_change(self):
+        """A batch whose fresh elements are settled by the plain-SQL path
+        and whose others go on to idemd.claim / idemd.complete: every
+        record changed exactly once, with exactly one audit event each."""
+        op = self.put_operation()
+        done, busy, lost = uniq("done"), uniq("busy"), uniq("lost")
+        for k in (done, busy, lost):
+            assert_status(self, self.single(op, {"key": k, "request": {"k": k}}), 201)
+        assert_status(self, self.client.post(path(op, done, "complete"),
+                                             {"attempt": 1, "status": 201, "body": {"ok": 1}}), 200)
+        fresh = [uniq("f") for _ in range(3)]
+        items = [{"key": fresh[0], "request": {"k": fresh[0]}},
+                 {"key": done, "request": {"k": done}},
+                 {"key": fresh[1], "request": {"k": fresh[1]}},
+                 {"key": busy, "request": {"k": busy}},
+                 {"key": fresh[2], "request": {"k": fresh[2]}}]
+        j = assert_status(self, self.claims(op, items), 200)
+        self.assertEqual([x["status"] for x in j["items"]], [201, 200, 201, 409, 201])
+        ids = {it["key"]: x.get("id") for it, x in zip(items, j["items"])}
+        comps = [{"key": fresh[0], "attempt": 1, "status": 200, "body": {"n": 0}},
+                 {"key": done, "attempt": 1, "status": 201, "body": {"ok": 1}},
+                 {"key": lost, "attempt": 2, "status": 200},
+                 {"key": fresh[1], "attempt": 1, "status": 200, "body": {"n": 1}},
+                 {"key": uniq("never"), "attempt": 1, "status": 200}]
+        j = assert_status(self, self.completions(op, comps), 200)
+        self.assertEqual([(x["status"], x.get("code")) for x in j["items"]],
+                         [(200, None), (200, None), (409, "lease_lost"), (200, None),
+                          (409, "not_in_progress")])
+
+        def events(key):
+            rid = ids.get(key) or assert_status(
+                self, self.client.get(path(op, key)), 200)["id"]
+            r = self.client.get("/v1/records/%s/events" % rid)
+            return [e["event"] for e in assert_status(self, r, 200)["events"]]
+        self.assertEqual(events(fresh[0]), ["claimed", "completed"])
+        self.assertEqual(events(fresh[1]), ["claimed", "completed"])
+        self.assertEqual(events(fresh[2]), ["claimed"])
+        self.assertEqual(events(done), ["claimed", "completed"])
+        self.assertEqual(events(busy), ["claimed"])
+        self.assertEqual(events(lost), ["claimed"])
+        # the replays are what was stored, whichever path stored it
+        j = assert_status(self, self.claims(op, items[:3]), 200)
+        self.assertEqual([x["response"]["body"] for x in j["items"]],
+                         [{"n": 0}, {"ok": 1}, {"n": 1}])
+
     def test_random_batches_match_the_model(self):
         """Random batches over keys that are new, in progress or completed,
         with matching or other requests: each item's answer is the one the
