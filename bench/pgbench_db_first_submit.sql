@@ -28,8 +28,19 @@ WITH x AS (SELECT * FROM unnest(ARRAY[0], ARRAY[decode(lpad(to_hex(:k::bigint), 
                                        expires_at)
             SELECT 0, decode(lpad(to_hex(:k::bigint), 32, '0'), 'hex'), 'claimed', 1, NULL,
                    NULL, 'api_key:1', now() + make_interval(secs => 86400)
-              FROM got g)
-SELECT (extract(epoch from lease_expires_at) * 1000)::bigint, i FROM got ORDER BY i;
+              FROM got g),
+     old AS (SELECT x.i, 'replay' AS outcome, rec.attempt, rec.expires_at AS until,
+                    rec.response_status, rec.response_headers, rec.response_body,
+                    rec.response_is_json
+               FROM x JOIN records rec ON rec.tenant_id = x.tenant AND rec.token_id = x.id
+              WHERE rec.state = 'completed' AND rec.fingerprint IS NOT DISTINCT FROM x.fp)
+SELECT outcome, attempt, (extract(epoch from until) * 1000)::bigint, NULL::int,
+       response_status, response_headers, response_body, response_is_json, NULL::bigint, i
+  FROM (SELECT g.i, 'claimed' AS outcome, 1 AS attempt, g.lease_expires_at AS until,
+               NULL::int AS response_status, NULL::jsonb AS response_headers,
+               NULL::bytea AS response_body, NULL::boolean AS response_is_json FROM got g
+        UNION ALL SELECT * FROM old) r
+ ORDER BY i;
 WITH u AS (SELECT * FROM unnest(ARRAY[0], ARRAY[decode(lpad(to_hex(:k::bigint), 32, '0'), 'hex')],
        ARRAY[1], ARRAY[201], ARRAY['{"location": "/orders/1001"}'::jsonb],
        ARRAY[convert_to('{"order_id":1001,"total":"19.99","currency":"EUR"}', 'UTF8')],

@@ -493,6 +493,7 @@ for r in $(seq "$RUNS"); do
     pgbench_run db_first_submit "r$r" pgbench_db_first_submit.sql "$DIAG_DUR" optional
     pgbench_run db_first_submit_fn "r$r" pgbench_db_first_submit_functions.sql "$DIAG_DUR" optional
     pgbench_run db_replay "r$r" pgbench_db_replay.sql "$DIAG_DUR" optional
+    pgbench_run db_replay_fn "r$r" pgbench_db_replay_functions.sql "$DIAG_DUR" optional
     pgbench_run db_select "r$r" pgbench_db_select.sql "$DIAG_DUR" optional
   fi
   rss_sample "round$r"

@@ -42,13 +42,18 @@ static const struct db_stmt st_complete_many = {
 	10
 };
 
-/* The common cases in plain SQL, twice as cheap for PostgreSQL as the
- * functions (bench/README.md, "Where a first submit's time goes"): a claim
- * that makes a fresh record, and a complete of the current attempt of a
- * record in progress. Each writes only the elements it settles and returns
- * their rows; the rest then go through idemd.claim / idemd.complete. Both
- * are the functions' own INSERT and UPDATE: the same row, the same lock
- * order (records in record order), the same audit event. */
+/* The common cases in plain SQL, which costs PostgreSQL half (a fresh
+ * claim and its completion) to a third (a replay) of what the PL/pgSQL
+ * functions cost (bench/README.md, "Where a first submit's time goes"):
+ * a claim that makes a fresh record or finds it completed, and a complete
+ * of the current attempt of a record in progress. Each settles only those
+ * elements and returns their rows; the rest then go through idemd.claim /
+ * idemd.complete. They follow the functions' rules: the same INSERT and
+ * audit event, a replay for a completed record with the same fingerprint
+ * (read without a lock: completed is final), the same UPDATE with the
+ * records locked in record order. A record this statement makes is not in
+ * its snapshot and one it finds completed is not inserted, so no element
+ * comes back twice. */
 static const struct db_stmt st_claim_fresh = {
 	ST_CLAIM_FRESH, "claim_fresh",
 	"WITH x AS (SELECT * FROM unnest($1::int[], $2::bytea[], $3::int[], $4::text[], "
@@ -67,8 +72,18 @@ static const struct db_stmt st_claim_fresh = {
 	"JOIN x ON x.tenant = ins.tenant_id AND x.id = ins.token_id), "
 	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[g.i], ($2::bytea[])[g.i], 'claimed', 1, NULL, "
 	"NULL, ($8::text[])[g.i], " EVENT_UNTIL(
-		"($9::int[])[g.i]") " FROM got g) "
-				    "SELECT " MS("lease_expires_at") ", i FROM got ORDER BY i",
+		"($9::int[])[g.i]") " FROM got g), "
+				    "old AS (SELECT x.i, 'replay' AS outcome, rec.attempt, rec.expires_at AS until, "
+				    "rec.response_status, rec.response_headers, rec.response_body, rec.response_is_json "
+				    "FROM x JOIN records rec ON rec.tenant_id = x.tenant AND rec.token_id = x.id "
+				    "WHERE rec.state = 'completed' AND rec.fingerprint IS NOT DISTINCT FROM x.fp) "
+				    "SELECT outcome, attempt, " MS(
+					    "until") ", NULL::int, response_status, response_headers, "
+						     "response_body, response_is_json, NULL::bigint, i FROM ("
+						     "SELECT g.i, 'claimed' AS outcome, 1 AS attempt, g.lease_expires_at AS until, "
+						     "NULL::int AS response_status, NULL::jsonb AS response_headers, "
+						     "NULL::bytea AS response_body, NULL::boolean AS response_is_json FROM got g "
+						     "UNION ALL SELECT * FROM old) r ORDER BY i",
 	9
 };
 static const struct db_stmt st_complete_current = {
@@ -451,29 +466,32 @@ static int store_claim_fresh_fits(const struct claim_args *const *a, size_t n)
 	return 1;
 }
 
-/* Marks the elements st_claim_fresh made (rows: lease, i) claimed in RES
- * and DONE; -1 if a row does not fit the batch. */
+/* Fills RES[i] and DONE[i] from each row of st_claim_fresh (columns as
+ * st_claim_many's); -1 if a row does not fit (RES holds nothing then). */
 static int store_claim_fresh_rows(const PGresult *r, struct claim_result *const *res, char *done,
 				  size_t n)
 {
-	for (int row = 0; row < PQntuples(r); row++) {
-		int64_t i = store_i64(r, row, 1) - 1;
-		if (i < 0 || (size_t)i >= n || done[i])
-			return -1;
-		memset(res[i], 0, sizeof(*res[i]));
-		res[i]->cr_outcome = CLAIM_CLAIMED;
-		res[i]->cr_attempt = 1;
-		res[i]->cr_lease_expires_at = store_i64(r, row, 0);
+	int row;
+
+	for (row = 0; row < PQntuples(r); row++) {
+		int64_t i = store_i64(r, row, 9) - 1;
+		if (i < 0 || (size_t)i >= n || done[i] || store_claim_row(r, row, res[i]) < 0)
+			break;
 		done[i] = 1;
 	}
-	return 0;
+	if (row == PQntuples(r))
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (done[i])
+			store_response_free(&res[i]->cr_response);
+	return -1;
 }
 
-/* Fresh records in one statement (the common case: one round trip, one
- * commit); whatever that did not settle then through idemd.claim. A
- * failure of the second statement leaves the first one's records claimed
- * and unanswered, as a connection lost after a commit does: their lease
- * ends and a retry takes over. */
+/* Fresh records and replays in one statement (the common cases: one round
+ * trip, one commit at most); whatever that did not settle then through
+ * idemd.claim. A failure of the second statement leaves the first one's
+ * records claimed and unanswered, as a connection lost after a commit
+ * does: their lease ends and a retry takes over. */
 int store_claim_many(const struct claim_args *const *a, struct claim_result *const *res, size_t n)
 {
 	if (n == 0 || !store_claim_fresh_fits(a, n))
@@ -501,6 +519,10 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 			rr[m++] = res[i];
 		}
 	rc = m == 0 ? 0 : store_claim_all(ra, rr, m);
+	if (rc < 0)
+		for (size_t i = 0; i < n; i++)
+			if (done[i])
+				store_response_free(&res[i]->cr_response);
 out:
 	PQclear(r);
 	store_arrays_free(arrs, 13);

@@ -295,6 +295,19 @@ class Batches(IdemdCase):
         j = assert_status(self, self.claims(op, items[:3]), 200)
         self.assertEqual([x["response"]["body"] for x in j["items"]],
                          [{"n": 0}, {"ok": 1}, {"n": 1}])
+        # and on another instance, whose replay cache has none of them, the
+        # database answers replays, the in-progress one and a different
+        # request in one batch, as single claims would be answered
+        second = self.idemd.start()
+        other = Client(second.port, self.api_key)
+        cold = [items[0], items[1], items[4], {"key": fresh[1], "request": {"k": "other"}}]
+        j = assert_status(self, self.claims(op, cold, client=other), 200)
+        self.assertEqual([(x["status"], x.get("code")) for x in j["items"]],
+                         [(200, None), (200, None), (409, "request_in_progress"),
+                          (422, "fingerprint_mismatch")])
+        self.assertEqual([j["items"][k]["response"]["body"] for k in (0, 1)],
+                         [{"n": 0}, {"ok": 1}])
+        self.assertEqual(events(fresh[2]), ["claimed"])
 
     def test_random_batches_match_the_model(self):
         """Random batches over keys that are new, in progress or completed,
