@@ -86,9 +86,16 @@ static const struct db_stmt st_claim_fresh = {
 						     "UNION ALL SELECT * FROM old) r ORDER BY i",
 	9
 };
+/* Its first array passes through a volatile expression, so that the
+ * planner cannot see how long the arrays are when it plans a call either:
+ * then it keeps one plan per connection (the generic plan) instead of
+ * planning every call anew for the length at hand, which took a third of
+ * the statement's time (pg_stat_statements: 5,688 plans in 7,257 calls,
+ * 0.37 ms each; the claim above is planned once already). */
 static const struct db_stmt st_complete_current = {
 	ST_COMPLETE_CURRENT, "complete_current",
-	"WITH u AS (SELECT * FROM unnest($1::int[], $2::bytea[], $3::int[], $4::int[], "
+	"WITH u AS (SELECT * FROM unnest(CASE WHEN random() >= 0 THEN $1::int[] END, $2::bytea[], "
+	"$3::int[], $4::int[], "
 	"$5::jsonb[], $6::bytea[], $7::boolean[], $8::int[]) WITH ORDINALITY "
 	"AS x(tenant, id, attempt, status, headers, body, is_json, retention, i)), "
 	"locked AS (SELECT rec.tenant_id, rec.token_id FROM records rec "
