@@ -1,5 +1,6 @@
--- pgbench_db_replay_functions.sql: diagnostic, as pgbench_db_replay.sql
--- but through the PL/pgSQL function idemd.claim of migrations/0009: what a
+-- pgbench_db_replay_functions.sql: diagnostic, as the db_replay of run.sh
+-- (the claim of pgbench_db_first_submit.sql over a completed record) but
+-- through the PL/pgSQL function idemd.claim of migrations/0009: what a
 -- replay that missed the replay cache cost the database before the
 -- plain-SQL claim, one transaction each. It writes nothing.
 \set i random(1, 10000)

@@ -240,6 +240,12 @@ GW_OP_ID=$(sql "SELECT id FROM operations WHERE name = 'gw.order.create'")
 pg psql "$PGDIR" -d idemd -q -f "$BENCH/pgbench_setup.sql"
 # database-only diagnostics (idemd's SQL functions driven by pgbench)
 DIAG=1 DIAG_DUR=$(( DUR < 5 ? DUR : 5 ))
+# the replay diagnostic: the first submit's claim statement, over the
+# completed records of pgbench_db_setup.sql instead of fresh ones
+{ printf -- '-- the claim of pgbench_db_first_submit.sql over a completed record\n'
+  printf '\\set k random(1, 10000)\n'
+  sed -n '/^WITH x AS/,/ORDER BY i;$/p' "$BENCH/pgbench_db_first_submit.sql"
+} >"$WORK/pgbench_db_replay.sql"
 pg psql "$PGDIR" -d idemd -q -f "$BENCH/pgbench_db_setup.sql" >"$WORK/diag.log" 2>&1 || {
   DIAG=0; note "database-only diagnostics skipped: $(head -c 200 "$WORK/diag.log")"; }
 
@@ -318,7 +324,8 @@ wrk_run() {
   [ -n "$line" ] || { tail -n 5 "$out" >&2; die "wrk $name gave no result (see $out)"; }
   # WAL written meanwhile: what the database had to make durable
   line="$line wal_bytes=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$lsn0')::bigint")"
-  [ "$round" = warmup ] || echo "$name $round $line" >>"$RESULTS"
+  # warm-ups and the perf-sampled --profile runs are not measurements
+  case "$round" in warmup|profile*) ;; *) echo "$name $round $line" >>"$RESULTS" ;; esac
   LAST=$line
   python3 - "$name" "$round" "$line" <<'EOF'
 import sys
@@ -352,7 +359,8 @@ pgbench_run() {
   local out=$RAW/$name.$round.txt lsn0
   lsn0=$(sql "SELECT pg_current_wal_insert_lsn()")
   if ! "$PGBIN/pgbench" -h "$PSOCK" -U "$PROLE" -M prepared -n -c 8 -j 2 -T "$dur" \
-       -f "$BENCH/$script" idemd >"$out" 2>&1 || grep -q 'aborted' "$out"; then
+       -f "$(case $script in /*) echo "$script" ;; *) echo "$BENCH/$script" ;; esac)" idemd \
+       >"$out" 2>&1 || grep -q 'aborted' "$out"; then
     [ -n "$optional" ] || { cat "$out" >&2; die "pgbench $name failed"; }
     note "$name failed (see bench/results/raw/$name.$round.txt); skipped"
     DIAG=0
@@ -492,7 +500,7 @@ for r in $(seq "$RUNS"); do
   if [ "$DIAG" = 1 ]; then
     pgbench_run db_first_submit "r$r" pgbench_db_first_submit.sql "$DIAG_DUR" optional
     pgbench_run db_first_submit_fn "r$r" pgbench_db_first_submit_functions.sql "$DIAG_DUR" optional
-    pgbench_run db_replay "r$r" pgbench_db_replay.sql "$DIAG_DUR" optional
+    pgbench_run db_replay "r$r" "$WORK/pgbench_db_replay.sql" "$DIAG_DUR" optional
     pgbench_run db_replay_fn "r$r" pgbench_db_replay_functions.sql "$DIAG_DUR" optional
     pgbench_run db_select "r$r" pgbench_db_select.sql "$DIAG_DUR" optional
   fi
