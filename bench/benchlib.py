@@ -234,7 +234,7 @@ def cmd_report(path, out, scale=False):
     waiters_only = info.get("mode") == "waiters-only"
     if waiters_only:
         w("Written by `bench/run.sh --waiters-only` on %s: the waiter bench alone, %s "
-          "rounds, each on one idemd and across two (load generator `waiters_load.c` on the same "
+          "rounds, each on one idemd, across two and on a trivial libmicrohttpd server (load generator `waiters_load.c` on the same "
           "machine, all on 127.0.0.1)." % (info.get("date", "?"),
                                              len(rep.of("waiters_1"))))
     else:
@@ -364,11 +364,17 @@ def cmd_report(path, out, scale=False):
                          sum(int(r.get("unanswered", 0)) for r in wr)),
                      "", "", "every waiter (issue 13)", wverdict(got == n)))
         p99 = median([r.get("p99_us", 0) / 1000.0 for r in wr])
+        # the floor: a trivial libmicrohttpd server answering as many
+        # suspended connections (waiters.sh, waiters_floor)
+        fl = rep.of("waiters_floor")
+        fp99 = median([r.get("p99_us", 0) / 1000.0 for r in fl]) if fl else None
         rows.append(("%s: p99 wake-up after the completion's 200 (ms)" % what,
                      "%s (p50 %s; rounds: %s)" % (
                          fmt_ms(p99), fmt_ms(median([r.get("p50_us", 0) / 1000.0 for r in wr])),
                          ", ".join(fmt_ms(r.get("p99_us", 0) / 1000.0) for r in wr)),
-                     "", "", "< %d ms (issue 13)" % p99_limit, wverdict(p99 < p99_limit)))
+                     "floor %s" % fmt_ms(fp99) if fp99 else "",
+                     "%.2f" % (p99 / fp99) if fp99 else "",
+                     "< %d ms (issue 13)" % p99_limit, wverdict(p99 < p99_limit)))
         keys = sorted(k for k in wr[0] if k.startswith("rss") and k.endswith("_kb"))
         rss = [median([r.get(k, 0) / 1024.0 for r in wr]) for k in keys]
         if rss:
@@ -544,7 +550,7 @@ def cmd_report(path, out, scale=False):
             w("- " + d)
         w("")
 
-    wruns = rep.of("waiters_1") + rep.of("waiters_2")
+    wruns = rep.of("waiters_1") + rep.of("waiters_2") + rep.of("waiters_floor")
     if wruns:
         w("## Waiters")
         w("")
@@ -554,7 +560,8 @@ def cmd_report(path, out, scale=False):
         w("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
         for r in wruns:
             w("| %s, %s | %d | %d | %d | %d | %d | %s | %s | %d | %s | %d (%d) |" % (
-                "one instance" if r["scenario"] == "waiters_1" else "two instances", r["round"],
+                {"waiters_1": "one instance", "waiters_2": "two instances"}.get(
+                    r["scenario"], "floor (trivial libmicrohttpd)"), r["round"],
                 int(r.get("n", 0)), int(r.get("replayed", 0)), int(r.get("answered_early", 0)),
                 int(r.get("other_status", 0)), int(r.get("unanswered", 0)),
                 " / ".join(fmt_ms(r.get(k, 0) / 1000.0)
@@ -563,6 +570,11 @@ def cmd_report(path, out, scale=False):
                 fmt_ms(r.get("loader_cpu_us", 0) / 1000.0), int(r.get("db_jobs", 0)),
                 int(r.get("db_batches", 0))))
         w("")
+        w("Floor: the same load on `baseline_mhd --park 1`, a trivial libmicrohttpd server "
+          "with idemd's daemon flags, threads and per-connection memory that suspends every "
+          "request and, on the completion, resumes them all and answers each with one static "
+          "response: what waking and answering the suspended connections costs the HTTP "
+          "library alone on this machine.")
         w("Wake-up: from reading the completion's 200 to reading each waiter's answer. "
           "Database jobs: claims and completes idemd sent to PostgreSQL during the run, "
           "all instances (the waiters' first claims, the holder's claim and completion, "

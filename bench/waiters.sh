@@ -10,8 +10,9 @@
 # of them wait. Then the same with the waiters spread over two idemd
 # instances on the same database, the record claimed and completed on the
 # first (the second learns of it through PostgreSQL's notification).
-# BENCH_WAITER_ROUNDS rounds (default 3) of both, each on fresh processes;
-# the report gives medians.
+# Then the same load on a trivial libmicrohttpd server (waiters_floor).
+# BENCH_WAITER_ROUNDS rounds (default 3) of all three, each on fresh
+# processes; the report gives medians.
 #
 # Only the bench's configuration changes for this: max_connections 12000
 # (default 4096) and max_connections_per_ip 0 (no cap; default 1024), as
@@ -83,19 +84,50 @@ waiters_run() {  # waiters_run NAME ROUND PORTS PIDS
   read -r b1 j1 < <(waiters_batches "$ports")
   line="$line db_batches=$((b1 - b0)) db_jobs=$((j1 - j0))"
   echo "$name $round $line" >>"$RESULTS"
-  python3 - "$name $round" "$line" <<'PYEOF'
+  waiters_print "$name $round" "$line"
+}
+
+waiters_print() {  # waiters_print "NAME ROUND" LINE: one summary line
+  python3 - "$1" "$2" <<'PYEOF'
 import sys
 name, line = sys.argv[1:]
 r = dict(kv.split("=") for kv in line.split())
 rss = " + ".join("%.1f" % (int(r[k]) / 1024) for k in sorted(r) if k.startswith("rss"))
-print("    %-13s %s waiters: %s replayed, %s early, %s other, %s unanswered; wake-up "
-      "p50 %.1f ms, p99 %.1f ms, max %.1f ms; idemd VmRSS %s MiB; connecting took %s ms; "
+print("    %-16s %s waiters: %s replayed, %s early, %s other, %s unanswered; wake-up "
+      "p50 %.1f ms, p99 %.1f ms, max %.1f ms; VmRSS %s MiB; connecting took %s ms; "
       "load generator CPU while answers came %.0f ms; database jobs %s in %s batches" % (
           name, r["n"], r["replayed"], r["answered_early"], r["other_status"],
           r["unanswered"], int(r["p50_us"]) / 1e3, int(r["p99_us"]) / 1e3,
           int(r["max_us"]) / 1e3, rss, r["connect_ms"], int(r["loader_cpu_us"]) / 1e3,
           r["db_jobs"], r["db_batches"]))
 PYEOF
+}
+
+# The floor: the same load on baseline_mhd --park (a trivial libmicrohttpd
+# server with idemd's daemon flags and threads that suspends every request
+# and, on a completion, resumes them all and answers each with one static
+# response), so the report can say what waking 10,000 suspended
+# connections costs libmicrohttpd itself on this machine.
+waiters_floor() {  # waiters_floor ROUND
+  local port pid out line
+  read -r port < <(python3 "$BENCH/benchlib.py" free-ports 1)
+  "$BUILD/baseline_mhd" --port "$port" --threads "$THREADS" --connections 12000 --timeout 120 \
+    --park 1 2>>"$WORK/baseline_park.log" &
+  pid=$!
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.1
+  done
+  out=$RAW/waiters_floor.$1.txt
+  "$BUILD/waiters_load" --ports "$port" --pids "$pid" --n "$WAITERS_N" --op "$WAITERS_OP" \
+    --key floor --api-key none --wait 60 --settle-ms 3000 --timeout-s 45 \
+    >"$out" 2>&1 || { cat "$out" >&2; stop_pid "$pid"; die "waiters_load failed on the floor"; }
+  stop_pid "$pid"
+  line=$(sed -n 's/^WAITERS_RESULT //p' "$out" | tail -n 1)
+  [ -n "$line" ] || { cat "$out" >&2; die "waiters_load gave no result on the floor"; }
+  line="$line db_batches=0 db_jobs=0"
+  echo "waiters_floor $1 $line" >>"$RESULTS"
+  waiters_print "waiters_floor $1" "$line"
 }
 
 waiters_bench() {
@@ -121,6 +153,7 @@ waiters_bench() {
     waiters_run waiters_2 "r$r" "$PORT,$PORT2" "$IDEMD_PID,$IDEMD2_PID"
     stop_pid "$IDEMD2_PID"
     IDEMD2_PID=
+    waiters_floor "r$r"
   done
   CONF=$saved
   restart_idemd

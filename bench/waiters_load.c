@@ -12,7 +12,8 @@
  *                [--timeout-s S]
  *
  * Prints one line: WAITERS_RESULT key=value ... (latencies in µs, signed:
- * an answer read before the completion's own 200 counts negative). */
+ * an answer read before the completion's own 200 counts negative; the
+ * answer phase as phase_mono_us=FROM-TO, CLOCK_MONOTONIC µs). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -345,6 +346,9 @@ int main(int argc, char **argv)
 	       (long long)PCT(99), (long long)(m ? lat[m - 1] : 0), cpu_us);
 	for (int i = 0; i < npids; i++)
 		printf(" rss%d_kb=%ld", i + 1, rss[i]);
-	printf("\n");
+	/* the answer phase on CLOCK_MONOTONIC, to cut a profile to it
+	 * (perf record -k mono, perf report --time) */
+	printf(" phase_mono_us=%lld-%lld\n", (long long)t_send,
+	       (long long)(m ? t_done + lat[m - 1] : t_done));
 	return 0;
 }

@@ -32,59 +32,60 @@
 #include "versionkey.h"
 #include "waiters.h"
 
-/* The direct API's reply to a duplicate of a completed claim (new text,
- * free with free), or NULL. */
-static char *engine_replay_text(const struct stored_response *r)
+/* The direct API's envelope of a completed claim's response (new text of
+ * *LEN bytes, free with free), or NULL. */
+static char *engine_replay_text(const struct stored_response *r, const struct token *t, size_t *len)
 {
+	(void)t;
 	json_t *o = json_pack("{s:s,s:o}", "state", "completed", "response", reqjson_response(r));
-	char *text = http_json_text(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY, NULL);
+	char *text = http_json_text(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY, len);
 
 	json_decref(o);
 	return text;
 }
 
-/* Sends TEXT (LEN bytes) as the reply to a duplicate; NULL (out of memory
- * while rendering it): 503, which the client retries like any other. */
-static void engine_replay_send(struct request *req, const char *text, size_t len)
+static const struct engine_replay engine_replay_direct = { ENGINE_REPLAY_DIRECT, engine_replay_text,
+							   NULL };
+
+/* Sends REPLY (an envelope of LEN bytes, taken) to a duplicate; NULL (out
+ * of memory while rendering it): 503, which the client retries like any
+ * other. */
+static void engine_replay_send(struct request *req, char *reply, size_t len)
 {
-	if (text == NULL) {
+	if (reply == NULL) {
 		problem_unavailable(req);
 		return;
 	}
-	http_reply_bytes(req, 200, "application/json", text, len);
+	http_reply_take(req, 200, "application/json", reply, len);
 	http_set_header(req, "Idempotent-Replayed", "true");
 }
 
-/* Replays a completed response to a duplicate. */
-static void engine_replay(struct request *req, const struct stored_response *r,
-			  const struct token *t)
+/* Answers a duplicate of T (fingerprint FP) of a completed claim from its
+ * response R through RP: with REPLY (taken) when the replay cache held the
+ * envelope, else renders it and keeps it there. The direct API's also
+ * keeps this request's body, so that the same bytes next time are
+ * answered by engine_replay_raw(). */
+static void engine_replay_answer(struct request *req, const struct engine_replay *rp,
+				 const struct token *t, const uint8_t *fp,
+				 const struct stored_response *r, char *reply, size_t len)
 {
-	(void)t;
-	char *text = engine_replay_text(r);
+	int direct = rp->er_kind == ENGINE_REPLAY_DIRECT;
 
-	engine_replay_send(req, text, text ? strlen(text) : 0);
-	free(text);
-}
-
-/* A replay cache hit of the direct API: sends REPLY (the rendered reply,
- * or NULL to render R), and keeps the rendered reply and this request's
- * body in the entry, so that the same body next time is answered by
- * engine_replay_raw(). */
-static void engine_replay_cached(struct request *req, const struct token *t, const uint8_t *fp,
-				 const struct stored_response *r, char *reply, size_t reply_len)
-{
-	char *text = reply;
-
-	if (text == NULL) {
-		text = engine_replay_text(r);
-		reply_len = text ? strlen(text) : 0;
+	if (rp->er_render == NULL) {
+		free(reply);
+		rp->er_send(req, r);
+		return;
 	}
-	engine_replay_send(req, text, reply_len);
-	if (text != NULL)
-		replaycache_set_reply(t->tenant_id, t->id, fp, req->req_body ? req->req_body : "",
-				      req->req_body_len, text, reply_len);
-	if (text != reply)
-		free(text);
+	if (reply == NULL)
+		reply = rp->er_render(r, t, &len);
+	else if (!direct)
+		goto send; /* nothing to add to the cache */
+	if (reply != NULL)
+		replaycache_set_reply(t->tenant_id, t->id, fp, rp->er_kind,
+				      direct ? (req->req_body ? req->req_body : "") : NULL,
+				      req->req_body_len, reply, len);
+send:
+	engine_replay_send(req, reply, len);
 }
 
 void engine_count_replay(const struct token *t, int waited)
@@ -100,8 +101,9 @@ int engine_replay_raw(struct request *req, const struct token *t)
 	size_t len;
 
 	http_note_record(req, t->id);
-	if (replaycache_get_raw(t->tenant_id, t->id, req->req_body ? req->req_body : "",
-				req->req_body_len, &reply, &len) != REPLAYCACHE_HIT)
+	if (replaycache_get_raw(t->tenant_id, t->id, ENGINE_REPLAY_DIRECT,
+				req->req_body ? req->req_body : "", req->req_body_len, &reply,
+				&len) != REPLAYCACHE_HIT)
 		return 0;
 	metrics_add(METRIC_REPLAYS, 1);
 	engine_count_replay(t, 0);
@@ -130,7 +132,9 @@ struct engine_claim {
 	char tc_vkey[VERSIONKEY_MAX + 1];
 	struct claim_args tc_args;
 	struct claim_result tc_res;
-	engine_replay_fn tc_replay;
+	const struct engine_replay *tc_replay;
+	char *tc_reply; /* the envelope, when a waiter found it in the replay cache */
+	size_t tc_reply_len;
 	engine_claimed_fn tc_claimed;
 	void *tc_arg;
 	int tc_answer_later;   /* CLAIMED never keeps the connection */
@@ -142,24 +146,21 @@ struct engine_claim {
 };
 
 int engine_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
-			engine_replay_fn replay)
+			const struct engine_replay *replay)
 {
+	const struct engine_replay *rp = replay != NULL ? replay : &engine_replay_direct;
 	struct stored_response r;
 	char *reply = NULL;
 	size_t reply_len = 0;
-	int direct = replay == NULL;
-	enum replaycache_hit cached =
-		replaycache_lookup(t->tenant_id, t->id, fp, &r, direct ? &reply : NULL, &reply_len);
+	enum replaycache_hit cached = replaycache_lookup(t->tenant_id, t->id, fp, rp->er_kind, &r,
+							 rp->er_render != NULL ? &reply : NULL,
+							 &reply_len);
 
 	http_note_record(req, t->id);
 	if (cached == REPLAYCACHE_HIT) {
 		metrics_add(METRIC_REPLAYS, 1);
 		engine_count_replay(t, 0);
-		if (direct)
-			engine_replay_cached(req, t, fp, &r, reply, reply_len);
-		else
-			replay(req, &r, t);
-		free(reply);
+		engine_replay_answer(req, rp, t, fp, &r, reply, reply_len);
 		store_response_free(&r);
 		return -1;
 	}
@@ -304,7 +305,9 @@ static int engine_claim_answer(struct request *req, struct engine_claim *c, int 
 		if (!c->tc_from_cache)
 			replaycache_put(t->tenant_id, t->id, c->tc_has_fp ? c->tc_fp : NULL,
 					&res->cr_response, res->cr_record_expires_at);
-		c->tc_replay(req, &res->cr_response, t);
+		engine_replay_answer(req, c->tc_replay, t, c->tc_has_fp ? c->tc_fp : NULL,
+				     &res->cr_response, c->tc_reply, c->tc_reply_len);
+		c->tc_reply = NULL;
 		break;
 	case CLAIM_IN_PROGRESS:
 		metrics_add(METRIC_CONFLICTS, 1);
@@ -397,7 +400,7 @@ static json_t *engine_checkpoint_read(const struct token *t)
 }
 
 static struct engine_claim *engine_claim_new(struct request *req, const struct token *t,
-					     const uint8_t *fp, engine_replay_fn replay)
+					     const uint8_t *fp, const struct engine_replay *replay)
 {
 	struct engine_claim *c = calloc(1, sizeof(*c));
 
@@ -410,11 +413,17 @@ static struct engine_claim *engine_claim_new(struct request *req, const struct t
 	c->tc_has_fp = fp != NULL;
 	if (fp != NULL)
 		memcpy(c->tc_fp, fp, STORE_HASH_BYTES);
-	c->tc_replay = replay != NULL ? replay : engine_replay;
+	c->tc_replay = replay != NULL ? replay : &engine_replay_direct;
 	c->tc_job.bj_kind = BATCHER_CLAIM;
 	c->tc_job.bj_claim = &c->tc_args;
 	c->tc_job.bj_claim_result = &c->tc_res;
 	return c;
+}
+
+static void engine_claim_free(struct engine_claim *c)
+{
+	free(c->tc_reply);
+	free(c);
 }
 
 /* The claim's answer, built on the thread that then sends it. */
@@ -431,7 +440,7 @@ static void engine_claim_finish(struct request *req, void *arg)
 	} else {
 		(void)c->tc_claimed(req, NULL, c->tc_arg);
 	}
-	free(c);
+	engine_claim_free(c);
 }
 
 /* Batcher thread: the claim's result is committed. A claim whose CLAIMED
@@ -454,13 +463,25 @@ static void engine_woken(struct waiter *w, int expired)
 	memset(&c->tc_res, 0, sizeof(c->tc_res));
 	/* the instance that stored the completion holds it in its replay
 	 * cache: thousands of waiters of one record are answered from there,
-	 * not by as many claims in the database */
+	 * not by as many claims in the database, and the first of them
+	 * renders the envelope that all the others then send */
+	const struct engine_replay *rp = c->tc_replay;
+	const uint8_t *fp = c->tc_has_fp ? c->tc_fp : NULL;
 	struct stored_response r;
+	char *reply = NULL;
 	size_t len = 0;
-	if (replaycache_lookup(c->tc_token.tenant_id, c->tc_token.id,
-			       c->tc_has_fp ? c->tc_fp : NULL, &r, NULL, &len) == REPLAYCACHE_HIT) {
+	if (replaycache_lookup(c->tc_token.tenant_id, c->tc_token.id, fp, rp->er_kind, &r,
+			       rp->er_render != NULL ? &reply : NULL, &len) == REPLAYCACHE_HIT) {
+		if (reply == NULL && rp->er_render != NULL) {
+			reply = rp->er_render(&r, &c->tc_token, &len);
+			if (reply != NULL)
+				replaycache_set_reply(c->tc_token.tenant_id, c->tc_token.id, fp,
+						      rp->er_kind, NULL, 0, reply, len);
+		}
 		c->tc_res.cr_outcome = CLAIM_REPLAY;
 		c->tc_res.cr_response = r;
+		c->tc_reply = reply;
+		c->tc_reply_len = len;
 		c->tc_from_cache = 1;
 		c->tc_job.bj_rc = 0;
 		engine_claim_done(&c->tc_job);
@@ -513,20 +534,21 @@ static void engine_claim_done(struct batcher_job *j)
 		keep = c->tc_claimed(req, &c->tc_res, c->tc_arg);
 	else
 		(void)c->tc_claimed(req, NULL, c->tc_arg);
-	free(c);
+	engine_claim_free(c);
 	if (!keep)
 		http_resume(req);
 }
 
 int engine_claim(struct request *req, const struct token *t, const uint8_t *fp,
-		 engine_replay_fn replay, engine_claimed_fn claimed, int keeps, void *arg)
+		 const struct engine_replay *replay, engine_claimed_fn claimed, int keeps,
+		 void *arg)
 {
 	struct engine_claim *c = engine_claim_new(req, t, fp, replay);
 
 	if (c == NULL)
 		return -1;
 	if (engine_claim_prepare(req, c) < 0) {
-		free(c);
+		engine_claim_free(c);
 		return -1;
 	}
 	c->tc_claimed = claimed;

@@ -34,10 +34,24 @@ int engine_verify(struct request *req, const char *text, struct token *t) IDEMD_
 /* engine_verify() on the {token} path segment. */
 int engine_from_path(struct request *req, struct token *t) IDEMD_WUR;
 
-/* Answers a duplicate of a completed claim of T from its stored response R
- * (both borrowed for the call). */
-typedef void (*engine_replay_fn)(struct request *req, const struct stored_response *r,
-				 const struct token *t);
+/*
+ * How a route answers a duplicate of a completed claim of T from its
+ * stored response R (both borrowed for the call): either with a JSON
+ * envelope that RENDER makes (new text of *LEN bytes, free with free; NULL
+ * when out of memory), sent with 200 and Idempotent-Replayed: true, or by
+ * SEND, which replies itself (the gateway's stored response). An envelope
+ * is rendered once per cached record and kept with it, tagged KIND (above
+ * 0, one per envelope form): so thousands of duplicates, such as the
+ * waiters of one record, cost one rendering.
+ */
+struct engine_replay {
+	int er_kind;
+	char *(*er_render)(const struct stored_response *r, const struct token *t, size_t *len);
+	void (*er_send)(struct request *req, const struct stored_response *r);
+};
+/* the envelope kinds */
+#define ENGINE_REPLAY_DIRECT 1 /* the direct API's */
+#define ENGINE_REPLAY_KEY 2    /* the caller-key API's */
 
 /* Called on a batcher thread when an asynchronous claim has its answer,
  * with the connection still suspended. RES is the successful claim
@@ -55,7 +69,7 @@ typedef int (*engine_claimed_fn)(struct request *req, const struct claim_result 
  * (engine_claim).
  */
 int engine_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
-			engine_replay_fn replay) IDEMD_WUR;
+			const struct engine_replay *replay) IDEMD_WUR;
 
 /*
  * Claims T with fingerprint FP (NULL: none), honouring If-Match, without
@@ -72,7 +86,7 @@ int engine_claim_cached(struct request *req, const struct token *t, const uint8_
  * CLAIMED is not called and ARG stays the caller's).
  */
 int engine_claim(struct request *req, const struct token *t, const uint8_t *fp,
-		 engine_replay_fn replay, engine_claimed_fn claimed, int keeps,
+		 const struct engine_replay *replay, engine_claimed_fn claimed, int keeps,
 		 void *arg) IDEMD_WUR;
 
 /*

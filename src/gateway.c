@@ -375,7 +375,7 @@ static void gateway_submit(struct request *req)
 		     : gateway_derived_address(req, gr, bytes_fp, &doc, &t, &op)) < 0 ||
 	    gateway_route_fingerprint(req, gr, bytes_fp, &doc, json_fp, &fp) < 0)
 		goto done;
-	if (engine_claim_cached(req, &t, fp, gateway_replay) < 0)
+	if (engine_claim_cached(req, &t, fp, &gateway_replay) < 0)
 		goto done;
 	p = calloc(1, sizeof(*p));
 	if (p == NULL) {
@@ -393,7 +393,7 @@ static void gateway_submit(struct request *req)
 		goto done;
 	}
 	/* the claim runs in a batch; gateway_claimed() goes on from there */
-	if (engine_claim(req, &t, fp, gateway_replay, gateway_claimed, 1, p) == 0)
+	if (engine_claim(req, &t, fp, &gateway_replay, gateway_claimed, 1, p) == 0)
 		p = NULL;
 done:
 	json_decref(doc);

@@ -104,11 +104,12 @@ static void gateway_reply_response(struct request *req, const struct stored_resp
 		http_set_header(req, "Idempotent-Replayed", replayed);
 }
 
-void gateway_replay(struct request *req, const struct stored_response *r, const struct token *t)
+static void gateway_replay_send(struct request *req, const struct stored_response *r)
 {
-	(void)t;
 	gateway_reply_response(req, r, "true");
 }
+
+const struct engine_replay gateway_replay = { 0, NULL, gateway_replay_send };
 
 /* Gives the claim back so that the same token can be submitted again. */
 void gateway_release(const struct gateway_route *gr, const uint8_t *token_id, int attempt,

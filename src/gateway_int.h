@@ -13,6 +13,7 @@
 
 #include "batcher.h"
 #include "buf.h"
+#include "engine.h"
 #include "router.h"
 #include "store.h"
 #include "token.h"
@@ -69,8 +70,8 @@ struct gateway_job *gateway_job_new(struct request *req, const struct gateway_ro
 void gateway_job_free(struct gateway_job *j);
 
 /* gateway_finish.c */
-/* Answers with a stored response R, replayed. */
-void gateway_replay(struct request *req, const struct stored_response *r, const struct token *t);
+/* Replays answer with the stored response itself (status, headers, body). */
+extern const struct engine_replay gateway_replay;
 /* Gives the claim back so that the same token can be submitted again. */
 void gateway_release(const struct gateway_route *gr, const uint8_t *token_id, int attempt,
 		     const char *request_id);

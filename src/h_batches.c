@@ -348,7 +348,7 @@ static void h_claim_item_prepare(struct h_batch *b, struct h_item *it, json_t *o
 		it->t.subject_len = strlen(subject);
 		memcpy(it->t.subject, subject, it->t.subject_len + 1);
 	}
-	switch (replaycache_lookup(it->t.tenant_id, it->t.id, it->has_fp ? it->fp : NULL,
+	switch (replaycache_lookup(it->t.tenant_id, it->t.id, it->has_fp ? it->fp : NULL, 0,
 				   &it->cached, NULL, NULL)) {
 	case REPLAYCACHE_HIT:
 		metrics_add(METRIC_REPLAYS, 1);

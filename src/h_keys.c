@@ -54,15 +54,19 @@ static json_t *h_key_id(const struct token *t)
 	return json_string(hex);
 }
 
-/* A duplicate of a completed claim: the stored response, with the id. */
-static void h_key_replay(struct request *req, const struct stored_response *r,
-			 const struct token *t)
+/* The envelope of a duplicate of a completed claim: the stored response,
+ * with the id (new text of *LEN bytes, or NULL). */
+static char *h_key_replay_text(const struct stored_response *r, const struct token *t, size_t *len)
 {
-	http_reply_json(req, 200,
-			json_pack("{s:s,s:o,s:o}", "state", "completed", "id", h_key_id(t),
-				  "response", reqjson_response(r)));
-	http_set_header(req, "Idempotent-Replayed", "true");
+	json_t *o = json_pack("{s:s,s:o,s:o}", "state", "completed", "id", h_key_id(t), "response",
+			      reqjson_response(r));
+	char *text = http_json_text(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY, len);
+
+	json_decref(o);
+	return text;
 }
+
+static const struct engine_replay h_key_replay = { ENGINE_REPLAY_KEY, h_key_replay_text, NULL };
 
 /* The claim went through: 201 with the id, the attempt and its lease. */
 static int h_key_claimed(struct request *req, const struct claim_result *res, void *arg)
@@ -101,14 +105,14 @@ void h_key_claim(struct request *req)
 		t.subject_len = strlen(subject);
 		memcpy(t.subject, subject, t.subject_len + 1);
 	}
-	if (engine_claim_cached(req, &t, has_fp ? fp : NULL, h_key_replay) < 0)
+	if (engine_claim_cached(req, &t, has_fp ? fp : NULL, &h_key_replay) < 0)
 		goto done;
 	id = h_key_id(&t);
 	if (id == NULL) {
 		problem_unavailable(req);
 		goto done;
 	}
-	if (engine_claim(req, &t, has_fp ? fp : NULL, h_key_replay, h_key_claimed, 0, id) < 0)
+	if (engine_claim(req, &t, has_fp ? fp : NULL, &h_key_replay, h_key_claimed, 0, id) < 0)
 		json_decref(id); /* answered at once: the callback never runs */
 done:
 	json_decref(body);

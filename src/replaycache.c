@@ -1,6 +1,5 @@
 /* Replay cache: a 16-way set-associative table of response copies (and,
- * once asked for, the rendered direct API reply and a request body that
- * gave it) under striped mutexes, with a tag array for cheap lookups. Each
+ * once asked for, one rendered reply and a request body that gave it) under striped mutexes, with a tag array for cheap lookups. Each
  * key may live in either of two sets (two-choice hashing: a new entry goes
  * where there is room), so sets almost never overflow before the table is
  * full; when both are full the least recently used of the two sets'
@@ -24,7 +23,8 @@
 struct replaycache_entry {
 	uint32_t re_tenant_id;
 	uint8_t re_id[16];
-	uint8_t re_used, re_has_fp, re_is_json, re_has_reply, re_has_raw;
+	uint8_t re_used, re_has_fp, re_is_json, re_has_raw;
+	uint8_t re_reply_kind; /* 0: no rendered reply */
 	uint8_t re_fp[STORE_HASH_BYTES];
 	int32_t re_status;
 	int64_t re_expires_at;
@@ -356,7 +356,7 @@ static int replaycache_copy(struct stored_response *out, const struct replaycach
 }
 
 enum replaycache_hit replaycache_lookup(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
-					struct stored_response *out, char **reply,
+					int kind, struct stored_response *out, char **reply,
 					size_t *reply_len)
 {
 	pthread_mutex_t *lock;
@@ -372,7 +372,7 @@ enum replaycache_hit replaycache_lookup(uint32_t tenant_id, const uint8_t id[16]
 	}
 	if (!replaycache_fp_equal(e, fp)) {
 		ret = REPLAYCACHE_OTHER_FP;
-	} else if (reply != NULL && e->re_has_reply) {
+	} else if (reply != NULL && kind > 0 && e->re_reply_kind == kind) {
 		*reply = replaycache_dup(replaycache_reply(e), e->re_reply_len);
 		*reply_len = e->re_reply_len;
 		ret = *reply != NULL ? REPLAYCACHE_HIT : REPLAYCACHE_MISS;
@@ -401,11 +401,12 @@ int replaycache_has(uint32_t tenant_id, const uint8_t id[16])
 enum replaycache_hit replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 				     struct stored_response *out)
 {
-	return replaycache_lookup(tenant_id, id, fp, out, NULL, NULL);
+	return replaycache_lookup(tenant_id, id, fp, 0, out, NULL, NULL);
 }
 
-enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], const void *raw,
-					 size_t raw_len, char **reply, size_t *reply_len)
+enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], int kind,
+					 const void *raw, size_t raw_len, char **reply,
+					 size_t *reply_len)
 {
 	pthread_mutex_t *lock;
 	enum replaycache_hit ret = REPLAYCACHE_MISS;
@@ -416,7 +417,7 @@ enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16
 		return REPLAYCACHE_MISS;
 	/* constant time: a stored body is the client's data, and timing must
 	 * not tell how much of it a guess got right */
-	if (e->re_has_raw && e->re_raw_len == raw_len &&
+	if (kind > 0 && e->re_reply_kind == kind && e->re_has_raw && e->re_raw_len == raw_len &&
 	    sodium_memcmp(replaycache_raw(e), raw, raw_len) == 0) {
 		*reply = replaycache_dup(replaycache_reply(e), e->re_reply_len);
 		*reply_len = e->re_reply_len;
@@ -432,7 +433,7 @@ enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16
 	return ret;
 }
 
-void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
+void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp, int kind,
 			   const void *raw, size_t raw_len, const char *reply, size_t reply_len)
 {
 	pthread_mutex_t *lock;
@@ -440,10 +441,11 @@ void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8
 
 	if (e == NULL)
 		return;
-	if (!replaycache_fp_equal(e, fp))
+	if (kind <= 0 || kind > UINT8_MAX || !replaycache_fp_equal(e, fp) ||
+	    (e->re_reply_kind != 0 && e->re_reply_kind != kind))
 		goto out;
 	/* the reply first attached stays; a body replaces the one before */
-	if (e->re_has_reply) {
+	if (e->re_reply_kind != 0) {
 		reply = replaycache_reply(e);
 		reply_len = e->re_reply_len;
 	} else if (reply_len > REPLAYCACHE_MAX_REPLY) {
@@ -457,7 +459,7 @@ void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8
 	}
 	if (raw == NULL)
 		raw_len = 0;
-	if (e->re_has_reply &&
+	if (e->re_reply_kind != 0 &&
 	    (raw == NULL || (e->re_has_raw && e->re_raw_len == raw_len &&
 			     sodium_memcmp(replaycache_raw(e), raw, raw_len) == 0)))
 		goto out; /* nothing new */
@@ -471,7 +473,7 @@ void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8
 		goto out;
 	free(e->re_data);
 	e->re_data = b;
-	e->re_has_reply = 1;
+	e->re_reply_kind = (uint8_t)kind;
 	e->re_reply_len = (uint32_t)reply_len;
 	e->re_has_raw = raw != NULL;
 	e->re_raw_len = (uint32_t)raw_len;

@@ -43,37 +43,43 @@ enum replaycache_hit {
 enum replaycache_hit replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 				     struct stored_response *out);
 
-/*
- * replaycache_get() that, when REPLY is not NULL and the entry holds a
- * rendered reply, returns a new copy of that (NUL-terminated, free with
- * free) in *REPLY and *REPLY_LEN instead of filling OUT. Otherwise *REPLY
- * is NULL and OUT is filled as by replaycache_get().
- */
 /* 1 when a completed response of (TENANT, ID) is cached, else 0. */
 int replaycache_has(uint32_t tenant_id, const uint8_t id[16]);
 
+/*
+ * An entry may also hold one rendered reply (the JSON envelope a route
+ * answers duplicates with), tagged with a KIND above 0 that the caller
+ * chooses, since one record may be replayed by routes of different forms.
+ *
+ * replaycache_get() that, when REPLY is not NULL and the entry holds a
+ * rendered reply of KIND, returns a new copy of that (NUL-terminated, free
+ * with free) in *REPLY and *REPLY_LEN instead of filling OUT. Otherwise
+ * *REPLY is NULL and OUT is filled as by replaycache_get().
+ */
 enum replaycache_hit replaycache_lookup(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
-					struct stored_response *out, char **reply,
+					int kind, struct stored_response *out, char **reply,
 					size_t *reply_len);
 
 /*
  * Attaches to the live entry of (TENANT, ID), if its fingerprint is FP, the
- * rendered reply REPLY (copied, kept only if the entry has none) and RAW
- * (RAW_LEN bytes, copied; NULL or longer than REPLAYCACHE_MAX_RAW: none):
- * a request body as sent that gave fingerprint FP.
+ * rendered reply REPLY of KIND (copied, kept only if the entry has none)
+ * and RAW (RAW_LEN bytes, copied; NULL or longer than REPLAYCACHE_MAX_RAW:
+ * none): a request body as sent that gave fingerprint FP. Nothing changes
+ * when the entry holds a reply of another kind.
  */
-void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
+void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp, int kind,
 			   const void *raw, size_t raw_len, const char *reply, size_t reply_len);
 
 /*
- * The rendered reply of (TENANT, ID) for a request whose body is RAW
- * (RAW_LEN bytes): REPLAYCACHE_HIT with a new copy in *REPLY when a live
- * entry holds a reply and RAW equals the body last attached to it byte for
- * byte; REPLAYCACHE_MISS otherwise (go the full way). The same body gives the same fingerprint, so
- * a hit answers as the full way would.
+ * The rendered reply of KIND of (TENANT, ID) for a request whose body is
+ * RAW (RAW_LEN bytes): REPLAYCACHE_HIT with a new copy in *REPLY when a
+ * live entry holds a reply of KIND and RAW equals the body last attached to
+ * it byte for byte; REPLAYCACHE_MISS otherwise (go the full way). The same
+ * body gives the same fingerprint, so a hit answers as the full way would.
  */
-enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], const void *raw,
-					 size_t raw_len, char **reply, size_t *reply_len);
+enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], int kind,
+					 const void *raw, size_t raw_len, char **reply,
+					 size_t *reply_len);
 
 /* What the cache holds now: response bytes (counted against
  * REPLAYCACHE_MAX_BYTES) and entries. */

@@ -84,7 +84,7 @@ static void test_usage(void **state)
 	replaycache_usage(&bytes, &entries);
 	assert_int_equal(entries, 2);
 	assert_int_equal(bytes, 2 * (strlen(headers_text) + 8));
-	replaycache_set_reply(5, id, NULL, "body", 4, "reply", 5);
+	replaycache_set_reply(5, id, NULL, 1, "body", 4, "reply", 5);
 	replaycache_usage(&bytes, &entries);
 	assert_int_equal(bytes, 2 * (strlen(headers_text) + 8) + 4 + 5);
 	replaycache_clear();
@@ -222,15 +222,15 @@ static void test_reply_and_raw_key(void **state)
 	memset(raw2, 2, sizeof(raw2));
 	replaycache_put(5, id, fp, &r, now_ms() + 60000);
 	/* no reply yet: the response, and no raw hit */
-	assert_int_equal(replaycache_lookup(5, id, fp, &out, &reply, &len), 1);
+	assert_int_equal(replaycache_lookup(5, id, fp, 1, &out, &reply, &len), 1);
 	assert_null(reply);
 	assert_int_equal(out.sr_body_len, 8);
 	store_response_free(&out);
-	assert_int_equal(replaycache_get_raw(5, id, raw, sizeof(raw), &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(5, id, 1, raw, sizeof(raw), &reply, &len), 0);
 	assert_null(reply);
 
-	replaycache_set_reply(5, id, fp, raw, sizeof(raw), "{\"state\":\"completed\"}", 21);
-	assert_int_equal(replaycache_lookup(5, id, fp, &out, &reply, &len), 1);
+	replaycache_set_reply(5, id, fp, 1, raw, sizeof(raw), "{\"state\":\"completed\"}", 21);
+	assert_int_equal(replaycache_lookup(5, id, fp, 1, &out, &reply, &len), 1);
 	assert_non_null(reply);
 	assert_int_equal(len, 21);
 	assert_string_equal(reply, "{\"state\":\"completed\"}");
@@ -241,30 +241,30 @@ static void test_reply_and_raw_key(void **state)
 	assert_int_equal(out.sr_body_len, 8);
 	store_response_free(&out);
 
-	assert_int_equal(replaycache_get_raw(5, id, raw, sizeof(raw), &reply, &len), 1);
+	assert_int_equal(replaycache_get_raw(5, id, 1, raw, sizeof(raw), &reply, &len), 1);
 	assert_string_equal(reply, "{\"state\":\"completed\"}");
 	free(reply);
-	assert_int_equal(replaycache_get_raw(5, id, raw2, sizeof(raw2), &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(5, id, 1, raw2, sizeof(raw2), &reply, &len), 0);
 	/* a prefix, or one byte more, is another body */
-	assert_int_equal(replaycache_get_raw(5, id, raw, sizeof(raw) - 1, &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(5, id, 1, raw, sizeof(raw) - 1, &reply, &len), 0);
 	char longer[sizeof(raw) + 1];
 	memcpy(longer, raw, sizeof(raw));
 	longer[sizeof(raw)] = 1;
-	assert_int_equal(replaycache_get_raw(5, id, longer, sizeof(longer), &reply, &len), 0);
-	assert_int_equal(replaycache_get_raw(6, id, raw, sizeof(raw), &reply, &len), 0);
-	assert_int_equal(replaycache_get_raw(5, other, raw, sizeof(raw), &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(5, id, 1, longer, sizeof(longer), &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(6, id, 1, raw, sizeof(raw), &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(5, other, 1, raw, sizeof(raw), &reply, &len), 0);
 
 	/* another key that gave the same fingerprint replaces the first; the
 	 * reply stays the one first rendered */
-	replaycache_set_reply(5, id, fp, raw2, sizeof(raw2), "{\"other\":1}", 11);
-	assert_int_equal(replaycache_get_raw(5, id, raw, sizeof(raw), &reply, &len), 0);
-	assert_int_equal(replaycache_get_raw(5, id, raw2, sizeof(raw2), &reply, &len), 1);
+	replaycache_set_reply(5, id, fp, 1, raw2, sizeof(raw2), "{\"other\":1}", 11);
+	assert_int_equal(replaycache_get_raw(5, id, 1, raw, sizeof(raw), &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(5, id, 1, raw2, sizeof(raw2), &reply, &len), 1);
 	assert_string_equal(reply, "{\"state\":\"completed\"}");
 	free(reply);
 
 	/* a fresh put of the same key forgets reply and body key */
 	replaycache_put(5, id, fp, &r, now_ms() + 60000);
-	assert_int_equal(replaycache_get_raw(5, id, raw2, sizeof(raw2), &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(5, id, 1, raw2, sizeof(raw2), &reply, &len), 0);
 }
 
 /* A reply or key is attached only under the entry's own fingerprint, and
@@ -284,24 +284,61 @@ static void test_raw_key_rules(void **state)
 	memset(fp2, 8, sizeof(fp2));
 	memset(raw, 1, sizeof(raw));
 	replaycache_put(5, id, fp, &r, now_ms() + 60000);
-	replaycache_set_reply(5, id, fp2, raw, sizeof(raw), "x", 1);
-	replaycache_set_reply(5, id, NULL, raw, sizeof(raw), "x", 1);
-	assert_int_equal(replaycache_get_raw(5, id, raw, sizeof(raw), &reply, &len), 0);
-	assert_int_equal(replaycache_lookup(5, id, fp2, &out, &reply, &len), 2);
+	replaycache_set_reply(5, id, fp2, 1, raw, sizeof(raw), "x", 1);
+	replaycache_set_reply(5, id, NULL, 1, raw, sizeof(raw), "x", 1);
+	assert_int_equal(replaycache_get_raw(5, id, 1, raw, sizeof(raw), &reply, &len), 0);
+	assert_int_equal(replaycache_lookup(5, id, fp2, 1, &out, &reply, &len), 2);
 	assert_null(reply);
 
 	/* without a fingerprint: only a lookup without one matches */
 	replaycache_put(5, id, NULL, &r, now_ms() + 60000);
-	replaycache_set_reply(5, id, NULL, raw, sizeof(raw), "y", 1);
-	assert_int_equal(replaycache_get_raw(5, id, raw, sizeof(raw), &reply, &len), 1);
+	replaycache_set_reply(5, id, NULL, 1, raw, sizeof(raw), "y", 1);
+	assert_int_equal(replaycache_get_raw(5, id, 1, raw, sizeof(raw), &reply, &len), 1);
 	free(reply);
-	assert_int_equal(replaycache_lookup(5, id, fp, &out, &reply, &len), 2);
+	assert_int_equal(replaycache_lookup(5, id, fp, 1, &out, &reply, &len), 2);
 
 	/* expired: nothing, and attaching does not revive it */
 	replaycache_put(5, id, fp, &r, now_ms() - 1);
-	replaycache_set_reply(5, id, fp, raw, sizeof(raw), "z", 1);
-	assert_int_equal(replaycache_get_raw(5, id, raw, sizeof(raw), &reply, &len), 0);
-	assert_int_equal(replaycache_lookup(5, id, fp, &out, &reply, &len), 0);
+	replaycache_set_reply(5, id, fp, 1, raw, sizeof(raw), "z", 1);
+	assert_int_equal(replaycache_get_raw(5, id, 1, raw, sizeof(raw), &reply, &len), 0);
+	assert_int_equal(replaycache_lookup(5, id, fp, 1, &out, &reply, &len), 0);
+	replaycache_clear();
+}
+
+/* A record replayed by routes of two envelope forms: each lookup gets the
+ * rendered reply of its own kind or the response to render it from, never
+ * the other form's; the first kind attached stays. */
+static void test_reply_kinds_apart(void **state)
+{
+	uint8_t id[16];
+	char raw[8] = "{\"a\":1}";
+	struct stored_response r = response("{\"id\":1}"), out;
+	char *reply;
+	size_t len;
+
+	(void)state;
+	replaycache_clear();
+	id_of(id, 4);
+	replaycache_put(5, id, NULL, &r, now_ms() + 60000);
+	replaycache_set_reply(5, id, NULL, 2, raw, sizeof(raw), "keyed", 5);
+	replaycache_set_reply(5, id, NULL, 1, raw, sizeof(raw), "direct", 6);
+	assert_int_equal(replaycache_lookup(5, id, NULL, 2, &out, &reply, &len), 1);
+	assert_non_null(reply);
+	assert_int_equal(len, 5);
+	assert_memory_equal(reply, "keyed", 5);
+	free(reply);
+	/* kind 1 has no reply here: the response comes back instead */
+	assert_int_equal(replaycache_lookup(5, id, NULL, 1, &out, &reply, &len), 1);
+	assert_null(reply);
+	assert_int_equal(out.sr_body_len, 8);
+	store_response_free(&out);
+	assert_int_equal(replaycache_get_raw(5, id, 1, raw, sizeof(raw), &reply, &len), 0);
+	assert_int_equal(replaycache_get_raw(5, id, 2, raw, sizeof(raw), &reply, &len), 1);
+	free(reply);
+	/* kind 0 asks for no reply */
+	assert_int_equal(replaycache_lookup(5, id, NULL, 0, &out, &reply, &len), 1);
+	assert_null(reply);
+	store_response_free(&out);
 	replaycache_clear();
 }
 
@@ -363,6 +400,7 @@ int main(void)
 		cmocka_unit_test(test_reply_and_raw_key),
 		cmocka_unit_test(test_usage),
 		cmocka_unit_test(test_raw_key_rules),
+		cmocka_unit_test(test_reply_kinds_apart),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
