@@ -473,6 +473,21 @@ static int store_claim_fresh_fits(const struct claim_args *const *a, size_t n)
 	return 1;
 }
 
+/* A batch given up: frees the responses of the elements DONE marks. */
+static void store_claims_forget(struct claim_result *const *res, const char *done, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (done[i])
+			store_response_free(&res[i]->cr_response);
+}
+
+static void store_completes_forget(struct complete_result *const *res, const char *done, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (done[i])
+			store_response_free(&res[i]->cpr_stored);
+}
+
 /* Fills RES[i] and DONE[i] from each row of st_claim_fresh (columns as
  * st_claim_many's); -1 if a row does not fit (RES holds nothing then). */
 static int store_claim_fresh_rows(const PGresult *r, struct claim_result *const *res, char *done,
@@ -488,9 +503,7 @@ static int store_claim_fresh_rows(const PGresult *r, struct claim_result *const 
 	}
 	if (row == PQntuples(r))
 		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (done[i])
-			store_response_free(&res[i]->cr_response);
+	store_claims_forget(res, done, n);
 	return -1;
 }
 
@@ -527,9 +540,7 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 		}
 	rc = m == 0 ? 0 : store_claim_all(ra, rr, m);
 	if (rc < 0)
-		for (size_t i = 0; i < n; i++)
-			if (done[i])
-				store_response_free(&res[i]->cr_response);
+		store_claims_forget(res, done, n);
 out:
 	PQclear(r);
 	store_arrays_free(arrs, 13);
@@ -588,13 +599,10 @@ static int store_complete_run(const struct db_stmt *stmt, const struct complete_
 			break;
 		done[i] = 1;
 	}
-	if (row == PQntuples(r)) {
+	if (row == PQntuples(r))
 		rc = 0;
-	} else {
-		for (size_t i = 0; i < n; i++)
-			if (done[i])
-				store_response_free(&res[i]->cpr_stored);
-	}
+	else
+		store_completes_forget(res, done, n);
 out:
 	PQclear(r);
 	store_arrays_free(arrs, 10);
@@ -629,9 +637,7 @@ int store_complete_many(const struct complete_args *const *a, struct complete_re
 		}
 	rc = m == 0 ? 0 : store_complete_run(&st_complete_many, ra, rr, rdone, m, 1);
 	if (rc < 0)
-		for (size_t i = 0; i < n; i++)
-			if (done[i])
-				store_response_free(&res[i]->cpr_stored);
+		store_completes_forget(res, done, n);
 out:
 	free(ra);
 	free(rr);
