@@ -126,6 +126,7 @@ static void *janitor_main(void *arg)
 {
 	time_t last_keys = time(NULL), last_sweep = time(NULL), last_trim = time(NULL);
 	time_t last_stuck = 0;
+	int ops_reloaded = 1;
 
 	(void)arg;
 	pthread_mutex_lock(&janitor.lock);
@@ -138,6 +139,14 @@ static void *janitor_main(void *arg)
 			break;
 		pthread_mutex_unlock(&janitor.lock);
 		time_t now = time(NULL);
+		/* the operations in use, reloaded before request threads
+		 * would find them expired and read them themselves (said
+		 * once per outage; the pool logs the database's state) */
+		int reloaded = opcache_refresh(OPCACHE_REFRESH_AGE) == 0;
+		if (!reloaded && ops_reloaded)
+			log_warn("janitor: could not reload the operations in use; request "
+				 "threads read them themselves meanwhile");
+		ops_reloaded = reloaded;
 		if (now - last_keys >= JANITOR_KEYS_INTERVAL_SECONDS) {
 			last_keys = now;
 			if (keys_refresh() < 0)

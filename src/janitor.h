@@ -1,5 +1,6 @@
-/* Janitor: one background thread for periodic maintenance — picking up
- * rotated signing keys, sweeping expired records, returning freed memory. */
+/* Janitor: one background thread for periodic maintenance — reloading the
+ * operations in use before they expire from the cache, picking up rotated
+ * signing keys, sweeping expired records, returning freed memory. */
 #ifndef IDEMD_JANITOR_H
 #define IDEMD_JANITOR_H
 

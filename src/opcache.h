@@ -1,6 +1,9 @@
 /* Operation cache: operation policies by (tenant, name) and by id, so that
  * issuing a token needs no database round trip. Entries live a few seconds;
- * a PUT on this instance replaces its entry at once. */
+ * a PUT on this instance replaces its entry at once. The janitor reloads
+ * the entries in use before they expire (opcache_refresh), so request
+ * threads read the database only for an operation they have not used
+ * lately, or when the janitor could not reach it. */
 #ifndef IDEMD_OPCACHE_H
 #define IDEMD_OPCACHE_H
 
@@ -16,5 +19,12 @@ int opcache_by_id(uint32_t op_id, struct operation *op, int *found) IDEMD_WUR;
 
 /* Records OP as just written. */
 void opcache_put(const struct operation *op);
+
+/* Janitor: reloads every entry used since it was loaded and at least
+ * MIN_AGE seconds old. 0, or -1 when the database did not answer (the rest
+ * wait for the next pass). */
+int opcache_refresh(int min_age) IDEMD_WUR;
+/* the janitor's MIN_AGE: reloaded a second or two before they expire */
+#define OPCACHE_REFRESH_AGE (OPCACHE_TTL_SECONDS - 2)
 
 #endif

@@ -1,0 +1,139 @@
+/* Unit tests for the operation cache (opcache.c): a miss reads the
+ * database once and later reads are answered from memory; the janitor's
+ * refresh reloads an entry read since it was loaded (so a change made on
+ * another instance arrives without a request thread reading it), skips
+ * one nobody read, loads an entry found under both indexes once, and
+ * leaves the cache as it was when the database does not answer.
+ *
+ * The database is replaced by the two store functions below. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "opcache.h"
+
+/* ---------------------------------------------------------------- stand-ins */
+
+static struct operation db_op; /* the one operation the database holds */
+static int db_reads, db_down;
+
+int store_operation_by_id(uint32_t op_id, struct operation *op, int *found)
+{
+	db_reads++;
+	if (db_down)
+		return -1;
+	*found = op_id == db_op.op_id;
+	if (*found)
+		*op = db_op;
+	return 0;
+}
+
+int store_operation_get(uint32_t tenant_id, const char *name, struct operation *op, int *found)
+{
+	db_reads++;
+	if (db_down)
+		return -1;
+	*found = tenant_id == db_op.op_tenant_id && strcmp(name, db_op.op_name) == 0;
+	if (*found)
+		*op = db_op;
+	return 0;
+}
+
+static void db_reset(uint32_t id, int lease)
+{
+	memset(&db_op, 0, sizeof(db_op));
+	db_op.op_id = id;
+	db_op.op_tenant_id = 3;
+	snprintf(db_op.op_name, sizeof(db_op.op_name), "op-%u", id);
+	db_op.op_lease_seconds = lease;
+	db_reads = 0;
+	db_down = 0;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_refresh_reloads_what_was_read(void **state)
+{
+	struct operation op;
+	int found = 0;
+
+	(void)state;
+	db_reset(11, 30);
+	assert_int_equal(opcache_by_id(11, &op, &found), 0);
+	assert_true(found);
+	assert_int_equal(db_reads, 1);
+	assert_int_equal(opcache_by_id(11, &op, &found), 0);
+	assert_int_equal(db_reads, 1); /* from memory */
+
+	/* changed elsewhere: the refresh brings it, a request thread does not read */
+	db_op.op_lease_seconds = 99;
+	assert_int_equal(opcache_refresh(0), 0);
+	assert_int_equal(db_reads, 2);
+	assert_int_equal(opcache_by_id(11, &op, &found), 0);
+	assert_int_equal(op.op_lease_seconds, 99);
+	assert_int_equal(db_reads, 2);
+	/* read by name and by id: the same entry, loaded once per refresh */
+	assert_int_equal(opcache_by_name(3, "op-11", &op, &found), 0);
+	assert_true(found);
+	assert_int_equal(op.op_lease_seconds, 99);
+	assert_int_equal(opcache_by_id(11, &op, &found), 0);
+	assert_int_equal(db_reads, 2);
+	assert_int_equal(opcache_refresh(0), 0);
+	assert_int_equal(db_reads, 3);
+}
+
+static void test_refresh_skips_what_nobody_read(void **state)
+{
+	struct operation op;
+	int found = 0;
+
+	(void)state;
+	db_reset(12, 30);
+	assert_int_equal(opcache_by_name(3, "op-12", &op, &found), 0);
+	assert_int_equal(db_reads, 1);
+	/* loaded but not read since: nothing to reload */
+	assert_int_equal(opcache_refresh(0), 0);
+	assert_int_equal(db_reads, 1);
+	/* not old enough yet for the janitor's age */
+	assert_int_equal(opcache_by_name(3, "op-12", &op, &found), 0);
+	assert_int_equal(opcache_refresh(OPCACHE_REFRESH_AGE), 0);
+	assert_int_equal(db_reads, 1);
+}
+
+static void test_refresh_without_database_keeps_entries(void **state)
+{
+	struct operation op;
+	int found = 0;
+
+	(void)state;
+	db_reset(13, 30);
+	assert_int_equal(opcache_by_id(13, &op, &found), 0);
+	assert_int_equal(opcache_by_id(13, &op, &found), 0);
+	db_down = 1;
+	assert_int_equal(opcache_refresh(0), -1);
+	/* still answered from memory while fresh */
+	assert_int_equal(opcache_by_id(13, &op, &found), 0);
+	assert_true(found);
+	assert_int_equal(op.op_lease_seconds, 30);
+	/* back: reloaded on the next pass */
+	db_down = 0;
+	db_op.op_lease_seconds = 31;
+	assert_int_equal(opcache_refresh(0), 0);
+	assert_int_equal(opcache_by_id(13, &op, &found), 0);
+	assert_int_equal(op.op_lease_seconds, 31);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_refresh_reloads_what_was_read),
+		cmocka_unit_test(test_refresh_skips_what_nobody_read),
+		cmocka_unit_test(test_refresh_without_database_keeps_entries),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
