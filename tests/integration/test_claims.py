@@ -171,6 +171,10 @@ class Claims(IdemdCase):
         self.assertEqual(self.revoke(tok).status, 204)
         assert_problem(self, self.claim(tok), 410, "token_revoked")
         assert_problem(self, self.claim(tok, {"fingerprint": "other"}), 410, "token_revoked")
+        # no attempt ever held it: every attempt is stale, and nothing is written
+        assert_problem(self, self.complete(tok, 1, 200, body={}), 409, "lease_lost")
+        assert_problem(self, self.release(tok, 1), 409, "lease_lost")
+        self.assertEqual(assert_status(self, self.introspect(tok), 200)["state"], "revoked")
 
     def test_replay_beats_expiry(self):
         tok = self.issue(self.op, ttl_seconds=1)

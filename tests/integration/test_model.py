@@ -360,13 +360,9 @@ class RecordMachine(RuleBasedStateMachine):
                 self.expect_problem(resp, 409, "not_in_progress", what)
             return True
         if rec.attempt != a:
-            if rec.attempt == 0 and rec.state == "revoked" and \
-                    self.code(resp) == "not_in_progress":
-                # revoked before any claim: no attempt ever held it, and
-                # not_in_progress says so as well as lease_lost does
-                self.expect_problem(resp, 409, "not_in_progress", what)
-            else:
-                self.expect_problem(resp, 409, "lease_lost", what)
+            # revoked before any claim included: no attempt ever held it,
+            # so every attempt is stale
+            self.expect_problem(resp, 409, "lease_lost", what)
             return True
         return False
 
