@@ -76,15 +76,13 @@ static void engine_replay_answer(struct request *req, const struct engine_replay
 		rp->er_send(req, r);
 		return;
 	}
-	if (reply == NULL)
+	int fresh = reply == NULL;
+	if (fresh)
 		reply = rp->er_render(r, t, &len);
-	else if (!direct)
-		goto send; /* nothing to add to the cache */
-	if (reply != NULL)
+	if (reply != NULL && (fresh || direct))
 		replaycache_set_reply(t->tenant_id, t->id, fp, rp->er_kind,
 				      direct ? (req->req_body ? req->req_body : "") : NULL,
 				      req->req_body_len, reply, len);
-send:
 	engine_replay_send(req, reply, len);
 }
 
