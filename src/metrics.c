@@ -444,8 +444,9 @@ static void metrics_render_records(FILE *f, const struct metrics_gauges *g)
 	fprintf(f, "idemd_waiters %d\n", g->mg_waiters);
 	size_t pending = g->mg_replay_pending;
 	long dropped = g->mg_replay_dropped;
-	metrics_family(f, "idemd_replay_counts_pending", "gauge",
-		       "Records whose replay count waits in memory for its next flush.");
+	metrics_family(
+		f, "idemd_replay_counts_pending", "gauge",
+		"Records whose replay count waits in memory for its next flush (or is being written).");
 	fprintf(f, "idemd_replay_counts_pending %zu\n", pending);
 	metrics_family(f, "idemd_replay_counts_dropped_total", "counter",
 		       "Replays not counted in records.replays (the in-memory table was full).");

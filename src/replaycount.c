@@ -26,6 +26,7 @@ static struct {
 	pthread_mutex_t flush_lock;	 /* one flush at a time */
 	struct rc_entry *active, *spare; /* each REPLAYCOUNT_CAPACITY slots; owned */
 	size_t used;
+	size_t in_flight; /* records of the table a flush is writing */
 	long dropped;
 	int stop, running;
 	pthread_t thread;
@@ -104,6 +105,7 @@ int replaycount_flush(void)
 	}
 	rc.active = rc.spare;
 	rc.spare = NULL;
+	rc.in_flight = rc.used;
 	rc.used = 0;
 	pthread_mutex_unlock(&rc.lock);
 
@@ -140,6 +142,7 @@ int replaycount_flush(void)
 	}
 	memset(table, 0, REPLAYCOUNT_CAPACITY * sizeof(*table));
 	rc.spare = table;
+	rc.in_flight = 0;
 	pthread_mutex_unlock(&rc.lock);
 	pthread_mutex_unlock(&rc.flush_lock);
 	if (ret < 0)
@@ -220,7 +223,7 @@ void replaycount_stop(void)
 void replaycount_usage(size_t *pending, long *dropped)
 {
 	pthread_mutex_lock(&rc.lock);
-	*pending = rc.used;
+	*pending = rc.used + rc.in_flight;
 	*dropped = rc.dropped;
 	pthread_mutex_unlock(&rc.lock);
 }

@@ -35,7 +35,10 @@ void replaycount_add(uint32_t tenant_id, const uint8_t id[16]);
  * take it (the counts are kept for the next flush). */
 int replaycount_flush(void) IDEMD_WUR;
 
-/* Counts pending in memory, replays dropped on a full table. */
+/* Records whose counts are not in the database yet (those a flush is
+ * writing included, so a flush in flight never hides them; a record
+ * counted again meanwhile is in both until the flush ends), and replays
+ * dropped on a full table. */
 void replaycount_usage(size_t *pending, long *dropped);
 
 #endif
