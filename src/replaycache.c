@@ -1,6 +1,7 @@
 /* Replay cache: a 16-way set-associative table of response copies (and,
- * once asked for, one rendered reply and a request body that gave it) under striped mutexes, with a tag array for cheap lookups. Each
- * key may live in either of two sets (two-choice hashing: a new entry goes
+ * once asked for, one rendered reply and a request body that gave it)
+ * under striped mutexes, with a tag array for cheap lookups. Each key may
+ * live in either of two sets (two-choice hashing: a new entry goes
  * where there is room), so sets almost never overflow before the table is
  * full; when both are full the least recently used of the two sets'
  * entries goes. Writers lock both sets of a key; readers one set at a
