@@ -18,7 +18,7 @@ int callerkey_valid(const char *key, size_t len)
 }
 
 void callerkey_address(uint32_t tenant, const struct operation *op, const char *key, size_t len,
-		       const uint8_t *scope, int64_t now, struct token *t)
+		       const uint8_t *scope, int64_t now_ms, struct token *t)
 {
 	crypto_generichash_state st;
 	uint32_t id = op->op_id;
@@ -35,7 +35,7 @@ void callerkey_address(uint32_t tenant, const struct operation *op, const char *
 		crypto_generichash_update(&st, scope, 32);
 	crypto_generichash_update(&st, (const unsigned char *)key, len);
 	crypto_generichash_final(&st, t->id, TOKEN_ID_BYTES);
-	t->expires_at = (uint32_t)(now + op->op_token_ttl_seconds);
+	t->expires_at = token_expiry(now_ms, op->op_token_ttl_seconds);
 }
 
 int callerkey_from_header(const char *value, char *out, size_t outlen)

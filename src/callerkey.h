@@ -21,12 +21,12 @@ int callerkey_valid(const char *key, size_t len);
  * a key another): tenant, operation, record id (BLAKE2b-128 of the
  * operation and the key: the same key under another operation is another
  * record; tokens' ids are random, so the two never meet), no subject, and
- * an expiry token_ttl_seconds from NOW (unix seconds), which only a first
- * claim records. SCOPE (32 bytes, or NULL) joins the hash: a gateway
+ * an expiry token_ttl_seconds from NOW_MS (unix milliseconds; token_expiry),
+ * which only a first claim records. SCOPE (32 bytes, or NULL) joins the hash: a gateway
  * route's scope_headers, so that two callers' equal keys never meet.
  */
 void callerkey_address(uint32_t tenant, const struct operation *op, const char *key, size_t len,
-		       const uint8_t *scope, int64_t now, struct token *t);
+		       const uint8_t *scope, int64_t now_ms, struct token *t);
 
 /* The key in a header VALUE: bare, or one RFC 8941 sf-string (quoted, \"
  * and \\ escaped). Into OUT (OUTLEN bytes); its length, or -1 when the

@@ -42,7 +42,7 @@ static int h_key_address(struct request *req, struct token *t, struct operation 
 		problem_reply(req, 422, "operation_unknown", "no operation of that name");
 		return -1;
 	}
-	callerkey_address(req->req_tenant_id, op, key, klen, NULL, time(NULL), t);
+	callerkey_address(req->req_tenant_id, op, key, klen, NULL, token_now_ms(), t);
 	return 0;
 }
 

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "batcher.h"
 #include "fingerprint.h"
@@ -23,14 +22,6 @@
 #include "versionkey.h"
 
 #define H_TOKENS_MAX_COUNT 100
-
-static int64_t h_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* The longest JSON object of one issued token (h_token_make). */
 #define H_TOKEN_TEXT_MAX \
@@ -52,14 +43,14 @@ static size_t h_token_make(const struct operation *op, const char *subject, int6
 {
 	struct token t = { 0 };
 	char text[TOKEN_MAX_CHARS + 1], hex[2 * TOKEN_ID_BYTES + 1];
-	int64_t now = h_now_ms();
+	int64_t now = token_now_ms();
 	char *p = out;
 
 	t.tenant_id = op->op_tenant_id;
 	t.operation_id = op->op_id;
 	randpool_buf(t.id, sizeof(t.id));
 	t.issued_at = (uint32_t)(now / 1000);
-	t.expires_at = (uint32_t)(now / 1000 + ttl);
+	t.expires_at = token_expiry(now, ttl);
 	t.has_version = has_version;
 	t.version = (uint64_t)version;
 	t.subject_len = strlen(subject);
@@ -245,7 +236,7 @@ void h_token_get(struct request *req)
 		problem_unavailable(req);
 		return;
 	}
-	int64_t now = h_now_ms();
+	int64_t now = token_now_ms();
 	int expired = now >= (int64_t)t.expires_at * 1000;
 	const char *state = rv.rv_found ? engine_record_state(&rv, now, 0) : "issued";
 	if (expired && strcmp(state, "issued") == 0)

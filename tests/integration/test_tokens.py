@@ -151,6 +151,20 @@ class Tokens(IdemdCase):
         r = self.introspect(tok)
         self.assertEqual(assert_status(self, r, 200).get("state"), "revoked", r.describe())
 
+    def test_ttl_is_a_lower_bound(self):
+        # expires_at is whole seconds rounded up: a token lives at least its TTL
+        for _ in range(5):
+            t0 = time.time()
+            r = self.client.post("/v1/tokens", {"operation": self.op, "subject": "u",
+                                                "ttl_seconds": 1})
+            t1 = time.time()
+            exp = datetime.datetime.fromisoformat(
+                assert_status(self, r, 201)["expires_at"].replace("Z", "+00:00")).timestamp()
+            self.assertGreaterEqual(exp, t0 + 1 - 0.002, r.describe())
+            self.assertLess(exp, t1 + 2, r.describe())
+            self.claim_ok(r.json["token"])
+            time.sleep(0.137)
+
     def test_introspect_expired(self):
         tok = self.issue(self.op, ttl_seconds=1)
         time.sleep(2.1)

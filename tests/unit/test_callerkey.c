@@ -38,21 +38,23 @@ static void test_record_ids(void **state)
 	struct token a, b;
 
 	(void)state;
-	callerkey_address(7, &op1, "k1", 2, NULL, 1000, &a);
-	callerkey_address(7, &op1, "k1", 2, NULL, 2000, &b);
+	callerkey_address(7, &op1, "k1", 2, NULL, 1000000, &a);
+	callerkey_address(7, &op1, "k1", 2, NULL, 2000000, &b);
 	assert_memory_equal(a.id, b.id, TOKEN_ID_BYTES);
 	assert_int_equal(a.tenant_id, 7);
 	assert_int_equal(a.operation_id, 1);
 	assert_int_equal(a.expires_at, 1060);
+	callerkey_address(7, &op1, "k1", 2, NULL, 1000001, &b);
+	assert_int_equal(b.expires_at, 1061); /* never less than the TTL */
 	assert_int_equal(a.subject_len, 0);
-	callerkey_address(7, &op2, "k1", 2, NULL, 1000, &b);
+	callerkey_address(7, &op2, "k1", 2, NULL, 1000000, &b);
 	assert_memory_not_equal(a.id, b.id, TOKEN_ID_BYTES);
-	callerkey_address(7, &op1, "k2", 2, NULL, 1000, &b);
+	callerkey_address(7, &op1, "k2", 2, NULL, 1000000, &b);
 	assert_memory_not_equal(a.id, b.id, TOKEN_ID_BYTES);
-	callerkey_address(7, &op1, "k1", 2, scope_a, 1000, &a);
-	callerkey_address(7, &op1, "k1", 2, scope_b, 1000, &b);
+	callerkey_address(7, &op1, "k1", 2, scope_a, 1000000, &a);
+	callerkey_address(7, &op1, "k1", 2, scope_b, 1000000, &b);
 	assert_memory_not_equal(a.id, b.id, TOKEN_ID_BYTES);
-	callerkey_address(7, &op1, "k1", 2, scope_a, 1000, &b);
+	callerkey_address(7, &op1, "k1", 2, scope_a, 1000000, &b);
 	assert_memory_equal(a.id, b.id, TOKEN_ID_BYTES);
 }
 

@@ -394,6 +394,18 @@ static void test_encode_refuses_bad_subject(void **state)
 	assert_int_equal(token_encode(&t, key, s, 10), -1);
 }
 
+/* A token lives at least its TTL: the issue time is rounded up, not down. */
+static void test_expiry_rounds_up(void **state)
+{
+	(void)state;
+	assert_int_equal(token_expiry(1700000000000, 1), 1700000001);
+	assert_int_equal(token_expiry(1700000000001, 1), 1700000002);
+	assert_int_equal(token_expiry(1700000000999, 60), 1700000061);
+	int64_t now = token_now_ms();
+	assert_true((int64_t)token_expiry(now, 1) * 1000 >= now + 1000);
+	assert_true((int64_t)token_expiry(now, 1) * 1000 < now + 2000);
+}
+
 static void test_id_hex(void **state)
 {
 	uint8_t id[TOKEN_ID_BYTES];
@@ -534,6 +546,7 @@ int main(void)
 		cmocka_unit_test(test_non_canonical_rejected),
 		cmocka_unit_test(test_bad_structure),
 		cmocka_unit_test(test_encode_refuses_bad_subject),
+		cmocka_unit_test(test_expiry_rounds_up),
 		cmocka_unit_test(test_id_hex),
 		cmocka_unit_test(test_from_header),
 		cmocka_unit_test(test_b64url_matches_reference),
