@@ -28,6 +28,7 @@ IDEMD_MODEL_SHRINK=1 to let Hypothesis shrink a failure (slow: every step is
 a real request)."""
 
 import json
+import math
 import os
 import sys
 import threading
@@ -274,7 +275,8 @@ class RecordMachine(RuleBasedStateMachine):
                 self.expect(j["id"] == rec.id, "%s: the record id changed" % what, resp)
             rec.id = j["id"]
             ttl = rec.policy["token_ttl_seconds"]
-            rec.tok_exp = (int(s) + ttl, r + ttl)
+            # the claim time rounded up to a whole second, plus the TTL
+            rec.tok_exp = (math.ceil(s) + ttl, math.ceil(r) + ttl)
         if bump:
             self.vcount[self.vkey(rec)] = self.vcount.get(self.vkey(rec), 0) + 1
             rec.version_claimed = rec.version

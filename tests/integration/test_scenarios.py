@@ -161,7 +161,7 @@ class Scenarios(unittest.TestCase):
                          "lease_seconds": 1},
                 "gw": {"token_ttl_seconds": 3600, "retention_seconds": 3600,
                        "lease_seconds": 2},
-                "retain": {"token_ttl_seconds": 2, "retention_seconds": 3, "lease_seconds": 2},
+                "retain": {"token_ttl_seconds": 2, "retention_seconds": 4, "lease_seconds": 2},
                 "race": {"token_ttl_seconds": 3600, "retention_seconds": 3600,
                          "lease_seconds": 30},
             }
@@ -424,8 +424,8 @@ class Scenarios(unittest.TestCase):
         toks = {}      # token -> ("completed", response) | ("in_progress", None) | ...
         exp = 0.0
         for i in range(12):
-            # a TTL counts from the whole second of issue: 2 s leaves at
-            # least 1 s for the claim and its completion
+            # a TTL counts from the issue time rounded up to a whole
+            # second: 2 s leave at least 2 s for the claim and its completion
             j = self.issue("retain", ttl_seconds=2)
             tok = j["token"]
             exp = max(exp, parse_time(j["expires_at"]))
@@ -509,9 +509,10 @@ class Scenarios(unittest.TestCase):
         first = self.submit(self.a, gw["token"], path="/orders/short")
         self.assertEqual((first.status, first.header("idempotent-replayed")), (201, "false"),
                          first.describe())
-        # past the TTL, within retention (3 s from the completion, so the
-        # record outlives the token by at least a second and the janitor
-        # cannot have swept it yet): the duplicate learns its order went through
+        # past the TTL, within retention (4 s from the completion; the token
+        # lives less than 3 s, so the record outlives it by at least a
+        # second and the janitor cannot have swept it yet): the duplicate
+        # learns its order went through
         time.sleep(max(0.0, parse_time(gw["expires_at"]) + 0.1 - time.time()))
         r = self.submit(self.b, gw["token"], path="/orders/short")
         self.assertEqual((r.status, r.header("idempotent-replayed"), r.json),

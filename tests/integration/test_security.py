@@ -174,7 +174,7 @@ class SecretsNeverLeak(IdemdCase):
                   {"Idempotency-Key": batch[4]},
                   {"Idempotency-Key": gt[:-3]}, {}):
             rec(gw.request("POST", "/orders", b'{"sku":1}', headers=h, api_key=None))
-        time.sleep(1.2)
+        time.sleep(2.1)   # a TTL of 1 s lives less than 2 s
         rec(self.claim(et))                                           # 410 expired
         rec(anon.get("/metrics"))
         # CLI commands, their outputs
