@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "batcher.h"
 #include "config.h"
@@ -60,6 +59,21 @@ static void engine_replay_send(struct request *req, char *reply, size_t len)
 	http_set_header(req, "Idempotent-Replayed", "true");
 }
 
+/* Renders the envelope of T's (fingerprint FP) response R through RP and
+ * keeps it in the replay cache, with the request BODY (BODY_LEN bytes) that
+ * matches it, or none (NULL); the new text of *LEN bytes, or NULL. */
+static char *engine_replay_render(const struct engine_replay *rp, const struct token *t,
+				  const uint8_t *fp, const struct stored_response *r,
+				  const char *body, size_t body_len, size_t *len)
+{
+	char *reply = rp->er_render(r, t, len);
+
+	if (reply != NULL)
+		replaycache_set_reply(t->tenant_id, t->id, fp, rp->er_kind, body, body_len, reply,
+				      *len);
+	return reply;
+}
+
 /* Answers a duplicate of T (fingerprint FP) of a completed claim from its
  * response R through RP: with REPLY (taken) when the replay cache held the
  * envelope, else renders it and keeps it there. The direct API's also
@@ -69,20 +83,20 @@ static void engine_replay_answer(struct request *req, const struct engine_replay
 				 const struct token *t, const uint8_t *fp,
 				 const struct stored_response *r, char *reply, size_t len)
 {
-	int direct = rp->er_kind == ENGINE_REPLAY_DIRECT;
+	const char *body = NULL;
 
 	if (rp->er_render == NULL) {
 		free(reply);
 		rp->er_send(req, r);
 		return;
 	}
-	int fresh = reply == NULL;
-	if (fresh)
-		reply = rp->er_render(r, t, &len);
-	if (reply != NULL && (fresh || direct))
-		replaycache_set_reply(t->tenant_id, t->id, fp, rp->er_kind,
-				      direct ? (req->req_body ? req->req_body : "") : NULL,
-				      req->req_body_len, reply, len);
+	if (rp->er_kind == ENGINE_REPLAY_DIRECT)
+		body = req->req_body != NULL ? req->req_body : "";
+	if (reply == NULL)
+		reply = engine_replay_render(rp, t, fp, r, body, req->req_body_len, &len);
+	else if (body != NULL)
+		replaycache_set_reply(t->tenant_id, t->id, fp, rp->er_kind, body, req->req_body_len,
+				      reply, len);
 	engine_replay_send(req, reply, len);
 }
 
@@ -112,14 +126,6 @@ int engine_replay_raw(struct request *req, const struct token *t)
 
 /* A claim on its way through the database. */
 #define ENGINE_WAIT_MAX 60
-
-static int64_t engine_unix_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 struct engine_claim {
 	struct batcher_job tc_job;
@@ -470,12 +476,8 @@ static void engine_woken(struct waiter *w, int expired)
 	size_t len = 0;
 	if (replaycache_lookup(c->tc_token.tenant_id, c->tc_token.id, fp, rp->er_kind, &r,
 			       rp->er_render != NULL ? &reply : NULL, &len) == REPLAYCACHE_HIT) {
-		if (reply == NULL && rp->er_render != NULL) {
-			reply = rp->er_render(&r, &c->tc_token, &len);
-			if (reply != NULL)
-				replaycache_set_reply(c->tc_token.tenant_id, c->tc_token.id, fp,
-						      rp->er_kind, NULL, 0, reply, len);
-		}
+		if (reply == NULL && rp->er_render != NULL)
+			reply = engine_replay_render(rp, &c->tc_token, fp, &r, NULL, 0, &len);
 		c->tc_res.cr_outcome = CLAIM_REPLAY;
 		c->tc_res.cr_response = r;
 		c->tc_reply = reply;
@@ -486,7 +488,7 @@ static void engine_woken(struct waiter *w, int expired)
 		return;
 	}
 	c->tc_from_cache = 0;
-	c->tc_submitted = engine_unix_ms();
+	c->tc_submitted = idemd_unix_ms();
 	batcher_submit(&c->tc_job);
 }
 
@@ -495,7 +497,7 @@ static void engine_woken(struct waiter *w, int expired)
 static int engine_wait(struct engine_claim *c)
 {
 	struct waiter *w = &c->tc_waiter;
-	int64_t now = engine_unix_ms();
+	int64_t now = idemd_unix_ms();
 
 	if (c->tc_job.bj_rc != 0 || c->tc_res.cr_outcome != CLAIM_IN_PROGRESS || c->tc_wait == 0 ||
 	    now >= c->tc_wait_until)
@@ -553,7 +555,7 @@ int engine_claim(struct request *req, const struct token *t, const uint8_t *fp,
 	c->tc_arg = arg;
 	c->tc_answer_later = keeps == 0;
 	c->tc_job.bj_done = engine_claim_done;
-	c->tc_submitted = engine_unix_ms();
+	c->tc_submitted = idemd_unix_ms();
 	c->tc_wait_until = c->tc_submitted + (int64_t)c->tc_wait * 1000;
 	http_suspend(req);
 	batcher_submit(&c->tc_job);

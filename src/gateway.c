@@ -315,7 +315,7 @@ static int gateway_derived_address(struct request *req, const struct gateway_rou
 		return -1;
 	}
 	gateway_scope(req, gr, scope);
-	callerkey_address(gr->gr_tenant_id, op, key, (size_t)n, scope, token_now_ms(), t);
+	callerkey_address(gr->gr_tenant_id, op, key, (size_t)n, scope, idemd_unix_ms(), t);
 	return 0;
 }
 

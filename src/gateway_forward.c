@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "config.h"
 #include "headers.h"
@@ -191,14 +190,6 @@ void gateway_job_free(struct gateway_job *j)
 	free(j);
 }
 
-static int64_t gateway_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Builds the job for a request that now holds the claim RES; takes
  * *HEADERS (set to NULL). NULL on OOM. Touches no libmicrohttpd state: it
  * runs on a batcher thread while the connection is suspended. */
@@ -236,7 +227,7 @@ struct gateway_job *gateway_job_new(struct request *req, const struct gateway_ro
 	*headers = NULL;
 	c->uc_connect_timeout_ms = gr->gr_cfg->connect_timeout_ms;
 	/* a forward never outlives its lease: past it, a duplicate may take over */
-	int64_t left = res->cr_lease_expires_at - gateway_now_ms() - GATEWAY_LEASE_MARGIN_MS;
+	int64_t left = res->cr_lease_expires_at - idemd_unix_ms() - GATEWAY_LEASE_MARGIN_MS;
 	c->uc_timeout_ms = gr->gr_cfg->timeout_ms;
 	if (left < c->uc_timeout_ms)
 		c->uc_timeout_ms = left > GATEWAY_MIN_TIMEOUT_MS ? (long)left

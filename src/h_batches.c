@@ -141,7 +141,7 @@ static struct h_batch *h_batch_new(struct request *req)
 		problem_unavailable(req);
 		goto fail;
 	}
-	int64_t now = token_now_ms();
+	int64_t now = idemd_unix_ms();
 	for (size_t i = 0; i < b->hb_n; i++) {
 		struct h_item *it = &b->hb_items[i];
 		json_t *o = json_array_get(items, i), *k = json_object_get(o, "key");

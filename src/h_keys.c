@@ -6,7 +6,6 @@
  * operation, the subject. */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "callerkey.h"
 #include "fingerprint.h"
@@ -42,7 +41,7 @@ static int h_key_address(struct request *req, struct token *t, struct operation 
 		problem_reply(req, 422, "operation_unknown", "no operation of that name");
 		return -1;
 	}
-	callerkey_address(req->req_tenant_id, op, key, klen, NULL, token_now_ms(), t);
+	callerkey_address(req->req_tenant_id, op, key, klen, NULL, idemd_unix_ms(), t);
 	return 0;
 }
 
@@ -159,7 +158,6 @@ void h_key_get(struct request *req)
 	struct token t;
 	struct operation op;
 	struct record_view rv;
-	struct timespec now;
 
 	if (h_key_address(req, &t, &op) < 0)
 		return;
@@ -172,8 +170,7 @@ void h_key_get(struct request *req)
 			      "this key was never claimed (or was forgotten)");
 		return;
 	}
-	clock_gettime(CLOCK_REALTIME, &now);
-	int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+	int64_t now_ms = idemd_unix_ms();
 	const char *state = engine_record_state(&rv, now_ms, 0);
 	json_t *o = json_pack("{s:o,s:s,s:s,s:s,s:o,s:i}", "id", h_key_id(&t), "operation",
 			      op.op_name, "key", req->req_params[1], "state", state, "expires_at",

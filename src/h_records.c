@@ -42,7 +42,6 @@ void h_record_get(struct request *req)
 	uint8_t id[TOKEN_ID_BYTES];
 	struct record_view rv;
 	struct operation op;
-	struct timespec now;
 	int found = 0;
 
 	if (h_record_id(req, id) < 0)
@@ -61,8 +60,7 @@ void h_record_get(struct request *req)
 		problem_unavailable(req);
 		return;
 	}
-	clock_gettime(CLOCK_REALTIME, &now);
-	int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+	int64_t now_ms = idemd_unix_ms();
 	const char *state = engine_record_state(&rv, now_ms, 1);
 	json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:i}", "id", req->req_params[0], "operation",
 			      found ? op.op_name : "", "state", state, "expires_at",

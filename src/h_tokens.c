@@ -43,7 +43,7 @@ static size_t h_token_make(const struct operation *op, const char *subject, int6
 {
 	struct token t = { 0 };
 	char text[TOKEN_MAX_CHARS + 1], hex[2 * TOKEN_ID_BYTES + 1];
-	int64_t now = token_now_ms();
+	int64_t now = idemd_unix_ms();
 	char *p = out;
 
 	t.tenant_id = op->op_tenant_id;
@@ -236,7 +236,7 @@ void h_token_get(struct request *req)
 		problem_unavailable(req);
 		return;
 	}
-	int64_t now = token_now_ms();
+	int64_t now = idemd_unix_ms();
 	int expired = now >= (int64_t)t.expires_at * 1000;
 	const char *state = rv.rv_found ? engine_record_state(&rv, now, 0) : "issued";
 	if (expired && strcmp(state, "issued") == 0)

@@ -15,7 +15,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "metrics.h"
 
@@ -104,14 +103,6 @@ static void replaycache_pair_unlock(struct replaycache_pair *p)
 	if (p->rp_lock[1] != NULL)
 		pthread_mutex_unlock(p->rp_lock[1]);
 	pthread_mutex_unlock(p->rp_lock[0]);
-}
-
-static int64_t replaycache_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Where the parts of E's block start. */
@@ -209,7 +200,7 @@ static struct replaycache_entry *replaycache_find(size_t set, uint32_t tenant_id
 		struct replaycache_entry *e = &replaycache_slots[set + w];
 		if (!e->re_used || e->re_tenant_id != tenant_id || memcmp(e->re_id, id, 16) != 0)
 			continue;
-		if (e->re_expires_at <= replaycache_now_ms()) {
+		if (e->re_expires_at <= idemd_unix_ms()) {
 			replaycache_drop(e);
 			return NULL;
 		}

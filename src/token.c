@@ -2,7 +2,6 @@
 #include "token.h"
 
 #include <string.h>
-#include <time.h>
 
 #include <sodium.h>
 
@@ -313,14 +312,6 @@ int token_from_header(const char *value, char *out, size_t outlen)
 		return -1;
 	out[n] = '\0';
 	return 0;
-}
-
-int64_t token_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 uint32_t token_expiry(int64_t now_ms, int64_t ttl)

@@ -82,9 +82,6 @@ IDEMD_WUR int token_b64url_decode(const char *s, size_t len, uint8_t *out, size_
 /* Writes id as 32 lowercase hex characters plus NUL. */
 void token_id_hex(const uint8_t id[TOKEN_ID_BYTES], char out[2 * TOKEN_ID_BYTES + 1]);
 
-/* The wall clock in unix milliseconds. */
-int64_t token_now_ms(void);
-
 /* The expiry, in unix seconds, of a token or record made at NOW_MS with a
  * time to live of TTL seconds: NOW_MS rounded up to a whole second, plus
  * TTL. It lives at least TTL seconds and less than TTL + 1. */

@@ -58,14 +58,6 @@ static struct {
 	int offline_only;	 /* nothing to LISTEN to: re-checks only */
 } wt = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-static int64_t waiters_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Whether notifications reach PG: it notifies itself and waits a moment
  * for its own probe. Behind a transaction-pooling proxy LISTEN is accepted
  * but nothing ever arrives. */
@@ -73,10 +65,10 @@ static int waiters_probe(PGconn *pg)
 {
 	PGresult *r = PQexec(pg, "NOTIFY idemd_records, 'probe'");
 	int sent = PQresultStatus(r) == PGRES_COMMAND_OK;
-	int64_t until = waiters_now_ms() + WAITERS_PROBE_WAIT_MS;
+	int64_t until = idemd_unix_ms() + WAITERS_PROBE_WAIT_MS;
 
 	PQclear(r);
-	while (sent && waiters_now_ms() < until) {
+	while (sent && idemd_unix_ms() < until) {
 		struct pollfd p = { PQsocket(pg), POLLIN, 0 };
 		if (poll(&p, 1, 50) < 0 || PQconsumeInput(pg) == 0)
 			return 0;
@@ -95,7 +87,7 @@ static int waiters_probe(PGconn *pg)
  * notifications sent while it was down are lost. Thread only. */
 static void waiters_connect(void)
 {
-	int64_t now = waiters_now_ms();
+	int64_t now = idemd_unix_ms();
 
 	if (wt.offline_only || wt.pg != NULL || now - wt.last_connect_ms < WAITERS_RECONNECT_MS ||
 	    now < wt.retry_after_ms)
@@ -151,7 +143,7 @@ static void waiters_notified(const char *payload)
 	struct waiters_recent *rc = &wt.recent[wt.n_recent++ % WAITERS_RECENT];
 	rc->tenant = (uint32_t)tenant;
 	memcpy(rc->id, id, 16);
-	rc->at_ms = waiters_now_ms();
+	rc->at_ms = idemd_unix_ms();
 	for (struct waiter *w = wt.head; w != NULL; w = w->w_next)
 		if (w->w_tenant == tenant && memcmp(w->w_id, id, 16) == 0)
 			w->w_due = 1;
@@ -167,7 +159,7 @@ static void waiters_offline(const char *why)
 	/* notifications are lost until it is back: everyone looks again
 	 * soon, and again after each look (waiters_add), so none is
 	 * stranded until its holder's lease ends */
-	int64_t soon = waiters_now_ms() + WAITERS_OFFLINE_RECHECK_MS;
+	int64_t soon = idemd_unix_ms() + WAITERS_OFFLINE_RECHECK_MS;
 	pthread_mutex_lock(&wt.lock);
 	wt.online = 0;
 	for (struct waiter *w = wt.head; w != NULL; w = w->w_next)
@@ -269,7 +261,7 @@ static void *waiters_main(void *arg)
 	for (;;) {
 		waiters_connect();
 		waiters_listen(following ? WAITERS_FOLLOW_TICK_MS : WAITERS_TICK_MS);
-		int64_t now = waiters_now_ms();
+		int64_t now = idemd_unix_ms();
 		int stopping;
 		struct waiter *w = waiters_take_due(now, &stopping, &following);
 		while (w != NULL) {
@@ -330,7 +322,7 @@ int waiters_add(struct waiter *w, int64_t since_ms)
 			       wt.recent[i].tenant == w->w_tenant &&
 			       memcmp(wt.recent[i].id, w->w_id, 16) == 0;
 		/* no notification can come while offline: look again soon */
-		int64_t soon = waiters_now_ms() + WAITERS_OFFLINE_RECHECK_MS;
+		int64_t soon = idemd_unix_ms() + WAITERS_OFFLINE_RECHECK_MS;
 		if (!wt.online && w->w_retry_ms > soon)
 			w->w_retry_ms = soon;
 		w->w_due = seen;
