@@ -382,6 +382,13 @@ def cmd_report(path, out, scale=False):
                          " + ".join("%.1f" % x for x in rss), "", "",
                          "< 96 MiB (issue 13)" if len(rss) == 1 else "— (each instance)",
                          wverdict(max(rss) < 96) if len(rss) == 1 else ""))
+        for pre, when in (("rest", "2 s after they are answered and closed"),
+                          ("trim", "32 s after, once freed memory went back")):
+            keys = sorted(k for k in wr[0] if k.startswith(pre) and k.endswith("_kb"))
+            vals = [median([r.get(k, 0) / 1024.0 for r in wr]) for k in keys]
+            if vals:
+                rows.append(("%s: idemd RSS %s (MiB)" % (what, when),
+                             " + ".join("%.1f" % x for x in vals), "", "", "—", ""))
 
     c2k = rep.of("c2000")
     if c2k:

@@ -7,9 +7,11 @@
 # completes the record and every waiter should get the replay. Measured: the
 # answers (counted by status and Idempotent-Replayed), the wake-up of each
 # from the moment the completion's 200 was read, and idemd's VmRSS while all
-# of them wait. Then the same with the waiters spread over two idemd
-# instances on the same database, the record claimed and completed on the
-# first (the second learns of it through PostgreSQL's notification).
+# of them wait, 2 s after they are answered and closed, and 32 s after
+# (once the janitor has given freed memory back). Then the
+# same with the waiters spread over two idemd instances on the same
+# database, the record claimed and completed on the first (the second
+# learns of it through PostgreSQL's notification).
 # Then the same load on a trivial libmicrohttpd server (waiters_floor).
 # BENCH_WAITER_ROUNDS rounds (default 3) of all three, each on fresh
 # processes; the report gives medians.
@@ -22,6 +24,9 @@
 WAITERS_N=${BENCH_WAITERS:-10000}
 WAITERS_ROUNDS=${BENCH_WAITER_ROUNDS:-3}
 WAITERS_OP=wait.order.create
+# the last RSS reading: after idemd's janitor has given freed memory back
+# (JANITOR_TRIM_INTERVAL_SECONDS, 30 s)
+WAITERS_TRIM_S=32
 
 waiters_config() {  # waiters_config OUT LISTEN: the bench config, raised limits
   python3 - "$CONF" "$1" "$2" <<'PYEOF'
@@ -76,7 +81,7 @@ waiters_run() {  # waiters_run NAME ROUND PORTS PIDS
   waiters_hold "$key"
   "$BUILD/waiters_load" --ports "$ports" --pids "$pids" --n "$WAITERS_N" --op "$WAITERS_OP" \
     --key "$key" --api-key "$API_KEY" --wait 60 --settle-ms 3000 --timeout-s 45 \
-    >"$out" 2>&1 || { cat "$out" >&2; die "waiters_load failed"; }
+    --trim-s "$WAITERS_TRIM_S" >"$out" 2>&1 || { cat "$out" >&2; die "waiters_load failed"; }
   line=$(sed -n 's/^WAITERS_RESULT //p' "$out" | tail -n 1)
   [ -n "$line" ] || { cat "$out" >&2; die "waiters_load gave no result"; }
   # claims and completes that went to PostgreSQL (the waiters' first claims,
@@ -93,12 +98,16 @@ import sys
 name, line = sys.argv[1:]
 r = dict(kv.split("=") for kv in line.split())
 rss = " + ".join("%.1f" % (int(r[k]) / 1024) for k in sorted(r) if k.startswith("rss"))
+rest = " + ".join("%.1f" % (int(r[k]) / 1024) for k in sorted(r) if k.startswith("rest"))
+trim = " + ".join("%.1f" % (int(r[k]) / 1024) for k in sorted(r) if k.startswith("trim"))
 print("    %-16s %s waiters: %s replayed, %s early, %s other, %s unanswered; wake-up "
-      "p50 %.1f ms, p99 %.1f ms, max %.1f ms; VmRSS %s MiB; connecting took %s ms; "
+      "p50 %.1f ms, p99 %.1f ms, max %.1f ms; VmRSS %s MiB, %s MiB 2 s after they were "
+      "answered and closed, %s MiB later; connecting took %s ms; "
       "load generator CPU while answers came %.0f ms; database jobs %s in %s batches" % (
           name, r["n"], r["replayed"], r["answered_early"], r["other_status"],
           r["unanswered"], int(r["p50_us"]) / 1e3, int(r["p99_us"]) / 1e3,
-          int(r["max_us"]) / 1e3, rss, r["connect_ms"], int(r["loader_cpu_us"]) / 1e3,
+          int(r["max_us"]) / 1e3, rss, rest or "?", trim or "?",
+          r["connect_ms"], int(r["loader_cpu_us"]) / 1e3,
           r["db_jobs"], r["db_batches"]))
 PYEOF
 }

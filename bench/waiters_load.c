@@ -4,12 +4,14 @@
  * they are parked (no answer for --settle-ms after the last request went
  * out), reads the RSS of the given idemd processes, then completes the
  * record on the first port and times every waiter's answer from the moment
- * the completion's 200 was read. One thread, epoll, non-blocking sockets:
+ * the completion's 200 was read. Once all are answered it closes them and
+ * reads the RSS again 2 s later (rest) and, with --trim-s T, T s after the
+ * close (trim: after idemd's periodic return of freed memory). One thread, epoll, non-blocking sockets:
  * every timestamp is taken when the answer's first bytes are read.
  *
  *   waiters_load --ports P1[,P2..] --n N --op OP --key KEY --api-key K
  *                [--wait W] [--pids PID1[,PID2..]] [--settle-ms MS]
- *                [--timeout-s S]
+ *                [--timeout-s S] [--trim-s T]
  *
  * Prints one line: WAITERS_RESULT key=value ... (latencies in µs, signed:
  * an answer read before the completion's own 200 counts negative; the
@@ -147,7 +149,8 @@ static int cmp_i64(const void *a, const void *b)
 int main(int argc, char **argv)
 {
 	long ports[MAX_PORTS], pids[MAX_PORTS];
-	int nports = 0, npids = 0, n = 10000, wait_s = 60, settle_ms = 2000, timeout_s = 30;
+	int nports = 0, npids = 0, n = 10000, wait_s = 60, settle_ms = 2000, timeout_s = 30,
+	    trim_s = 0;
 	const char *op = "order.create", *key = NULL, *api_key = NULL;
 
 	for (int i = 1; i + 1 < argc; i += 2) {
@@ -161,6 +164,7 @@ int main(int argc, char **argv)
 		else if (strcmp(a, "--wait") == 0) wait_s = atoi(v);
 		else if (strcmp(a, "--settle-ms") == 0) settle_ms = atoi(v);
 		else if (strcmp(a, "--timeout-s") == 0) timeout_s = atoi(v);
+		else if (strcmp(a, "--trim-s") == 0) trim_s = atoi(v);
 		else { fprintf(stderr, "waiters_load: unknown option %s\n", a); return 2; }
 	}
 	if (nports == 0 || key == NULL || api_key == NULL || n <= 0) {
@@ -318,6 +322,16 @@ int main(int argc, char **argv)
 	for (int i = 0; i < n; i++)
 		if (conns[i].state == WL_DONE && !conns[i].early)
 			close(conns[i].fd);
+	/* what stays once every waiter is answered and gone: the server sees
+	 * the closes on its next poll, then frees each connection */
+	sleep(2);
+	long rest[MAX_PORTS], trim[MAX_PORTS];
+	for (int i = 0; i < npids; i++)
+		rest[i] = rss_kb(pids[i]);
+	if (trim_s > 2)
+		sleep((unsigned)trim_s - 2);
+	for (int i = 0; i < npids; i++)
+		trim[i] = trim_s > 2 ? rss_kb(pids[i]) : rest[i];
 	int64_t *lat = malloc(sizeof(int64_t) * (size_t)(n + 1));
 	int m = 0, replayed = 0, other = 0, unanswered = 0;
 	for (int i = 0; i < n; i++) {
@@ -345,7 +359,8 @@ int main(int argc, char **argv)
 	       (long long)(m ? lat[0] : 0), (long long)PCT(50), (long long)PCT(90),
 	       (long long)PCT(99), (long long)(m ? lat[m - 1] : 0), cpu_us);
 	for (int i = 0; i < npids; i++)
-		printf(" rss%d_kb=%ld", i + 1, rss[i]);
+		printf(" rss%d_kb=%ld rest%d_kb=%ld trim%d_kb=%ld", i + 1, rss[i], i + 1, rest[i],
+		       i + 1, trim[i]);
 	/* the answer phase on CLOCK_MONOTONIC, to cut a profile to it
 	 * (perf record -k mono, perf report --time) */
 	printf(" phase_mono_us=%lld-%lld\n", (long long)t_send,
