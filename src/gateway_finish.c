@@ -1,8 +1,9 @@
 /*
- * Gateway, finish: the outcome of a forward on the finisher threads. A
- * final answer (2xx-4xx unless release_on) is queued as a complete for the
- * batcher and replied once it committed; anything else releases the claim
- * and answers 502/504/5xx. Also the replies built from a stored answer.
+ * Gateway, finish: the outcome of a forward. A final answer (2xx-4xx
+ * unless release_on) is queued as a complete for the batcher from the
+ * upstream thread and replied once it committed; anything else goes to the
+ * finisher threads, which release the claim and answer 502/504/5xx. Also
+ * the replies built from a stored answer.
  */
 #include "gateway_int.h"
 
@@ -269,6 +270,16 @@ static void gateway_not_final(struct gateway_job *j)
 		 c->uc_error, c->uc_sent ? "request sent" : "request not sent");
 }
 
+/* Whether J's forward ended with an answer to store: 2xx-4xx unless the
+ * route's release_on names it. */
+static int gateway_final(const struct gateway_job *j)
+{
+	const struct upstream_call *c = &j->gj_call;
+
+	return !j->gj_stopped && c->uc_result == UPSTREAM_ANSWERED && c->uc_status >= 200 &&
+	       c->uc_status <= 599 && !j->gj_route->gr_cfg->release_on[c->uc_status];
+}
+
 /* Writes the outcome of a finished (or refused) forward and resumes. */
 void gateway_finish(struct gateway_job *j)
 {
@@ -278,8 +289,7 @@ void gateway_finish(struct gateway_job *j)
 	log_debug("gateway: request %s: %s %s: the upstream call ended (%s, status %ld)",
 		  req->req_id, req->req_method, req->req_path,
 		  c->uc_result == UPSTREAM_ANSWERED ? "answered" : c->uc_error, c->uc_status);
-	if (!j->gj_stopped && c->uc_result == UPSTREAM_ANSWERED && c->uc_status >= 200 &&
-	    c->uc_status <= 599 && !j->gj_route->gr_cfg->release_on[c->uc_status]) {
+	if (gateway_final(j)) {
 		if (gateway_store(j) == 0)
 			return;
 	} else {
@@ -291,7 +301,10 @@ void gateway_finish(struct gateway_job *j)
 
 /* ---------------------------------------------------------------- finishers */
 
-/* Upstream thread: queues the ended call's job for a finisher. */
+/* Upstream thread: an answer to store goes to the batcher from here (one
+ * thread hand-off fewer per submit; only when out of memory does it release
+ * the claim here); every other outcome releases the claim, a database
+ * call, so its job is queued for a finisher. */
 void gateway_on_done(struct upstream_call *c)
 {
 	struct gateway_job *j = IDEMD_CONTAINER_OF(c, struct gateway_job, gj_call);
@@ -302,7 +315,7 @@ void gateway_on_done(struct upstream_call *c)
 			 (double)(now.tv_sec - j->gj_sent.tv_sec) +
 				 (double)(now.tv_nsec - j->gj_sent.tv_nsec) / 1e9);
 	/* closed only after the upstream thread ended: never refused */
-	if (workq_push(&gw.q, &j->gj_item) < 0)
+	if (gateway_final(j) || workq_push(&gw.q, &j->gj_item) < 0)
 		gateway_finish(j);
 }
 
