@@ -10,7 +10,8 @@ from typing import (Any, Callable, Dict, FrozenSet, Generic, List, Mapping,
                     Optional, Sequence, Tuple, TypeVar, Union, cast)
 from urllib.parse import quote, urlencode, urlsplit
 
-from .errors import IdemdError, TransportError, error_for, parse_etag
+from .errors import (IdemdError, IdempotencyKeyInvalidError, InvalidRequestError,
+                     TransportError, error_for, parse_etag)
 from .types import (BatchClaimItem, BatchClaimResult, BatchCompleteItem,
                     BatchCompleteResult, Claimed, CompleteResult, Health,
                     CheckpointResult, ExtendResult, IssuedToken, JSON,
@@ -117,6 +118,34 @@ def seg(value: str) -> str:
     return quote(value, safe="")
 
 
+def check_key(key: str) -> str:
+    """A caller key idemd would accept (1..255 bytes of 0x21-0x7E), else the
+    400 ``idempotency_key_invalid`` idemd would answer, raised before sending."""
+    if not isinstance(key, str):
+        raise IdempotencyKeyInvalidError(400, "idempotency_key_invalid",
+                                         "a caller key must be a string")
+    raw = key.encode("utf-8")
+    if not 1 <= len(raw) <= 255:
+        raise IdempotencyKeyInvalidError(400, "idempotency_key_invalid",
+                                         "a caller key is 1..255 bytes, got %d" % len(raw))
+    if any(b < 0x21 or b > 0x7E for b in raw):
+        raise IdempotencyKeyInvalidError(400, "idempotency_key_invalid",
+                                         "a caller key holds only visible ASCII (0x21-0x7E)")
+    return key
+
+
+def check_attempt(attempt: Any) -> int:
+    """The attempt of a complete/release/extend/checkpoint, else the 400
+    ``invalid_request`` idemd would answer, raised before sending."""
+    if isinstance(attempt, bool) or not isinstance(attempt, int):
+        raise InvalidRequestError(400, "invalid_request", "field attempt is required "
+                                  "(the attempt of the claim being finished)")
+    if not 1 <= attempt <= 2147483647:
+        raise InvalidRequestError(400, "invalid_request",
+                                  "field attempt must be an integer from 1 to 2147483647")
+    return attempt
+
+
 def request_headers(call: Call[Any], api_key: Optional[str], host: str) -> Dict[str, str]:
     h = {"Host": host, "User-Agent": USER_AGENT, "Accept": "application/json"}
     if call.auth and api_key:
@@ -169,7 +198,7 @@ def _claim_body(request: JSON, fingerprint: Optional[str], subject: Optional[str
 def _outcome(attempt: int, status: int, body: JSON, headers: Optional[Mapping[str, str]],
              content: Optional[bytes]) -> Dict[str, Any]:
     o = Outcome(status, None if body is UNSET else body, dict(headers) if headers else None, content)
-    b = {"attempt": attempt}
+    b = {"attempt": check_attempt(attempt)}
     b.update(o.to_json())
     return b
 
@@ -208,18 +237,18 @@ def complete_token(token: str, attempt: int, status: int, body: JSON,
 
 def release_token(token: str, attempt: int) -> Call[ReleaseResult]:
     return Call("POST", "/v1/tokens/%s/release" % seg(token),
-                cast(Callable[[HttpResponse], ReleaseResult], _json), {"attempt": attempt})
+                cast(Callable[[HttpResponse], ReleaseResult], _json), {"attempt": check_attempt(attempt)})
 
 
 def _extend_body(attempt: int, lease_seconds: Optional[int]) -> Dict[str, Any]:
-    b: Dict[str, Any] = {"attempt": attempt}
+    b: Dict[str, Any] = {"attempt": check_attempt(attempt)}
     if lease_seconds is not None:
         b["lease_seconds"] = lease_seconds
     return b
 
 
 def _checkpoint_body(attempt: int, phase: str, data: JSON) -> Dict[str, Any]:
-    b: Dict[str, Any] = {"attempt": attempt, "phase": phase}
+    b: Dict[str, Any] = {"attempt": check_attempt(attempt), "phase": phase}
     if data is not UNSET:
         b["data"] = data
     return b
@@ -237,7 +266,7 @@ def checkpoint_token(token: str, attempt: int, phase: str, data: JSON) -> Call[C
 
 
 def _key_path(operation: str, key: str) -> str:
-    return "/v1/operations/%s/keys/%s" % (seg(operation), seg(key))
+    return "/v1/operations/%s/keys/%s" % (seg(operation), seg(check_key(key)))
 
 
 def claim_key(operation: str, key: str, request: JSON, fingerprint: Optional[str],
@@ -256,7 +285,7 @@ def complete_key(operation: str, key: str, attempt: int, status: int, body: JSON
 
 def release_key(operation: str, key: str, attempt: int) -> Call[ReleaseResult]:
     return Call("POST", _key_path(operation, key) + "/release",
-                cast(Callable[[HttpResponse], ReleaseResult], _json), {"attempt": attempt})
+                cast(Callable[[HttpResponse], ReleaseResult], _json), {"attempt": check_attempt(attempt)})
 
 
 def get_key(operation: str, key: str) -> Call[KeyRecord]:
