@@ -194,6 +194,10 @@ export class Outcome implements OutcomeInit {
 
 export function asOutcome(value: unknown): Outcome;
 export function responseBytes(response: StoredResponse): Uint8Array;
+/** Returns KEY if idemd would accept it as a caller key (1..255 bytes of 0x21-0x7E), else throws IdempotencyKeyInvalidError (400) without sending. */
+export function checkKey(key: string): string;
+/** Returns ATTEMPT if it is an integer 1..2147483647, else throws InvalidRequestError (400) without sending. */
+export function checkAttempt(attempt: number | null | undefined): number;
 
 export interface BatchClaimItem {
   key: string;

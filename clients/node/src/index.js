@@ -1,5 +1,7 @@
 // Client for idemd (Node 20+, global fetch). See ../README.md and ../index.d.ts.
-import { IdemdError, TransportError, errorFor, errorClasses } from './errors.js';
+import {
+  IdemdError, TransportError, errorFor, errorClasses, IdempotencyKeyInvalidError, InvalidRequestError,
+} from './errors.js';
 
 export * from './errors.js';
 
@@ -39,6 +41,36 @@ const seg = (s) => {
   if (typeof s !== 'string' || s === '') throw new TypeError('a path segment must be a non-empty string');
   return encodeURIComponent(s).replace(/[!'()*]/g, (c) => '%' + c.charCodeAt(0).toString(16).toUpperCase());
 };
+/**
+ * A caller key idemd would accept (1..255 bytes of 0x21-0x7E); anything else
+ * throws the 400 idempotency_key_invalid idemd would answer, before sending.
+ */
+export function checkKey(key) {
+  if (typeof key !== 'string') {
+    throw new IdempotencyKeyInvalidError(400, 'idempotency_key_invalid', 'a caller key must be a string');
+  }
+  const n = Buffer.byteLength(key, 'utf8');
+  if (n < 1 || n > 255) {
+    throw new IdempotencyKeyInvalidError(400, 'idempotency_key_invalid', `a caller key is 1..255 bytes, got ${n}`);
+  }
+  if (!/^[\x21-\x7e]+$/.test(key)) {
+    throw new IdempotencyKeyInvalidError(400, 'idempotency_key_invalid',
+      'a caller key holds only visible ASCII (0x21-0x7E)');
+  }
+  return key;
+}
+
+/** The attempt of a complete/release/extend/checkpoint, else the 400 invalid_request idemd would answer. */
+export function checkAttempt(attempt) {
+  if (attempt === undefined || attempt === null) {
+    throw new InvalidRequestError(400, 'invalid_request', 'field attempt is required (the attempt of the claim being finished)');
+  }
+  if (!Number.isInteger(attempt) || attempt < 1 || attempt > 2147483647) {
+    throw new InvalidRequestError(400, 'invalid_request', 'field attempt must be an integer from 1 to 2147483647');
+  }
+  return attempt;
+}
+
 const etag = (v) => (typeof v === 'number' ? `"${v}"` : v);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -165,11 +197,11 @@ export class Client {
 
   completeToken(token, attempt, outcome = {}) {
     return this.#json('POST', `/v1/tokens/${seg(token)}/complete`,
-      { body: { attempt, ...outcomeJson(toOutcome(outcome)) } });
+      { body: { attempt: checkAttempt(attempt), ...outcomeJson(toOutcome(outcome)) } });
   }
 
   releaseToken(token, attempt) {
-    return this.#json('POST', `/v1/tokens/${seg(token)}/release`, { body: { attempt } });
+    return this.#json('POST', `/v1/tokens/${seg(token)}/release`, { body: { attempt: checkAttempt(attempt) } });
   }
 
   /** A new lease for the current ATTEMPT (lease_seconds: at most, and by default, the operation's). */
@@ -183,7 +215,7 @@ export class Client {
   }
 
   // ---- caller keys
-  #keyPath(operation, key) { return `/v1/operations/${seg(operation)}/keys/${seg(key)}`; }
+  #keyPath(operation, key) { return `/v1/operations/${seg(operation)}/keys/${seg(checkKey(key))}`; }
 
   async claimKey(operation, key, options = {}) {
     return this.#claimed(await this.request('POST', this.#keyPath(operation, key) + '/claim',
@@ -192,11 +224,11 @@ export class Client {
 
   completeKey(operation, key, attempt, outcome = {}) {
     return this.#json('POST', this.#keyPath(operation, key) + '/complete',
-      { body: { attempt, ...outcomeJson(toOutcome(outcome)) } });
+      { body: { attempt: checkAttempt(attempt), ...outcomeJson(toOutcome(outcome)) } });
   }
 
   releaseKey(operation, key, attempt) {
-    return this.#json('POST', this.#keyPath(operation, key) + '/release', { body: { attempt } });
+    return this.#json('POST', this.#keyPath(operation, key) + '/release', { body: { attempt: checkAttempt(attempt) } });
   }
 
   getKey(operation, key) { return this.#json('GET', this.#keyPath(operation, key)); }
@@ -399,10 +431,12 @@ export class Client {
 }
 
 function extendBody(attempt, leaseSeconds) {
+  checkAttempt(attempt);
   return leaseSeconds === undefined || leaseSeconds === null ? { attempt } : { attempt, lease_seconds: leaseSeconds };
 }
 
 function checkpointBody(attempt, phase, data) {
+  checkAttempt(attempt);
   return data === undefined ? { attempt, phase } : { attempt, phase, data };
 }
 
