@@ -1,0 +1,47 @@
+package dev.idemd.client;
+
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+
+/** One key of a batch claim with its request, fingerprint and subject. */
+public final class BatchClaimItem {
+    private final String key;
+    private final ClaimOptions options;
+
+    private BatchClaimItem(String key, ClaimOptions options) {
+        this.key = key;
+        this.options = options == null ? ClaimOptions.NONE : options;
+    }
+
+    public static BatchClaimItem of(String key) {
+        return new BatchClaimItem(key, ClaimOptions.NONE);
+    }
+
+    /** KEY with OPTIONS' request, fingerprint and subject (If-Match and wait do not apply to batches). */
+    public static BatchClaimItem of(String key, ClaimOptions options) {
+        return new BatchClaimItem(key, options);
+    }
+
+    public String getKey() {
+        return key;
+    }
+
+    public ClaimOptions getOptions() {
+        return options;
+    }
+
+    ObjectNode toJson() {
+        ObjectNode o = JsonNodeFactory.instance.objectNode();
+        o.put("key", key);
+        if (options.getFingerprint() != null) {
+            o.put("fingerprint", options.getFingerprint());
+        }
+        if (options.getRequest() != null) {
+            o.set("request", options.getRequest());
+        }
+        if (options.getSubject() != null) {
+            o.put("subject", options.getSubject());
+        }
+        return o;
+    }
+}

@@ -1,0 +1,44 @@
+package dev.idemd.client;
+
+/** What a claim addresses: a token, or a caller key under an operation. */
+public final class ClaimTarget {
+    private final String token;
+    private final String operation;
+    private final String key;
+
+    private ClaimTarget(String token, String operation, String key) {
+        this.token = token;
+        this.operation = operation;
+        this.key = key;
+    }
+
+    public static ClaimTarget token(String token) {
+        return new ClaimTarget(token, null, null);
+    }
+
+    public static ClaimTarget key(String operation, String key) {
+        return new ClaimTarget(null, operation, key);
+    }
+
+    /** The token, or null for a caller key. */
+    public String getToken() {
+        return token;
+    }
+
+    public String getOperation() {
+        return operation;
+    }
+
+    public String getKey() {
+        return key;
+    }
+
+    public boolean isToken() {
+        return token != null;
+    }
+
+    @Override
+    public String toString() {
+        return token != null ? "token" : operation + "/" + key;
+    }
+}

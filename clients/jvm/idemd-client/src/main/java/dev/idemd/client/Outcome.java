@@ -1,0 +1,90 @@
+package dev.idemd.client;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.util.Base64;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.Map;
+
+/**
+ * What to store as a submit's outcome: a status, headers and either a JSON
+ * body (any value Jackson can serialize) or raw bytes.
+ */
+public final class Outcome {
+    private final int status;
+    private final Map<String, String> headers;
+    private final JsonNode body;
+    private final byte[] content;
+
+    private Outcome(int status, Map<String, String> headers, JsonNode body, byte[] content) {
+        if (status < 100 || status > 599) {
+            throw new IllegalArgumentException("status must be 100..599: " + status);
+        }
+        this.status = status;
+        this.headers = headers == null ? Collections.emptyMap()
+                : Collections.unmodifiableMap(new LinkedHashMap<>(headers));
+        this.body = body;
+        this.content = content;
+    }
+
+    /** STATUS with BODY as JSON (null: an empty body). */
+    public static Outcome of(int status, Object body) {
+        return new Outcome(status, null, body == null ? null : Json.tree(body), null);
+    }
+
+    /** STATUS with BODY as JSON and HEADERS. */
+    public static Outcome of(int status, Object body, Map<String, String> headers) {
+        return new Outcome(status, headers, body == null ? null : Json.tree(body), null);
+    }
+
+    /** 200 with BODY as JSON. */
+    public static Outcome ok(Object body) {
+        return of(200, body);
+    }
+
+    /** STATUS with raw CONTENT bytes (stored as {@code body_base64}). */
+    public static Outcome bytes(int status, byte[] content, Map<String, String> headers) {
+        return new Outcome(status, headers, null, content == null ? new byte[0] : content.clone());
+    }
+
+    public int getStatus() {
+        return status;
+    }
+
+    public Map<String, String> getHeaders() {
+        return headers;
+    }
+
+    /** The JSON body, or null (empty body or raw bytes). */
+    public JsonNode getBody() {
+        return body;
+    }
+
+    /** The raw bytes, or null when the body is JSON. */
+    public byte[] getContent() {
+        return content == null ? null : content.clone();
+    }
+
+    /** The JSON fields of a completion: status, headers?, body or body_base64. */
+    ObjectNode toJson() {
+        ObjectNode o = JsonNodeFactory.instance.objectNode();
+        o.put("status", status);
+        if (!headers.isEmpty()) {
+            ObjectNode h = o.putObject("headers");
+            headers.forEach(h::put);
+        }
+        if (content != null) {
+            o.put("body_base64", Base64.getEncoder().encodeToString(content));
+        } else {
+            o.set("body", body == null ? JsonNodeFactory.instance.nullNode() : body);
+        }
+        return o;
+    }
+
+    @Override
+    public String toString() {
+        return "Outcome{" + status + ", " + headers + ", " + (content != null ? content.length + " bytes" : body) + "}";
+    }
+}

@@ -1,0 +1,115 @@
+package dev.idemd.client;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.time.Duration;
+import java.time.ZonedDateTime;
+import java.time.format.DateTimeFormatter;
+import java.time.format.DateTimeParseException;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Set;
+
+/** Problem code to exception class, one per code of idemd's API reference. */
+public final class Problems {
+    /** How an exception of one problem code is made. */
+    @FunctionalInterface
+    public interface Factory {
+        IdemdProblemException create(int status, String code, String detail, Duration retryAfter,
+                JsonNode problem, Map<String, String> headers);
+    }
+
+    private static final Map<String, Factory> CLASSES = new LinkedHashMap<>();
+
+    static {
+        CLASSES.put(InvalidRequestException.CODE, InvalidRequestException::new);
+        CLASSES.put(IdempotencyKeyMissingException.CODE, IdempotencyKeyMissingException::new);
+        CLASSES.put(TokenMalformedException.CODE, TokenMalformedException::new);
+        CLASSES.put(UnauthorizedException.CODE, UnauthorizedException::new);
+        CLASSES.put(TokenInvalidException.CODE, TokenInvalidException::new);
+        CLASSES.put(TokenScopeMismatchException.CODE, TokenScopeMismatchException::new);
+        CLASSES.put(NotFoundException.CODE, NotFoundException::new);
+        CLASSES.put(MethodNotAllowedException.CODE, MethodNotAllowedException::new);
+        CLASSES.put(RequestInProgressException.CODE, RequestInProgressException::new);
+        CLASSES.put(LeaseLostException.CODE, LeaseLostException::new);
+        CLASSES.put(NotInProgressException.CODE, NotInProgressException::new);
+        CLASSES.put(CompletionConflictException.CODE, CompletionConflictException::new);
+        CLASSES.put(TokenInUseException.CODE, TokenInUseException::new);
+        CLASSES.put(IdempotencyKeyInvalidException.CODE, IdempotencyKeyInvalidException::new);
+        CLASSES.put(RecordNotFoundException.CODE, RecordNotFoundException::new);
+        CLASSES.put(TokenExpiredException.CODE, TokenExpiredException::new);
+        CLASSES.put(TokenRevokedException.CODE, TokenRevokedException::new);
+        CLASSES.put(VersionMismatchException.CODE, VersionMismatchException::new);
+        CLASSES.put(PayloadTooLargeException.CODE, PayloadTooLargeException::new);
+        CLASSES.put(UnsupportedMediaTypeException.CODE, UnsupportedMediaTypeException::new);
+        CLASSES.put(FingerprintMismatchException.CODE, FingerprintMismatchException::new);
+        CLASSES.put(OperationUnknownException.CODE, OperationUnknownException::new);
+        CLASSES.put(VersionRequiredException.CODE, VersionRequiredException::new);
+        CLASSES.put(RateLimitedException.CODE, RateLimitedException::new);
+        CLASSES.put(UnavailableException.CODE, UnavailableException::new);
+        CLASSES.put(CorsOriginDeniedException.CODE, CorsOriginDeniedException::new);
+        CLASSES.put(UpstreamUnavailableException.CODE, UpstreamUnavailableException::new);
+        CLASSES.put(UpstreamInvalidException.CODE, UpstreamInvalidException::new);
+        CLASSES.put(UpstreamTimeoutException.CODE, UpstreamTimeoutException::new);
+        CLASSES.put(UpstreamAnswerUnstorableException.CODE, UpstreamAnswerUnstorableException::new);
+        CLASSES.put(InternalException.CODE, InternalException::new);
+    }
+
+    private Problems() {
+    }
+
+    /** Every problem code that has its own class. */
+    public static Set<String> codes() {
+        return Collections.unmodifiableSet(CLASSES.keySet());
+    }
+
+    /** The exception for a problem: the class of its code, else {@link IdemdProblemException}. */
+    public static IdemdProblemException of(int status, String code, String detail, Duration retryAfter,
+            JsonNode problem, Map<String, String> headers) {
+        Factory f = code != null ? CLASSES.get(code) : null;
+        if (f == null) {
+            return new IdemdProblemException(status, code, detail, retryAfter, problem, headers);
+        }
+        return f.create(status, code, detail, retryAfter, problem, headers);
+    }
+
+    /** The class that stands for CODE, or {@link IdemdProblemException} for an unknown one. */
+    public static Class<? extends IdemdProblemException> classFor(String code) {
+        Factory f = code != null ? CLASSES.get(code) : null;
+        return f == null ? IdemdProblemException.class
+                : f.create(400, code, "", null, null, null).getClass();
+    }
+
+    /** {@code "7"} to 7; weak, absent or not a number: null. */
+    public static Long parseEtag(String value) {
+        if (value == null) {
+            return null;
+        }
+        String v = value.trim();
+        if (v.length() >= 3 && v.charAt(0) == '"' && v.charAt(v.length() - 1) == '"') {
+            String n = v.substring(1, v.length() - 1);
+            if (!n.isEmpty() && n.chars().allMatch(Character::isDigit) && n.length() < 19) {
+                return Long.parseLong(n);
+            }
+        }
+        return null;
+    }
+
+    /** Delta-seconds or an HTTP date, as a duration from now (never negative); null when absent or bad. */
+    public static Duration parseRetryAfter(String value) {
+        if (value == null) {
+            return null;
+        }
+        String v = value.trim();
+        if (!v.isEmpty() && v.length() < 10 && v.chars().allMatch(Character::isDigit)) {
+            return Duration.ofSeconds(Long.parseLong(v));
+        }
+        try {
+            ZonedDateTime when = ZonedDateTime.parse(v, DateTimeFormatter.RFC_1123_DATE_TIME);
+            Duration d = Duration.between(java.time.Instant.now(), when.toInstant());
+            return d.isNegative() ? Duration.ZERO : d;
+        } catch (DateTimeParseException e) {
+            return null;
+        }
+    }
+}

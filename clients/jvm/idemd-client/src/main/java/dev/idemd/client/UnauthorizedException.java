@@ -1,0 +1,18 @@
+package dev.idemd.client;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.time.Duration;
+import java.util.Map;
+
+/** 401 unauthorized: Missing or wrong API key. */
+public class UnauthorizedException extends IdemdProblemException {
+    private static final long serialVersionUID = 1L;
+
+    /** The problem code this class stands for. */
+    public static final String CODE = "unauthorized";
+
+    public UnauthorizedException(int status, String code, String detail, Duration retryAfter,
+            JsonNode problem, Map<String, String> headers) {
+        super(status, code, detail, retryAfter, problem, headers);
+    }
+}
