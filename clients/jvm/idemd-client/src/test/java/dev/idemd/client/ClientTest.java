@@ -1,0 +1,243 @@
+package dev.idemd.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import org.junit.jupiter.api.Test;
+
+/** The whole API against a real idemd. */
+class ClientTest {
+    private final IdemdClient idemd = TestEnv.client();
+
+    @Test
+    void tokenLifecycle() {
+        String op = TestEnv.operation(idemd, 30);
+        IssuedToken t = idemd.issue(op, "user-42");
+        assertEquals(op, t.getOperation());
+        assertEquals(32, t.getId().length());
+        assertEquals("issued", idemd.introspect(t.getToken()).getState());
+
+        Claimed c = idemd.claimToken(t.getToken(), ClaimOptions.request(Map.of("cart", "c-1")));
+        assertFalse(c.isReplayed());
+        assertEquals(1, c.getAttempt());
+        assertNotNull(c.getLeaseExpiresAt());
+
+        IdemdClient once = idemd.withRetry(RetryPolicy.NONE);
+        RequestInProgressException busy = assertThrows(RequestInProgressException.class,
+                () -> once.claimToken(t.getToken(), ClaimOptions.request(Map.of("cart", "c-1"))));
+        assertEquals(409, busy.getStatus());
+        assertNotNull(busy.getRetryAfter());
+
+        SimpleResult done = idemd.completeToken(t.getToken(), 1, Outcome.of(201, Map.of("order_id", "o-1")));
+        assertEquals("completed", done.getState());
+        assertEquals(201, done.getResponse().getStatus());
+
+        Claimed replay = idemd.claimToken(t.getToken(), ClaimOptions.request(Map.of("cart", "c-1")));
+        assertTrue(replay.isReplayed());
+        assertEquals("o-1", replay.getResponse().getBody().get("order_id").asText());
+        assertThrows(FingerprintMismatchException.class,
+                () -> idemd.claimToken(t.getToken(), ClaimOptions.request(Map.of("cart", "c-2"))));
+        assertThrows(TokenInUseException.class, () -> idemd.revoke(t.getToken()));
+        assertThrows(LeaseLostException.class, () -> idemd.releaseToken(t.getToken(), 7));
+
+        IssuedToken t2 = idemd.issue(op, "user-42", 60);
+        idemd.revoke(t2.getToken());
+        assertThrows(TokenRevokedException.class, () -> idemd.claimToken(t2.getToken()));
+        assertThrows(TokenMalformedException.class, () -> idemd.claimToken("not a token!"));
+        assertThrows(TokenInvalidException.class, () -> idemd.claimToken(t2.getToken().substring(0, 20) + "x"
+                + t2.getToken().substring(21)));
+
+        List<IssuedToken> many = idemd.issueMany(op, "user-43", 3, null);
+        assertEquals(3, many.size());
+    }
+
+    @Test
+    void releaseThenTakeOverWithCheckpoint() {
+        String op = TestEnv.operation(idemd, 30);
+        String t = idemd.issue(op, "u").getToken();
+        Claimed c = idemd.claimToken(t);
+        assertNotNull(idemd.extendToken(t, 1, 10).getLeaseExpiresAt());
+        idemd.checkpointToken(t, 1, "charged", Map.of("charge", "ch_1"));
+        assertEquals("issued", idemd.releaseToken(t, c.getAttempt()).getState());
+        Claimed again = idemd.claimToken(t);
+        assertEquals(2, again.getAttempt());
+        assertEquals("charged", again.getCheckpoint().getPhase());
+        assertEquals("ch_1", again.getCheckpoint().getData().get("charge").asText());
+        assertThrows(LeaseLostException.class, () -> idemd.checkpointToken(t, 1, "x", null));
+    }
+
+    @Test
+    void callerKeys() {
+        String op = TestEnv.operation(idemd, 30);
+        String key = "order:user-42/cart?9#x%20" + TestEnv.unique("k");
+        Claimed c = idemd.claimKey(op, key, ClaimOptions.request(Map.of("a", 1)).withSubject("user-42"));
+        assertEquals(32, c.getId().length());
+        assertEquals("in_progress", idemd.getKey(op, key).getState());
+        idemd.completeKey(op, key, c.getAttempt(), Outcome.bytes(202, "raw".getBytes(StandardCharsets.UTF_8),
+                Map.of("Content-Type", "text/plain")));
+        Claimed r = idemd.claimKey(op, key, ClaimOptions.request(Map.of("a", 1)));
+        assertTrue(r.isReplayed());
+        assertEquals("raw", new String(r.getResponse().getBodyBytes(), StandardCharsets.UTF_8));
+        assertEquals("text/plain", r.getResponse().getHeaders().get("content-type") != null
+                ? r.getResponse().getHeaders().get("content-type") : r.getResponse().getHeaders().get("Content-Type"));
+        RecordInfo rec = idemd.getRecord(c.getId());
+        assertEquals(op, rec.getOperation()); // the key itself is not stored (api/openapi.yaml)
+        List<RecordEvent> events = idemd.recordEvents(c.getId());
+        assertEquals("claimed", events.get(0).getEvent());
+        assertEquals("completed", events.get(events.size() - 1).getEvent());
+        assertThrows(RecordNotFoundException.class, () -> idemd.getKey(op, "never-claimed"));
+        assertThrows(RecordNotFoundException.class, () -> idemd.completeKey(op, "never", 1, Outcome.ok(null)));
+        assertThrows(OperationUnknownException.class, () -> idemd.claimKey("no.such.op", "k"));
+        RecordPage page = idemd.listRecords(RecordQuery.ALL.withOperation(op).withLimit(1));
+        assertEquals(1, page.getRecords().size());
+    }
+
+    @Test
+    void refusedBeforeSendingWithTheErrorIdemdWouldGive() throws Exception {
+        // a client pointed at nothing: the refusal cannot have come from a server
+        IdemdClient nowhere = IdemdClient.builder("http://127.0.0.1:9").retry(RetryPolicy.NONE).build();
+        String[] bad = {"", "a b", "caf\u00e9", "x".repeat(256), "tab\there", "nul\u0000"};
+        for (String k : bad) {
+            IdempotencyKeyInvalidException e = assertThrows(IdempotencyKeyInvalidException.class,
+                    () -> nowhere.claimKey("order.create", k));
+            assertEquals(400, e.getStatus());
+            assertEquals("idempotency_key_invalid", e.getCode());
+        }
+        InvalidRequestException a = assertThrows(InvalidRequestException.class,
+                () -> nowhere.completeKey("order.create", "k", 0, Outcome.ok(null)));
+        assertEquals(400, a.getStatus());
+        assertThrows(InvalidRequestException.class, () -> nowhere.releaseToken("tok", 0));
+        assertTrue(Validation.isValidKey("x".repeat(255)));
+        assertTrue(Validation.isValidKey("!~"));
+
+        // and idemd answers the same: status, code and detail
+        HttpClient raw = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
+        String op = TestEnv.operation(idemd, 30);
+        HttpResponse<String> r = raw.send(HttpRequest.newBuilder(URI.create(TestEnv.get("IDEMD_URL")
+                + "/v1/operations/" + op + "/keys/a%20b/claim")).header("Authorization", "Bearer "
+                        + TestEnv.get("IDEMD_API_KEY")).header("Content-Type", "application/json")
+                .POST(HttpRequest.BodyPublishers.ofString("{}")).build(), HttpResponse.BodyHandlers.ofString());
+        JsonNode p = Json.parse(r.body().getBytes(StandardCharsets.UTF_8));
+        IdempotencyKeyInvalidException mine = assertThrows(IdempotencyKeyInvalidException.class,
+                () -> nowhere.claimKey(op, "a b"));
+        assertEquals(r.statusCode(), mine.getStatus());
+        assertEquals(p.get("code").asText(), mine.getCode());
+        assertEquals(p.get("detail").asText(), mine.getDetail());
+
+        idemd.claimKey(op, "k1");
+        HttpResponse<String> r2 = raw.send(HttpRequest.newBuilder(URI.create(TestEnv.get("IDEMD_URL")
+                + "/v1/operations/" + op + "/keys/k1/complete")).header("Authorization", "Bearer "
+                        + TestEnv.get("IDEMD_API_KEY")).header("Content-Type", "application/json")
+                .POST(HttpRequest.BodyPublishers.ofString("{\"attempt\":0,\"status\":200}")).build(),
+                HttpResponse.BodyHandlers.ofString());
+        JsonNode p2 = Json.parse(r2.body().getBytes(StandardCharsets.UTF_8));
+        assertEquals(r2.statusCode(), a.getStatus());
+        assertEquals(p2.get("code").asText(), a.getCode());
+        assertEquals(p2.get("detail").asText(), a.getDetail());
+    }
+
+    @Test
+    void versions() {
+        String key = TestEnv.unique("orders:user");
+        Version v = idemd.getVersion(key);
+        assertEquals(0, v.getVersion());
+        assertEquals("\"0\"", v.getEtag());
+        assertEquals(1, idemd.bumpVersion(key, 0));
+        VersionMismatchException e = assertThrows(VersionMismatchException.class, () -> idemd.bumpVersion(key, 0));
+        assertEquals(1L, e.getCurrentVersion());
+    }
+
+    @Test
+    void staleFormIsVersionMismatch() {
+        String op = "jvm.v." + TestEnv.unique("o").substring(2, 14);
+        idemd.putOperation(op, OperationPolicy.of(3600, 3600, 30).withVersionKey("cart:{subject}"));
+        String subject = TestEnv.unique("u");
+        IssuedToken t = idemd.issue(op, subject);
+        assertEquals(0L, t.getVersion());
+        idemd.bumpVersion("cart:" + subject, 0);
+        VersionMismatchException e = assertThrows(VersionMismatchException.class, () -> idemd.claimToken(t.getToken()));
+        assertEquals(1L, e.getCurrentVersion());
+        assertEquals(op, idemd.getOperation(op).getName());
+        assertEquals("cart:{subject}", idemd.getOperation(op).getVersionKey());
+        assertTrue(idemd.listOperations().stream().anyMatch(o -> o.getName().equals(op)));
+    }
+
+    @Test
+    void preferWaitGetsTheOutcome() throws Exception {
+        String op = TestEnv.operation(idemd, 30);
+        Claimed first = idemd.claimKey(op, "w");
+        CompletableFuture<Claimed> waiter = CompletableFuture.supplyAsync(
+                () -> idemd.claimKey(op, "w", ClaimOptions.NONE.withWaitSeconds(10)));
+        Thread.sleep(300);
+        idemd.completeKey(op, "w", first.getAttempt(), Outcome.of(201, Map.of("ok", true)));
+        Claimed c = waiter.get();
+        assertTrue(c.isReplayed());
+        assertEquals(201, c.getResponse().getStatus());
+        assertNotNull(c.getPreferenceApplied());
+    }
+
+    @Test
+    void authAndTenants() {
+        IdemdClient wrong = IdemdClient.builder(TestEnv.get("IDEMD_URL")).apiKey("idk_wrong").build();
+        assertThrows(UnauthorizedException.class, () -> wrong.listOperations());
+        String op = TestEnv.operation(idemd, 30);
+        String t = idemd.issue(op, "u").getToken();
+        IdemdClient globex = IdemdClient.builder(TestEnv.get("IDEMD_URL")).apiKey(TestEnv.get("IDEMD_API_KEY_2"))
+                .build();
+        assertThrows(TokenScopeMismatchException.class, () -> globex.claimToken(t));
+        assertEquals("ok", idemd.health().getStatus());
+        assertTrue(idemd.ready().isUp());
+    }
+
+    @Test
+    void rateLimitedIsRetriedHonouringRetryAfter() {
+        IdemdClient limited = IdemdClient.builder(TestEnv.get("IDEMD_LIMITED_URL")).apiKey(TestEnv.get("IDEMD_API_KEY"))
+                .build();
+        String op = TestEnv.operation(limited, 30);
+        IdemdClient once = limited.withRetry(RetryPolicy.NONE);
+        RateLimitedException e = null;
+        for (int i = 0; i < 3 && e == null; i++) {
+            try {
+                once.issue(op, "u");
+            } catch (RateLimitedException x) {
+                e = x;
+            }
+        }
+        assertNotNull(e, "the second issue within a second is 429");
+        assertNotNull(e.getRetryAfter());
+        long t0 = System.nanoTime();
+        once.getOperation(op); // not rate limited
+        IssuedToken t = limited.issue(op, "u"); // waits out Retry-After
+        assertNotNull(t.getToken());
+        assertTrue(Duration.ofNanos(System.nanoTime() - t0).toMillis() >= 200);
+    }
+
+    @Test
+    void overTheInflightBudgetIs503() {
+        IdemdClient limited = IdemdClient.builder(TestEnv.get("IDEMD_LIMITED_URL")).apiKey(TestEnv.get("IDEMD_API_KEY"))
+                .retry(RetryPolicy.NONE).build();
+        String op = TestEnv.operation(limited, 30);
+        String big = "x".repeat(1_200_000);
+        IdemdException e = assertThrows(IdemdException.class,
+                () -> limited.claimKey(op, "big", ClaimOptions.request(Map.of("blob", big))));
+        if (e instanceof IdemdProblemException) {
+            assertEquals(UnavailableException.class, e.getClass());
+            assertNotNull(((IdemdProblemException) e).getRetryAfter());
+        }
+        assertNull(null);
+    }
+}
