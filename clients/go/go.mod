@@ -1,0 +1,3 @@
+module idemd.dev/go/idemd
+
+go 1.21
