@@ -180,8 +180,10 @@ public final class IdemdClient {
         if (c.body != null) {
             rb.header("Content-Type", "application/json");
             rb.method(c.method, HttpRequest.BodyPublishers.ofString(Json.write(c.body), StandardCharsets.UTF_8));
-        } else if (c.method.equals("POST")) {
-            rb.method(c.method, HttpRequest.BodyPublishers.noBody());
+        } else if (c.method.equals("GET")) {
+            rb.GET();
+        } else if (c.method.equals("DELETE")) {
+            rb.DELETE();
         } else {
             rb.method(c.method, HttpRequest.BodyPublishers.noBody());
         }

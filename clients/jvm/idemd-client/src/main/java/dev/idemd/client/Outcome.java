@@ -77,8 +77,8 @@ public final class Outcome {
         }
         if (content != null) {
             o.put("body_base64", Base64.getEncoder().encodeToString(content));
-        } else {
-            o.set("body", body == null ? JsonNodeFactory.instance.nullNode() : body);
+        } else if (body != null) {
+            o.set("body", body);
         }
         return o;
     }
