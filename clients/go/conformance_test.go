@@ -605,7 +605,14 @@ func consume(ctx context.Context, c *idemd.Client, a map[string]any) (any, error
 		withRequest = withRequest || has
 	}
 	spec, _ := a["handler"].(map[string]any)
-	failOn, _ := spec["fail"].(map[string]any)
+	failOn := map[string]string{}
+	for _, kind := range []string{"release", "final"} {
+		if l, ok := spec[kind].([]any); ok {
+			for _, k := range l {
+				failOn[k.(string)] = kind
+			}
+		}
+	}
 	var mu sync.Mutex
 	handled := []string{}
 	o := idemd.ConsumeOptions[map[string]any]{

@@ -237,7 +237,9 @@ async function runOp(c, op, a) {
       return { ran: calls.length > 0, replayed: r.replayed, response: r.response };
     }
     case 'consume': {
-      const failOn = a.handler?.fail ?? {};
+      const failOn = {};
+      for (const k of a.handler?.release ?? []) failOn[k] = 'release';
+      for (const k of a.handler?.final ?? []) failOn[k] = 'final';
       const handled = [];
       const opts = {
         key: (m) => m.key,

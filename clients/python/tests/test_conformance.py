@@ -336,7 +336,9 @@ def run_op(c, op, a):
 
 def consume(c, a):
     messages = a["messages"]
-    fail = (a.get("handler") or {}).get("fail") or {}
+    spec = a.get("handler") or {}
+    fail = {k: "release" for k in spec.get("release") or []}
+    fail.update({k: "final" for k in spec.get("final") or []})
     handled = []
     lock = threading.Lock()
 
