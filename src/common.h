@@ -14,14 +14,27 @@
 #define IDEMD_CONTAINER_OF(ptr, type, member) \
 	((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
-/* The wall clock in unix milliseconds: what records, tokens and leases are
- * timed by. */
-static inline int64_t idemd_unix_ms(void)
+/* This host's wall clock in unix milliseconds. */
+static inline int64_t idemd_local_unix_ms(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* How far the database's clock is ahead of this host's, in ms: measured by
+ * the janitor every second (janitor.c), 0 until then. Defined in
+ * janitor.c. */
+extern _Atomic int64_t idemd_clock_offset_ms;
+
+/* The clock records, tokens and leases are timed by: the database's, as
+ * seen from here (this host's clock plus the measured offset), so that an
+ * idemd host whose clock is off by seconds still agrees with the database
+ * on what has expired. */
+static inline int64_t idemd_unix_ms(void)
+{
+	return idemd_local_unix_ms() + idemd_clock_offset_ms;
 }
 
 #define IDEMD_VERSION "0.1.0"

@@ -279,6 +279,9 @@ void engine_claim_verdict(const struct claim_result *res, struct engine_verdict 
 		[CLAIM_VERSION_REQUIRED] = { 428, "version_required",
 					     "this operation requires If-Match with the current "
 					     "version" },
+		[CLAIM_LEASE_SPENT] = { 503, "unavailable",
+					"the database granted the claim too late for its lease; "
+					"retry" },
 	};
 
 	*v = verdicts[res->cr_outcome];
@@ -345,6 +348,13 @@ static int engine_claim_answer(struct request *req, struct engine_claim *c, int 
 	case CLAIM_VERSION_REQUIRED:
 		problem_reply(req, 428, "version_required",
 			      "this operation requires If-Match with the current version");
+		break;
+	case CLAIM_LEASE_SPENT:
+		metrics_add(METRIC_DB_UNAVAILABLE, 1);
+		problem_reply(req, 503, "unavailable",
+			      "the database took longer than the lease to grant this claim; retry "
+			      "(the lease ends within a second)");
+		http_set_header(req, "Retry-After", "1");
 		break;
 	}
 	store_response_free(&res->cr_response);

@@ -185,15 +185,51 @@ static void gateway_stored(struct batcher_job *bj)
 	http_resume_then(j->gj_req, gateway_store_answer, j);
 }
 
+/* The upstream answered with a final status, but the answer cannot be
+ * stored (too large, a malformed header line): the upstream acted, so
+ * what is stored instead, and replayed to every duplicate, is a 502
+ * upstream_answer_unstorable problem; the key is never forwarded again.
+ * Turns the call's answer into that problem. 0, or -1 out of memory. */
+static int gateway_unstorable(struct gateway_job *j)
+{
+	struct upstream_call *c = &j->gj_call;
+	char detail[160];
+
+	snprintf(detail, sizeof(detail),
+		 "the upstream answered %ld, but its answer could not be stored (%s); the "
+		 "request is not forwarded again",
+		 c->uc_status,
+		 c->uc_result == UPSTREAM_TOO_LARGE ? "too large" : "a malformed header line");
+	json_t *doc = problem_document(502, "upstream_answer_unstorable", detail);
+	char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	json_decref(doc);
+	if (text == NULL)
+		return -1;
+	log_warn("gateway: request %s: %s", j->gj_req->req_id, detail);
+	buf_free(&c->uc_resp);
+	c->uc_resp.b_data = text;
+	c->uc_resp.b_len = c->uc_resp.b_cap = strlen(text);
+	c->uc_status = 502;
+	return 0;
+}
+
 /* The upstream answered 2xx-4xx: queue the complete (in a batch with other
  * completes); gateway_store_answer() answers once it committed. Returns 0
  * when queued (the job is no longer the caller's), -1 after answering. */
 static int gateway_store(struct gateway_job *j)
 {
-	const struct upstream_call *c = &j->gj_call;
+	struct upstream_call *c = &j->gj_call;
 
+	if (c->uc_result != UPSTREAM_ANSWERED && gateway_unstorable(j) < 0) {
+		/* out of memory: nothing to store, and nothing safe to say */
+		problem_unavailable(j->gj_req);
+		return -1;
+	}
 	j->gj_resp.sr_status = (int)c->uc_status;
-	j->gj_resp.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT | JSON_SORT_KEYS);
+	j->gj_resp.sr_headers =
+		c->uc_result == UPSTREAM_ANSWERED
+			? json_dumps(c->uc_resp_headers, JSON_COMPACT | JSON_SORT_KEYS)
+			: strdup("{\"Content-Type\":\"application/problem+json\"}");
 	j->gj_resp.sr_body = (unsigned char *)c->uc_resp.b_data;
 	j->gj_resp.sr_body_len = c->uc_resp.b_len;
 	if (j->gj_resp.sr_headers == NULL) {
@@ -271,13 +307,21 @@ static void gateway_not_final(struct gateway_job *j)
 }
 
 /* Whether J's forward ended with an answer to store: 2xx-4xx unless the
- * route's release_on names it. */
+ * route's release_on names it (stored as 502 upstream_answer_unstorable
+ * when the answer itself cannot be: gateway_unstorable). */
 static int gateway_final(const struct gateway_job *j)
 {
 	const struct upstream_call *c = &j->gj_call;
 
-	return !j->gj_stopped && c->uc_result == UPSTREAM_ANSWERED && c->uc_status >= 200 &&
-	       c->uc_status <= 599 && !j->gj_route->gr_cfg->release_on[c->uc_status];
+#ifdef IDEMD_MUTANT_RELEASE_AFTER_2XX
+	int answered = c->uc_result == UPSTREAM_ANSWERED;
+#else
+	/* an answer too large or malformed still says the upstream acted */
+	int answered = c->uc_result == UPSTREAM_ANSWERED || c->uc_result == UPSTREAM_TOO_LARGE ||
+		       c->uc_result == UPSTREAM_INVALID;
+#endif
+	return !j->gj_stopped && answered && c->uc_status >= 200 && c->uc_status <= 599 &&
+	       !j->gj_route->gr_cfg->release_on[c->uc_status];
 }
 
 /* Writes the outcome of a finished (or refused) forward and resumes. */

@@ -191,7 +191,8 @@ void gateway_job_free(struct gateway_job *j)
 }
 
 /* Builds the job for a request that now holds the claim RES; takes
- * *HEADERS (set to NULL). NULL on OOM. Touches no libmicrohttpd state: it
+ * *HEADERS (set to NULL). NULL on OOM or when too little of the lease is
+ * left for a forward. Touches no libmicrohttpd state: it
  * runs on a batcher thread while the connection is suspended. */
 struct gateway_job *gateway_job_new(struct request *req, const struct gateway_route *gr,
 				    const struct token *t, const struct operation *op,
@@ -226,12 +227,21 @@ struct gateway_job *gateway_job_new(struct request *req, const struct gateway_ro
 	c->uc_headers = *headers;
 	*headers = NULL;
 	c->uc_connect_timeout_ms = gr->gr_cfg->connect_timeout_ms;
-	/* a forward never outlives its lease: past it, a duplicate may take over */
+	/* a forward never outlives its lease (past it, a duplicate may take
+	 * over), and none starts on a lease too short for it: NULL then, and
+	 * the claim is released (gateway.c) */
 	int64_t left = res->cr_lease_expires_at - idemd_unix_ms() - GATEWAY_LEASE_MARGIN_MS;
 	c->uc_timeout_ms = gr->gr_cfg->timeout_ms;
+#ifdef IDEMD_MUTANT_LEASE_FROM_TXN_START
+	if (left < GATEWAY_MIN_TIMEOUT_MS)
+		left = GATEWAY_MIN_TIMEOUT_MS;
+#endif
+	if (left < GATEWAY_MIN_TIMEOUT_MS) {
+		gateway_job_free(j);
+		return NULL;
+	}
 	if (left < c->uc_timeout_ms)
-		c->uc_timeout_ms = left > GATEWAY_MIN_TIMEOUT_MS ? (long)left
-								 : GATEWAY_MIN_TIMEOUT_MS;
+		c->uc_timeout_ms = (long)left;
 	c->uc_max_body = max_body;
 	c->uc_keep = gateway_keeps;
 	c->uc_keep_arg = gr;

@@ -1,10 +1,12 @@
-/* Janitor. Sweeping deletes in small batches, each its own short
+/* Janitor. Measures the database's clock; sweeping ends records' lives
+ * (and deletes old fences and audit events) in small batches, each its own short
  * transaction that skips locked rows, so claims never wait behind it, with
  * a rest after each batch so that a large backlog does not crowd claims out;
  * a transaction-scoped advisory lock keeps it to one instance at a time. */
 #include "janitor.h"
 
 #include <malloc.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -23,7 +25,37 @@ static struct {
 	int running;
 	int stop;
 	int sweep_interval;
+	int fence_retention;
 } janitor = { .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
+
+_Atomic int64_t idemd_clock_offset_ms = 0;
+
+/* A reading is kept when its round trip was short enough to say something
+ * (half of it is the reading's uncertainty) and it moved the offset by more
+ * than that: the clock idemd times things by does not jitter. */
+#define JANITOR_CLOCK_MAX_RTT_MS 200
+#define JANITOR_CLOCK_STEP_MS 2
+
+int janitor_measure_clock(void)
+{
+	int64_t db, t0 = idemd_local_unix_ms();
+
+	if (store_clock(&db) < 0)
+		return -1;
+	int64_t t1 = idemd_local_unix_ms();
+	if (t1 - t0 > JANITOR_CLOCK_MAX_RTT_MS)
+		return -1;
+	int64_t offset = db - (t0 + t1) / 2, old = idemd_clock_offset_ms;
+	if (offset - old > JANITOR_CLOCK_STEP_MS || old - offset > JANITOR_CLOCK_STEP_MS) {
+		idemd_clock_offset_ms = offset;
+		if (offset > 1000 || offset < -1000)
+			log_warn("janitor: this host's clock is %lld ms %s the database's; idemd "
+				 "follows the database's",
+				 (long long)(offset > 0 ? offset : -offset),
+				 offset > 0 ? "behind" : "ahead of");
+	}
+	return 0;
+}
 
 static double janitor_ms_since(const struct timespec *t0)
 {
@@ -70,6 +102,16 @@ long janitor_sweep_now(int paced)
 				break;
 		}
 	} while (deleted == JANITOR_SWEEP_BATCH);
+	/* the fences whose time is up */
+	int fences = 0;
+	do {
+		if (store_fences_sweep(JANITOR_SWEEP_BATCH, janitor.fence_retention, &deleted) < 0)
+			break;
+		fences += deleted;
+	} while (deleted == JANITOR_SWEEP_BATCH);
+	if (fences > 0)
+		log_info("janitor: deleted %d fences of records ended over %d s ago", fences,
+			 janitor.fence_retention);
 	/* and the audit events past their retention, in the same batches */
 	int events = 0;
 	do {
@@ -81,7 +123,7 @@ long janitor_sweep_now(int paced)
 		log_info("janitor: swept %d audit events past their retention", events);
 	if (total > 0) {
 		metrics_add(METRIC_SWEPT, total);
-		log_info("janitor: swept %ld expired records", total);
+		log_info("janitor: ended the life of %ld expired records", total);
 	}
 	return total;
 }
@@ -142,6 +184,7 @@ static void *janitor_main(void *arg)
 		/* the operations in use, reloaded before request threads
 		 * would find them expired and read them themselves (said
 		 * once per outage; the pool logs the database's state) */
+		(void)janitor_measure_clock();
 		int reloaded = opcache_refresh(OPCACHE_REFRESH_AGE) == 0;
 		if (!reloaded && ops_reloaded)
 			log_warn("janitor: could not reload the operations in use; request "
@@ -174,6 +217,7 @@ static void *janitor_main(void *arg)
 int janitor_start(const struct config *cfg)
 {
 	janitor.sweep_interval = cfg->sweep_interval_seconds;
+	janitor.fence_retention = cfg->fence_retention_seconds;
 	janitor.stop = 0;
 	if (pthread_create(&janitor.thread, NULL, janitor_main, NULL) != 0)
 		return -1;

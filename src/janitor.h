@@ -1,6 +1,7 @@
 /* Janitor: one background thread for periodic maintenance — reloading the
  * operations in use before they expire from the cache, picking up rotated
- * signing keys, sweeping expired records, returning freed memory. */
+ * signing keys, measuring the database's clock, ending expired records'
+ * lives, returning freed memory. */
 #ifndef IDEMD_JANITOR_H
 #define IDEMD_JANITOR_H
 
@@ -25,5 +26,9 @@ void janitor_stop(void);
  * foreground claims keep their latency, and stops early when the janitor
  * is asked to stop. */
 long janitor_sweep_now(int paced);
+
+/* Reads the database's clock and sets idemd_clock_offset_ms (common.h)
+ * from it. 0, or -1 when the database did not answer in time. */
+int janitor_measure_clock(void);
 
 #endif

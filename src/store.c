@@ -12,7 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CLAIM_EVENT "CASE WHEN r.attempt = 1 THEN 'claimed' ELSE 'taken_over' END"
+/* A claim that starts a life of its record is 'claimed', whatever its
+ * attempt (a new life goes on from the last one's: migrations/0011). */
+#define CLAIM_EVENT "CASE WHEN r.fresh THEN 'claimed' ELSE 'taken_over' END"
+/* Leases run from the clock at the write that grants them (0011); the
+ * mutant of tests/mutants.sh counts them from the transaction's start. */
+#ifdef IDEMD_MUTANT_LEASE_FROM_TXN_START
+#define GRANT_CLOCK "now()"
+#else
+#define GRANT_CLOCK "clock_timestamp()"
+#endif
+/* Completions fence on the attempt number (the mutant does not). */
+#ifdef IDEMD_MUTANT_NO_FENCE
+#define FENCE_ATTEMPT "true"
+#else
+#define FENCE_ATTEMPT "rec.attempt = u.attempt"
+#endif
 /* Claims and completes exist only over arrays (migrations/0009): one
  * statement, one transaction and one commit for a whole batch, n = 1
  * included; rows sorted back into array order. */
@@ -56,16 +71,16 @@ static const struct db_stmt st_complete_many = {
  * comes back twice. */
 static const struct db_stmt st_claim_fresh = {
 	ST_CLAIM_FRESH, "claim_fresh",
-	"WITH x AS (SELECT * FROM unnest($1::int[], $2::bytea[], $3::int[], $4::text[], "
-	"$5::bytea[], $6::bigint[], $7::int[]) WITH ORDINALITY "
+	"WITH x AS (SELECT *, " GRANT_CLOCK " AS t FROM unnest($1::int[], $2::bytea[], $3::int[], "
+	"$4::text[], $5::bytea[], $6::bigint[], $7::int[]) WITH ORDINALITY "
 	"AS x(tenant, id, op, subject, fp, expires, lease, i)), "
 	"ins AS (INSERT INTO records AS rec (tenant_id, token_id, operation_id, subject, state, "
 	"fingerprint, attempt, lease_expires_at, version_claimed, token_expires_at, expires_at, "
 	"created_at, updated_at) "
 	"SELECT x.tenant, x.id, x.op, x.subject, 'in_progress', x.fp, 1, "
-	"now() + make_interval(secs => x.lease), NULL, to_timestamp(x.expires), "
-	"greatest(to_timestamp(x.expires), now() + make_interval(secs => x.lease)), now(), now() "
-	"FROM x WHERE x.lease > 0 AND to_timestamp(x.expires) > now() ORDER BY x.i "
+	"x.t + make_interval(secs => x.lease), NULL, to_timestamp(x.expires), "
+	"greatest(to_timestamp(x.expires), x.t + make_interval(secs => x.lease)), x.t, x.t "
+	"FROM x WHERE x.lease > 0 AND to_timestamp(x.expires) > x.t ORDER BY x.i "
 	"ON CONFLICT (tenant_id, token_id) DO NOTHING "
 	"RETURNING rec.tenant_id, rec.token_id, rec.lease_expires_at), "
 	"got AS (SELECT x.i, ins.lease_expires_at FROM ins "
@@ -76,7 +91,8 @@ static const struct db_stmt st_claim_fresh = {
 				    "old AS (SELECT x.i, 'replay' AS outcome, rec.attempt, rec.expires_at AS until, "
 				    "rec.response_status, rec.response_headers, rec.response_body, rec.response_is_json "
 				    "FROM x JOIN records rec ON rec.tenant_id = x.tenant AND rec.token_id = x.id "
-				    "WHERE rec.state = 'completed' AND rec.fingerprint IS NOT DISTINCT FROM x.fp) "
+				    "WHERE rec.state = 'completed' AND rec.fingerprint IS NOT DISTINCT FROM x.fp "
+				    "AND rec.expires_at > x.t) "
 				    "SELECT outcome, attempt, " MS(
 					    "until") ", NULL::int, response_status, response_headers, "
 						     "response_body, response_is_json, NULL::bigint, i FROM ("
@@ -108,7 +124,8 @@ static const struct db_stmt st_complete_current = {
 	"updated_at = now() "
 	"FROM u JOIN locked l ON l.tenant_id = u.tenant AND l.token_id = u.id "
 	"WHERE rec.tenant_id = u.tenant AND rec.token_id = u.id AND rec.state = 'in_progress' "
-	"AND rec.attempt = u.attempt AND u.status BETWEEN 100 AND 599 AND u.retention >= 0 "
+	"AND rec.expires_at > clock_timestamp() AND " FENCE_ATTEMPT " "
+	"AND u.status BETWEEN 100 AND 599 AND u.retention >= 0 "
 	"RETURNING u.i, rec.response_status, rec.response_headers, rec.response_body, "
 	"rec.response_is_json, rec.expires_at, rec.fingerprint), "
 	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[upd.i], ($2::bytea[])[upd.i], 'completed', "
@@ -222,6 +239,13 @@ static int store_claim_row(const PGresult *r, int row, struct claim_result *res)
 	res->cr_record_expires_at = res->cr_outcome == CLAIM_REPLAY ? res->cr_lease_expires_at : 0;
 	res->cr_retry_after = (int)store_i64(r, row, 3);
 	res->cr_current_version = store_i64(r, row, 8);
+#ifndef IDEMD_MUTANT_LEASE_FROM_TXN_START
+	/* read after the commit: a claim that waited in PostgreSQL (locks, a
+	 * slow flush) longer than its lease is not acknowledged */
+	if (res->cr_outcome == CLAIM_CLAIMED &&
+	    res->cr_lease_expires_at - idemd_unix_ms() < STORE_LEASE_LEFT_MIN_MS)
+		res->cr_outcome = CLAIM_LEASE_SPENT;
+#endif
 	if (res->cr_outcome == CLAIM_REPLAY &&
 	    store_read_response(r, row, 4, &res->cr_response) < 0)
 		return -1;

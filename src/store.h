@@ -134,8 +134,13 @@ enum claim_outcome {
 	CLAIM_FINGERPRINT_MISMATCH,
 	CLAIM_EXPIRED,
 	CLAIM_VERSION_MISMATCH,
-	CLAIM_VERSION_REQUIRED
+	CLAIM_VERSION_REQUIRED,
+	/* granted, but the lease had (nearly) run out by the time the commit
+	 * returned: not acknowledged (the caller retries and takes over) */
+	CLAIM_LEASE_SPENT
 };
+/* A claim is acknowledged only with at least this much of its lease left. */
+#define STORE_LEASE_LEFT_MIN_MS 250
 
 struct claim_result {
 	enum claim_outcome cr_outcome;
@@ -265,11 +270,18 @@ int store_version_get(uint32_t tenant_id, const char *key, int64_t *version) IDE
 int store_version_bump(uint32_t tenant_id, const char *key, int64_t expected, int *ok,
 		       int64_t *version) IDEMD_WUR;
 
-/* Deletes at most LIMIT expired records, from expiry *AFTER_MS (unix ms; 0:
- * from the oldest) on, when no other instance is sweeping; *AFTER_MS
- * becomes the latest expiry deleted, where the pass's next batch starts.
- * *deleted = -1 when another instance holds the sweep lock. */
-int store_sweep(int limit, int64_t *after_ms, int *deleted) IDEMD_WUR;
+/* Ends the life of at most LIMIT records past their expiry (each becomes
+ * a fence: migrations/0011), from expiry *AFTER_MS (unix ms; 0: from the
+ * oldest) on, when no other instance is sweeping; *AFTER_MS becomes the
+ * latest expiry ended, where the pass's next batch starts. *ended = -1
+ * when another instance holds the sweep lock. */
+int store_sweep(int limit, int64_t *after_ms, int *ended) IDEMD_WUR;
+
+/* Deletes at most LIMIT fences whose life ended over KEEP_SECONDS ago. */
+int store_fences_sweep(int limit, int keep_seconds, int *deleted) IDEMD_WUR;
+
+/* The database's clock, unix ms (clock_timestamp()). */
+int store_clock(int64_t *db_ms) IDEMD_WUR;
 
 /* Adds COUNTS[i] to the replay count of record (TENANT_IDS[i], IDS[i]), all
  * in one statement (records swept meanwhile are skipped). Sort the

@@ -55,6 +55,8 @@ enum {
 	ST_RECORDS_STUCK,
 	ST_CLAIM_FRESH,
 	ST_COMPLETE_CURRENT,
+	ST_FENCES_SWEEP,
+	ST_CLOCK,
 };
 
 /* Who did it, for the audit trail; never NULL in a statement. */

@@ -36,7 +36,7 @@ static const struct db_stmt st_record_get = {
 		"expires_at") ", "
 			      "response_status, response_headers, response_body, response_is_json, subject, "
 			      "operation_id, checkpoint_phase, checkpoint_data::text, checkpoint_attempt, replays "
-			      "FROM records WHERE tenant_id = $1 AND token_id = $2",
+			      "FROM records WHERE tenant_id = $1 AND token_id = $2 AND expires_at > now()",
 	2
 };
 /* Replay counts gathered in memory (replaycount.c), added in one statement.
@@ -56,7 +56,7 @@ static const struct db_stmt st_replays_add = {
 static const struct db_stmt st_records_stuck = {
 	ST_RECORDS_STUCK, "records_stuck",
 	"SELECT tenant_id, operation_id, count(*) FROM records "
-	"WHERE state = 'in_progress' AND lease_expires_at < now() "
+	"WHERE state = 'in_progress' AND lease_expires_at < now() AND expires_at > now() "
 	"GROUP BY tenant_id, operation_id LIMIT 10000",
 	0
 };
@@ -86,7 +86,7 @@ static const struct db_stmt st_record_list = {
 	"coalesce(" MS("lease_expires_at") ", 0), " MS(
 		"expires_at") ", "
 			      "(extract(epoch from created_at) * 1000000)::bigint FROM records "
-			      "WHERE tenant_id = $1 AND ($2::int IS NULL OR operation_id = $2) "
+			      "WHERE tenant_id = $1 AND expires_at > now() AND ($2::int IS NULL OR operation_id = $2) "
 			      "AND ($3::text IS NULL OR state = $3) AND ($4::text IS NULL OR subject = $4) "
 			      "AND ($5::bigint IS NULL OR created_at <= now() - make_interval(secs => $5)) "
 			      "AND ($6::bigint IS NULL OR (created_at, token_id) < "
@@ -109,6 +109,11 @@ static const struct db_stmt st_sweep = {
 	"FROM idemd_sweep_after($1::int, CASE WHEN $2::bigint > 0 THEN to_timestamp($2::bigint / 1000.0) END)",
 	2
 };
+
+static const struct db_stmt st_fences_sweep = { ST_FENCES_SWEEP, "fences_sweep",
+						"SELECT idemd.sweep_fences($1, $2)", 2 };
+static const struct db_stmt st_clock = { ST_CLOCK, "clock", "SELECT " MS("clock_timestamp()"),
+					 0 };
 
 void store_record_view_free(struct record_view *v)
 {
@@ -440,5 +445,31 @@ int store_records_stuck(struct stuck_count **rows, size_t *n)
 	PQclear(r);
 	*rows = out;
 	*n = m;
+	return 0;
+}
+
+int store_fences_sweep(int limit, int keep_seconds, int *deleted)
+{
+	char lim[16], keep[16];
+
+	snprintf(lim, sizeof(lim), "%d", limit);
+	snprintf(keep, sizeof(keep), "%d", keep_seconds);
+	const char *v[] = { lim, keep };
+	PGresult *r = store_run(&st_fences_sweep, v, NULL, NULL);
+	if (r == NULL)
+		return -1;
+	*deleted = (int)store_i64(r, 0, 0);
+	PQclear(r);
+	return 0;
+}
+
+int store_clock(int64_t *db_ms)
+{
+	PGresult *r = store_run(&st_clock, NULL, NULL, NULL);
+
+	if (r == NULL)
+		return -1;
+	*db_ms = store_i64(r, 0, 0);
+	PQclear(r);
 	return 0;
 }
