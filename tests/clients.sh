@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# The client libraries' stage: clients/python (mypy --strict, pytest) and
-# clients/node (tsc --noEmit, node --test), against the real idemd binary
-# (build/idemd, or $IDEMD_BIN) and a real PostgreSQL.
+# The client libraries' stage: clients/python (mypy --strict, pytest),
+# clients/node (tsc --noEmit, node --test), clients/go (go vet, go test) and,
+# when clients/jvm/run-tests.sh exists, the JVM client, against the real
+# idemd binary (build/idemd, or $IDEMD_BIN) and a real PostgreSQL. Each
+# language's suite includes its runner of the shared conformance scenarios
+# (clients/conformance/*.json); the stage ends with the table of scenario x
+# language.
 #
 # tests/run.sh calls it with IDEMD_TEST_PGHOST and IDEMD_TEST_PGUSER set (its
 # throwaway cluster); run alone, it starts its own cluster with deploy/pg.sh.
 # It creates one database, two tenants and two idemd servers on it (the
 # second with a tiny issue rate and in-flight body budget, for the retry
-# tests), installs the Python package with pip into a virtualenv and the
-# Node package with npm under build/node-clients (pinned typescript and
-# express), and runs both suites. Prints pytest's and node's own summary
-# lines and ends with "clients: N passed, N failed"; exits non-zero on any
-# failure.
+# tests; the main one also has a gateway route POST /shop/orders for
+# tenant acme's order.create, forwarding to 127.0.0.1:$IDEMD_UPSTREAM_PORT,
+# where the JVM suite's mobile-checkout test starts its own upstream),
+# installs the Python package the ordinary way (pip from the directory, and
+# from a wheel built with pip wheel, each into a fresh virtualenv, build
+# dependencies from PyPI) and the Node package with npm under
+# build/node-clients (pinned typescript and express), and runs the suites.
+# Go's build cache is build/go-cache, so a repeat is fast. Prints each
+# runner's own summary lines and the conformance table; exits non-zero on
+# any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -61,7 +70,7 @@ DB=idemd_clients_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
 PGHOST=$IDEMD_TEST_PGHOST PGUSER=$IDEMD_TEST_PGUSER \
   "$PSQL" -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE \"$DB\"" || exit 1
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT1=$(free_port) PORT2=$(free_port)
+PORT1=$(free_port) PORT2=$(free_port) UPSTREAM_PORT=$(free_port)
 conninfo="host=$IDEMD_TEST_PGHOST dbname=$DB user=$IDEMD_TEST_PGUSER"
 write_config() {  # FILE PORT EXTRA_JSON
   cat >"$1" <<EOF
@@ -70,6 +79,8 @@ write_config() {  # FILE PORT EXTRA_JSON
 EOF
 }
 write_config "$TMP/main.json" "$PORT1" ""
+write_config "$TMP/main-gateway.json" "$PORT1" ', "routes": [{"method": "POST", "path": "/shop/orders",
+ "tenant": "acme", "operation": "order.create", "upstream": "http://127.0.0.1:'"$UPSTREAM_PORT"'/orders"}]'
 # Issue rate 1/s with a burst of 1 (429 on the second issue); a body of more
 # than 1 MiB is over the in-flight budget (503) yet within max_body_bytes.
 write_config "$TMP/limited.json" "$PORT2" ', "issue_rate_per_second": 1, "issue_burst": 1,
@@ -78,6 +89,10 @@ write_config "$TMP/limited.json" "$PORT2" ', "issue_rate_per_second": 1, "issue_
 tenant() { "$BIN" --config "$TMP/main.json" tenant create "$1" |
            "$PY" -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["api_key"])'; }
 IDEMD_API_KEY=$(tenant acme) && IDEMD_API_KEY_2=$(tenant globex) || exit 1
+# The gateway route names tenant acme: serve the config holding it only now
+# that the tenant exists.
+mv "$TMP/main-gateway.json" "$TMP/main.json"
+"$BIN" --config "$TMP/main.json" check-config >/dev/null || exit 1
 for n in main limited; do
   "$BIN" --config "$TMP/$n.json" serve 2>"$TMP/$n.log" &
   pids+=($!)
@@ -92,17 +107,37 @@ for port in "$PORT1" "$PORT2"; do
 done
 export IDEMD_URL=http://127.0.0.1:$PORT1 IDEMD_LIMITED_URL=http://127.0.0.1:$PORT2
 export IDEMD_API_KEY IDEMD_API_KEY_2 IDEMD_SOURCE_DIR=$ROOT
+export IDEMD_GATEWAY_URL=$IDEMD_URL IDEMD_UPSTREAM_PORT=$UPSTREAM_PORT
+# The gateway route's operation (the JVM suite may PUT it again: same policy).
+curl -fsS -o /dev/null -X PUT "$IDEMD_URL/v1/operations/order.create" \
+  -H "Authorization: Bearer $IDEMD_API_KEY" -H 'Content-Type: application/json' \
+  -d '{"token_ttl_seconds": 3600, "retention_seconds": 86400, "lease_seconds": 30}' ||
+  { echo "clients.sh: cannot create operation order.create" >&2; exit 1; }
 
 # ---------------------------------------------------------------- Python
-say "python: pip install clients/python (into a virtualenv)"
-export PYTHONDONTWRITEBYTECODE=1
+say "python: pip install clients/python, and a wheel built from it (fresh virtualenvs)"
+export PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# The ordinary way: pip builds the package in an isolated environment with
+# setuptools fetched from PyPI. pytest comes from the system (Debian's
+# python3-pytest), hence --system-site-packages; idemd itself is not there.
 venv=$TMP/venv
-if "$PY" -m venv --system-site-packages "$venv" &&
-   # No package index is needed: the build uses the installed setuptools.
-   "$venv/bin/pip" install -q --no-index --no-build-isolation --no-deps clients/python; then
-  results+=("python install: ok")
+if "$PY" -m venv --system-site-packages "$TMP/venv-dir" &&
+   "$TMP/venv-dir/bin/pip" install -q clients/python &&
+   "$TMP/venv-dir/bin/python" -c 'import idemd, sys; sys.exit(0 if idemd.Client else 1)'; then
+  results+=("pip install clients/python: ok")
 else
-  results+=("python install: FAILED"); problems+=("python install"); fail=1
+  results+=("pip install clients/python: FAILED"); problems+=("pip install clients/python"); fail=1
+fi
+rm -rf clients/python/build clients/python/src/idemd.egg-info
+# From a wheel: build it, install the .whl into another fresh virtualenv;
+# the tests run against that install.
+if "$PY" -m venv --system-site-packages "$venv" &&
+   "$venv/bin/pip" wheel -q --no-deps -w "$TMP/wheels" clients/python &&
+   whl=$(ls "$TMP"/wheels/idemd-*.whl) &&
+   "$venv/bin/pip" install -q "$whl"; then
+  results+=("python wheel $(basename "$whl"): ok")
+else
+  results+=("python wheel: FAILED"); problems+=("python wheel"); fail=1
 fi
 rm -rf clients/python/build clients/python/src/idemd.egg-info
 
@@ -114,7 +149,8 @@ else
 fi
 
 say "python: pytest (against the installed package)"
-(cd clients/python && "$venv/bin/python" -m pytest -p no:cacheprovider -q tests) 2>&1 | tee "$TMP/pytest.log"
+(cd clients/python && "$venv/bin/python" -m pytest -p no:cacheprovider -q -rA tests) 2>&1 |
+  tee "$TMP/pytest.log" | grep -v '^PASSED ' 
 rc=${PIPESTATUS[0]}
 line=$(grep -E '^=*\s*[0-9]+ (passed|failed)|^=*\s*[0-9]+ .*(passed|failed|error)' "$TMP/pytest.log" | tail -n 1)
 results+=("pytest: ${line:-no summary}")
@@ -148,6 +184,53 @@ np=$(sed -nE 's/^ℹ pass ([0-9]+)$/\1/p' "$TMP/node.log" | tail -n 1)
 nf=$(sed -nE 's/^ℹ fail ([0-9]+)$/\1/p' "$TMP/node.log" | tail -n 1)
 results+=("node --test: ${np:-?} passed, ${nf:-?} failed")
 if [ "$rc" -ne 0 ]; then problems+=("node --test"); fail=1; fi
+
+# ---------------------------------------------------------------- Go
+say "go: go vet and go test ./... in clients/go (standard library only)"
+export GOCACHE=$ROOT/build/go-cache GOFLAGS=-mod=mod GOTOOLCHAIN=local
+mkdir -p "$GOCACHE"
+if (cd clients/go && go vet ./...); then
+  results+=("go vet: ok")
+else
+  results+=("go vet: FAILED"); problems+=("go vet"); fail=1
+fi
+(cd clients/go && go test -count=1 -v ./...) >"$TMP/go.log" 2>&1
+rc=$?
+grep -E '^(\s*--- (PASS|FAIL|SKIP)|FAIL|ok|PASS)' "$TMP/go.log" | grep -v -- '--- PASS: TestConformance/' || true
+gp=$(grep -cE '^\s*--- PASS' "$TMP/go.log") gf=$(grep -cE '^\s*--- FAIL' "$TMP/go.log")
+results+=("go test: $gp passed, $gf failed (subtests included)")
+if [ "$rc" -ne 0 ]; then grep -vE '^\s*(=== |--- PASS)' "$TMP/go.log" | tail -n 60; problems+=("go test"); fail=1; fi
+
+# ---------------------------------------------------------------- JVM
+if [ -f clients/jvm/run-tests.sh ]; then
+  say "jvm: bash clients/jvm/run-tests.sh (bounded by 900 s)"
+  timeout 900 bash clients/jvm/run-tests.sh 2>&1 | tee "$TMP/jvm.log"
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" -eq 0 ]; then results+=("jvm: ok"); else
+    results+=("jvm: FAILED (exit $rc)"); problems+=("jvm"); fail=1; fi
+fi
+
+# ---------------------------------------------------------------- conformance table
+say "conformance: scenario x language"
+{
+  printf '%-40s %-7s %-7s %-7s %s\n' scenario python node go jvm
+  for f in clients/conformance/*.json; do
+    n=$(basename "$f" .json)
+    py=$(grep -qE "test_conformance\[$n\] PASSED|PASSED tests/test_conformance.py::test_conformance\[$n\]" "$TMP/pytest.log" && echo pass ||
+         { grep -q "test_conformance\[$n\]" "$TMP/pytest.log" && echo FAIL || echo '?'; })
+    nd=$(grep -qE "^\s*✔ conformance: $n " "$TMP/node.log" && echo pass ||
+         { grep -qE "conformance: $n " "$TMP/node.log" && echo FAIL || echo '?'; })
+    go=$(grep -qE -- "--- PASS: TestConformance/$n " "$TMP/go.log" && echo pass ||
+         { grep -qE -- "--- FAIL: TestConformance/$n " "$TMP/go.log" && echo FAIL || echo '?'; })
+    jv='-'
+    if [ -f "$TMP/jvm.log" ]; then
+      jv=$(grep -qiE "conformance.*\b$n\b.*(FAIL|✘)|(FAIL|✘).*\b$n\b" "$TMP/jvm.log" && echo FAIL ||
+           { grep -qE "\b$n\b" "$TMP/jvm.log" && echo pass || echo '?'; })
+    fi
+    printf '%-40s %-7s %-7s %-7s %s\n' "$n" "$py" "$nd" "$go" "$jv"
+  done
+} | tee "$TMP/conformance.txt"
+if grep -qE ' FAIL' "$TMP/conformance.txt"; then problems+=("conformance"); fail=1; fi
 
 say "clients summary"
 printf '  %s\n' "${results[@]}"

@@ -100,7 +100,7 @@ export function idempotent(client, options = {}) {
       claim = by === 'token' ? await client.claimToken(key, claimOptions)
         : await client.claimKey(operation, key, claimOptions);
     } catch (err) {
-      if (err instanceof IdemdError && err.status && err.problem?.code) {
+      if (err instanceof IdemdError && err.status && err.code) {
         const h = {};
         if (err.headers['retry-after']) h['retry-after'] = err.headers['retry-after'];
         if (err.headers.etag) h.etag = err.headers.etag;
