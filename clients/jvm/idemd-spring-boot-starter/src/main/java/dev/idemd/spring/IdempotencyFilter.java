@@ -1,0 +1,289 @@
+package dev.idemd.spring;
+
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.idemd.client.ClaimOptions;
+import dev.idemd.client.ClaimTarget;
+import dev.idemd.client.Claimed;
+import dev.idemd.client.IdemdClient;
+import dev.idemd.client.IdemdException;
+import dev.idemd.client.IdemdProblemException;
+import dev.idemd.client.Json;
+import dev.idemd.client.Outcome;
+import dev.idemd.client.StoredResponse;
+import jakarta.servlet.FilterChain;
+import jakarta.servlet.ReadListener;
+import jakarta.servlet.ServletException;
+import jakarta.servlet.ServletInputStream;
+import jakarta.servlet.http.HttpServletRequest;
+import jakarta.servlet.http.HttpServletRequestWrapper;
+import jakarta.servlet.http.HttpServletResponse;
+import java.io.BufferedReader;
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import org.apache.commons.logging.Log;
+import org.apache.commons.logging.LogFactory;
+import org.springframework.context.ApplicationContext;
+import org.springframework.web.filter.OncePerRequestFilter;
+import org.springframework.web.method.HandlerMethod;
+import org.springframework.web.servlet.HandlerExecutionChain;
+import org.springframework.web.servlet.mvc.method.annotation.RequestMappingHandlerMapping;
+import org.springframework.web.util.ContentCachingResponseWrapper;
+
+/**
+ * Runs {@link Idempotent} handler methods through idemd: claims the key,
+ * replays a stored response to duplicates, and stores the method's response.
+ * Requests to other handlers pass untouched (nothing is buffered for them).
+ */
+public class IdempotencyFilter extends OncePerRequestFilter {
+    private static final Log LOG = LogFactory.getLog(IdempotencyFilter.class);
+    private static final String FORM = "application/x-www-form-urlencoded";
+
+    private final IdemdClient client;
+    private final IdemdProperties properties;
+    private final ApplicationContext context;
+    private volatile RequestMappingHandlerMapping mapping;
+
+    public IdempotencyFilter(IdemdClient client, IdemdProperties properties, ApplicationContext context) {
+        this.client = client;
+        this.properties = properties;
+        this.context = context;
+    }
+
+    private Idempotent annotationOf(HttpServletRequest request) {
+        RequestMappingHandlerMapping m = mapping;
+        if (m == null) {
+            m = context.getBean("requestMappingHandlerMapping", RequestMappingHandlerMapping.class);
+            mapping = m;
+        }
+        try {
+            HandlerExecutionChain chain = m.getHandler(request);
+            if (chain != null && chain.getHandler() instanceof HandlerMethod) {
+                return ((HandlerMethod) chain.getHandler()).getMethodAnnotation(Idempotent.class);
+            }
+        } catch (Exception e) {
+            return null; // no handler (or not ours to decide): the dispatcher answers
+        }
+        return null;
+    }
+
+    @Override
+    protected void doFilterInternal(HttpServletRequest request, HttpServletResponse response, FilterChain chain)
+            throws ServletException, IOException {
+        Idempotent ann = annotationOf(request);
+        if (ann == null) {
+            chain.doFilter(request, response);
+            return;
+        }
+        boolean form = request.getContentType() != null && request.getContentType().toLowerCase().startsWith(FORM);
+        HttpServletRequest req = request;
+        String fingerprintInput;
+        String key;
+        if (ann.key() == KeySource.TOKEN) {
+            key = form ? request.getParameter(properties.getTokenParameter()) : null;
+            if (key == null) {
+                key = request.getParameter(properties.getTokenParameter());
+            }
+            if (key == null || key.isEmpty()) {
+                key = request.getHeader(ann.header());
+            }
+        } else {
+            key = request.getHeader(ann.header());
+            if (key != null && key.length() >= 2 && key.startsWith("\"") && key.endsWith("\"")) {
+                key = key.substring(1, key.length() - 1); // an sf-string
+            }
+        }
+        if (form) {
+            TreeMap<String, String[]> params = new TreeMap<>(request.getParameterMap());
+            params.remove(properties.getTokenParameter());
+            StringBuilder sb = new StringBuilder();
+            params.forEach((k, v) -> sb.append(k).append('=').append(String.join(",", v)).append('&'));
+            fingerprintInput = sb.toString();
+        } else {
+            byte[] body = request.getInputStream().readAllBytes();
+            req = new CachedBodyRequest(request, body);
+            fingerprintInput = new String(body, StandardCharsets.ISO_8859_1);
+        }
+        if (key == null || key.isEmpty()) {
+            problem(response, 400, "idempotency_key_missing", ann.key() == KeySource.TOKEN
+                    ? "the form carries no idemd token (field " + properties.getTokenParameter() + ")"
+                    : "the request has no " + ann.header() + " header", null);
+            return;
+        }
+        String fingerprint = sha256(request.getMethod() + " " + request.getRequestURI() + "?"
+                + (request.getQueryString() == null ? "" : request.getQueryString()) + "\n" + fingerprintInput);
+        int wait = ann.waitSeconds() >= 0 ? ann.waitSeconds() : properties.getWaitSeconds();
+        ClaimOptions options = ClaimOptions.NONE.withFingerprint(fingerprint).withWaitSeconds(Math.min(60, wait));
+        ClaimTarget target = ann.key() == KeySource.TOKEN ? ClaimTarget.token(key)
+                : ClaimTarget.key(ann.operation(), key);
+        Claimed claimed;
+        try {
+            claimed = target.isToken() ? client.claimToken(key, options)
+                    : client.claimKey(ann.operation(), key, options);
+        } catch (IdemdProblemException e) {
+            problem(response, e.getStatus(), e.getCode(), e.getDetail(), e);
+            return;
+        } catch (IdemdException e) {
+            LOG.warn("idemd unreachable: " + e.getMessage());
+            response.setHeader("Retry-After", "1");
+            problem(response, 503, "unavailable", "the idempotency service is unavailable", null);
+            return;
+        }
+        if (claimed.isReplayed()) {
+            replay(response, claimed.getResponse());
+            return;
+        }
+        int attempt = claimed.getAttempt();
+        ContentCachingResponseWrapper wrapped = new ContentCachingResponseWrapper(response);
+        try {
+            chain.doFilter(req, wrapped);
+        } catch (IOException | ServletException | RuntimeException | Error e) {
+            releaseQuietly(target, attempt);
+            throw e;
+        }
+        int status = wrapped.getStatus();
+        if (status >= 500) {
+            releaseQuietly(target, attempt);
+        } else {
+            Map<String, String> headers = new LinkedHashMap<>();
+            List<String> names = new ArrayList<>(List.of("Content-Type", "Location"));
+            names.addAll(properties.getStoreHeaders());
+            for (String name : names) {
+                String v = name.equalsIgnoreCase("Content-Type") ? wrapped.getContentType() : wrapped.getHeader(name);
+                if (v != null) {
+                    headers.put(name, v);
+                }
+            }
+            Outcome outcome = Outcome.bytes(status, wrapped.getContentAsByteArray(), headers);
+            try {
+                if (target.isToken()) {
+                    client.completeToken(key, attempt, outcome);
+                } else {
+                    client.completeKey(ann.operation(), key, attempt, outcome);
+                }
+            } catch (IdemdException e) {
+                LOG.warn("idemd did not store the outcome of " + ann.operation() + ": " + e.getMessage());
+            }
+            if (!wrapped.isCommitted()) {
+                wrapped.setHeader("Idempotent-Replayed", "false");
+            }
+        }
+        wrapped.copyBodyToResponse();
+    }
+
+    private void releaseQuietly(ClaimTarget target, int attempt) {
+        try {
+            if (target.isToken()) {
+                client.releaseToken(target.getToken(), attempt);
+            } else {
+                client.releaseKey(target.getOperation(), target.getKey(), attempt);
+            }
+        } catch (IdemdException e) {
+            LOG.warn("idemd did not release a claim (its lease will run out): " + e.getMessage());
+        }
+    }
+
+    private static void replay(HttpServletResponse response, StoredResponse stored) throws IOException {
+        response.setStatus(stored.getStatus());
+        stored.getHeaders().forEach(response::setHeader);
+        response.setHeader("Idempotent-Replayed", "true");
+        byte[] body = stored.getBodyBytes();
+        if (!stored.isBinary() && stored.getBody() != null && !stored.getBody().isNull()
+                && response.getContentType() == null) {
+            response.setContentType("application/json");
+        }
+        response.setContentLength(body.length);
+        response.getOutputStream().write(body);
+    }
+
+    private static void problem(HttpServletResponse response, int status, String code, String detail,
+            IdemdProblemException from) throws IOException {
+        response.setStatus(status);
+        if (from != null) {
+            for (String h : new String[] {"Retry-After", "ETag"}) {
+                if (from.header(h) != null) {
+                    response.setHeader(h, from.header(h));
+                }
+            }
+        }
+        ObjectNode p = Json.MAPPER.createObjectNode();
+        p.put("type", "https://idemd.dev/problems/" + code);
+        p.put("title", code);
+        p.put("status", status);
+        p.put("detail", detail);
+        p.put("code", code);
+        byte[] out = Json.write(p).getBytes(StandardCharsets.UTF_8);
+        response.setContentType("application/problem+json");
+        response.setContentLength(out.length);
+        response.getOutputStream().write(out);
+    }
+
+    static String sha256(String s) {
+        try {
+            byte[] d = MessageDigest.getInstance("SHA-256").digest(s.getBytes(StandardCharsets.ISO_8859_1));
+            StringBuilder sb = new StringBuilder();
+            for (byte b : d) {
+                sb.append(String.format("%02x", b & 0xff));
+            }
+            return sb.toString();
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    /** A request whose body was read once and is served again from memory. */
+    static final class CachedBodyRequest extends HttpServletRequestWrapper {
+        private final byte[] body;
+
+        CachedBodyRequest(HttpServletRequest request, byte[] body) {
+            super(request);
+            this.body = body;
+        }
+
+        @Override
+        public ServletInputStream getInputStream() {
+            ByteArrayInputStream in = new ByteArrayInputStream(body);
+            return new ServletInputStream() {
+                @Override
+                public int read() {
+                    return in.read();
+                }
+
+                @Override
+                public int read(byte[] b, int off, int len) {
+                    return in.read(b, off, len);
+                }
+
+                @Override
+                public boolean isFinished() {
+                    return in.available() == 0;
+                }
+
+                @Override
+                public boolean isReady() {
+                    return true;
+                }
+
+                @Override
+                public void setReadListener(ReadListener listener) {
+                    throw new UnsupportedOperationException();
+                }
+            };
+        }
+
+        @Override
+        public BufferedReader getReader() {
+            String enc = getCharacterEncoding();
+            return new BufferedReader(new InputStreamReader(getInputStream(),
+                    enc != null ? java.nio.charset.Charset.forName(enc) : StandardCharsets.UTF_8));
+        }
+    }
+}

@@ -1,0 +1,156 @@
+package dev.idemd.spring;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.idemd.client.IdemdClient;
+import dev.idemd.client.OperationPolicy;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.condition.EnabledIfEnvironmentVariable;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.boot.test.web.server.LocalServerPort;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+
+/** The starter in a real embedded Tomcat against the real idemd. */
+@EnabledIfEnvironmentVariable(named = "IDEMD_URL", matches = ".+")
+@SpringBootTest(classes = TestShop.class, webEnvironment = SpringBootTest.WebEnvironment.RANDOM_PORT,
+        properties = {"management.endpoint.health.show-details=always", "idemd.wait-seconds=10"})
+class IdempotentTest {
+    @DynamicPropertySource
+    static void idemd(DynamicPropertyRegistry r) {
+        r.add("idemd.url", () -> System.getenv("IDEMD_URL"));
+        r.add("idemd.api-key", () -> System.getenv("IDEMD_API_KEY"));
+    }
+
+    @LocalServerPort
+    int port;
+
+    @Autowired
+    IdemdClient idemd;
+
+    final HttpClient http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
+
+    void operation() {
+        idemd.putOperation(TestShop.OP, OperationPolicy.of(3600, 86400, 30));
+    }
+
+    HttpResponse<String> post(String path, String key, String type, String body) throws Exception {
+        HttpRequest.Builder b = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path))
+                .header("Content-Type", type).POST(HttpRequest.BodyPublishers.ofString(body));
+        if (key != null) {
+            b.header("Idempotency-Key", key);
+        }
+        return http.send(b.build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    @Test
+    void callerKeyRunsOnceAndReplays() throws Exception {
+        operation();
+        String key = "order:user-42:" + UUID.randomUUID();
+        int before = TestShop.apiRuns.get();
+        HttpResponse<String> first = post("/api/orders", key, "application/json", "{\"amount\":4200}");
+        assertEquals(201, first.statusCode(), first.body());
+        assertEquals("false", first.headers().firstValue("Idempotent-Replayed").orElse(null));
+        HttpResponse<String> again = post("/api/orders", key, "application/json", "{\"amount\":4200}");
+        assertEquals(201, again.statusCode());
+        assertEquals("true", again.headers().firstValue("Idempotent-Replayed").orElse(null));
+        assertEquals(first.body(), again.body());
+        assertEquals(first.headers().firstValue("Location"), again.headers().firstValue("Location"));
+        assertTrue(again.headers().firstValue("Content-Type").orElse("").startsWith("application/json"));
+        assertEquals(before + 1, TestShop.apiRuns.get());
+
+        HttpResponse<String> other = post("/api/orders", key, "application/json", "{\"amount\":1}");
+        assertEquals(422, other.statusCode());
+        assertTrue(other.body().contains("fingerprint_mismatch"), other.body());
+        assertEquals(400, post("/api/orders", null, "application/json", "{}").statusCode());
+        HttpResponse<String> bad = post("/api/orders", "has space", "application/json", "{}");
+        assertEquals(400, bad.statusCode());
+        assertTrue(bad.body().contains("idempotency_key_invalid"), bad.body());
+        assertEquals(before + 1, TestShop.apiRuns.get());
+    }
+
+    @Test
+    void concurrentDuplicateWaitsForTheOutcome() throws Exception {
+        operation();
+        String key = "order:user-43:" + UUID.randomUUID();
+        TestShop.slowMillis = 800;
+        try {
+            int before = TestShop.apiRuns.get();
+            CompletableFuture<HttpResponse<String>> a = CompletableFuture.supplyAsync(() -> {
+                try {
+                    return post("/api/orders", key, "application/json", "{\"amount\":1}");
+                } catch (Exception e) {
+                    throw new IllegalStateException(e);
+                }
+            });
+            Thread.sleep(250);
+            HttpResponse<String> b = post("/api/orders", key, "application/json", "{\"amount\":1}");
+            assertEquals(201, a.get().statusCode());
+            assertEquals(201, b.statusCode());
+            assertEquals(a.get().body(), b.body());
+            assertEquals("true", b.headers().firstValue("Idempotent-Replayed").orElse(null));
+            assertEquals(before + 1, TestShop.apiRuns.get());
+        } finally {
+            TestShop.slowMillis = 0;
+        }
+    }
+
+    @Test
+    void anExceptionReleasesTheClaim() throws Exception {
+        operation();
+        String key = "pay:" + UUID.randomUUID();
+        TestShop.failRuns.set(0);
+        HttpResponse<String> failed = post("/api/flaky", key, "application/json", "{}");
+        assertEquals(500, failed.statusCode());
+        HttpResponse<String> retried = post("/api/flaky", key, "application/json", "{}");
+        assertEquals(200, retried.statusCode(), retried.body());
+        assertEquals(2, TestShop.failRuns.get());
+        assertEquals(2, idemd.getKey(TestShop.OP, key).getAttempt());
+    }
+
+    @Test
+    void formTokenIsIssuedConsumedAndReplayed() throws Exception {
+        operation();
+        HttpResponse<String> page = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port
+                + "/checkout")).build(), HttpResponse.BodyHandlers.ofString());
+        Matcher m = Pattern.compile("name=idemd_token value=\"([^\"]+)\"").matcher(page.body());
+        assertTrue(m.find(), page.body());
+        String token = m.group(1);
+        int before = TestShop.formRuns.get();
+        String form = "idemd_token=" + token + "&sku=A-1";
+        HttpResponse<String> first = post("/checkout", null, "application/x-www-form-urlencoded", form);
+        assertEquals(303, first.statusCode());
+        HttpResponse<String> dbl = post("/checkout", null, "application/x-www-form-urlencoded", form);
+        assertEquals(303, dbl.statusCode());
+        assertEquals(first.headers().firstValue("Location"), dbl.headers().firstValue("Location"));
+        assertEquals("true", dbl.headers().firstValue("Idempotent-Replayed").orElse(null));
+        assertEquals(before + 1, TestShop.formRuns.get());
+        assertEquals("completed", idemd.introspect(token).getState());
+
+        HttpResponse<String> forged = post("/checkout", null, "application/x-www-form-urlencoded",
+                "idemd_token=" + token.substring(0, token.length() - 2) + "xx&sku=A-1");
+        assertTrue(forged.statusCode() == 400 || forged.statusCode() == 403, forged.body()); // malformed or invalid
+        assertEquals(400, post("/checkout", null, "application/x-www-form-urlencoded", "sku=A-1").statusCode());
+        assertEquals(before + 1, TestShop.formRuns.get());
+    }
+
+    @Test
+    void healthContributor() throws Exception {
+        HttpResponse<String> h = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port
+                + "/actuator/health/idemd")).build(), HttpResponse.BodyHandlers.ofString());
+        assertEquals(200, h.statusCode(), h.body());
+        assertTrue(h.body().contains("\"UP\""), h.body());
+        assertNotNull(idemd);
+    }
+}
