@@ -1,3 +1,3 @@
 module idemd.dev/go/idemd
 
-go 1.21
+go 1.22

@@ -1,0 +1,90 @@
+package idemd_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestDocExamples runs the examples of docs/clients/go.md and
+// clients/go/README.md (they live in example_*_test.go) against idemd.
+func TestDocExamples(t *testing.T) {
+	c := liveClient(t)
+	op := newOp(t, c)
+	srv := httptest.NewServer(checkoutMux(c, op))
+	defer srv.Close()
+	key := uniq("cart")
+	var bodies []string
+	for i := 0; i < 2; i++ {
+		req, _ := http.NewRequest("POST", srv.URL+"/orders", strings.NewReader(`{"sku":"A-1"}`))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 201 || resp.Header.Get("Idempotent-Replayed") != []string{"false", "true"}[i] {
+			t.Fatalf("submit %d: %d %v %s", i, resp.StatusCode, resp.Header, b)
+		}
+		bodies = append(bodies, string(b))
+	}
+	if bodies[0] != bodies[1] {
+		t.Fatalf("the duplicate got another answer: %q %q", bodies[0], bodies[1])
+	}
+	batch := []Email{{ID: uniq("evt"), To: "a@example.com"}, {ID: uniq("evt"), To: "b@example.com"}}
+	for i := 0; i < 2; i++ {
+		ack, err := sendBatch(context.Background(), c, op, batch)
+		if err != nil || len(ack) != 2 {
+			t.Fatalf("sendBatch: %v %v", ack, err)
+		}
+	}
+	pay := uniq("pay")
+	for i := 0; i < 2; i++ {
+		if err := capture(context.Background(), c, op, pay); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDocBlocksMatchFiles checks that every fenced go block of
+// docs/clients/go.md and clients/go/README.md preceded by <!-- file: PATH --> is byte for byte the
+// file PATH (relative to the repository root), so the doc shows code that
+// this test suite compiles and runs.
+func TestDocBlocksMatchFiles(t *testing.T) {
+	for _, page := range []string{"docs/clients/go.md", "clients/go/README.md"} {
+		t.Run(page, func(t *testing.T) { checkDocBlocks(t, page) })
+	}
+}
+
+func checkDocBlocks(t *testing.T, page string) {
+	root := filepath.Join("..", "..")
+	doc, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(page)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile("(?s)<!-- file: ([^ ]+) -->\n```[a-z]*\n(.*?)```\n")
+	blocks := re.FindAllStringSubmatch(string(doc), -1)
+	if len(blocks) == 0 {
+		t.Fatalf("no <!-- file: --> blocks in %s", page)
+	}
+	fences := strings.Count(string(doc), "\n```go\n")
+	if fences != len(blocks) {
+		t.Fatalf("%d go blocks but %d name their file", fences, len(blocks))
+	}
+	for _, b := range blocks {
+		want, err := os.ReadFile(filepath.Join(root, b[1]))
+		if err != nil {
+			t.Fatalf("%s: %v", b[1], err)
+		}
+		if string(want) != b[2] {
+			t.Errorf("the block of %s in %s differs from the file", b[1], page)
+		}
+	}
+}
