@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -85,6 +86,41 @@ func checkDocBlocks(t *testing.T, page string) {
 		}
 		if string(want) != b[2] {
 			t.Errorf("the block of %s in %s differs from the file", b[1], page)
+		}
+	}
+}
+
+// TestInstallWithReplace runs the install commands of the README in a
+// fresh module (the checkout's path instead of ../idemd) and builds a
+// program importing the client.
+func TestInstallWithReplace(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	dir := t.TempDir()
+	src, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	main := "package main\n\nimport (\n\t\"fmt\"\n\n\t\"idemd.dev/go/idemd\"\n)\n\nfunc main() { fmt.Println(idemd.ETag(7)) }\n"
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(main), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"mod", "init", "example.com/shop"},
+		{"mod", "edit", "-require=idemd.dev/go/idemd@v0.0.0", "-replace=idemd.dev/go/idemd=" + src},
+		{"mod", "tidy"},
+		{"run", "."},
+	} {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go %v: %v\n%s", args, err, out)
+		}
+		if args[0] == "run" && strings.TrimSpace(string(out)) != `"7"` {
+			t.Fatalf("go run: %s", out)
 		}
 	}
 }

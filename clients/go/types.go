@@ -167,8 +167,8 @@ type Operation struct {
 	RequireVersion        *bool  `json:"require_version,omitempty"`
 	WaitSeconds           *int   `json:"wait_seconds,omitempty"`
 	AuditRetentionSeconds *int64 `json:"audit_retention_seconds,omitempty"`
-	// Extra holds policy fields this client does not name; they are sent
-	// as they are and filled from answers.
+	// Extra holds policy fields this client does not name; PutOperation
+	// sends them as they are (Raw has every field of an answer).
 	Extra map[string]any  `json:"-"`
 	Raw   json.RawMessage `json:"-"`
 }
