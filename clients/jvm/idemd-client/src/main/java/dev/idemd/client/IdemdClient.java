@@ -506,8 +506,13 @@ public final class IdemdClient {
 
     /** Bumps from IF_MATCH to IF_MATCH+1; stale: {@link VersionMismatchException}. */
     public long bumpVersion(String key, long ifMatch) {
+        return bumpVersion(key, "\"" + ifMatch + "\"");
+    }
+
+    /** Bumps with a raw If-Match header value ({@code "7"}; a weak {@code W/"7"} never matches). */
+    public long bumpVersion(String key, String ifMatchHeader) {
         Call<Long> c = call("POST", "/v1/versions/" + seg(key), null, a -> a.json().path("version").asLong());
-        c.headers.put("If-Match", "\"" + ifMatch + "\"");
+        c.headers.put("If-Match", ifMatchHeader);
         return send(c);
     }
 

@@ -595,9 +595,9 @@ class ConformanceTest {
                 return c.getVersion(s(a, "key")).raw();
             case "bump_version": {
                 JsonNode im = a.get("if_match");
-                long v = im.isNumber() ? im.asLong() : Problems.parseEtag(im.asText());
                 ObjectNode o = F.objectNode();
-                o.put("version", c.bumpVersion(s(a, "key"), v));
+                o.put("version", im.isNumber() ? c.bumpVersion(s(a, "key"), im.asLong())
+                        : c.bumpVersion(s(a, "key"), im.asText()));
                 return o;
             }
             case "get_record":
@@ -670,7 +670,11 @@ class ConformanceTest {
     static JsonNode consume(IdemdClient c, JsonNode a) {
         List<JsonNode> messages = new ArrayList<>();
         a.path("messages").forEach(messages::add);
-        JsonNode fail = a.path("handler").path("fail");
+        JsonNode handler = a.path("handler");
+        Map<String, String> fail = new HashMap<>();
+        handler.path("fail").fields().forEachRemaining(e -> fail.put(e.getKey(), e.getValue().asText()));
+        handler.path("release").forEach(k -> fail.put(k.asText(), "release"));
+        handler.path("final").forEach(k -> fail.put(k.asText(), "final"));
         List<String> handled = Collections.synchronizedList(new ArrayList<>());
         ConsumeOptions<JsonNode> opts = ConsumeOptions.<JsonNode>defaults()
                 .withReleaseOn(e -> e instanceof RetryableFailure);
@@ -681,7 +685,7 @@ class ConformanceTest {
                 (m, claim) -> {
                     String key = m.get("key").asText();
                     handled.add(key);
-                    String f = s(fail, key);
+                    String f = fail.get(key);
                     if ("release".equals(f)) {
                         throw new RetryableFailure("retryable failure of " + key);
                     }
