@@ -221,6 +221,7 @@ BEGIN
                 PERFORM idemd.end_life(p_tenant, p_id);
             END IF;
             v_life := true;
+            r.state := 'expired';
             r.version_claimed := NULL;
         ELSIF r.state = 'revoked' THEN
             outcome := 'revoked'; RETURN NEXT; RETURN;

@@ -93,6 +93,12 @@ class Audit(IdemdCase):
         while self.client.get("/v1/records/" + rid).status == 200:
             self.assertLess(time.monotonic(), deadline, "the record was never swept")
             time.sleep(0.3)
+        # gone for readers at its expiry; the sweeper then ends its life
+        # (a fence keeps its attempt: migrations/0011) and says so
+        deadline = time.monotonic() + 5
+        while [e["event"] for e in self.events(rid)][-1:] != ["expired"]:
+            self.assertLess(time.monotonic(), deadline, "no 'expired' event after the sweep")
+            time.sleep(0.3)
         ev = self.events(rid)
         self.assertEqual([e["event"] for e in ev], ["claimed", "completed", "expired"])
         self.assertEqual(ev[2]["by"], "sweeper")

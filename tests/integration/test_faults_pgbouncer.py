@@ -146,7 +146,7 @@ class BehindPgBouncer(IdemdCase):
         seen = swept = False
         while time.monotonic() < deadline and not (seen and swept):
             seen = all(key_id(self.issue(op, client=c)) == kid for c in self.clients)
-            swept = psql("SELECT count(*) FROM records WHERE operation_id = "
+            swept = psql("SELECT count(*) FROM records WHERE state <> 'expired' AND operation_id = "
                          "(SELECT id FROM operations WHERE name = '%s')" % op,
                          db=self.idemd.db).strip() == "0"
             time.sleep(0.25)

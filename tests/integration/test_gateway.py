@@ -337,11 +337,16 @@ class Gateway(IdemdCase):
         # the upstream saw the request twice with the same key: it must dedupe
         self.assertEqual([q["key"] for q in self.up.requests(tid)], [tid, tid])
 
-    def test_oversized_answer_502_released(self):
+    def test_oversized_success_502_stored_never_run_again(self):
+        # the upstream acted: what cannot be stored is recorded as executed
         tok, tid, _ = self.token()
         r = self.submit(tok, headers={"X-Upstream-Mode": "big=%d" % (MAX_BODY + 1)})
-        assert_problem(self, r, 502, "upstream_invalid")
-        self.assert_forwarded(self.submit(tok), "false")
+        assert_problem(self, r, 502, "upstream_answer_unstorable")
+        self.assertEqual(r.header("idempotent-replayed"), "false")
+        r = self.submit(tok)
+        assert_problem(self, r, 502, "upstream_answer_unstorable")
+        self.assertEqual(r.header("idempotent-replayed"), "true")
+        self.assertEqual(len(self.up.requests(tid)), 1)
 
     # ---- token and route errors
 
