@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The history checker stage (tests/checker/): two idemd instances on one
+# fresh database, several clients per key on both, faults all along (idemd
+# SIGKILL and SIGSTOP, pg_terminate_backend, PostgreSQL crash-restarts,
+# stalls inside PostgreSQL), every request and answer recorded, then a
+# checker proves from the history alone that no key was granted twice, no
+# acknowledged completion was lost or changed, no stale holder wrote, and
+# no gateway key ran twice (tests/checker/check.py says exactly what).
+#
+# Uses the PostgreSQL cluster that IDEMD_TEST_PGHOST/IDEMD_TEST_PGUSER name
+# (tests/run.sh sets them, and IDEMD_TEST_PGCTL/IDEMD_TEST_PGDATA for the
+# crash-restarts), else starts a throwaway one (deploy/pg.sh). Needs only
+# Debian's python3. IDEMD_BIN (default build/idemd); CHECKER_DURATION
+# (seconds of workload, default 150: about 3 minutes in all);
+# CHECKER_SEED; CHECKER_KEEP=1 keeps the history and logs.
+# The last line is "checker: N histories, N operations, N faults, N
+# violations"; exits non-zero on any violation.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+export IDEMD_BIN=${IDEMD_BIN:-$ROOT/build/idemd}
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+export IDEMD_TEST_PSQL=${IDEMD_TEST_PSQL:-/usr/lib/postgresql/15/bin/psql}
+[ -x "$IDEMD_TEST_PSQL" ] || IDEMD_TEST_PSQL=psql
+DURATION=${CHECKER_DURATION:-150}
+
+die() { echo "checker.sh: $*" >&2; echo "checker: FAILED"; exit 1; }
+[ -x "$IDEMD_BIN" ] || die "$IDEMD_BIN not built"
+
+TMP=$(mktemp -d /tmp/idemd-checker.XXXXXX) || exit 1
+chmod 711 "$TMP"
+own_pg=0
+# shellcheck disable=SC2317
+cleanup() {
+  if [ "$own_pg" = 1 ]; then bash deploy/pg.sh stop "$TMP/pg" >/dev/null 2>&1; fi
+  if [ "${CHECKER_KEEP:-0}" = 1 ] || [ "${keep:-0}" = 1 ]; then
+    echo "checker.sh: history and logs kept in $TMP/run"
+    rm -rf "$TMP/pg"
+  else
+    rm -rf "$TMP"
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if [ -z "${IDEMD_TEST_PGHOST:-}" ] || [ -z "${IDEMD_TEST_PGUSER:-}" ]; then
+  echo "==> starting a throwaway PostgreSQL"
+  if ! { bash deploy/pg.sh init "$TMP/pg" >/dev/null && bash deploy/pg.sh start "$TMP/pg" >/dev/null; }; then
+    die "PostgreSQL did not start"
+  fi
+  own_pg=1
+  IDEMD_TEST_PGHOST=$(bash deploy/pg.sh socket "$TMP/pg")
+  IDEMD_TEST_PGUSER=$(bash deploy/pg.sh role "$TMP/pg")
+  IDEMD_TEST_PGDATA=$(readlink -f "$TMP/pg")/data
+  IDEMD_TEST_PGCTL="bash $(printf %q "$ROOT/deploy/pg.sh") pg_ctl $(printf %q "$TMP/pg")"
+fi
+export IDEMD_TEST_PGHOST IDEMD_TEST_PGUSER IDEMD_TEST_PGDATA="${IDEMD_TEST_PGDATA:-}" \
+  IDEMD_TEST_PGCTL="${IDEMD_TEST_PGCTL:-}"
+export CHECKER_DURATION=$DURATION CHECKER_OUT=$TMP/run PYTHONDONTWRITEBYTECODE=1
+
+keep=0
+timeout -k 30 $((DURATION + 240)) "$PY" tests/checker/run.py
+rc=$?
+if [ "$rc" -eq 124 ]; then echo "checker.sh: timed out" >&2; fi
+if [ "$rc" -ne 0 ]; then keep=1; fi
+exit "$rc"
