@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit, integration and browser tests (ctest)
-# against a throwaway PostgreSQL cluster, the OpenAPI lint, the client
+# against a throwaway PostgreSQL cluster, the mutants of the safety
+# mechanisms, the history checker, the OpenAPI lint, the client
 # libraries, queue consumers against RabbitMQ, the Markdown link
 # check, and, with --sanitize or when CI=true, the tests again under
 # AddressSanitizer and UBSan.
@@ -84,6 +85,23 @@ suite() {
 
 suite release build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEMD_WERROR="$werror" -DIDEMD_SANITIZE=OFF
 
+say "mutants (tests/mutants.sh: each safety mechanism broken in turn must be caught)"
+# Bounded: one build tree, each mutant recompiles a few files and runs the
+# safety tests only until one fails.
+if timeout 1200 bash tests/mutants.sh; then
+  results+=("mutants: all caught")
+else
+  results+=("mutants: FAILED"); problems+=("mutants")
+fi
+
+say "history checker (tests/checker.sh: contending clients, two instances, faults)"
+# Bounded: its PostgreSQL, idemd instances and upstream are stopped on exit.
+if IDEMD_BIN="$ROOT/build/idemd" timeout -k 60 600 bash tests/checker.sh; then
+  results+=("history checker: ok")
+else
+  results+=("history checker: FAILED"); problems+=("history checker")
+fi
+
 say "linting api/openapi.yaml"
 export REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true
 # Pinned so that lint results do not change under us.
@@ -107,7 +125,7 @@ else
   results+=("debian package: FAILED"); problems+=("debian package")
 fi
 
-say "client libraries (clients/python, clients/node)"
+say "client libraries (clients/python, clients/node, clients/go, clients/jvm)"
 if bash tests/clients.sh; then
   results+=("client libraries: ok")
 else
