@@ -37,6 +37,11 @@ if [ "$test" = 1 ]; then
   # only ask for Debian's when the commands are missing.
   command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
   command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+  # the JVM client (clients/jvm, Maven, Java 17 bytecode): the same rule
+  command -v mvn >/dev/null 2>&1 || pkgs+=(maven)
+  command -v javac >/dev/null 2>&1 || pkgs+=(openjdk-17-jdk-headless)
+  # the Go client needs Go 1.22 or newer, which Debian 12 does not package:
+  # tests/clients.sh says so and fails when go is missing
 fi
 
 missing=()
