@@ -1,7 +1,12 @@
 /* Authentication. Keys are random (256 bits), so a plain BLAKE2b hash is a
  * safe at-rest form; lookups go by hash and the final comparison of the full
- * hash is constant-time. Known keys are cached; unknown ones always ask the
- * database (a new tenant made by the CLI works at once). A known key is
+ * hash is constant-time. Known keys are cached. An unknown key asks the
+ * database (a new tenant made by the CLI works within a second), but a
+ * refused key is remembered for AUTH_NEGATIVE_MS in a table of its own (a
+ * flood of unknown keys cannot evict the known ones), and at most
+ * AUTH_LOOKUPS_PER_SECOND keys not in either table are looked up per
+ * second: beyond that the answer is 503 with Retry-After, so one client
+ * sending made-up keys cannot turn every request into a database query. A known key is
  * asked about again after AUTH_RECHECK_MS, so a revoked key stops working
  * on every instance within seconds; the per-connection memo keeps the time
  * of its entry's last confirmation and expires with it. */
@@ -19,6 +24,7 @@
 
 /* After a failed recheck, the next try is this much later. */
 #define AUTH_RETRY_MS 1000
+#define AUTH_NEGATIVE_SLOTS 4096
 
 struct auth_entry {
 	uint8_t ae_hash[32];
@@ -31,6 +37,45 @@ struct auth_entry {
 static struct auth_entry auth_cache[AUTH_CACHE_SLOTS];
 static pthread_rwlock_t auth_lock = PTHREAD_RWLOCK_INITIALIZER;
 static atomic_uint auth_gen = 1; /* bumped by auth_cache_clear() */
+
+/* Refused keys: hash and when; guarded by auth_lock too. */
+static struct {
+	uint8_t an_hash[32];
+	int64_t an_at_ms;
+} auth_refused[AUTH_NEGATIVE_SLOTS];
+/* Lookups of keys in neither table, in the current second. */
+static atomic_llong auth_lookup_second;
+static atomic_int auth_lookups;
+
+static int auth_lookup_allowed(int64_t now_ms)
+{
+	long long sec = now_ms / 1000, cur = atomic_load(&auth_lookup_second);
+
+	if (cur != sec && atomic_compare_exchange_strong(&auth_lookup_second, &cur, sec))
+		atomic_store(&auth_lookups, 0);
+	return atomic_fetch_add(&auth_lookups, 1) < AUTH_LOOKUPS_PER_SECOND;
+}
+
+/* Whether HASH was refused less than AUTH_NEGATIVE_MS ago (SET: remember
+ * that it was refused now). */
+static int auth_refused_recently(const uint8_t hash[32], size_t slot, int64_t now_ms, int set)
+{
+	int hit;
+
+	slot %= AUTH_NEGATIVE_SLOTS;
+	if (set) {
+		pthread_rwlock_wrlock(&auth_lock);
+		memcpy(auth_refused[slot].an_hash, hash, 32);
+		auth_refused[slot].an_at_ms = now_ms;
+		pthread_rwlock_unlock(&auth_lock);
+		return 1;
+	}
+	pthread_rwlock_rdlock(&auth_lock);
+	hit = auth_refused[slot].an_at_ms != 0 && now_ms - auth_refused[slot].an_at_ms < AUTH_NEGATIVE_MS &&
+	      sodium_memcmp(auth_refused[slot].an_hash, hash, 32) == 0;
+	pthread_rwlock_unlock(&auth_lock);
+	return hit;
+}
 
 static int64_t auth_clock_default(void)
 {
@@ -126,6 +171,12 @@ static int auth_lookup(const char *key, uint32_t *tenant_id, uint32_t *key_id, i
 		return AUTH_OK;
 	}
 
+	if (!cached) {
+		if (auth_refused_recently(hash, slot, now, 0))
+			return AUTH_DENIED;
+		if (!auth_lookup_allowed(now))
+			return AUTH_UNAVAILABLE;
+	}
 	if (store_tenant_by_key(hash, tenant_id, key_id, &found) < 0) {
 		if (!cached)
 			return AUTH_UNAVAILABLE;
@@ -141,6 +192,7 @@ static int auth_lookup(const char *key, uint32_t *tenant_id, uint32_t *key_id, i
 	if (!found) {
 		if (cached)
 			auth_cache_drop(slot, hash);
+		(void)auth_refused_recently(hash, slot, now, 1);
 		return AUTH_DENIED;
 	}
 	auth_cache_put(slot, hash, *tenant_id, *key_id, now);
@@ -200,6 +252,8 @@ void auth_cache_clear(void)
 {
 	pthread_rwlock_wrlock(&auth_lock);
 	sodium_memzero(auth_cache, sizeof(auth_cache));
+	sodium_memzero(auth_refused, sizeof(auth_refused));
+	atomic_store(&auth_lookup_second, -1);
 	atomic_fetch_add(&auth_gen, 1);
 	pthread_rwlock_unlock(&auth_lock);
 }

@@ -28,6 +28,11 @@ void auth_key_hash(const char *key, size_t len, uint8_t out[32]);
  * second): revocations need the database anyway.
  */
 #define AUTH_RECHECK_MS 5000
+/* A key the database refused is refused again without asking for this
+ * long; and at most this many keys known to neither cache are looked up
+ * per second (beyond: AUTH_UNAVAILABLE, answered 503 with Retry-After). */
+#define AUTH_NEGATIVE_MS 1000
+#define AUTH_LOOKUPS_PER_SECOND 1000
 
 /* Resolves KEY to its tenant: AUTH_OK, AUTH_DENIED or AUTH_UNAVAILABLE. */
 int auth_check(const char *key, uint32_t *tenant_id);

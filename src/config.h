@@ -69,6 +69,9 @@ struct config {
 	int connection_timeout_seconds; /* default 30, 1..3600 */
 	int max_connections_per_ip;	/* default 1024, 0 (no cap)..100000 */
 	size_t max_inflight_body_bytes; /* default 64 MiB, 1 MiB..64 GiB: bodies held at once */
+	/* of those, what one client address may hold: default 0 = a quarter;
+	 * behind a reverse proxy (every client one address) raise it */
+	size_t max_inflight_body_bytes_per_client;
 	int request_timeout_seconds;	/* default 30, 1..3600: a request arrives whole within it */
 	double issue_rate_per_second;	/* default 0 = unlimited, 0..1000000 */
 	int issue_burst;		/* default 100, 1..1000000 */

@@ -145,6 +145,9 @@ static enum MHD_Result gateway_count_cb(void *cls, enum MHD_ValueKind kind, cons
 	return MHD_YES;
 }
 
+static int gateway_token_address(struct request *req, const struct gateway_route *gr,
+				 struct token *t, struct operation *op);
+
 static int gateway_check_headers(struct request *req)
 {
 	const struct gateway_route *gr = (const struct gateway_route *)req->req_route;
@@ -182,6 +185,16 @@ static int gateway_check_headers(struct request *req)
 				      alias);
 			return -1;
 		}
+	}
+	/* no unauthenticated request holds a body budget: a token is verified
+	 * (signature, tenant, operation) before any body byte is reserved, and
+	 * the route's tenant shares the budget like an API key's */
+	req->req_tenant_id = gr->gr_tenant_id;
+	if (gr->gr_key == GATEWAY_KEY_TOKEN) {
+		struct token t;
+		struct operation op;
+		if (gateway_token_address(req, gr, &t, &op) < 0)
+			return -1;
 	}
 	return 0;
 }

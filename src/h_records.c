@@ -179,6 +179,17 @@ static int h_record_filter(struct request *req, struct record_filter *f, int64_t
 			problem_unavailable(req);
 			return -1;
 		}
+		/* what a subject can be (1..128 bytes of UTF-8, no NUL): anything
+		 * else matches nothing and must not reach PostgreSQL as text */
+		json_t *valid = n >= 1 && n <= 128 && strlen(*subject) == n
+					? json_stringn(*subject, n)
+					: NULL;
+		if (valid == NULL) {
+			problem_reply(req, 400, "invalid_request",
+				      "subject must be 1 to 128 bytes of UTF-8 without NUL");
+			return -1;
+		}
+		json_decref(valid);
 		f->rf_subject = *subject;
 	}
 	*none = 0;

@@ -37,22 +37,6 @@ static const struct config *http_cfg;
 static atomic_int http_active;
 static atomic_int http_suspended; /* connections between suspend and resume */
 static int http_quiesced;
-static atomic_size_t http_inflight; /* body bytes held by requests (reserved) */
-
-/* Counts N more body bytes against max_inflight_body_bytes: 1, or 0 when
- * that would pass the bound. Given back when the request ends. */
-static int http_reserve(struct request *req, size_t n)
-{
-	size_t cur = atomic_load(&http_inflight);
-
-	do {
-		if (n > http_cfg->max_inflight_body_bytes ||
-		    cur > http_cfg->max_inflight_body_bytes - n)
-			return 0;
-	} while (!atomic_compare_exchange_weak(&http_inflight, &cur, cur + n));
-	req->req_reserved += n;
-	return 1;
-}
 
 static double http_elapsed_ms(const struct timespec *start)
 {
@@ -369,7 +353,7 @@ static enum MHD_Result http_headers_in(struct request *req)
 	}
 	if (http_route(req, declared))
 		goto answer;
-	if (declared > 0 && !http_reserve(req, (size_t)declared)) {
+	if (declared > 0 && !http_budget_take(req, (size_t)declared)) {
 		http_busy(req);
 		goto answer;
 	}
@@ -404,7 +388,7 @@ enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const char *
 			return MHD_YES; /* discard the rest; the answer goes out on the last call */
 		if (req->req_body_len + n > http_cfg->max_body_bytes ||
 		    (req->req_body_len + n > req->req_reserved &&
-		     !http_reserve(req, req->req_body_len + n - req->req_reserved))) {
+		     !http_budget_take(req, req->req_body_len + n - req->req_reserved))) {
 			if (req->req_body_len + n > http_cfg->max_body_bytes)
 				req->req_body_too_large = 1;
 			else
@@ -468,7 +452,7 @@ void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		   req->req_route ? req->req_route->pattern : "unmatched", status, ms,
 		   req->req_record, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? (int)toe : 0);
 	http_clear_reply(req);
-	atomic_fetch_sub(&http_inflight, req->req_reserved);
+	http_budget_give(req);
 	http_receiving(req, 1); /* the next request's time starts now */
 	for (int i = 0; i < HTTP_MAX_PARAMS; i++)
 		free(req->req_params[i]);
@@ -489,6 +473,7 @@ int http_start(const struct config *cfg)
 			 MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
 
 	http_cfg = cfg;
+	http_budget_start(cfg);
 	cors_init(cfg->cors_origins, cfg->n_cors_origins);
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;

@@ -46,6 +46,8 @@ struct request {
 	int req_no_if_match;	     /* a gateway route that ignores If-Match */
 	int req_waited;		     /* seconds of Prefer: wait applied (answer says so) */
 	size_t req_reserved;	     /* body bytes counted against max_inflight_body_bytes */
+	size_t req_budget_client;    /* its client address's slot (http_budget.c) */
+	size_t req_budget_tenant;    /* 1 + its tenant's slot, 0: none */
 	uint32_t req_tenant_id;	     /* set by authentication */
 	/* who acts, for the audit trail: "api_key:<id>" (set by
 	 * authentication, in req_by_buf) or the gateway route's name */

@@ -49,6 +49,9 @@ void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 /* Keeps the URL as sent: the router decodes each segment itself. */
 size_t http_no_unescape(void *cls, struct MHD_Connection *conn, char *uri);
 /* libmicrohttpd's messages as warn lines. */
+/* Copies IN (up to its first newline) into OUT with every path replaced
+ * by "[path]": what libmicrohttpd's messages may quote of a request. */
+void http_redact_paths(const char *in, char *out, size_t outlen);
 void http_mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 /* The daemon's TLS options into OPTS (MHD_OPTION_END alone for plain HTTP),
  * the PEM texts into *CERT and *KEY (new, the caller wipes the key and
@@ -63,5 +66,12 @@ struct MHD_Daemon *http_admin_start(const struct config *cfg, void *access_cls);
 /* http_reply.c */
 /* Drops the reply built so far. */
 void http_clear_reply(struct request *req);
+
+/* The body budget (http_budget.c). Take counts N more bytes of REQ's body
+ * against the whole budget, its client address's share and its tenant's:
+ * 1, or 0 when one of them would be passed. Give hands back all REQ holds. */
+void http_budget_start(const struct config *cfg);
+int http_budget_take(struct request *req, size_t n);
+void http_budget_give(struct request *req);
 
 #endif

@@ -23,14 +23,36 @@ size_t http_no_unescape(void *cls, struct MHD_Connection *conn, char *uri)
 	return strlen(uri);
 }
 
+void http_redact_paths(const char *in, char *out, size_t outlen)
+{
+	size_t o = 0;
+
+	/* every run that starts with '/' after a space, a quote, ':' or '='
+	 * (a path, a URL's path) is replaced, up to a space or a quote */
+	for (size_t i = 0; in[i] != '\0' && in[i] != '\n' && o + 7 < outlen;) {
+		if (in[i] == '/' && (i == 0 || strchr(" '`\":=", in[i - 1]) != NULL)) {
+			while (in[i] != '\0' && in[i] != '\n' && in[i] != ' ' && in[i] != '\'' &&
+			       in[i] != '`' && in[i] != '"')
+				i++;
+			memcpy(out + o, "[path]", 6);
+			o += 6;
+		} else {
+			out[o++] = in[i++];
+		}
+	}
+	out[o] = '\0';
+}
+
 void http_mhd_log(void *cls, const char *fmt, va_list ap)
 {
-	char msg[512];
+	char msg[512], out[512];
 
 	(void)cls;
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	msg[strcspn(msg, "\n")] = '\0';
-	log_warn("http: %s", msg);
+	/* its messages may quote the request's path, which holds caller keys
+	 * and tokens */
+	http_redact_paths(msg, out, sizeof(out));
+	log_warn("http: %s", out);
 }
 
 /* Reads a PEM file (at most 1 MiB) into a new NUL-terminated string. */

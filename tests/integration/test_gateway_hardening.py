@@ -826,7 +826,9 @@ class Limits(IdemdCase):
                 s.close()
 
     def test_rule06_max_inflight_body_bytes_503(self):
-        srv = self.serve(max_inflight_body_bytes=4 * MIB, max_body_bytes=2 * MIB)
+        # one address, so its share is the whole budget: the global bound is tested
+        srv = self.serve(max_inflight_body_bytes=4 * MIB, max_body_bytes=2 * MIB,
+                         max_inflight_body_bytes_per_client=4 * MIB)
         self.put_op(srv)
         declared = 1000000
         start = b'{"operation":"order.create","subject":"big"}'

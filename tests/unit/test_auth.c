@@ -199,8 +199,9 @@ static void test_check_found_then_cached(void **state)
 	assert_int_equal(tenant, 9);
 }
 
-/* Unknown keys are not cached: a key created later works at once. */
-static void test_check_unknown_not_cached(void **state)
+/* An unknown key is refused again without a lookup for AUTH_NEGATIVE_MS,
+ * then asked about again: a key created meanwhile works within a second. */
+static void test_check_unknown_remembered_briefly(void **state)
 {
 	uint32_t tenant = 0x55;
 
@@ -208,9 +209,35 @@ static void test_check_unknown_not_cached(void **state)
 	expect_lookup(key_a, 0, 0, 0);
 	assert_int_equal(auth_check(key_a, &tenant), AUTH_DENIED);
 	assert_int_equal(tenant, 0x55);
+	fake_now_ms += AUTH_NEGATIVE_MS - 1;
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_DENIED); /* no lookup */
+	fake_now_ms += 1;
 	expect_lookup(key_a, 0, 1, 3);
 	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
 	assert_int_equal(tenant, 3);
+}
+
+/* Keys in neither cache: at most AUTH_LOOKUPS_PER_SECOND lookups a second,
+ * the rest "unavailable" (503, retry) without touching the database. */
+static void test_unknown_lookups_bounded(void **state)
+{
+	char key[AUTH_KEY_CHARS + 1];
+	uint32_t tenant = 0;
+
+	(void)state;
+	fake_now_ms = (fake_now_ms / 1000 + 1) * 1000;
+	for (int i = 0; i <= AUTH_LOOKUPS_PER_SECOND; i++) {
+		snprintf(key, sizeof(key), "idk_%043d", i);
+		if (i < AUTH_LOOKUPS_PER_SECOND) {
+			expect_lookup(key, 0, 0, 0);
+			assert_int_equal(auth_check(key, &tenant), AUTH_DENIED);
+		} else {
+			assert_int_equal(auth_check(key, &tenant), AUTH_UNAVAILABLE);
+		}
+	}
+	fake_now_ms += 1000;
+	expect_lookup(key, 0, 0, 0);
+	assert_int_equal(auth_check(key, &tenant), AUTH_DENIED);
 }
 
 /* A store failure is "unavailable", not "denied", and is not cached. */
@@ -310,7 +337,9 @@ static void test_recheck_revoked(void **state)
 	fake_now_ms += AUTH_RECHECK_MS;
 	expect_lookup(key_a, 0, 0, 0); /* revoked meanwhile */
 	assert_int_equal(auth_check(key_a, &tenant), AUTH_DENIED);
-	/* forgotten: the next try asks again at once */
+	/* forgotten, and refused without asking for a second */
+	assert_int_equal(auth_check(key_a, &tenant), AUTH_DENIED);
+	fake_now_ms += AUTH_NEGATIVE_MS;
 	expect_lookup(key_a, 0, 0, 0);
 	assert_int_equal(auth_check(key_a, &tenant), AUTH_DENIED);
 }
@@ -351,7 +380,7 @@ static void test_memo_recheck(void **state)
 	fake_now_ms += 1;
 	expect_lookup(key_a, 0, 0, 0);
 	assert_int_equal(auth_check_memo(key_a, &memo, &tenant), AUTH_DENIED);
-	expect_lookup(key_a, 0, 0, 0);
+	/* refused now: refused again without a lookup for a second */
 	assert_int_equal(auth_check_memo(key_a, &memo, &tenant), AUTH_DENIED);
 	/* a memo filled from a cache entry expires when that entry was
 	 * confirmed, not when the memo was filled */
@@ -377,7 +406,8 @@ int main(void)
 		cmocka_unit_test(test_hash),
 		cmocka_unit_test_setup(test_check_wrong_length, clear_cache),
 		cmocka_unit_test_setup(test_check_found_then_cached, clear_cache),
-		cmocka_unit_test_setup(test_check_unknown_not_cached, clear_cache),
+		cmocka_unit_test_setup(test_check_unknown_remembered_briefly, clear_cache),
+		cmocka_unit_test_setup(test_unknown_lookups_bounded, clear_cache),
 		cmocka_unit_test_setup(test_check_unavailable, clear_cache),
 		cmocka_unit_test_setup(test_check_near_miss, clear_cache),
 		cmocka_unit_test_setup(test_cache_clear, clear_cache),

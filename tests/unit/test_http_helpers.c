@@ -14,6 +14,7 @@
 #include <microhttpd.h>
 
 #include "http.h"
+#include "http_int.h"
 #include "problem.h"
 
 static void req_init(struct request *req, const char *body, size_t len);
@@ -63,6 +64,25 @@ static void assert_body_refused(const char *body, size_t len)
 	assert_int_equal(req.rep_status, 400);
 	assert_string_equal(content_type(&req), "application/problem+json");
 	req_done(&req);
+}
+
+/* libmicrohttpd's messages pass through http_redact_paths: no path (caller
+ * keys and tokens travel in it) reaches the log. */
+static void test_redact_paths(void **state)
+{
+	char out[128];
+
+	(void)state;
+	http_redact_paths("Error processing request for `/v1/operations/job/keys/"
+			  "alice%40example.com%3Aorder-1/claim'. Closing.\nmore",
+			  out, sizeof(out));
+	assert_string_equal(out, "Error processing request for `[path]'. Closing.");
+	http_redact_paths("GET /v1/tokens/abc HTTP/1.1 from http://h/x?k=1", out, sizeof(out));
+	assert_string_equal(out, "GET [path] HTTP/1.1 from http:[path]");
+	http_redact_paths("no path here", out, sizeof(out));
+	assert_string_equal(out, "no path here");
+	http_redact_paths("/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", out, 8);
+	assert_string_equal(out, "[path]");
 }
 
 static void test_body_object(void **state)
@@ -225,6 +245,7 @@ static void test_problem_fallback(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_redact_paths),
 		cmocka_unit_test(test_body_object),	 cmocka_unit_test(test_body_refused),
 		cmocka_unit_test(test_body_deep),	 cmocka_unit_test(test_reply_json),
 		cmocka_unit_test(test_reply_empty),	 cmocka_unit_test(test_headers),

@@ -1,0 +1,192 @@
+"""Integration tests: hostile clients and tenants, second round (PRODUCT.md
+part three). Each reproduces a finding of the review and failed before its
+fix:
+
+  - a gateway submit with a garbage token and a large Content-Length holds
+    no body budget: it is refused (400) before the body, at once;
+  - one client address cannot hold the whole body budget: another address
+    still gets its writes in while the first holds every byte it may;
+  - a forged webhook answered 401 by the upstream is released, not
+    stored: the genuine event with the same id is then executed;
+  - the same unknown API key sent over and over costs the database one
+    lookup per second, not one per request;
+  - GET /v1/records?subject=%80 is 400, not a database error.
+(libmicrohttpd's own log messages lose the request's path: unit
+test_http_helpers, test_redact_paths.)
+"""
+
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import IdemdCase, assert_problem, assert_status, psql, uniq  # noqa: E402
+from test_gateway import Upstream  # noqa: E402
+
+BUDGET = 4 * 1024 * 1024
+
+
+def connect(port, source="127.0.0.1"):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
+    return s
+
+
+def read_status(s, timeout):
+    """The status of the answer on S within TIMEOUT seconds, or None."""
+    s.settimeout(timeout)
+    data = b""
+    try:
+        while b"\r\n" not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    except socket.timeout:
+        return None
+    line = data.split(b"\r\n", 1)[0].split()
+    return int(line[1]) if len(line) > 1 else None
+
+
+class HostileTenants(IdemdCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.up = Upstream()
+        u = "http://127.0.0.1:%d" % cls.up.port
+        cls.extra_config = {
+            "max_inflight_body_bytes": BUDGET,
+            "max_body_bytes": 2 * 1024 * 1024,
+            "routes": [
+                {"method": "POST", "path": "/orders", "tenant": "acme",
+                 "operation": "order.create", "upstream": u + "/ok"},
+                {"method": "POST", "path": "/hooks", "tenant": "acme",
+                 "operation": "hook.receive", "upstream": u + "/hook", "key": "json:/id",
+                 "fingerprint": "none", "scope_headers": []},
+            ],
+        }
+        try:
+            super().setUpClass()
+        except BaseException:
+            cls.up.stop()
+            raise
+        for name in ("order.create", "hook.receive"):
+            r = cls.client.put("/v1/operations/" + name, harness.DEFAULT_POLICY)
+            assert r.status in (200, 201), r.describe()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.up.stop()
+
+    def key_claim(self, op, source="127.0.0.1"):
+        """A caller-key claim with a 1 KiB body from SOURCE: its status."""
+        body = ('{"request":"%s"}' % ("x" * 1024)).encode()
+        s = connect(self.server.port, source)
+        try:
+            s.sendall(("POST /v1/operations/%s/keys/%s/claim HTTP/1.1\r\nHost: x\r\n"
+                       "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
+                       "Content-Length: %d\r\nConnection: close\r\n\r\n"
+                       % (op, uniq("k"), self.api_key, len(body))).encode() + body)
+            return read_status(s, 5)
+        finally:
+            s.close()
+
+    def test_garbage_token_holds_no_body_budget(self):
+        socks = []
+        try:
+            for _ in range(8):   # 8 MiB declared against a 4 MiB budget
+                s = connect(self.server.port)
+                s.sendall(b"POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: garbage\r\n"
+                          b"Content-Type: application/json\r\nContent-Length: 1048576\r\n\r\n")
+                socks.append(s)
+            statuses = [read_status(s, 3) for s in socks]
+            self.assertEqual(statuses, [400] * 8,
+                             "a garbage token must be refused before its body is read")
+            op = self.put_operation()
+            self.assertEqual(self.key_claim(op), 201)
+        finally:
+            for s in socks:
+                s.close()
+
+    def test_one_client_address_cannot_take_the_whole_budget(self):
+        # derived-key route: anyone may post, so the share per address is
+        # what protects the others; 6 MiB declared from one address
+        op = self.put_operation()
+        socks = []
+        try:
+            for _ in range(6):
+                s = connect(self.server.port, "127.0.0.1")
+                s.sendall(b"POST /hooks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: 1048576\r\n\r\n{")
+                socks.append(s)
+            time.sleep(0.3)
+            # another address, and another tenant's caller on it
+            self.assertEqual(self.key_claim(op, source="127.0.0.2"), 201,
+                             "one address held every byte of the body budget")
+        finally:
+            for s in socks:
+                s.close()
+
+    def test_forged_webhook_does_not_block_the_genuine_one(self):
+        event = "evt_%d" % (int(time.time() * 1000) % 10 ** 9)
+        forged = self.anon.post("/hooks", {"id": event, "forged": True},
+                                headers={"X-Upstream-Mode": "status=401"})
+        self.assertEqual(forged.status, 401, forged.describe())
+        genuine = self.anon.post("/hooks", {"id": event, "amount": 10})
+        self.assertEqual(genuine.status, 201, "the forged event's 401 was stored and replayed: "
+                         + genuine.describe())
+        self.assertEqual(genuine.header("Idempotent-Replayed"), "false")
+        again = self.anon.post("/hooks", {"id": event, "amount": 10})
+        self.assertEqual((again.status, again.header("Idempotent-Replayed")), (201, "true"))
+
+    def test_repeated_unknown_key_costs_one_lookup_a_second(self):
+        bogus = ["idk_" + uuid.uuid4().hex + uuid.uuid4().hex[:11] for _ in range(4)]
+        self.assertEqual(len(bogus[0]), len(self.api_key), "a well-formed unknown key")
+        # a server of its own: its connections' statistics reach
+        # pg_stat_database when they end, at its stop
+        commits = ("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+        srv = self.idemd.start()
+        before = int(psql(commits, db=self.idemd.db).strip())
+        n = [0]
+        lock = threading.Lock()
+
+        def flood(key):
+            c = harness.Client(srv.port, key)
+            for _ in range(150):
+                r = c.get("/v1/operations")
+                assert r.status in (401, 503), r.describe()
+                with lock:
+                    n[0] += 1
+        ts = [threading.Thread(target=flood, args=(k,)) for k in bogus for _ in range(2)]
+        t0 = time.monotonic()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        took = time.monotonic() - t0
+        self.assertEqual(srv.stop(), 0)
+        time.sleep(0.5)
+        after = int(psql(commits, db=self.idemd.db).strip())
+        lookups = after - before
+        print("\n  %d requests with 4 unknown keys in %.1f s: %d database transactions"
+              % (n[0], took, lookups), end="")
+        self.assertEqual(n[0], 1200)
+        # 4 keys, one lookup each per second, plus the janitor's own work
+        self.assertLess(lookups, 4 * (took + 2) + 60,
+                        "unknown keys are looked up on every request")
+
+    def test_records_subject_that_is_not_utf8_is_400(self):
+        for q in ("%80", "%C3%28", "a%00b", "x" * 129):
+            r = self.client.get("/v1/records?subject=" + q)
+            assert_problem(self, r, 400, "invalid_request")
+        assert_status(self, self.client.get("/v1/records?subject=caf%C3%A9"), 200)
+
+
+if __name__ == "__main__":
+    harness.main()
