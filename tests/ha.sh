@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # The high-availability stage: tests/ha/test_ha.py against the real idemd
 # binary (build/idemd, or $IDEMD_BIN). It starts, on 127.0.0.1 only, one
-# etcd, two Patroni-managed PostgreSQL 15 nodes (synchronous mode), an
-# upstream, two idemd nodes and HAProxy; injects a switchover, a kill -9 of
+# etcd, two Patroni-managed PostgreSQL 15 nodes (synchronous mode), the
+# history checker's upstream, two idemd nodes and HAProxy; runs the history
+# checker's clients through HAProxy (several contending clients per key:
+# tokens, caller keys, gateway routes; releases, extends, checkpoints, stale
+# attempts, stalled workers) while it injects a switchover, a kill -9 of
 # the primary's postmaster, a freeze of the primary longer than Patroni's
-# ttl, and a kill -9 of one idemd node under a storm of requests; checks
-# every acknowledged write after each; prints a summary table; and tears
-# everything down, also on failure or timeout.
+# ttl and a kill -9 of one idemd node; then checks the whole history with
+# tests/checker/check.py; prints a summary table; and tears everything
+# down, also on failure or timeout.
 #
 # Needs root (Patroni and PostgreSQL run as the postgres user, through
 # setpriv) and the packages patroni, python3-etcd, etcd-server, etcd-client
-# and haproxy (deploy/deps.sh --test installs them). Bounded: 900 s.
+# and haproxy (deploy/deps.sh --test installs them). Bounded: 600 s.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 BIN=${IDEMD_BIN:-$ROOT/build/idemd}
-LIMIT=${IDEMD_HA_TIMEOUT:-900}
+LIMIT=${IDEMD_HA_TIMEOUT:-600}
 
 if [ ! -x "$BIN" ]; then echo "ha.sh: $BIN not built" >&2; exit 1; fi
 if [ "$(id -u)" -ne 0 ]; then echo "ha.sh: must run as root (setpriv to postgres)" >&2; exit 1; fi

@@ -215,6 +215,17 @@ class Checker:
             if o.get("key") is not None:
                 bykey[o["key"]].append(o)
         self.histories = len(bykey)
+        # answers that break the API's contract without breaking safety:
+        # reported, not counted as violations
+        self.notes = collections.Counter()
+        for o in self.ops:
+            if o["kind"] in ("ckey", "gwhdr") and o["status"] == 410:
+                self.notes["caller-key %s answered 410 %s" % (o["f"], o.get("code"))] += 1
+            if o["status"] is not None and o["status"] >= 500 and o["status"] not in (502, 503,
+                                                                                     504):
+                self.notes["%s answered %d" % (o["f"], o["status"])] += 1
+            if o["status"] == 503 and not o.get("code"):
+                self.notes["%s answered 503 without a problem code" % o["f"]] += 1
         gw_execs = collections.defaultdict(list)
         for e in self.execs:
             gw_execs[e["key"]].append(e)
@@ -420,6 +431,8 @@ def summary(ch):
                                   or "none"),
              "checks run: %d (%s)" % (sum(ch.checks.values()), ", ".join(
                  "%s %d" % kv for kv in sorted(ch.checks.items()))),
+             "notes (not violations): %s" % (", ".join(
+                 "%s: %d" % kv for kv in sorted(ch.notes.items())) or "none"),
              "violations: %d%s" % (len(ch.violations), (" (%s)" % ", ".join(
                  "check %s: %d" % kv for kv in sorted(by.items()))) if by else "")]
     return lines

@@ -1,6 +1,7 @@
 """The high-availability test bed, all on 127.0.0.1 under one temporary
 directory: one etcd, two Patroni-managed PostgreSQL 15 nodes (synchronous
-mode), a small upstream, two idemd nodes with a multi-host database_url,
+mode), the history checker's upstream (tests/checker/upstream.py: it logs
+every execution), two idemd nodes with a multi-host database_url,
 and HAProxy in front of them (health check GET /readyz).
 
 Cluster.start() brings everything up; Cluster.stop() tears everything down
@@ -232,6 +233,9 @@ class Cluster:
         self.nodes = [PgNode(self, "pg1"), PgNode(self, "pg2")]
         self.upstream = None
         self.upstream_port = None
+        self.upstream_log = os.path.join(self.tmp, "upstream.jsonl")
+        # gateway routes (tenant and upstream added): set before start()
+        self.routes = []
         self.idemd_ports = [free_port(), free_port()]
         self.idemd = [None, None]
         self.haproxy = None
@@ -310,10 +314,10 @@ class Cluster:
             "pool_size": 6,
             "threads": 4,
             "database_timeout_ms": 2000,
-            "routes": [{"method": "POST", "path": "/orders", "tenant": "shop",
-                        "operation": "order.create",
-                        "upstream": "http://127.0.0.1:%d/orders" % self.upstream_port,
-                        "timeout_ms": 5000}],
+            # short lives: keys live several lives during the test
+            "sweep_interval_seconds": 1,
+            "routes": [dict(r, upstream="http://127.0.0.1:%d%s" % (self.upstream_port, r["path"]),
+                            tenant="shop") for r in self.routes],
         }
         with open(path, "w") as f:
             json.dump(cfg, f, indent=1)
@@ -431,9 +435,10 @@ class Cluster:
         self.psql("CREATE ROLE idemd LOGIN PASSWORD '%s'" % DB_PASSWORD)
         self.psql("CREATE DATABASE %s OWNER idemd" % self.dbname)
 
-        self.upstream = Proc("upstream", [sys.executable, os.path.join(HERE, "..", "integration",
-                                                                       "upstream.py")],
-                             self.tmp)
+        # the history checker's upstream: it logs every execution
+        self.upstream = Proc("upstream", [sys.executable, os.path.join(ROOT, "tests", "checker",
+                                                                       "upstream.py"),
+                                          "--log", self.upstream_log], self.tmp)
         deadline = time.monotonic() + 10
         while self.upstream_port is None:
             for line in open(self.upstream.log_path).read().splitlines():
