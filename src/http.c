@@ -36,6 +36,7 @@ static char http_admin_marker;		     /* the admin daemon's access cls */
 static const struct config *http_cfg;
 static atomic_int http_active;
 static atomic_int http_suspended; /* connections between suspend and resume */
+static atomic_int http_stopping;  /* set by http_quiesce: new requests get 503 and a close */
 static int http_quiesced;
 
 static double http_elapsed_ms(const struct timespec *start)
@@ -326,6 +327,13 @@ static enum MHD_Result http_headers_in(struct request *req)
 	const char *cl = req->req_h_content_length;
 	unsigned long long declared = 0;
 
+	if (atomic_load(&http_stopping)) {
+		/* a keep-alive client's next request while stopping: no new work
+		 * starts, the connection closes, so the stop is not outrun */
+		problem_reply(req, 503, "unavailable", "idemd is stopping; retry");
+		http_set_header(req, "Retry-After", "1");
+		goto close;
+	}
 	if (req->req_bad_header != NULL) {
 		/* never echoed: it may hold control bytes */
 		problem_reply(req, 400, "invalid_request",
@@ -445,6 +453,12 @@ void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		req->req_on_resume(req, req->req_on_resume_arg);
 		req->req_on_resume = NULL;
 	}
+	if (req->req_suspended) {
+		/* resumed, but the client had gone (libmicrohttpd ends such a
+		 * connection without calling the handler again) */
+		req->req_suspended = 0;
+		atomic_fetch_sub(&http_suspended, 1);
+	}
 	double ms = http_elapsed_ms(&req->req_start);
 	unsigned status = req->rep_response != NULL ? req->rep_status : 0;
 	metrics_request(req->req_route, status, ms);
@@ -538,6 +552,7 @@ void http_quiesce(void)
 	if (http_daemon == NULL || http_quiesced)
 		return;
 	http_quiesced = 1;
+	atomic_store(&http_stopping, 1);
 	MHD_socket fd = MHD_quiesce_daemon(http_daemon);
 	if (fd != MHD_INVALID_SOCKET)
 		close(fd);
@@ -550,12 +565,15 @@ void http_quiesce(void)
 		usleep(100 * 1000);
 }
 
-void http_stop(void)
+int http_stop(void)
 {
 	if (http_daemon == NULL)
-		return;
+		return 0;
 	http_quiesce();
-	for (int i = 0; i < 50 && atomic_load(&http_active) > 0; i++)
+	/* every request in flight ends: new ones are refused (http_stopping),
+	 * suspended ones are resumed by their batch, forward or waiter, all
+	 * still running (main.c stops them after this) */
+	for (int i = 0; i < 300 && atomic_load(&http_active) > 0; i++)
 		usleep(100 * 1000);
 	if (http_admin_daemon != NULL) {
 		MHD_stop_daemon(http_admin_daemon); /* its routes never suspend */
@@ -563,14 +581,16 @@ void http_stop(void)
 	}
 	if (atomic_load(&http_suspended) > 0) {
 		/* libmicrohttpd aborts the process when stopped with a suspended
-		 * connection: leave the daemon to the process's exit instead */
-		log_error("http: %d connections still suspended at stop; not stopping the daemon",
+		 * connection, and what those connections' jobs hold must not be
+		 * freed under them: the caller ends the process instead */
+		log_error("http: %d connections still suspended 30 s into the stop",
 			  atomic_load(&http_suspended));
-		return;
+		return -1;
 	}
 	MHD_stop_daemon(http_daemon);
 	http_daemon = NULL;
 	http_conn_stop();
+	return 0;
 }
 
 void http_note_record(struct request *req, const uint8_t id[16])

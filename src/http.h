@@ -72,9 +72,11 @@ int http_start(const struct config *cfg) IDEMD_WUR;
 /* Stops accepting and waits (at most 30 s) for in-flight requests that are
  * not suspended to finish; idle keep-alive connections do not hold it. */
 void http_quiesce(void);
-/* Waits for suspended connections to be resumed and answered (whoever
- * holds them must have been drained first), then stops the daemon. */
-void http_stop(void);
+/* Waits (at most 30 s) for every request to end, suspended ones included
+ * (whoever resumes them must still run), then stops the daemon: 0. -1 when
+ * some connection stayed suspended: the daemon runs on, and nothing its
+ * requests may touch can be freed (the caller ends the process). */
+int http_stop(void) IDEMD_WUR;
 
 /* Header of the request, or NULL (borrowed, valid during the request). */
 const char *http_header(const struct request *req, const char *name);

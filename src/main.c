@@ -182,7 +182,15 @@ http:
 	http_quiesce();
 	waiters_drain();
 	gateway_drain();
-	http_stop();
+	if (http_stop() < 0) {
+		/* connections still suspended hold jobs that may run: free
+		 * nothing under them; the replay counts are written, then the
+		 * process ends here */
+		replaycount_stop();
+		log_error("serve: stopping without teardown: requests were still in flight");
+		log_flush();
+		_exit(1);
+	}
 gateway:
 	/* after the last request was answered: every replay is counted */
 	replaycount_stop();

@@ -5,6 +5,7 @@ and SIGHUP ignored (there is no reload)."""
 import http.client
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -81,6 +82,81 @@ class Shutdown(unittest.TestCase):
             self.assertEqual(rc, 0, self.srv.stderr_text()[-2000:])
         finally:
             conn.close()
+
+    def test_stop_under_keepalive_claim_traffic(self):
+        # keep-alive clients claim, complete and replay caller keys while
+        # SIGTERM arrives, again and again: every stop exits 0, no request
+        # hangs (each is answered or its connection closed), no sanitizer
+        # report, and the replay counts reached the database
+        rounds = int(os.environ.get("IDEMD_STOP_ROUNDS", "4"))
+        op = "stop.op"
+        r = self.c.put("/v1/operations/" + op, dict(harness.DEFAULT_POLICY, lease_seconds=5))
+        self.assertIn(r.status, (200, 201), r.describe())
+        answered = closed = 0
+        replayed_key = "replayed-" + str(time.time())
+        p = "/v1/operations/%s/keys/%s" % (op, replayed_key)
+        assert_status(self, self.c.post(p + "/claim", {}), 201)
+        assert_status(self, self.c.post(p + "/complete", {"attempt": 1, "status": 200}), 200)
+        replays = 0
+        for rnd in range(rounds):
+            if rnd > 0:
+                self.srv = self.idemd.start()
+            stop = threading.Event()
+            counts = {"answered": 0, "closed": 0, "hung": 0, "replays": 0}
+            lock = threading.Lock()
+
+            def worker(n, port=self.srv.port):
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                i = 0
+                hdr = {"Authorization": "Bearer " + self.key,
+                       "Content-Type": "application/json"}
+                while not stop.is_set():
+                    i += 1
+                    path = ("/v1/operations/%s/keys/%s/claim" % (op, replayed_key)
+                            if i % 3 == 0 else
+                            "/v1/operations/%s/keys/k-%d-%d-%d/claim" % (op, rnd, n, i))
+                    try:
+                        conn.request("POST", path, body="{}", headers=hdr)
+                        r = conn.getresponse()
+                        r.read()
+                        with lock:
+                            counts["answered"] += 1
+                            counts["replays"] += r.status == 200
+                    except socket.timeout:
+                        with lock:
+                            counts["hung"] += 1
+                        return
+                    except (OSError, http.client.HTTPException):
+                        with lock:
+                            counts["closed"] += 1
+                        conn.close()
+                        if stop.is_set() or self.srv.proc.poll() is not None:
+                            return
+                        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            ts = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+            for t in ts:
+                t.start()
+            time.sleep(0.6)
+            self.srv.proc.send_signal(signal.SIGTERM)
+            rc, took = self.wait_exit(35)
+            stop.set()
+            for t in ts:
+                t.join(15)
+            err = self.srv.stderr_text()
+            self.assertEqual(rc, 0, err[-3000:])
+            for bad in ("Sanitizer", "still suspended", "runtime error"):
+                self.assertFalse(bad in err, "round %d: %r in the log:\n%s"
+                                 % (rnd, bad, err[max(0, err.find(bad) - 1500):][:3000]))
+            self.assertEqual(counts["hung"], 0, "a request got neither an answer nor a close")
+            answered += counts["answered"]
+            closed += counts["closed"]
+            replays += counts["replays"]
+        print("\n  %d stops under load: %d answers, %d closed connections, %d replays"
+              % (rounds, answered, closed, replays), end="")
+        # every replay answered before the stops was counted in the database
+        got = int(psql("SELECT replays FROM records WHERE state = 'completed' AND replays > 0 "
+                       "ORDER BY replays DESC LIMIT 1", db=self.idemd.db).strip() or 0)
+        self.assertEqual(got, replays, "replay counts lost at a stop")
 
     def test_in_flight_request_completes(self):
         op = "shut.op"
