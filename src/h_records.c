@@ -75,29 +75,48 @@ void h_record_get(struct request *req)
 	http_reply_json(req, 200, o);
 }
 
+#define H_RECORDS_DEFAULT 100
+#define H_RECORDS_MAX 500
+#define H_EVENTS_MAX 1000
+
+static int h_query_int(struct request *req, const char *name, int64_t max, int64_t *out);
+
+/* GET /v1/records/{id}/events[?limit=&cursor=]: pages of at most LIMIT
+ * (1..1000, default 1000) events; "next_cursor" (opaque: the last event's
+ * sequence number) asks for the next, null on the last page. */
 void h_record_events(struct request *req)
 {
 	uint8_t id[TOKEN_ID_BYTES];
+	int64_t limit = H_EVENTS_MAX, after = 0, next = 0;
 	json_t *events;
 
 	if (h_record_id(req, id) < 0)
 		return;
 	http_note_record(req, id);
-	if (store_events_get(req->req_tenant_id, id, &events) < 0) {
+	if (h_query_int(req, "limit", H_EVENTS_MAX, &limit) < 0 ||
+	    h_query_int(req, "cursor", INT64_MAX, &after) < 0)
+		return;
+	if (limit < 1) {
+		problem_reply(req, 400, "invalid_request", "limit must be from 1 to %d",
+			      H_EVENTS_MAX);
+		return;
+	}
+	if (store_events_get(req->req_tenant_id, id, after, (int)limit, &events, &next) < 0) {
 		problem_unavailable(req);
 		return;
 	}
-	if (json_array_size(events) == 0) {
+	if (json_array_size(events) == 0 && after == 0) {
 		json_decref(events);
 		problem_reply(req, 404, "record_not_found",
 			      "no record or audit trail with this id");
 		return;
 	}
-	http_reply_json(req, 200, json_pack("{s:o}", "events", events));
+	char cur[24];
+	snprintf(cur, sizeof(cur), "%" PRId64, next);
+	http_reply_json(req, 200,
+			json_pack("{s:o,s:o}", "events", events, "next_cursor",
+				  next != 0 ? json_string(cur) : json_null()));
 }
-
-#define H_RECORDS_DEFAULT 100
-#define H_RECORDS_MAX 500
 
 /* A non-negative integer query argument NAME into *OUT (absent: untouched).
  * 0, or -1 after replying 400. */

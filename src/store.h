@@ -233,9 +233,12 @@ struct record_view {
 void store_record_view_free(struct record_view *v);
 int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_view *v) IDEMD_WUR;
 
-/* The audit trail of a record, oldest first (at most 1000 events), as a
- * new JSON array of {"at","event","attempt"?,"status"?,"phase"?,"by"}. */
-int store_events_get(uint32_t tenant_id, const uint8_t *token_id, struct json_t **events) IDEMD_WUR;
+/* One page of a record's audit trail, oldest first: at most LIMIT events
+ * after sequence number AFTER (0: from the first), as a new JSON array of
+ * {"at","event","attempt"?,"status"?,"phase"?,"by"}; *NEXT: the sequence
+ * number the next page starts after, 0 when this page is the last. */
+int store_events_get(uint32_t tenant_id, const uint8_t *token_id, int64_t after, int limit,
+		     struct json_t **events, int64_t *next) IDEMD_WUR;
 /* Filters of a record listing; NULL strings, a 0 operation, a negative
  * older_than are "any". RF_AFTER_*: the keyset cursor (the last row seen). */
 struct record_filter {

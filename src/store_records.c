@@ -76,9 +76,9 @@ static const struct db_stmt st_checkpoint = {
 };
 static const struct db_stmt st_events_get = {
 	ST_EVENTS_GET, "events_get",
-	"SELECT " MS("at") ", event, attempt, status, phase, by FROM record_events "
-			   "WHERE tenant_id = $1 AND token_id = $2 ORDER BY seq LIMIT 1000",
-	2
+	"SELECT " MS("at") ", event, attempt, status, phase, by, seq FROM record_events "
+			   "WHERE tenant_id = $1 AND token_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+	4
 };
 static const struct db_stmt st_record_list = {
 	ST_RECORD_LIST, "record_list",
@@ -247,18 +247,23 @@ int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_
 	return rc;
 }
 
-int store_events_get(uint32_t tenant_id, const uint8_t *token_id, json_t **events)
+int store_events_get(uint32_t tenant_id, const uint8_t *token_id, int64_t after, int limit,
+		     json_t **events, int64_t *next)
 {
-	char tenant[16];
+	char tenant[16], aft[24], lim[16];
 
 	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
-	const char *v[] = { tenant, (const char *)token_id };
-	const int len[] = { 0, 16 }, fmt[] = { 0, 1 };
+	snprintf(aft, sizeof(aft), "%" PRId64, after);
+	snprintf(lim, sizeof(lim), "%d", limit + 1); /* one more: is there a next page? */
+	const char *v[] = { tenant, (const char *)token_id, aft, lim };
+	const int len[] = { 0, 16, 0, 0 }, fmt[] = { 0, 1, 0, 0 };
 	PGresult *r = store_run(&st_events_get, v, len, fmt);
 	if (r == NULL)
 		return -1;
+	int rows = PQntuples(r) > limit ? limit : PQntuples(r);
+	*next = PQntuples(r) > limit ? store_i64(r, rows - 1, 6) : 0;
 	json_t *a = json_array();
-	for (int i = 0; a != NULL && i < PQntuples(r); i++) {
+	for (int i = 0; a != NULL && i < rows; i++) {
 		json_t *e = json_pack("{s:o,s:s}", "at", reqjson_time(store_i64(r, i, 0)), "event",
 				      PQgetvalue(r, i, 1));
 		if (e != NULL && !PQgetisnull(r, i, 2))

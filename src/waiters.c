@@ -17,6 +17,7 @@
 #include "log.h"
 #include "replaycache.h"
 
+#define WAITERS_TENANT_SLOTS 256
 #define WAITERS_TICK_MS 100
 #define WAITERS_OFFLINE_RECHECK_MS 250
 #define WAITERS_RECONNECT_MS 1000
@@ -45,6 +46,9 @@ static struct {
 	pthread_mutex_t lock;
 	struct waiter *head;
 	int count, max;
+	/* waiters per tenant, in hashed slots: one tenant may hold at most
+	 * half of max_waiters, so another's Prefer: wait still waits */
+	int per_tenant[WAITERS_TENANT_SLOTS];
 	int running, stopping;
 	int online;				      /* the LISTEN connection is up (under lock) */
 	struct waiters_recent recent[WAITERS_RECENT]; /* a ring, under lock */
@@ -244,6 +248,7 @@ static struct waiter *waiters_take_due(int64_t now, int *stopping, int *followin
 			*tail = w;
 			tail = &w->w_next;
 			wt.count--;
+			wt.per_tenant[w->w_tenant % WAITERS_TENANT_SLOTS]--;
 		} else {
 			*following |= w->w_due == 2;
 			link = &w->w_next;
@@ -314,7 +319,8 @@ int waiters_add(struct waiter *w, int64_t since_ms)
 	int ret = -1;
 
 	pthread_mutex_lock(&wt.lock);
-	if (wt.running && !wt.stopping && wt.count < wt.max) {
+	int *mine = &wt.per_tenant[w->w_tenant % WAITERS_TENANT_SLOTS];
+	if (wt.running && !wt.stopping && wt.count < wt.max && *mine < (wt.max + 1) / 2) {
 		size_t n = wt.n_recent < WAITERS_RECENT ? wt.n_recent : WAITERS_RECENT;
 		int seen = 0;
 		for (size_t i = 0; i < n && !seen; i++)
@@ -329,6 +335,7 @@ int waiters_add(struct waiter *w, int64_t since_ms)
 		w->w_next = wt.head;
 		wt.head = w;
 		wt.count++;
+		(*mine)++;
 		ret = 0;
 	}
 	pthread_mutex_unlock(&wt.lock);

@@ -188,5 +188,76 @@ class HostileTenants(IdemdCase):
         assert_status(self, self.client.get("/v1/records?subject=caf%C3%A9"), 200)
 
 
+    def test_audit_trail_pages_past_a_thousand_events(self):
+        op = self.put_operation(lease_seconds=30)
+        p = "/v1/operations/%s/keys/%s" % (op, uniq("long"))
+        rid = assert_status(self, self.client.post(p + "/claim", {}), 201)["id"]
+        for _ in range(1000):
+            assert_status(self, self.client.post(p + "/extend", {"attempt": 1}), 200)
+        assert_status(self, self.client.post(p + "/complete", {"attempt": 1, "status": 200}), 200)
+        first = assert_status(self, self.client.get("/v1/records/%s/events" % rid), 200)
+        self.assertEqual(len(first["events"]), 1000)
+        self.assertIsInstance(first.get("next_cursor"), str, "no cursor past 1000 events")
+        rest = assert_status(self, self.client.get("/v1/records/%s/events?cursor=%s"
+                                                   % (rid, first["next_cursor"])), 200)
+        events = first["events"] + rest["events"]
+        self.assertIsNone(rest["next_cursor"])
+        self.assertEqual(len(events), 1002)
+        self.assertEqual((events[0]["event"], events[-1]["event"]), ("claimed", "completed"))
+        self.assertTrue(events[-1]["by"].startswith("api_key:"))
+        small = assert_status(self, self.client.get("/v1/records/%s/events?limit=2" % rid), 200)
+        self.assertEqual([e["event"] for e in small["events"]], ["claimed", "extended"])
+        for bad in ("limit=0", "limit=1001", "cursor=x", "cursor=-1"):
+            assert_problem(self, self.client.get("/v1/records/%s/events?%s" % (rid, bad)), 400,
+                           "invalid_request")
+
+
+class WaiterShares(IdemdCase):
+    """max_waiters 4: one tenant may hold half of them."""
+
+    extra_config = {"max_waiters": 4}
+
+    def test_one_tenant_cannot_take_every_waiter(self):
+        op_a = self.put_operation(lease_seconds=10)
+        op_b = self.put_operation(client=self.other, lease_seconds=10)
+        ka, kb = uniq("a"), uniq("b")
+        pa = "/v1/operations/%s/keys/%s" % (op_a, ka)
+        pb = "/v1/operations/%s/keys/%s" % (op_b, kb)
+        assert_status(self, self.client.post(pa + "/claim", {}), 201)
+        assert_status(self, self.other.post(pb + "/claim", {}), 201)
+        results = []
+        lock = threading.Lock()
+
+        def wait_a():
+            r = harness.Client(self.server.port, self.api_key).post(
+                pa + "/claim", {}, headers={"Prefer": "wait=4"})
+            with lock:
+                results.append((r.status, r.header("Preference-Applied")))
+        ts = [threading.Thread(target=wait_a) for _ in range(4)]
+        for t in ts:
+            t.start()
+        time.sleep(0.5)
+        with lock:
+            refused_a = [r for r in results if r[0] == 409]
+        self.assertEqual(len(refused_a), 2, "tenant A held more than half the waiters: %r"
+                         % results)
+        got = []
+
+        def wait_b():
+            got.append(self.other.post(pb + "/claim", {}, headers={"Prefer": "wait=4"}))
+        tb = threading.Thread(target=wait_b)
+        tb.start()
+        time.sleep(0.5)
+        assert_status(self, self.other.post(pb + "/complete", {"attempt": 1, "status": 200,
+                                                                "body": "b"}), 200)
+        tb.join(10)
+        r = got[0]
+        self.assertEqual((r.status, r.header("Preference-Applied")), (200, "wait=4"),
+                         "tenant B's waiter was refused: " + r.describe())
+        assert_status(self, self.client.post(pa + "/complete", {"attempt": 1, "status": 200}), 200)
+        for t in ts:
+            t.join(10)
+
+
 if __name__ == "__main__":
     harness.main()
