@@ -185,6 +185,11 @@ class Bed:
                 self.upstream.wait(5)
             except subprocess.TimeoutExpired:
                 self.upstream.kill()
+        # a crash-restart cut short (SIGTERM) must not leave the cluster down
+        # for whoever uses it next
+        if self.pgctl and self.pgdata and self.pg_ctl("status", "-D", self.pgdata).returncode != 0:
+            self.pg_ctl("start", "-w", "-D", self.pgdata, "-l",
+                        os.path.join(self.pgdata, "restart.log"))
         self.psql('DROP DATABASE IF EXISTS "%s" WITH (FORCE)' % self.db, db="postgres")
 
     # ------------------------------------------------------------ faults

@@ -156,7 +156,8 @@ def wait_bed(c):
 
 def windows(ph, ops):
     """The phase's unavailability: from the first write request that failed
-    (no answer, 503) after the fault to the first one answered after it."""
+    (no answer, 503) after the fault to the first acknowledged write after
+    it."""
     ev = [o for o in ops if o["f"] in WRITES and o["w1"] >= ph.t_fault and o["w0"] < ph.t_end]
     fails = [o for o in ev if o["status"] is None or o["status"] == 503]
     ph.failures = len(fails)
@@ -164,8 +165,9 @@ def windows(ph, ops):
         return
     first_fail = min(o["w0"] for o in fails)
     first_fail_end = min(o["w1"] for o in fails)
-    oks = sorted(o["w1"] for o in ev if o["status"] is not None and o["status"] < 500 and
-                 o["w0"] >= first_fail_end)
+    # answered: a write the database acknowledged (a replay from the
+    # replay cache needs no database and proves nothing here)
+    oks = sorted(o["w1"] for o in ev if acknowledged(o) and o["w0"] >= first_fail_end)
     ph.window = (oks[0] - first_fail) if oks else float("inf")
     ph.disturbed = max(o["w1"] for o in fails) - first_fail
 
@@ -312,10 +314,10 @@ def print_summary(phases, ch, bumps, elapsed):
               % (p.name, p.ops, p.acked, p.violations, p.failures, fmt_s(p.window),
                  fmt_s(p.disturbed)))
     print("requests: recorded requests sent during the phase (from its fault to the next "
-          "one's); acknowledged writes: 201 grants, accepted completes, releases, extends and "
+          "one's; the first phase from the start); acknowledged writes: 201 grants, accepted completes, releases, extends and "
           "checkpoints, gateway answers stored (not replays; token issues are not writes); violations: the history "
           "checker's (tests/checker/check.py); window: first failed write request (no answer or "
-          "503) to the first answered one after it; disturbed: first to last failed one")
+          "503) to the first acknowledged write after it; disturbed: first to last failed one")
     if bumps is not None:
         print("version counter: %d bumps acknowledged, %d ambiguous (no answer or 5xx)"
               % (bumps.acked, bumps.ambiguous))
