@@ -75,6 +75,10 @@ struct config {
 	int request_timeout_seconds;	/* default 30, 1..3600: a request arrives whole within it */
 	double issue_rate_per_second;	/* default 0 = unlimited, 0..1000000 */
 	int issue_burst;		/* default 100, 1..1000000 */
+	/* per tenant: claims that reach the database (records made or taken
+	 * over), gateway submits included; default 0 = unlimited */
+	double claim_rate_per_second;
+	int claim_burst; /* default 1000, 1..1000000 */
 	int prepared_statements;   /* default true; false behind a transaction-pooling pgbouncer */
 	long database_timeout_ms;  /* default 10000, 100..600000: wait for one statement */
 	int max_waiters;	   /* default 10000, 0..1000000: duplicates waiting at once */

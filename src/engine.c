@@ -553,6 +553,8 @@ int engine_claim(struct request *req, const struct token *t, const uint8_t *fp,
 		 const struct engine_replay *replay, engine_claimed_fn claimed, int keeps,
 		 void *arg)
 {
+	if (engine_claim_quota(req, 1) < 0)
+		return -1;
 	struct engine_claim *c = engine_claim_new(req, t, fp, replay);
 
 	if (c == NULL)

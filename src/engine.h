@@ -173,5 +173,9 @@ int engine_check_headers(struct request *req, json_t *headers, size_t max) IDEMD
  * more than the burst needs a full bucket and leaves it in debt): 0
  * allowed, -1 after replying 429. */
 int engine_rate_check(struct request *req, int n) IDEMD_WUR;
+/* The tenant's quota of claims that reach the database (config
+ * claim_rate_per_second, claim_burst; replays answered from memory are not
+ * counted): 0, or -1 after replying 429 rate_limited with Retry-After. */
+int engine_claim_quota(struct request *req, int n) IDEMD_WUR;
 
 #endif

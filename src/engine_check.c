@@ -1,6 +1,7 @@
 /* The record engine, request checks: a token's verification and scope,
  * a claim body's fingerprint, a stored headers object, and the per-tenant
- * issuance rate limit (a token bucket per tenant slot). */
+ * quotas: token issuance and record claims (a token bucket per tenant slot
+ * in a table of each). */
 #include "engine.h"
 
 #include <math.h>
@@ -29,7 +30,8 @@ struct engine_bucket {
 };
 
 static pthread_mutex_t engine_rate_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct engine_bucket engine_buckets[ENGINE_RATE_SLOTS];
+static struct engine_bucket engine_issue_buckets[ENGINE_RATE_SLOTS];
+static struct engine_bucket engine_claim_buckets[ENGINE_RATE_SLOTS];
 
 void engine_init(const struct config *cfg)
 {
@@ -84,12 +86,12 @@ static double engine_now(void)
 /* The tenant's bucket: its own if it has one among the probed slots, else a
  * free slot, else the one idle longest (only then does a tenant's bucket
  * start over). Called with the lock held. */
-static struct engine_bucket *engine_bucket_of(uint32_t tenant_id)
+static struct engine_bucket *engine_bucket_of(struct engine_bucket *table, uint32_t tenant_id)
 {
 	struct engine_bucket *pick = NULL;
 
 	for (size_t i = 0; i < ENGINE_RATE_PROBES; i++) {
-		struct engine_bucket *b = &engine_buckets[(tenant_id + i) % ENGINE_RATE_SLOTS];
+		struct engine_bucket *b = &table[(tenant_id + i) % ENGINE_RATE_SLOTS];
 		if (b->tb_last != 0 && b->tb_tenant_id == tenant_id)
 			return b;
 		if (pick == NULL || (pick->tb_last != 0 && b->tb_last < pick->tb_last))
@@ -98,15 +100,16 @@ static struct engine_bucket *engine_bucket_of(uint32_t tenant_id)
 	return pick;
 }
 
-int engine_rate_check(struct request *req, int n)
+/* Takes N from the tenant's bucket in TABLE (RATE per second, BURST): 0,
+ * or -1 after replying 429 rate_limited (WHAT is limited) with Retry-After. */
+static int engine_quota(struct request *req, struct engine_bucket *table, double rate,
+			double burst, int n, const char *what)
 {
-	double rate = engine_cfg ? engine_cfg->issue_rate_per_second : 0;
-
 	if (rate <= 0)
 		return 0;
-	double burst = engine_cfg->issue_burst, now = engine_now(), wait = 0;
+	double now = engine_now(), wait = 0;
 	pthread_mutex_lock(&engine_rate_lock);
-	struct engine_bucket *s = engine_bucket_of(req->req_tenant_id);
+	struct engine_bucket *s = engine_bucket_of(table, req->req_tenant_id);
 	if (s->tb_tenant_id != req->req_tenant_id || s->tb_last == 0) {
 		s->tb_tenant_id = req->req_tenant_id;
 		s->tb_tokens = burst;
@@ -126,9 +129,26 @@ int engine_rate_check(struct request *req, int n)
 		return 0;
 	char after[16];
 	snprintf(after, sizeof(after), "%d", (int)ceil(wait));
-	problem_reply(req, 429, "rate_limited", "token issuance is limited to %g per second", rate);
+	problem_reply(req, 429, "rate_limited", "%s is limited to %g per second for this tenant",
+		      what, rate);
 	http_set_header(req, "Retry-After", after);
 	return -1;
+}
+
+int engine_rate_check(struct request *req, int n)
+{
+	if (engine_cfg == NULL)
+		return 0;
+	return engine_quota(req, engine_issue_buckets, engine_cfg->issue_rate_per_second,
+			    engine_cfg->issue_burst, n, "token issuance");
+}
+
+int engine_claim_quota(struct request *req, int n)
+{
+	if (engine_cfg == NULL)
+		return 0;
+	return engine_quota(req, engine_claim_buckets, engine_cfg->claim_rate_per_second,
+			    engine_cfg->claim_burst, n, "claiming records");
 }
 
 int engine_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES], int *has_fp)

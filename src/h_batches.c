@@ -387,6 +387,11 @@ void h_key_claims(struct request *req)
 	for (size_t i = 0; i < b->hb_n; i++)
 		if (b->hb_items[i].key != NULL)
 			h_claim_item_prepare(b, &b->hb_items[i], json_array_get(items, i));
+	/* the items that reach the database count against the tenant's quota */
+	if (b->hb_m > 0 && engine_claim_quota(req, (int)b->hb_m) < 0) {
+		h_batch_free(b);
+		return;
+	}
 	h_batch_run(b, 1, h_claims_answer);
 }
 

@@ -259,5 +259,35 @@ class WaiterShares(IdemdCase):
             t.join(10)
 
 
+
+class Quotas(IdemdCase):
+    """claim_rate_per_second 2, claim_burst 3: per tenant."""
+
+    extra_config = {"claim_rate_per_second": 2, "claim_burst": 3}
+
+    def test_claim_quota_per_tenant(self):
+        op = self.put_operation()
+        op_b = self.put_operation(client=self.other)
+        p = "/v1/operations/%s/keys/%%s/claim" % op
+        for i in range(3):
+            assert_status(self, self.client.post(p % ("k%d" % i), {}), 201)
+        r = self.client.post(p % "k3", {})
+        assert_problem(self, r, 429, "rate_limited")
+        self.assertEqual(r.header("Retry-After"), "1")
+        # a batch counts every item that reaches the database
+        r = self.client.post("/v1/operations/%s/claims" % op,
+                             {"items": [{"key": "b1"}, {"key": "b2"}]})
+        assert_problem(self, r, 429, "rate_limited")
+        # the other tenant is not touched
+        assert_status(self, self.other.post("/v1/operations/%s/keys/x/claim" % op_b, {}), 201)
+        time.sleep(1.1)
+        assert_status(self, self.client.post(p % "k3", {}), 201)
+        # a duplicate answered from memory costs nothing
+        assert_status(self, self.client.post("/v1/operations/%s/keys/k0/complete" % op,
+                                             {"attempt": 1, "status": 200}), 200)
+        for _ in range(5):
+            assert_status(self, self.client.post(p % "k0", {}), 200)
+
+
 if __name__ == "__main__":
     harness.main()
