@@ -72,6 +72,8 @@ struct config {
 	/* of those, what one client address may hold: default 0 = a quarter;
 	 * behind a reverse proxy (every client one address) raise it */
 	size_t max_inflight_body_bytes_per_client;
+	/* and one tenant: default 0 = a half */
+	size_t max_inflight_body_bytes_per_tenant;
 	int request_timeout_seconds;	/* default 30, 1..3600: a request arrives whole within it */
 	double issue_rate_per_second;	/* default 0 = unlimited, 0..1000000 */
 	int issue_burst;		/* default 100, 1..1000000 */

@@ -1,7 +1,7 @@
 /* HTTP: the body budget. Bodies held in memory at once are bounded by
  * max_inflight_body_bytes, and shared: one client address may hold at most
  * max_inflight_body_bytes_per_client of it (default a quarter) and one
- * tenant at most half, so that no single caller, authenticated or not, can
+ * tenant at most max_inflight_body_bytes_per_tenant (default a half), so that no single caller, authenticated or not, can
  * make every other caller's writes wait for 503s. Client addresses and
  * tenants are counted in hashed slots (a collision shares a slot's share,
  * never more). A reservation is given back when its request ends. */
@@ -66,8 +66,11 @@ int http_budget_take(struct request *req, size_t n)
 	size_t all = budget_cfg->max_inflight_body_bytes;
 	size_t per_client = budget_cfg->max_inflight_body_bytes_per_client;
 
+	size_t per_tenant = budget_cfg->max_inflight_body_bytes_per_tenant;
 	if (per_client == 0 || per_client > all)
 		per_client = per_client == 0 ? all / 4 : all;
+	if (per_tenant == 0 || per_tenant > all)
+		per_tenant = per_tenant == 0 ? all / 2 : all;
 	if (req->req_reserved == 0) {
 		req->req_budget_client = http_budget_client_slot(req->req_conn);
 		/* 0: no tenant known at the header phase */
@@ -79,7 +82,7 @@ int http_budget_take(struct request *req, size_t n)
 		req->req_budget_tenant != 0 ? &budget_tenant[req->req_budget_tenant - 1] : NULL;
 	if (!http_budget_add(client, n, per_client))
 		return 0;
-	if (tenant != NULL && !http_budget_add(tenant, n, all / 2)) {
+	if (tenant != NULL && !http_budget_add(tenant, n, per_tenant)) {
 		atomic_fetch_sub(client, n);
 		return 0;
 	}

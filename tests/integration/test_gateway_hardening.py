@@ -826,9 +826,11 @@ class Limits(IdemdCase):
                 s.close()
 
     def test_rule06_max_inflight_body_bytes_503(self):
-        # one address, so its share is the whole budget: the global bound is tested
+        # one address and one tenant, so their shares are the whole budget:
+        # the global bound is tested (the shares: test_hostile_tenants)
         srv = self.serve(max_inflight_body_bytes=4 * MIB, max_body_bytes=2 * MIB,
-                         max_inflight_body_bytes_per_client=4 * MIB)
+                         max_inflight_body_bytes_per_client=4 * MIB,
+                         max_inflight_body_bytes_per_tenant=4 * MIB)
         self.put_op(srv)
         declared = 1000000
         start = b'{"operation":"order.create","subject":"big"}'
