@@ -211,7 +211,8 @@ int headers_forward(const struct headers_field *fields, size_t n,
 	for (size_t i = 0; i < n && rc == HEADERS_OK && !conn.failed; i++) {
 		const char *name = fields[i].hf_name, *value = fields[i].hf_value;
 		if (strcasecmp(name, "x-forwarded-for") == 0) {
-			if (*value != '\0') {
+			/* the client's own chain only from a proxy the route trusts */
+			if (a->fa_trust_forwarded && *value != '\0') {
 				if (xff.len > 0)
 					headers_add(&xff, ", ");
 				headers_add(&xff, value);

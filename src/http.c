@@ -74,7 +74,8 @@ static const struct {
 	HTTP_SCANNED("Content-Type", req_h_content_type, 0),
 	HTTP_SCANNED("Origin", req_h_origin, 0),
 	HTTP_SCANNED("X-Request-Id", req_h_request_id, 0),
-	HTTP_SCANNED("Transfer-Encoding", req_h_transfer_encoding, 0),
+	HTTP_SCANNED("Transfer-Encoding", req_h_transfer_encoding,
+		     offsetof(struct request, req_n_transfer_encoding)),
 	HTTP_SCANNED("Idempotency-Key", req_h_idempotency_key,
 		     offsetof(struct request, req_n_idempotency_key)),
 #undef HTTP_SCANNED
@@ -343,9 +344,24 @@ static enum MHD_Result http_headers_in(struct request *req)
 	}
 	/* two lengths, or a length beside chunked framing, make the end of the
 	 * body ambiguous (request smuggling): refuse and close */
-	if (req->req_n_content_length > 1 || (cl != NULL && req->req_h_transfer_encoding != NULL)) {
+	if (req->req_n_content_length > 1 || req->req_n_transfer_encoding > 1 ||
+	    (cl != NULL && req->req_h_transfer_encoding != NULL)) {
 		problem_reply(req, 400, "invalid_request",
 			      "conflicting Content-Length or Transfer-Encoding headers");
+		goto close;
+	}
+	/* chunked is the only coding idemd reads; any other (gzip, chunked)
+	 * would leave the body's end to the connection's close */
+	if (req->req_h_transfer_encoding != NULL &&
+	    strcasecmp(req->req_h_transfer_encoding, "chunked") != 0) {
+		problem_reply(req, 400, "invalid_request",
+			      "Transfer-Encoding must be chunked, alone");
+		goto close;
+	}
+	/* a fragment is never sent in a request target (RFC 9110 7.1): one
+	 * would count in a gateway fingerprint but not reach the upstream */
+	if (strchr(req->req_path, '#') != NULL) {
+		problem_reply(req, 400, "invalid_request", "a request target has no fragment (#)");
 		goto close;
 	}
 	if (cl != NULL) {

@@ -40,6 +40,7 @@ struct request {
 		*req_h_request_id, *req_h_transfer_encoding, *req_h_idempotency_key;
 	const char *req_h_route_key; /* a derived-key route's header (gateway) */
 	int req_n_content_length;    /* how many Content-Length headers */
+	int req_n_transfer_encoding; /* how many Transfer-Encoding headers */
 	int req_n_idempotency_key;   /* how many Idempotency-Key headers */
 	const char *req_bad_header;  /* first header whose name or value is malformed */
 	int req_has_underscore;	     /* some header name holds '_' */

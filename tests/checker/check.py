@@ -29,12 +29,15 @@ Per key (one record address; its ops are one history):
   5  no accepted write from a stale holder: a complete, release, extend or
      checkpoint answered 2xx, sent with the attempt of a grant after
      another 201 of the key, sent after the first 201 arrived, had arrived.
-  6  gateway: no second upstream execution of a key (a) while the first was
-     still running at the upstream although it ran shorter than the
-     route's timeout (so no correct forward was cut before it ended), (b)
-     before the first one's claim could have ended (its submit sent +
-     lease_seconds) when that submit was answered without a release, (c)
-     after an execution whose answer a client got, inside that life.
+  6  gateway: no second upstream execution of a key (a) before the first
+     one's claim could have ended (its submit sent + lease_seconds) when that
+     submit was answered without a release, (b) after an execution whose
+     answer a client got, inside that life.
+  6r gateway, no forward on a dying lease (PRODUCT part three: a forward
+     starts only while the lease covers the route's timeout plus a margin):
+     no second execution while the first was still running upstream
+     although the first ran shorter than the route's timeout (so its
+     forward was cut short of that timeout, or outlived its lease).
 
 Usage: python3 check.py HISTORY.jsonl [--upstream LOG] [--quiet]
 Exits 1 when there is a violation.
@@ -65,6 +68,8 @@ CHECKS = {
     "4": "acknowledged completions readable until their expiry",
     "5": "no accepted write from a stale holder",
     "6": "gateway: no second execution without a release or a lease end",
+    "6r": "gateway: no forward on a dying lease (no execution cut short by its lease while "
+          "a second one ran)",
 }
 
 
@@ -359,10 +364,13 @@ class Checker:
             s1 = self.byid.get(int(e1["op"])) if str(e1.get("op", "")).isdigit() else None
             for e2 in execs[i + 1:]:
                 self.checks["6"] += 1
+                self.checks["6r"] += 1
                 if e2["a"] < e1["u"] - CLOCK / 2 and (e1["u"] - e1["a"]) < timeout - GW_MARGIN:
-                    self.violation("6", key, "a second execution while the first was still "
-                                   "running upstream (the first ran %.2f s, the route's timeout is "
-                                   "%.2f s)" % (e1["u"] - e1["a"], timeout),
+                    self.violation("6r", key, "a second execution while the first was still "
+                                   "running upstream, although the first ran %.2f s and the "
+                                   "route's timeout is %.2f s: the first forward was cut short "
+                                   "(its submit: %s)" % (e1["u"] - e1["a"], timeout,
+                                                         s1["status"] if s1 else "?"),
                                    [x for x in (s1, self.byid.get(int(e2["op"])))
                                     if x is not None], [e1, e2])
                     continue

@@ -9,6 +9,11 @@ provides:
   IDEMD_TEST_PGDATA   data directory of that cluster (database restart test only)
   IDEMD_TEST_PGCTL    command prefix that runs pg_ctl as the cluster's owner
                       (database restart test only)
+  IDEMD_TEST_PROXY    optional HOST:PORT of the contract stage's validating
+                      proxy (tests/contract/proxy.py): a Client talking to
+                      the port of a server started here then sends its
+                      requests through a relay in front of that port (raw
+                      sockets and other ports are not relayed)
 Without a PostgreSQL cluster the modules exit with status 77 (skipped).
 
 Every test class gets a fresh database with a random name, a temporary
@@ -221,6 +226,27 @@ class Response:
 
 _DEFAULT = object()
 
+PROXY = os.environ.get("IDEMD_TEST_PROXY", "")
+_relays = {}        # (upstream port, config file) -> relay port
+_configs = {}       # port -> config file of the server listening there
+
+
+def _relay_port(port):
+    """The proxy's relay port for PORT (IDEMD_TEST_PROXY), or PORT itself."""
+    if not PROXY:
+        return port
+    key = (port, _configs.get(port))
+    if key not in _relays:
+        host, _, cport = PROXY.rpartition(":")
+        conn = http.client.HTTPConnection(host or "127.0.0.1", int(cport), timeout=10)
+        try:
+            conn.request("POST", "/register", json.dumps({"upstream": port, "config": key[1]}),
+                         {"Content-Type": "application/json"})
+            _relays[key] = json.loads(conn.getresponse().read())["port"]
+        finally:
+            conn.close()
+    return _relays[key]
+
 
 class Client:
     """Minimal HTTP/1.1 client; one connection per request."""
@@ -255,7 +281,10 @@ class Client:
             hdrs["Content-Type"] = content_type
         if headers:
             hdrs.update(headers)
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        port = self.port
+        if PROXY and self.host == "127.0.0.1" and self.port in _configs:
+            port = _relay_port(self.port)  # only idemd's ports, not upstreams
+        conn = http.client.HTTPConnection(self.host, port, timeout=self.timeout)
         t0 = time.monotonic()
         try:
             if chunked:
@@ -401,6 +430,10 @@ class Server:
         env = dict(env or {})
         if port is not None:
             env["IDEMD_LISTEN"] = "127.0.0.1:%d" % port
+        _configs[self.port] = idemd.config_path
+        admin = str(idemd.config().get("admin_listen", ""))
+        if admin.startswith("127.0.0.1:"):
+            _configs[int(admin.rpartition(":")[2])] = idemd.config_path
         self._err = open(self.log_path, "wb")
         self._out = open(self.out_path, "wb")
         self.proc = subprocess.Popen([BIN, "--config", idemd.config_path, "serve"],

@@ -188,6 +188,29 @@ class HostileTenants(IdemdCase):
         assert_status(self, self.client.get("/v1/records?subject=caf%C3%A9"), 200)
 
 
+    def raw(self, head):
+        s = connect(self.server.port)
+        try:
+            s.sendall(head)
+            return read_status(s, 3)
+        finally:
+            s.close()
+
+    def test_framing_that_is_not_plainly_chunked_is_400(self):
+        base = ("POST /v1/operations/x/keys/k/claim HTTP/1.1\r\nHost: x\r\n"
+                "Authorization: Bearer %s\r\nContent-Type: application/json\r\n" % self.api_key)
+        two = base + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n"
+        self.assertEqual(self.raw(two.encode()), 400, "two Transfer-Encoding lines")
+        gz = base + "Transfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
+        self.assertEqual(self.raw(gz.encode()), 400, "a coding other than chunked")
+
+    def test_fragment_in_the_target_is_400(self):
+        tok = assert_status(self, self.client.post("/v1/tokens", {"operation": "order.create",
+                                                                  "subject": "u"}), 201)["token"]
+        head = ("POST /orders#frag HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\n"
+                "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}" % tok)
+        self.assertEqual(self.raw(head.encode()), 400)
+
     def test_audit_trail_pages_past_a_thousand_events(self):
         op = self.put_operation(lease_seconds=30)
         p = "/v1/operations/%s/keys/%s" % (op, uniq("long"))

@@ -132,6 +132,12 @@ def passed(deadline, s, r):
     return None
 
 
+def pause(d):
+    """time.sleep, counted: the run's time spent waiting for deadlines."""
+    World.counters["slept"] += d
+    time.sleep(d)
+
+
 def latest(a, b):
     return (max(a[0], b[0]), max(a[1], b[1]))
 
@@ -222,7 +228,7 @@ class World:
     servers = ()
     clients = ()
     ops = {}
-    counters = {"examples": 0, "ran": 0, "steps": 0, "lives": 0, "orders": 0}
+    counters = {"examples": 0, "ran": 0, "steps": 0, "lives": 0, "orders": 0, "slept": 0.0}
     deviations = {}
     rule_counts = {}
     log = []
@@ -819,7 +825,7 @@ class RecordMachine(RuleBasedStateMachine):
         rec = self.pick(n, lambda x: x.kind == "key" and x.pname == "brief" and x.has_record)
         a = rec.attempt
         d = max(0.0, rec.exp[1] + EPS + 0.02 - time.time())
-        time.sleep(d)
+        pause(d)
         self.note("stall: %r's holder (attempt %d) stalls %.2fs, past the record's life%s"
                   % (rec, a, d, ", then a sweep" if swept else ""), None, "next_life")
         if swept:
@@ -841,7 +847,7 @@ class RecordMachine(RuleBasedStateMachine):
         if at_lease_end and rec.has_record and rec.state == "in_progress":
             d = rec.lease[1] - time.time()
             if 0 < d < 1.5:
-                time.sleep(d)
+                pause(d)
                 timing = " at the lease's end"
         reqs = [self.prepare(rec, op, inst) for op, inst in zip(ops, insts)]
         barrier = threading.Barrier(len(reqs))
@@ -938,7 +944,7 @@ class RecordMachine(RuleBasedStateMachine):
         # waiting: the claim found the record in progress and marked it
         seen, give_up = False, time.time() + 4
         while not seen and t.is_alive() and time.time() < give_up:
-            time.sleep(0.05)
+            pause(0.05)
             seen = psql("SELECT waited FROM records WHERE token_id = decode('%s', 'hex')"
                         % rec.id, db=World.idemd.db).strip() == "t"
         what = "waiting claim %r on %s while %s on %s" % (rec, inst_name(inst), action,
@@ -948,7 +954,7 @@ class RecordMachine(RuleBasedStateMachine):
             self.fail("%s: Prefer: wait=5 answered before the holder did anything"
                       % what, out.get("resp"))
         self.expect(seen, "%s: the waiter never showed up as waiting" % what)
-        time.sleep(0.1)
+        pause(0.1)
         s = time.time()
         if action == "complete":
             self.complete(n=self.idx(rec), inst=other_inst, which="current", variant=0)
@@ -987,7 +993,7 @@ class RecordMachine(RuleBasedStateMachine):
             return self.note("nothing left to expire", None, "expire")
         until = min(ds) + 0.02
         d = max(0.0, until - time.time())
-        time.sleep(d)
+        pause(d)
         self.note("let %.2fs pass" % d, None, "expire")
 
     @precondition(lambda self: any(x.row for x in self.recs))
@@ -1110,11 +1116,12 @@ class Model(unittest.TestCase):
                   file=sys.stderr)
             raise
         finally:
-            print("\n  model: %d examples (%d with at least one step), %d steps in %.1f s; "
-                  "%d new lives of a key; %d orders of answers tried; "
+            print("\n  model: %d examples (%d with at least one step), %d steps in %.1f s "
+                  "(%.1f s of it waiting for deadlines); %d new lives of a key; %d orders of answers tried; "
                   "known deviations counted: %s; steps by rule: %s"
                   % (World.counters["examples"], World.counters["ran"], World.counters["steps"],
-                     time.monotonic() - t0, World.counters["lives"], World.counters["orders"],
+                     time.monotonic() - t0, World.counters["slept"], World.counters["lives"],
+                     World.counters["orders"],
                      World.deviations or "none",
                      dict(sorted(World.rule_counts.items()))),
                   file=sys.stderr)

@@ -3,29 +3,46 @@
 One file, three roles:
 
 * ``chaos.py --messages N --seed S --work DIR`` (the orchestrator): starts a
-  payment stub (HTTP, records every call with the key it was sent, never
-  deduplicates), publishes N payment messages with a publisher that
-  retries (a seeded share of messages is published twice with the same
-  message id, as after a lost confirm), runs four consumer processes and a
-  chaos loop that SIGKILLs them and restarts them, then checks the stub's
-  record. It does this twice on two queues: once with consumers that use
-  idemd (``Client.consume``), once with plain consumers (pay, then ack).
+  payment stub (HTTP, records every call: the message id, the key and the
+  attempt it was sent, the time; never deduplicates), publishes N payment
+  messages with a publisher that retries (a seeded share of messages is
+  published twice with the same message id, as after a lost confirm), runs
+  four consumer processes and a chaos loop that SIGKILLs them and restarts
+  them, then checks the stub's record against the consumers' journal. It
+  does this twice on two queues: once with consumers that use idemd
+  (``Client.consume``), once with plain consumers (pay, then ack).
 * ``chaos.py consumer idemd|plain INSTANCE``: one consumer process, manual
   acks, prefetch. Per delivery a seeded RNG decides whether it kills
   itself with SIGKILL and where: before the payment, after the payment and
   before idemd's completion, or after the completion and before the ack.
+  It journals (one write(2) per line, so a SIGKILL loses none) "pay" before
+  each payment (message id and idemd attempt) and "acked" once the
+  message's complete was acknowledged (or its claim replayed a completed
+  record; without idemd: once acked).
+
+What is counted is executions per MESSAGE ID at the stub, not per key. The
+journal says, for every consumer that died of SIGKILL (its own or the
+chaos loop's), which messages it had between a payment and its
+acknowledged complete when it died. Checked with idemd: every message was
+paid; a message executed more than once had as many kills between its
+payment and complete as it has extra executions, and every execution but
+one is by an attempt whose holder was killed with it open (any other
+duplicate fails the run); no message is executed after its complete was
+acknowledged; no attempt is executed twice; the queue is empty; idemd
+holds one completed record per message and none in progress. Without
+idemd: every message was paid and some were executed twice (asserted > 0:
+the same chaos does produce duplicates, so the idemd checks could fail).
+
+``--negative-control`` runs only the idemd consumers, each delivery under a
+fresh idemd key (idemd then cannot tell a redelivery from a new message):
+the duplicate checks must fail; tests/queue.sh runs it briefly and fails
+the stage if they do not.
 
 Environment (from tests/queue.sh): AMQP_PORT, IDEMD_URL, IDEMD_API_KEY;
 the orchestrator passes STUB_URL, QUEUE, OPERATION, CHAOS_SEED, CHAOS_RATE,
-CHAOS_EVENTS, CHAOS_CALM to the consumers.
-
-Checked with idemd: every message was paid; each message id reached the
-stub under exactly one forwarded key (the idemd record id) and each key
-belongs to one message; the queue is empty; idemd holds one completed
-record per message and none in progress. Raw duplicate calls (the same
-key twice: a consumer died between the payment and the completion) are
-counted and printed. Without idemd: every message was paid and some were
-paid twice (asserted > 0). Exit status 0 when every check holds.
+CHAOS_EVENTS, CHAOS_CALM, CHAOS_RANDOM_KEYS to the consumers. Exit status
+0 when every check holds; figures.json in the work directory holds the
+figures and, per kill, the messages it left between payment and complete.
 """
 
 from __future__ import annotations
@@ -73,7 +90,8 @@ class Stub:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.calls: Dict[str, List[Tuple[str, str]]] = defaultdict(list)
+        # per queue: (message id, key, attempt or None, monotonic time of the call)
+        self.calls: Dict[str, List[Tuple[str, str, Optional[int], float]]] = defaultdict(list)
         self.paid: Dict[str, set[str]] = defaultdict(set)
         self.cut_short = 0
         stub = self
@@ -102,8 +120,11 @@ class Stub:
                     self.send_error(400)
                     return
                 queue = self.path.rsplit("/", 1)[-1]
+                attempt = body.get("attempt")
                 with stub.lock:
-                    stub.calls[queue].append((str(body["message_id"]), key))
+                    stub.calls[queue].append((str(body["message_id"]), key,
+                                              attempt if isinstance(attempt, int) else None,
+                                              time.monotonic()))
                     stub.paid[queue].add(str(body["message_id"]))
                     charge = "ch_%d" % len(stub.calls[queue])
                 out = json.dumps({"charge": charge}).encode()
@@ -135,7 +156,7 @@ class Stub:
         with self.lock:
             return len(self.paid[queue])
 
-    def snapshot(self, queue: str) -> List[Tuple[str, str]]:
+    def snapshot(self, queue: str) -> List[Tuple[str, str, Optional[int], float]]:
         with self.lock:
             return list(self.calls[queue])
 
@@ -211,15 +232,29 @@ def consumer(mode: str, instance: str) -> None:
     rng = random.Random("%s:%s:%s" % (os.environ["CHAOS_SEED"], mode, instance))
     rate = float(os.environ["CHAOS_RATE"])
     calm_file = os.environ["CHAOS_CALM"]
+    # the negative control: a fresh idemd key per delivery, so idemd cannot
+    # recognise a redelivery (the checks must then fail)
+    random_keys = os.environ.get("CHAOS_RANDOM_KEYS") == "1"
     events = os.open(os.environ["CHAOS_EVENTS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     payer = Payer(os.environ["STUB_URL"], queue)
 
     def note(what: str) -> None:
+        # one write(2) per line on an O_APPEND file: whole lines, in the
+        # kernel before the next step, so a SIGKILL cannot lose one
         os.write(events, ("%s\n" % what).encode())
+
+    def journal(what: str, mids: Any) -> None:
+        """The journal the orchestrator reads back: "pay" before a payment
+        is sent, "acked" once its complete was acknowledged (or a replay
+        showed it completed), "open-end" when a message leaves this
+        consumer unsettled otherwise; each with the monotonic time and
+        this consumer's instance name."""
+        if mids:
+            note("%s %.6f %s %s" % (what, time.monotonic(), instance, " ".join(mids)))
 
     def die_at(plan: Dict[str, str], point: str, mid: str) -> None:
         if plan.get(mid) == point and not os.path.exists(calm_file):
-            note("kill %s %s" % (point, mid))
+            note("kill %s %s %s" % (point, mid, instance))
             os.kill(os.getpid(), signal.SIGKILL)
 
     import idemd  # clients/python/src, on PYTHONPATH
@@ -256,32 +291,46 @@ def consumer(mode: str, instance: str) -> None:
         if mode == "plain":
             for method, m in batch:
                 die_at(plan, "before_effect", m["message_id"])
+                journal("pay", [m["message_id"]])
                 payer.pay(m, m["message_id"])
                 die_at(plan, "after_effect", m["message_id"])
             for method, m in batch:
                 die_at(plan, "after_complete", m["message_id"])  # after the payment, before the ack
                 ch.basic_ack(method.delivery_tag)
+                journal("acked", [m["message_id"]])
             continue
 
         def handler(m: Dict[str, Any], claim: idemd.BatchClaimResult) -> Dict[str, str]:
             die_at(plan, "before_effect", m["message_id"])
             assert claim.id is not None
-            charge = payer.pay(m, claim.id)  # the record id: the same on every attempt
+            journal("pay", ["%s/%s" % (m["message_id"], claim.attempt)])
+            # the record id (the same on every attempt) as the provider's
+            # key, and the attempt, which the stub records with the call
+            charge = payer.pay(dict(m, attempt=claim.attempt), claim.id)
             die_at(plan, "after_effect", m["message_id"])
             return {"charge": charge}
 
+        def key(m: Dict[str, Any]) -> str:
+            if random_keys:
+                return "%s~%s" % (m["message_id"], os.urandom(6).hex())
+            return str(m["message_id"])
+
         try:
-            outcomes = client.consume(operation, [m for _, m in batch],
-                                      key=lambda m: m["message_id"], handler=handler,
-                                      request=lambda m: m, with_claim=True)
+            outcomes = client.consume(operation, [m for _, m in batch], key=key,
+                                      handler=handler, request=lambda m: m, with_claim=True)
         except idemd.IdemdError as e:
             # idemd unreachable or refusing after the client's retries: the
-            # batch comes back later; nothing was paid without a claim.
+            # batch comes back later; what was paid is left unsettled
             note("retry consume %s" % e)
+            journal("open-end", [m["message_id"] for _, m in batch])
             time.sleep(0.2)
             for method, _ in batch:
                 ch.basic_nack(method.delivery_tag, requeue=True)
             continue
+        journal("acked", [m["message_id"] for (_, m), o in zip(batch, outcomes)
+                          if o.outcome in ("processed", "replayed")])
+        journal("open-end", [m["message_id"] for (_, m), o in zip(batch, outcomes)
+                             if o.outcome not in ("processed", "replayed", "in_progress")])
         for (method, m), o in zip(batch, outcomes):
             if o.outcome == "in_progress":
                 deferred.append((time.monotonic() + RECLAIM_AFTER, method, m))
@@ -312,12 +361,19 @@ class Fleet:
         self.external_kills = 0
         self.restarts = 0
         self.next_kill = self.rng.expovariate(1 / EXTERNAL_KILL_EVERY)
+        self.names: Dict[int, str] = {}          # pid -> instance name
+        self.every: Dict[str, subprocess.Popen[bytes]] = {}
+        self.loop_killed: List[str] = []          # instances the chaos loop SIGKILLed
+        self.stopped: List[str] = []              # instances still running at stop()
 
     def spawn(self, slot: int) -> None:
         self.generation += 1
-        self.procs[slot] = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "consumer", self.mode,
-             "%d.%d" % (slot, self.generation)], env=self.env)
+        name = "%d.%d" % (slot, self.generation)
+        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "consumer", self.mode,
+                              name], env=self.env)
+        self.procs[slot] = p
+        self.every[name] = p
+        self.names[p.pid] = name
 
     def tick(self, calm: bool, progress: int = 0) -> int:
         """Restarts dead consumers (not after a clean exit when calm) and,
@@ -327,8 +383,10 @@ class Fleet:
         if not calm and progress >= self.next_kill:
             live = [p for p in self.procs if p is not None and p.poll() is None]
             if live:
-                self.rng.choice(live).send_signal(signal.SIGKILL)
+                victim = self.rng.choice(live)
+                victim.send_signal(signal.SIGKILL)
                 self.external_kills += 1
+                self.loop_killed.append(self.names[victim.pid])
             self.next_kill = progress + self.rng.expovariate(1 / EXTERNAL_KILL_EVERY)
         alive = 0
         for slot, p in enumerate(self.procs):
@@ -345,19 +403,29 @@ class Fleet:
     def stop(self) -> None:
         for p in self.procs:
             if p is not None and p.poll() is None:
+                self.stopped.append(self.names[p.pid])
                 p.kill()
-        for p in self.procs:
-            if p is not None:
-                p.wait()
+        for p in self.every.values():
+            p.wait()
+
+    def deaths(self) -> Dict[str, str]:
+        """Instance -> how it was killed: every consumer that died of
+        SIGKILL during the run (by its own chaos plan or the chaos loop)."""
+        out = {}
+        for name, p in self.every.items():
+            if p.returncode == -signal.SIGKILL and name not in self.stopped:
+                out[name] = "chaos loop" if name in self.loop_killed else "itself"
+        return out
 
 
 def run(mode: str, args: argparse.Namespace, stub: Stub, client: Any) -> Dict[str, Any]:
-    queue = "payments.%s" % mode
-    work = os.path.join(args.work, mode)
+    label = mode + ("-random-keys" if args.negative_control else "")
+    queue = "payments.%s" % label
+    work = os.path.join(args.work, label)
     os.makedirs(work, exist_ok=True)
     calm = os.path.join(work, "calm")
     events = os.path.join(work, "events")
-    operation = "payment.capture.%s" % mode
+    operation = "payment.capture.%s" % label
     if mode == "idemd":
         client.put_operation(operation, token_ttl_seconds=3600, retention_seconds=86400,
                              lease_seconds=LEASE_SECONDS)
@@ -366,7 +434,8 @@ def run(mode: str, args: argparse.Namespace, stub: Stub, client: Any) -> Dict[st
     published = time.monotonic() - t0
     env = dict(os.environ, QUEUE=queue, OPERATION=operation, STUB_URL=stub.url,
                CHAOS_SEED=str(args.seed), CHAOS_RATE=str(SELF_KILL_RATE),
-               CHAOS_EVENTS=events, CHAOS_CALM=calm)
+               CHAOS_EVENTS=events, CHAOS_CALM=calm,
+               CHAOS_RANDOM_KEYS="1" if args.negative_control else "0")
     fleet = Fleet(mode, env, args.seed)
     t1 = time.monotonic()
     deadline = t1 + args.deadline
@@ -405,14 +474,97 @@ def run(mode: str, args: argparse.Namespace, stub: Stub, client: Any) -> Dict[st
     for ln in lines:
         if ln.startswith("kill "):
             kills[ln.split()[1]] += 1
-    return {"mode": mode, "queue": queue, "operation": operation, "resends": resends,
-            "publish_seconds": published, "chaos_seconds": chaos_seconds,
+    return {"mode": mode, "label": label, "queue": queue, "operation": operation,
+            "resends": resends, "publish_seconds": published, "chaos_seconds": chaos_seconds,
             "total_seconds": total_seconds, "kills": dict(kills),
             "external_kills": fleet.external_kills, "restarts": fleet.restarts,
             "errors": [ln for ln in lines if ln.startswith("error")],
             "retries": sum(1 for ln in lines if ln.startswith("retry")),
             "lost": sum(1 for ln in lines if ln.startswith("lost")),
+            "lines": lines, "deaths": fleet.deaths(),
             "calls": stub.snapshot(queue), "depth": queue_depth(queue)}
+
+
+def analyse(r: Dict[str, Any], want: set[str]) -> None:
+    """Executions per message id (the stub's calls) against the consumers'
+    journal: which messages each killed consumer had between a payment and
+    its acknowledged complete (ack, without idemd) when it died. Adds the
+    figures to R."""
+    open_: Dict[str, Dict[str, None]] = defaultdict(dict)  # instance -> open items, in order
+    acked_at: Dict[str, float] = {}                        # message -> first acknowledgement
+    payers: Dict[str, List[str]] = defaultdict(list)       # "mid/attempt" -> instances
+    self_kill_point: Dict[str, str] = {}
+    for ln in r["lines"]:
+        f = ln.split()
+        if f[0] == "kill" and len(f) >= 4:
+            self_kill_point[f[3]] = f[1]
+        if f[0] not in ("pay", "acked", "open-end"):
+            continue
+        t, inst, items = float(f[1]), f[2], f[3:]
+        for it in items:
+            mid = it.split("/")[0]
+            if f[0] == "pay":
+                open_[inst][it] = None
+                payers[it].append(inst)
+                continue
+            for o in [o for o in open_[inst] if o.split("/")[0] == mid]:
+                del open_[inst][o]
+            if f[0] == "acked":
+                acked_at[mid] = min(acked_at.get(mid, t), t)
+    kills = []
+    exposed: Dict[str, int] = defaultdict(int)
+    exposed_items: set[str] = set()
+    for inst, how in sorted(r["deaths"].items()):
+        items = list(open_[inst])
+        if how == "itself":
+            how = "itself, %s" % self_kill_point.get(inst, "?")
+        kills.append({"consumer": inst, "killed by": how, "between payment and complete": items})
+        for it in items:
+            exposed[it.split("/")[0]] += 1
+            exposed_items.add(it)
+    execs: Dict[str, List[Tuple[Optional[int], float]]] = defaultdict(list)
+    for mid, _key, attempt, t in r["calls"]:
+        execs[mid].append((attempt, t))
+    dup = explained = 0
+    unexplained: List[str] = []
+    after_ack: List[str] = []
+    same_attempt: List[str] = []
+    for mid, ex in execs.items():
+        n = len(ex)
+        if n > 1:
+            extra = n - 1
+            ok = min(extra, exposed.get(mid, 0))
+            if r["mode"] == "idemd":
+                # and by attempt: every execution but one is by a holder
+                # that was killed with this message open
+                by_killed = sum(1 for a, _ in ex if "%s/%s" % (mid, a) in exposed_items)
+                ok = min(ok, by_killed)
+            dup += extra
+            explained += ok
+            if extra > ok:
+                unexplained.append("%s: %d executions (attempts %s), %d kill(s) between its "
+                                   "payment and complete" % (mid, n, [a for a, _ in ex],
+                                                             exposed.get(mid, 0)))
+        if mid in acked_at and any(t > acked_at[mid] for _, t in ex):
+            after_ack.append(mid)
+        attempts = [a for a, _ in ex if a is not None]
+        if len(attempts) != len(set(attempts)):
+            same_attempt.append(mid)
+    hist: Dict[int, int] = defaultdict(int)
+    for mid in want:
+        hist[min(len(execs.get(mid, [])), 3)] += 1
+    r.update({
+        "executions": len(r["calls"]), "paid": len(set(execs) & want),
+        "executed_once": hist[1], "executed_twice": hist[2], "executed_3plus": hist[3],
+        "never_executed": hist[0], "unknown_messages": sorted(set(execs) - want)[:5],
+        "duplicate_executions": dup, "duplicates_bounded_by_kills": explained,
+        "duplicates_unexplained": dup - explained, "unexplained": unexplained,
+        "executed_after_ack": after_ack, "same_attempt_twice": same_attempt,
+        "kill_list": kills, "kills_total": len(kills),
+        "kills_with_open": sum(1 for k in kills if k["between payment and complete"]),
+        "open_at_kills": sum(len(k["between payment and complete"]) for k in kills),
+        "messages_exposed": len(exposed),
+        "acked": len(acked_at)})
 
 
 def main() -> int:
@@ -421,6 +573,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--work", required=True)
     ap.add_argument("--deadline", type=int, default=180, help="seconds per run")
+    ap.add_argument("--negative-control", action="store_true",
+                    help="only the idemd run, with a fresh idemd key per delivery: idemd "
+                         "cannot recognise a redelivery, so the idemd checks must fail")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
 
@@ -436,72 +591,66 @@ def main() -> int:
 
     want = {"pay-%05d" % i for i in range(args.messages)}
     results = {}
-    for mode in ("idemd", "plain"):
+    for mode in ("idemd",) if args.negative_control else ("idemd", "plain"):
         r = run(mode, args, stub, client)
         results[mode] = r
-        by_msg: Dict[str, List[str]] = defaultdict(list)
-        by_key: Dict[str, set[str]] = defaultdict(set)
-        for mid, key in r["calls"]:
-            by_msg[mid].append(key)
-            by_key[key].add(mid)
-        r["paid"] = len(set(by_msg) & want)
-        r["raw_calls"] = len(r["calls"])
-        r["raw_duplicates"] = len(r["calls"]) - len(by_msg)
-        r["multi_key"] = sum(1 for keys in by_msg.values() if len(set(keys)) > 1)
-        r["paid_twice"] = sum(1 for keys in by_msg.values() if len(keys) > 1)
-        print("\n%s: %d stub calls for %d messages (published in %.1f s)"
-              % (mode, r["raw_calls"], len(by_msg), r["publish_seconds"]))
-        odd = [(mid, sorted(set(keys))) for mid, keys in by_msg.items()
-               if mid not in want or len(set(keys)) > 1][:5]
-        odd += [("keys " + key, sorted(mids)) for key, mids in by_key.items() if len(mids) > 1][:5]
-        for what, detail in odd if mode == "idemd" else []:
-            print("  odd: %s -> %s" % (what, detail))
-        check(r["paid"] == args.messages and set(by_msg) <= want,
-              "%s: every message was paid (%d of %d)" % (mode, r["paid"], args.messages))
-        check(r["depth"] == 0, "%s: the queue is empty at the end (%d left)" % (mode, r["depth"]))
+        analyse(r, want)
+        print("\n%s: %d executions (stub calls) for %d messages (published in %.1f s)"
+              % (r["label"], r["executions"], r["paid"], r["publish_seconds"]))
+        check(r["paid"] == args.messages and not r["unknown_messages"],
+              "%s: every message was paid (%d of %d)" % (r["label"], r["paid"], args.messages))
+        check(r["depth"] == 0, "%s: the queue is empty at the end (%d left)"
+              % (r["label"], r["depth"]))
         if mode == "idemd":
-            check(r["multi_key"] == 0,
-                  "idemd: one forwarded key per message id (%d with more)" % r["multi_key"])
-            check(all(len(m) == 1 for m in by_key.values()),
-                  "idemd: each forwarded key belongs to one message id")
+            check(r["duplicates_unexplained"] == 0,
+                  "idemd: no message executed more than once without a consumer killed between "
+                  "its payment and its acknowledged complete (%d such duplicate executions%s)"
+                  % (r["duplicates_unexplained"],
+                     ": " + "; ".join(r["unexplained"][:3]) if r["unexplained"] else ""))
+            check(r["executed_once"] + r["executed_twice"] + r["executed_3plus"] == args.messages
+                  and r["duplicate_executions"] <= r["open_at_kills"],
+                  "idemd: duplicate executions (%d) bounded by the messages kills left between "
+                  "payment and complete (%d)" % (r["duplicate_executions"], r["open_at_kills"]))
+            check(not r["executed_after_ack"],
+                  "idemd: no execution after the message's complete was acknowledged (%d: %s)"
+                  % (len(r["executed_after_ack"]), r["executed_after_ack"][:3]))
+            check(not r["same_attempt_twice"],
+                  "idemd: no attempt executed twice (%d: %s)"
+                  % (len(r["same_attempt_twice"]), r["same_attempt_twice"][:3]))
             check(not r["errors"], "idemd: no consumer errors (%s)" % r["errors"][:3])
             states: Dict[str, int] = defaultdict(int)
             for row in client.iter_records(operation=r["operation"], page_size=500):
                 states[row["state"]] += 1
             r["records"] = dict(states)
             check(states.get("completed") == args.messages and len(states) == 1,
-                  "idemd: %d completed records, none in progress (%s)" % (args.messages, dict(states)))
+                  "idemd: %d completed records, none in progress (%s)" % (args.messages,
+                                                                          dict(states)))
         else:
-            check(r["paid_twice"] > 0,
-                  "plain: the same chaos pays some messages twice (%d)" % r["paid_twice"])
-
-    a, b = results["idemd"], results["plain"]
-
-    def row(name: str, x: Any, y: Any) -> None:
-        print("  %-58s %12s %14s" % (name, x, y))
+            check(r["duplicate_executions"] > 0,
+                  "plain: the same chaos executes some messages more than once (%d duplicate "
+                  "executions)" % r["duplicate_executions"])
 
     print("\nrequests cut short by a kill (not paid, 400): %d" % stub.cut_short)
-    print("\nqueue consumers under chaos: %d messages, %d consumers, prefetch %d, batches of %d, seed %d"
-          % (args.messages, CONSUMERS, PREFETCH, BATCH, args.seed))
-    row("", "with idemd", "without idemd")
-    row("publisher resends (same message id)", a["resends"], b["resends"])
-    row("SIGKILL before the payment", a["kills"].get("before_effect", 0), b["kills"].get("before_effect", 0))
-    row("SIGKILL after the payment, before complete", a["kills"].get("after_effect", 0), "-")
-    row("SIGKILL after complete, before the ack", a["kills"].get("after_complete", 0), "-")
-    row("SIGKILL after the payment, before the ack", "-",
-        b["kills"].get("after_effect", 0) + b["kills"].get("after_complete", 0))
-    row("SIGKILL from the chaos loop (random moment)", a["external_kills"], b["external_kills"])
-    row("consumer restarts", a["restarts"], b["restarts"])
-    row("batches or messages handed back to retry later", a["retries"], "-")
-    row("results stored too late (lease lost, another took over)", a["lost"], "-")
-    row("messages paid", a["paid"], b["paid"])
-    row("calls that reached the payment stub", a["raw_calls"], b["raw_calls"])
-    row("messages paid more than once (distinct keys)", a["multi_key"], b["paid_twice"])
-    row("raw duplicate calls, same key (stub can dedupe)", a["raw_duplicates"], "-")
-    row("seconds to publish", "%.1f" % a["publish_seconds"], "%.1f" % b["publish_seconds"])
-    row("seconds from the first consumer to an empty queue", "%.1f" % a["total_seconds"],
-        "%.1f" % b["total_seconds"])
-    figures = {m: {k: v for k, v in r.items() if k not in ("calls", "errors")} for m, r in results.items()}
+    print_table(args, results)
+    for mode, r in results.items():
+        with_open = [k for k in r["kill_list"] if k["between payment and complete"]]
+        print("\n%s: the %d kill(s) that left messages between payment and %s:"
+              % (r["label"], len(with_open),
+                 "acknowledged complete" if mode == "idemd" else "ack"))
+        execs: Dict[str, int] = defaultdict(int)
+        for mid, *_ in r["calls"]:
+            execs[mid] += 1
+        for k in with_open[:40]:
+            items = k["between payment and complete"]
+            shown = ", ".join("%s (%dx)" % (it, execs.get(it.split("/")[0], 0))
+                              for it in items[:5])
+            print("  consumer %-6s killed by %-26s %2d open: %s%s"
+                  % (k["consumer"], k["killed by"], len(items), shown,
+                     ", ..." if len(items) > 5 else ""))
+        if len(with_open) > 40:
+            print("  ... (%d more in figures.json)" % (len(with_open) - 40))
+    figures = {m: {k: v for k, v in r.items() if k not in ("calls", "lines")}
+               for m, r in results.items()}
     with open(os.path.join(args.work, "figures.json"), "w") as f:
         json.dump(figures, f, indent=1)
     if failures:
@@ -509,6 +658,54 @@ def main() -> int:
         return 1
     print("\nall checks passed")
     return 0
+
+
+def print_table(args: argparse.Namespace, results: Dict[str, Dict[str, Any]]) -> None:
+    a = results["idemd"]
+    b = results.get("plain")
+
+    def row(name: str, key: Any, plain: Any = None) -> None:
+        x = key(a) if callable(key) else a.get(key, "-")
+        y = "-" if b is None else (plain(b) if callable(plain) else
+                                   b.get(plain if plain is not None else key, "-"))
+        print("  %-66s %12s %14s" % (name, x, y))
+
+    print("\nqueue consumers under chaos: %d messages, %d consumers, prefetch %d, batches of %d, "
+          "lease %d s, seed %d" % (args.messages, CONSUMERS, PREFETCH, BATCH, LEASE_SECONDS,
+                                   args.seed))
+    print("  %-66s %12s %14s" % ("", a["label"], "without idemd"))
+    row("messages", lambda r: args.messages, lambda r: args.messages)
+    row("publisher resends (same message id)", "resends")
+    row("SIGKILL by the consumer itself, before the payment",
+        lambda r: r["kills"].get("before_effect", 0), lambda r: r["kills"].get("before_effect", 0))
+    row("SIGKILL by itself, after the payment, before complete (ack)",
+        lambda r: r["kills"].get("after_effect", 0), lambda r: r["kills"].get("after_effect", 0))
+    row("SIGKILL by itself, after complete, before the ack",
+        lambda r: r["kills"].get("after_complete", 0), lambda r: "-")
+    row("SIGKILL by itself, after the batch's payments, before its ack", lambda r: "-",
+        lambda r: r["kills"].get("after_complete", 0))
+    row("SIGKILL from the chaos loop (random moment)", "external_kills")
+    row("consumers killed (all causes)", "kills_total")
+    row("  of them with messages between payment and acknowledged complete", "kills_with_open")
+    row("  messages they left there (summed over the kills)", "open_at_kills")
+    row("consumer restarts", "restarts")
+    row("batches or messages handed back to retry later", "retries", lambda r: "-")
+    row("results stored too late (lease lost, another took over)", "lost", lambda r: "-")
+    row("messages paid", "paid")
+    row("executions (calls that reached the payment stub)", "executions")
+    row("messages executed exactly once", "executed_once")
+    row("messages executed twice", "executed_twice")
+    row("messages executed three times or more", "executed_3plus")
+    row("duplicate executions (executions - messages)", "duplicate_executions")
+    row("  bounded by kills (a kill between its payment and complete)",
+        "duplicates_bounded_by_kills")
+    row("  with no kill there (idemd: must be 0)", "duplicates_unexplained")
+    row("messages executed after their complete (ack) was acknowledged",
+        lambda r: len(r["executed_after_ack"]), lambda r: len(r["executed_after_ack"]))
+    row("seconds to publish", lambda r: "%.1f" % r["publish_seconds"],
+        lambda r: "%.1f" % r["publish_seconds"])
+    row("seconds from the first consumer to an empty queue", lambda r: "%.1f" % r["total_seconds"],
+        lambda r: "%.1f" % r["total_seconds"])
 
 
 if __name__ == "__main__":
