@@ -279,6 +279,9 @@ class Checker:
         for k, v in headers:
             hmap[k] = hmap[k] + ", " + v if k in hmap else v
         ctype = hmap.get("content-type", "")
+        anywhere = c.spec.get("x-any-path-responses", {}).get(str(status))
+        if anywhere is not None:
+            return self.validate_plain(c.deref(anywhere), status, hmap, ctype, body)
         if op is None:
             # not in the document: only idemd's 404 / 405 may come back
             if status not in (404, 405):
@@ -295,6 +298,9 @@ class Checker:
             if status == 405 and "allow" not in hmap:
                 return "405 without Allow"
             return None
+        # openapi-core resolves dot segments; idemd takes them as a value
+        path = "/".join("%2E" * len(seg) if seg in (".", "..") else seg
+                        for seg in path.split("/"))
         rq = MockRequest(HOST_URL, method.lower(), path, args=None,
                          headers={k: v for k, v in qheaders})
         rs = MockResponse(body, status_code=status, headers=hmap, content_type=ctype)
@@ -334,6 +340,28 @@ class Checker:
             if extra:
                 return "%s %s -> %d sends undeclared header(s): %s" % (
                     method, tmpl, status, ", ".join(extra))
+        return None
+
+
+    def validate_plain(self, robj, status, hmap, ctype, body):
+        """An answer any path may give (x-any-path-responses): its media
+        type, a Problem body and its declared headers."""
+        c = self.contract
+        media = ctype.split(";")[0].strip()
+        content = robj.get("content", {})
+        if media not in content:
+            return "a %d is %r, documented as %s" % (status, ctype, ", ".join(content))
+        if media == "application/problem+json":
+            try:
+                doc = json.loads(body)
+            except ValueError:
+                return "a %d has no JSON body" % status
+            errs = [e.message for e in c.problem.iter_errors(doc)]
+            if errs:
+                return "a %d is not a Problem: %s" % (status, "; ".join(errs))
+        for name, h in robj.get("headers", {}).items():
+            if c.deref(h).get("required") and name.lower() not in hmap:
+                return "a %d lacks the required header %s" % (status, name)
         return None
 
 
