@@ -91,16 +91,43 @@ status=0
 exchanges=0 violations=0 cases=0 failures=0
 
 # ---------------------------------------------------------------- 1. proxy
-if [ "$run_proxy" = 1 ]; then
-  echo "==> integration traffic through the validating proxy"
-  "$PY" tests/contract/proxy.py --spec api/openapi.yaml --report "$TMP/violations.jsonl" \
-    --port-file "$TMP/proxy.port" 2>"$TMP/proxy.log" &
+# start_proxy SPEC NAME: a proxy validating against SPEC; sets IDEMD_TEST_PROXY
+start_proxy() {
+  "$PY" tests/contract/proxy.py --spec "$1" --report "$TMP/$2.jsonl" \
+    --port-file "$TMP/$2.port" 2>"$TMP/$2.log" &
   pids+=($!)
-  for _ in $(seq 100); do [ -s "$TMP/proxy.port" ] && break; sleep 0.1; done
-  if [ ! -s "$TMP/proxy.port" ]; then
-    cat "$TMP/proxy.log" >&2; echo "contract.sh: the proxy did not start" >&2; exit 1
+  for _ in $(seq 100); do [ -s "$TMP/$2.port" ] && break; sleep 0.1; done
+  if [ ! -s "$TMP/$2.port" ]; then
+    cat "$TMP/$2.log" >&2; echo "contract.sh: the proxy did not start" >&2; exit 1
   fi
-  export IDEMD_TEST_PROXY=127.0.0.1:$(cat "$TMP/proxy.port")
+  export IDEMD_TEST_PROXY=127.0.0.1:$(cat "$TMP/$2.port")
+}
+proxy_stat() {  # FIELD: from the running proxy's /stats
+  python3 -c "import json,sys,urllib.request
+print(json.loads(urllib.request.urlopen('http://%s/stats' % sys.argv[1]).read())[sys.argv[2]])" \
+    "$IDEMD_TEST_PROXY" "$1"
+}
+
+if [ "$run_proxy" = 1 ]; then
+  # First, that the proxy can fail: a copy of the document with one wrong
+  # entry (every answer's Cache-Control documented as `private` instead of
+  # `no-store`) must give violations on test_versions' traffic.
+  echo "==> the proxy catches a wrong document"
+  sed 's/^\(        const: \)no-store$/\1private/' api/openapi.yaml >"$TMP/wrong.yaml"
+  if cmp -s api/openapi.yaml "$TMP/wrong.yaml"; then
+    echo "contract.sh: could not make the wrong document" >&2; exit 1
+  fi
+  start_proxy "$TMP/wrong.yaml" wrong
+  python3 tests/integration/test_versions.py >"$TMP/wrong-run.log" 2>&1
+  caught=$(proxy_stat violations) seen=$(proxy_stat exchanges)
+  kill "${pids[-1]}" 2>/dev/null
+  echo "  wrong document: $caught violations in $seen exchanges"
+  if [ "$caught" = 0 ] || [ "$seen" = 0 ]; then
+    echo "contract.sh: the proxy did not catch a wrong document" >&2; status=1
+  fi
+
+  echo "==> integration traffic through the validating proxy"
+  start_proxy api/openapi.yaml proxy
 
   # Left out: CLI only (see above); the browser and client tests run
   # elsewhere with their own HTTP stacks.
@@ -138,11 +165,8 @@ if [ "$run_proxy" = 1 ]; then
   printf '%s\n' "${parallel_list[@]}" | xargs -r -P "${IDEMD_CONTRACT_JOBS:-3}" -I{} bash -c 'run_one {}'
   for n in "${serial_list[@]}"; do run_one "$n"; done
   sleep 1  # let the relays finish the last connections
-  stats=$(python3 -c "import json,urllib.request
-print(urllib.request.urlopen('http://$IDEMD_TEST_PROXY/stats').read().decode())")
-  exchanges=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['exchanges'])" "$stats")
-  violations=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['violations'])" "$stats")
-  echo "  proxy: $stats ($((SECONDS - t0)) s)"
+  exchanges=$(proxy_stat exchanges) violations=$(proxy_stat violations)
+  echo "  proxy: $exchanges exchanges, $violations violations, by kind $(proxy_stat by_kind) ($((SECONDS - t0)) s)"
   for f in "$TMP"/failed.*; do
     [ -e "$f" ] || continue
     n=${f##*/failed.}
@@ -151,7 +175,7 @@ print(urllib.request.urlopen('http://$IDEMD_TEST_PROXY/stats').read().decode())"
   done
   if [ "$violations" != 0 ]; then
     echo "---- violations (one JSON object per exchange)"
-    python3 - "$TMP/violations.jsonl" <<'EOF'
+    python3 - "$TMP/proxy.jsonl" <<'EOF'
 import json, sys
 seen = {}
 for line in open(sys.argv[1]):
@@ -165,8 +189,9 @@ for key, vs in sorted(seen.items(), key=lambda kv: -len(kv[1])):
 EOF
     status=1
   fi
-  if [ -n "${IDEMD_CONTRACT_KEEP:-}" ]; then cp "$TMP/violations.jsonl" "$IDEMD_CONTRACT_KEEP"; fi
+  if [ -n "${IDEMD_CONTRACT_KEEP:-}" ]; then cp "$TMP/proxy.jsonl" "$IDEMD_CONTRACT_KEEP"; fi
   kill "${pids[-1]}" 2>/dev/null
+  unset IDEMD_TEST_PROXY
 fi
 
 # ---------------------------------------------------------------- 2. schemathesis
@@ -188,13 +213,14 @@ if [ "$run_st" = 1 ]; then
   url=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['url'])" "$TMP/target.json")
   key=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['api_key'])" "$TMP/target.json")
   t0=$SECONDS
-  SCHEMATHESIS_TELEMETRY=false timeout -k 10 "$(( ${ST_MAX_TIME:-90} + 240 ))" \
-    "$VENV/bin/st" run api/openapi.yaml --url "$url" -H "Authorization: Bearer $key" \
+  # run in $TMP: schemathesis keeps its example database in ./.schemathesis
+  (cd "$TMP" && SCHEMATHESIS_TELEMETRY=false timeout -k 10 "$(( ${ST_MAX_TIME:-90} + 240 ))" \
+    "$VENV/bin/st" run "$ROOT/api/openapi.yaml" --url "$url" -H "Authorization: Bearer $key" \
       --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance \
       --exclude-path '/webhooks/{source}' \
       --max-examples "${ST_EXAMPLES:-10}" --max-time "${ST_MAX_TIME:-90}" --seed "${ST_SEED:-1}" \
       --workers 2 --request-timeout 65 --no-color --warnings off \
-      >"$TMP/st.log" 2>&1
+      >"$TMP/st.log" 2>&1)
   st_rc=$?
   sed -n '/^===* FAILURES\|^===* ERRORS/,/^===* SUMMARY/p' "$TMP/st.log" | head -n 400
   sed -n '/^===* SUMMARY/,$p' "$TMP/st.log"
