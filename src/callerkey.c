@@ -43,6 +43,9 @@ int callerkey_from_header(const char *value, char *out, size_t outlen)
 	size_t n = 0;
 
 	if (value[0] != '"') {
+		/* a comma is what two header lines joined look like: which key? */
+		if (strchr(value, ',') != NULL)
+			return -1;
 		n = strlen(value);
 		if (n >= outlen)
 			return -2;
@@ -63,8 +66,13 @@ int callerkey_from_header(const char *value, char *out, size_t outlen)
 			return -2;
 		out[n++] = *p;
 	}
-	if (p[1] != '\0')
+	/* RFC 8941 parameters (;name or ;name=value) are allowed and ignored;
+	 * nothing else may follow, a second member (",") least of all */
+	if (p[1] != '\0' && (p[1] != ';' || strchr(p + 1, ',') != NULL))
 		return -1;
+	for (const char *q = p + 1; *q != '\0'; q++)
+		if ((unsigned char)*q < 0x20 || (unsigned char)*q > 0x7e)
+			return -1;
 	out[n] = '\0';
 	return (int)n;
 }

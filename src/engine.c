@@ -171,7 +171,7 @@ int engine_claim_cached(struct request *req, const struct token *t, const uint8_
 	if (cached == REPLAYCACHE_OTHER_FP) {
 		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_FINGERPRINT_MISMATCH);
 		problem_reply(req, 422, "fingerprint_mismatch",
-			      "the token was first used with a different request");
+			      "the key (or token) was first used with a different request");
 		return -1;
 	}
 	return 0;
@@ -247,7 +247,7 @@ static int engine_claim_prepare(struct request *req, struct engine_claim *c)
 	}
 	if (!found || op.op_tenant_id != t->tenant_id) {
 		problem_reply(req, 422, "operation_unknown",
-			      "the token's operation no longer exists");
+			      "the operation no longer exists");
 		return -1;
 	}
 	c->tc_wait = engine_wait_seconds(req, &op);
@@ -297,7 +297,6 @@ static int engine_claim_answer(struct request *req, struct engine_claim *c, int 
 	int ret = -1;
 
 	if (rc < 0) {
-		metrics_add(METRIC_DB_UNAVAILABLE, 1);
 		problem_unavailable(req);
 		return -1;
 	}
@@ -323,7 +322,7 @@ static int engine_claim_answer(struct request *req, struct engine_claim *c, int 
 		 * retry in a second, and say when the lease would allow a takeover */
 		problem_reply(
 			req, 409, "request_in_progress",
-			"the first submit of this token is still in progress (its lease ends in %d s)",
+			"the first submit with this key (or token) is still in progress (its lease ends in %d s)",
 			res->cr_retry_after);
 		http_set_header(req, "Retry-After", "1");
 		break;
@@ -333,7 +332,7 @@ static int engine_claim_answer(struct request *req, struct engine_claim *c, int 
 	case CLAIM_FINGERPRINT_MISMATCH:
 		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_FINGERPRINT_MISMATCH);
 		problem_reply(req, 422, "fingerprint_mismatch",
-			      "the token (or key) was first used with a different request");
+			      "the key (or token) was first used with a different request");
 		break;
 	case CLAIM_EXPIRED:
 		problem_reply(req, 410, "token_expired", "the token has expired");

@@ -167,7 +167,7 @@ static void engine_complete_answer(struct request *req, void *arg)
 		if (engine_not_found(req, &c->hc_token, c->hc_is_key) < 0)
 			break;
 		problem_reply(req, 409, "not_in_progress",
-			      "the token is not claimed by attempt %" PRId64, c->hc_attempt);
+			      "the record is not claimed by attempt %" PRId64, c->hc_attempt);
 		break;
 	}
 done:
@@ -207,7 +207,7 @@ void engine_complete(struct request *req, const struct token *tok, int is_key)
 	}
 	if (!found) {
 		problem_reply(req, 422, "operation_unknown",
-			      "the token's operation no longer exists");
+			      "the operation no longer exists");
 		goto done;
 	}
 	c->hc_req = req;
@@ -246,7 +246,7 @@ static int engine_fenced(struct request *req, const struct token *t, int is_key,
 			      "attempt %" PRId64 " is no longer the current attempt", attempt);
 	else if (engine_not_found(req, t, is_key) == 0)
 		problem_reply(req, 409, "not_in_progress",
-			      "the token is not claimed by attempt %" PRId64, attempt);
+			      "the record is not claimed by attempt %" PRId64, attempt);
 	return -1;
 }
 

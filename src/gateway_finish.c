@@ -148,7 +148,6 @@ static void gateway_store_answer(struct request *req, void *arg)
 		log_warn("gateway: request %s: the upstream answered %ld but the outcome could "
 			 "not be stored (database unavailable)",
 			 req->req_id, j->gj_call.uc_status);
-		metrics_add(METRIC_DB_UNAVAILABLE, 1);
 		problem_unavailable(req);
 		goto done;
 	}
@@ -164,11 +163,11 @@ static void gateway_store_answer(struct request *req, void *arg)
 		break;
 	case COMPLETE_LEASE_LOST:
 		problem_reply(req, 409, "lease_lost",
-			      "the lease ran out and a newer attempt took the token over");
+			      "the lease ran out and a newer attempt took the record over");
 		break;
 	case COMPLETE_NOT_IN_PROGRESS:
 		problem_reply(req, 409, "not_in_progress",
-			      "the token is no longer claimed by attempt %d", j->gj_attempt);
+			      "the record is no longer claimed by attempt %d", j->gj_attempt);
 		break;
 	}
 done:

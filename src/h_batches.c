@@ -244,14 +244,57 @@ static void h_item_checkpoint(json_t *o, const struct token *t)
 		json_object_set_new(o, "checkpoint", cp);
 }
 
+/* What a refused item's code means, as a single claim's problem says it. */
+static const char *h_item_detail(const char *code)
+{
+	static const struct {
+		const char *code, *detail;
+	} details[] = {
+		{ "idempotency_key_invalid", "a key is 1 to 255 bytes of visible ASCII (0x21-0x7e)" },
+		{ "invalid_request", "the item is malformed (fields, types or sizes)" },
+		{ "request_in_progress", "the first submit with this key is still in progress" },
+		{ "fingerprint_mismatch", "the key was first used with a different request" },
+		{ "token_expired", "the key's record expired" },
+		{ "token_revoked", "the key was revoked" },
+		{ "version_mismatch", "the data changed" },
+		{ "version_required", "this operation requires a version" },
+		{ "lease_lost", "a newer attempt holds the record, or its life ended" },
+		{ "not_in_progress", "the record is not in progress at this attempt" },
+		{ "completion_conflict", "this attempt was completed with another response" },
+		{ "unavailable", "the database is unavailable; retry shortly" },
+	};
+	for (size_t i = 0; i < IDEMD_ARRAY_LEN(details); i++)
+		if (strcmp(code, details[i].code) == 0)
+			return details[i].detail;
+	return NULL;
+}
+
 static json_t *h_item_json(const struct h_item *it, unsigned status, const char *code)
 {
 	json_t *o = json_pack("{s:o,s:i}", "key", it->sent ? json_string(it->sent) : json_null(),
 			      "status", (int)status);
 
-	if (o != NULL && code != NULL)
+	if (o != NULL && code != NULL) {
+		const char *detail = h_item_detail(code);
 		json_object_set_new(o, "code", json_string(code));
+		if (detail != NULL)
+			json_object_set_new(o, "detail", json_string(detail));
+	}
 	return o;
+}
+
+/* Whether the database step of the set failed: then the whole request is
+ * 503 with Retry-After (one answer for one condition), never a 200 of
+ * items that each say 503. */
+static int h_batch_unavailable(struct request *req, struct h_batch *b)
+{
+	for (size_t k = 0; k < b->hb_m; k++)
+		if (b->hb_rcs[k] < 0) {
+			h_batch_free(b);
+			problem_unavailable(req);
+			return 1;
+		}
+	return 0;
 }
 
 static json_t *h_item_id(const struct h_item *it)
@@ -321,6 +364,8 @@ static json_t *h_claim_item_answer(struct h_batch *b, struct h_item *it)
 static void h_claims_answer(struct request *req, void *arg)
 {
 	struct h_batch *b = arg;
+	if (h_batch_unavailable(req, b))
+		return;
 	json_t *items = json_array();
 
 	for (size_t i = 0; items != NULL && i < b->hb_n; i++)
@@ -430,6 +475,8 @@ static json_t *h_complete_item_answer(struct h_batch *b, struct h_item *it)
 static void h_completions_answer(struct request *req, void *arg)
 {
 	struct h_batch *b = arg;
+	if (h_batch_unavailable(req, b))
+		return;
 	json_t *items = json_array();
 
 	for (size_t i = 0; items != NULL && i < b->hb_n; i++)

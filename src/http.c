@@ -78,6 +78,7 @@ static const struct {
 		     offsetof(struct request, req_n_transfer_encoding)),
 	HTTP_SCANNED("Idempotency-Key", req_h_idempotency_key,
 		     offsetof(struct request, req_n_idempotency_key)),
+	HTTP_SCANNED("If-Match", req_h_if_match, offsetof(struct request, req_n_if_match)),
 #undef HTTP_SCANNED
 };
 
@@ -275,7 +276,9 @@ static enum MHD_Result http_send(struct request *req)
 		return MHD_NO;
 	MHD_add_response_header(req->rep_response, "X-Request-Id", req->req_id);
 	MHD_add_response_header(req->rep_response, "Cache-Control", "no-store");
-	if (req->req_waited > 0) {
+	/* RFC 7240: only in answer to a preference (an operation's own
+	 * wait_seconds applied without one is not announced) */
+	if (req->req_waited > 0 && http_header(req, "Prefer") != NULL) {
 		char applied[16];
 		snprintf(applied, sizeof(applied), "wait=%d", req->req_waited);
 		MHD_add_response_header(req->rep_response, "Preference-Applied", applied);
@@ -349,6 +352,10 @@ static enum MHD_Result http_headers_in(struct request *req)
 		problem_reply(req, 400, "invalid_request",
 			      "conflicting Content-Length or Transfer-Encoding headers");
 		goto close;
+	}
+	if (req->req_n_if_match > 1) {
+		problem_reply(req, 400, "invalid_request", "send one If-Match header");
+		goto answer;
 	}
 	/* chunked is the only coding idemd reads; any other (gzip, chunked)
 	 * would leave the body's end to the connection's close */

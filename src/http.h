@@ -37,11 +37,12 @@ struct request {
 	/* the headers the core reads for every request, found in one pass
 	 * over them (the first of each name; borrowed from libmicrohttpd) */
 	const char *req_h_authorization, *req_h_content_length, *req_h_content_type, *req_h_origin,
-		*req_h_request_id, *req_h_transfer_encoding, *req_h_idempotency_key;
+		*req_h_request_id, *req_h_transfer_encoding, *req_h_idempotency_key, *req_h_if_match;
 	const char *req_h_route_key; /* a derived-key route's header (gateway) */
 	int req_n_content_length;    /* how many Content-Length headers */
 	int req_n_transfer_encoding; /* how many Transfer-Encoding headers */
 	int req_n_idempotency_key;   /* how many Idempotency-Key headers */
+	int req_n_if_match;	     /* how many If-Match headers */
 	const char *req_bad_header;  /* first header whose name or value is malformed */
 	int req_has_underscore;	     /* some header name holds '_' */
 	int req_no_if_match;	     /* a gateway route that ignores If-Match */

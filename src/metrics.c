@@ -103,7 +103,7 @@ static const struct {
 	{ "idemd_revocations_total", "Tokens revoked." },
 	{ "idemd_records_swept_total", "Expired records deleted by the sweeper." },
 	{ "idemd_db_unavailable_total",
-	  "Requests answered 503 because PostgreSQL did not answer." },
+	  "Requests answered 503 unavailable because PostgreSQL did not answer (or, rarely, memory ran out)." },
 	{ "idemd_db_batches_total", "Batched claim and complete statements run." },
 	{ "idemd_db_batch_jobs_total", "Jobs run in batched statements." },
 	{ "idemd_request_timeouts_total", "Connections closed by request_timeout_seconds." },

@@ -1,6 +1,8 @@
 /* Problem replies: every error idemd sends is built here. */
 #include "problem.h"
 
+#include "metrics.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,8 +98,11 @@ void problem_reply(struct request *req, unsigned status, const char *code, const
 	free(line);
 }
 
+/* Every 503 unavailable idemd answers is counted here, once
+ * (idemd_db_unavailable_total), whichever path found the database away. */
 void problem_unavailable(struct request *req)
 {
+	metrics_add(METRIC_DB_UNAVAILABLE, 1);
 	problem_reply(req, 503, "unavailable", "the database is unavailable; retry shortly");
 	http_set_header(req, "Retry-After", "1");
 }

@@ -76,6 +76,13 @@ static void test_from_header(void **state)
 	assert_int_equal(callerkey_from_header("\"a\tb\"", out, sizeof(out)), -1);
 	assert_int_equal(callerkey_from_header("12345678", out, sizeof(out)), -2);
 	assert_int_equal(callerkey_from_header("\"12345678\"", out, sizeof(out)), -2);
+	/* RFC 8941 parameters are ignored; a list (two keys) is refused */
+	assert_int_equal(callerkey_from_header("\"K\";v=1", out, sizeof(out)), 1);
+	assert_string_equal(out, "K");
+	assert_int_equal(callerkey_from_header("\"K\";a;b=\"x\"", out, sizeof(out)), 1);
+	assert_int_equal(callerkey_from_header("\"K\", \"L\"", out, sizeof(out)), -1);
+	assert_int_equal(callerkey_from_header("\"K\";v=1, \"L\"", out, sizeof(out)), -1);
+	assert_int_equal(callerkey_from_header("a,b", out, sizeof(out)), -1);
 }
 
 static void test_from_json(void **state)
