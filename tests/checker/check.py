@@ -33,6 +33,8 @@ Per key (one record address; its ops are one history):
      one's claim could have ended (its submit sent + lease_seconds) when that
      submit was answered without a release, (b) after an execution whose
      answer a client got, inside that life.
+  7  expiry is exact: no replay or read shows a completed life after the
+     expires_at its complete's answer announced (EXPIRY_SLACK allowed).
   6r gateway, no forward on a dying lease (PRODUCT part three: a forward
      starts only while the lease covers the route's timeout plus a margin):
      no second execution while the first was still running upstream
@@ -59,6 +61,7 @@ import upstream as ups  # noqa: E402
 CLOCK = 0.1      # rounding of the server's times, same host's clock
 DELIVER = 0.5    # a 201 may take this long from the commit to the client
 GW_MARGIN = 0.25  # an execution this much shorter than the route's timeout
+EXPIRY_SLACK = 0.25  # idemd's estimate of the database's clock may be this far off
 WRITES = ("complete", "release", "extend", "checkpoint")
 CHECKS = {
     "1": "no two live grants of one key",
@@ -68,6 +71,7 @@ CHECKS = {
     "4": "acknowledged completions readable until their expiry",
     "5": "no accepted write from a stale holder",
     "6": "gateway: no second execution without a release or a lease end",
+    "7": "expiry is exact: no completed life served after its announced expires_at",
     "6r": "gateway: no forward on a dying lease (no execution cut short by its lease while "
           "a second one ran)",
 }
@@ -318,6 +322,22 @@ class Checker:
                         not same_response(b.get("response"), sent):
                     self.violation("4", key, "the acknowledged completion is not what a read "
                                    "inside its life shows", [c, r])
+        # 7: a completed life is gone at its expires_at (the complete's
+        # answer announced it) for every reader, swept or not
+        for c in acked:
+            E = ts(body(c).get("expires_at"))
+            if E is None:
+                continue
+            for r in reads:
+                if r["status"] != 200:
+                    continue
+                self.checks["7"] += 1
+                b = body(r)
+                if r["w0"] > E + EXPIRY_SLACK and b.get("state") == "completed" and \
+                        same_response(b.get("response"), c["req"]):
+                    self.violation("7", key, "the completed life was served %.2f s after its "
+                                   "expires_at (%s)" % (r["w0"] - E, self.rel(E)), [c, r])
+                    break
         # 3b: every replay carries a response some complete sent
         for r in kops:
             if r["f"] == "claim" and r["status"] == 200:
