@@ -75,16 +75,24 @@ listen=${IDEMD_LISTEN:-$(python3 -c 'import json,sys; print(json.load(open(sys.a
 host=${listen%:*} port=${listen##*:}
 case "$host" in ''|0.0.0.0|'*') host=127.0.0.1 ;; '[::]'|::) host='[::1]' ;; esac
 BASE=http://$host:$port
+# with admin_listen set, /healthz is served there and the public port answers 404
+admin=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("admin_listen", ""))' "$CONF")
+HEALTH=$BASE/healthz
+if [ -n "$admin" ]; then
+  ahost=${admin%:*} aport=${admin##*:}
+  case "$ahost" in ''|0.0.0.0|'*') ahost=127.0.0.1 ;; '[::]'|::) ahost='[::1]' ;; esac
+  HEALTH=http://$ahost:$aport/healthz
+fi
 
 say "starting idemd on $listen"
 "${IDEMD[@]}" serve &
 IDEMD_PID=$!
 for _ in $(seq 150); do
-  curl -fs -o /dev/null "$BASE/healthz" && break
-  kill -0 "$IDEMD_PID" 2>/dev/null || die "idemd exited; is $listen in use? (set IDEMD_LISTEN=127.0.0.1:PORT)"
+  curl -fs -o /dev/null "$HEALTH" && break
+  kill -0 "$IDEMD_PID" 2>/dev/null || die "idemd exited (its log above says why)"
   sleep 0.2
 done
-curl -fs -o /dev/null "$BASE/healthz" || die "idemd did not answer on $BASE/healthz"
+curl -fs -o /dev/null "$HEALTH" || die "idemd did not answer on $HEALTH"
 
 AUTH="Authorization: Bearer $KEY"
 code=$(curl -s -o /dev/null -w '%{http_code}' -H "$AUTH" "$BASE/v1/operations/order.create")

@@ -52,6 +52,9 @@ struct config {
 	int threads;		    /* default: one per core (at least 2), 1..256 */
 	size_t max_body_bytes;	    /* default 1 MiB, 1024..64 MiB */
 	int sweep_interval_seconds; /* default 60, 1..86400 */
+	/* how long serve waits for an unreachable database at start: default
+	 * 60, 0..3600 */
+	int database_wait_seconds;
 	/* how long an ended record's row stays as its fence (migrations/0011):
 	 * default 604800 (7 days), 0..10 years */
 	int fence_retention_seconds;

@@ -103,6 +103,27 @@ static long db_ms_since(const struct timespec *t)
 	return (now.tv_sec - t->tv_sec) * 1000 + (now.tv_nsec - t->tv_nsec) / 1000000;
 }
 
+/* The last connection error, and whether to log each one (serve's wait
+ * for the database says it once every few seconds instead). */
+static pthread_mutex_t db_error_lock = PTHREAD_MUTEX_INITIALIZER;
+static char db_error[256] = "no connection tried yet";
+static atomic_int db_quiet;
+
+void db_set_quiet(int quiet)
+{
+	atomic_store(&db_quiet, quiet);
+}
+
+const char *db_last_error(void)
+{
+	static __thread char copy[256];
+
+	pthread_mutex_lock(&db_error_lock);
+	snprintf(copy, sizeof(copy), "%s", db_error);
+	pthread_mutex_unlock(&db_error_lock);
+	return copy;
+}
+
 PGconn *db_connect(const char *conninfo)
 {
 	/* defaults first, so that the operator's conninfo (expanded from
@@ -121,7 +142,11 @@ PGconn *db_connect(const char *conninfo)
 		char msg[256];
 		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(pg));
 		msg[strcspn(msg, "\n")] = '\0';
-		log_warn("db: cannot connect: %s", msg);
+		pthread_mutex_lock(&db_error_lock);
+		snprintf(db_error, sizeof(db_error), "%s", msg);
+		pthread_mutex_unlock(&db_error_lock);
+		if (!atomic_load(&db_quiet))
+			log_warn("db: cannot connect: %s", msg);
 		PQfinish(pg);
 		return NULL;
 	}
@@ -166,9 +191,12 @@ int db_pool_init(const char *conninfo, int size)
 		return -1;
 	}
 	db_pool.size = size;
+	/* the others connect when first used, or at once when the first did:
+	 * an unreachable database is said once, not once per connection */
 	for (int i = 0; i < size; i++) {
 		db_pool.conns[i].dc_broken = 1;
-		db_heal(&db_pool.conns[i]);
+		if (i == 0 || db_pool.conns[0].dc_pg != NULL)
+			db_heal(&db_pool.conns[i]);
 	}
 	return 0;
 }

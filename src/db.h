@@ -35,6 +35,11 @@ void db_pool_close(void);
 
 /* Opens one connection outside the pool (for the CLI). NULL after logging. */
 PGconn *db_connect(const char *conninfo);
+/* With QUIET, a failed connection is not logged (db_last_error() keeps
+ * what it said). */
+void db_set_quiet(int quiet);
+/* The last connection error's text (a copy owned by the calling thread). */
+const char *db_last_error(void);
 
 /* Takes a healthy connection, waiting at most about a second; NULL when
  * none is free in time or PostgreSQL cannot be reached. */

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <signal.h>
+#include <time.h>
 #include <stdarg.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -78,6 +79,46 @@ static int usage_error(const char *fmt, ...)
 	return EXIT_USAGE;
 }
 
+/* Reads the schema's state into CHK, waiting for an unreachable database
+ * up to database_wait_seconds with backoff (250 ms doubling to 2 s) and one
+ * log line every 5 s; SIGTERM or SIGINT (blocked, in SET) ends the wait.
+ * 0, or -1 after logging. */
+static int serve_wait_database(const struct config *cfg, const sigset_t *set,
+			       struct migrate_check *chk)
+{
+	struct timespec t0, now;
+	long waited_ms = 0, said_ms = -5000, pause_ms = 250;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int rc;
+	while ((rc = migrate_check(chk)) < 0) {
+		if (waited_ms >= (long)cfg->database_wait_seconds * 1000) {
+			log_error("serve: the database could not be reached in %d s (%s); giving "
+				  "up",
+				  cfg->database_wait_seconds, db_last_error());
+			break;
+		}
+		if (waited_ms - said_ms >= 5000) {
+			said_ms = waited_ms;
+			log_warn("serve: waiting for the database (%ld s of at most %d): %s",
+				 waited_ms / 1000, cfg->database_wait_seconds, db_last_error());
+		}
+		struct timespec pause = { pause_ms / 1000, (pause_ms % 1000) * 1000000L };
+		int sig = sigtimedwait(set, NULL, &pause);
+		if (sig == SIGTERM || sig == SIGINT) {
+			log_info("serve: stopped while waiting for the database");
+			break;
+		}
+		pause_ms = pause_ms < 2000 ? pause_ms * 2 : 2000;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		waited_ms = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+	}
+	db_set_quiet(0);
+	if (rc == 0 && waited_ms > 0)
+		log_info("serve: the database answered after %ld s", waited_ms / 1000);
+	return rc;
+}
+
 static int main_serve(const struct config *cfg)
 {
 	sigset_t set;
@@ -94,17 +135,18 @@ static int main_serve(const struct config *cfg)
 	 * off their locks */
 	mallopt(M_ARENA_MAX, 4);
 
+	/* the master key file is configuration: missing, unreadable or too
+	 * open is a configuration error (exit 2), like every other */
 	if (keys_init(cfg->master_key_file) < 0)
-		return 1;
+		return EXIT_USAGE;
+	db_set_quiet(1); /* until serve_wait_database() has said it its way */
 	if (db_pool_init(cfg->database_url, cfg->pool_size) < 0)
 		goto keys;
 	/* a schema ahead (migrations a newer idemd applied) is fine: rolling
 	 * upgrades run old and new binaries side by side */
 	struct migrate_check chk;
-	if (migrate_check(&chk) < 0) {
-		log_error("serve: the database cannot be reached");
+	if (serve_wait_database(cfg, &set, &chk) < 0)
 		goto pool;
-	}
 	if (chk.state == MIGRATE_CHANGED) {
 		log_error("serve: the database schema does not match this idemd: %s applied with "
 			  "other contents",

@@ -190,7 +190,7 @@ class SecretsNeverLeak(IdemdCase):
         # failures that print the database URL's neighbourhood
         uri = "postgresql://%s:%s@/%s?host=/nonexistent-socket-dir" % (
             harness.PGUSER, DB_PASSWORD, self.idemd.db)
-        bad = Idemd(dict(self.extra_config, database_url=uri,
+        bad = Idemd(dict(self.extra_config, database_url=uri, database_wait_seconds=2,
                          master_key_file=self.idemd.master_key_file), db=self.idemd.db)
         try:
             for args in (("migrate",), ("check-config",), ("keys", "rotate"),

@@ -73,6 +73,7 @@ LEASE_SECONDS = 3      # a dead consumer's claims are taken over after this
 SELF_KILL_RATE = 0.004  # per delivery: probability of dying at one of the points
 EXTERNAL_KILL_EVERY = 350  # mean payments between SIGKILLs from the chaos loop
 PUBLISH_RETRY_RATE = 0.03  # share of messages the publisher sends twice
+RESEND_GAP = PREFETCH      # messages between a message and its resend
 POINTS = ("before_effect", "after_effect", "after_complete")
 IDLE_EXIT_SECONDS = LEASE_SECONDS + 2  # calm consumers leave after this long idle
 
@@ -167,23 +168,31 @@ def publish(queue: str, n: int, seed: int) -> int:
     """Publishes N persistent messages, committed in transactions of 250
     (a commit is the broker's confirmation of the chunk); a seeded share is
     sent again with the same message id, as a publisher does when a
-    confirmation was lost. Returns the resends."""
+    confirmation was lost: RESEND_GAP messages later, so that the copy
+    lands in another consumer's prefetch window at about the time the
+    first is being handled (two live consumers claiming one message at
+    once). Returns the resends."""
     rng = random.Random("publisher:%d" % seed)
     conn = pika.BlockingConnection(amqp_params())
     ch = conn.channel()
     ch.queue_declare(queue, durable=True)
     ch.tx_select()
     resends = 0
-    for i in range(n):
-        mid = "pay-%05d" % i
-        body = json.dumps({"message_id": mid, "amount": 100 + i % 900, "currency": "EUR"}).encode()
-        props = pika.BasicProperties(message_id=mid, delivery_mode=2,
-                                     content_type="application/json")
-        sends = 2 if rng.random() < PUBLISH_RETRY_RATE else 1
-        for _ in range(sends):
+    later: Dict[int, List[Tuple[bytes, pika.BasicProperties]]] = defaultdict(list)
+    for i in range(n + RESEND_GAP):
+        if i < n:
+            mid = "pay-%05d" % i
+            body = json.dumps({"message_id": mid, "amount": 100 + i % 900,
+                               "currency": "EUR"}).encode()
+            props = pika.BasicProperties(message_id=mid, delivery_mode=2,
+                                         content_type="application/json")
             ch.basic_publish("", queue, body, props)
-        resends += sends - 1
-        if i % 250 == 249 or i == n - 1:
+            if rng.random() < PUBLISH_RETRY_RATE:
+                later[i + RESEND_GAP].append((body, props))
+        for body, props in later.pop(i, []):
+            ch.basic_publish("", queue, body, props)
+            resends += 1
+        if i % 250 == 249 or i == n + RESEND_GAP - 1:
             ch.tx_commit()
     conn.close()
     return resends
