@@ -342,6 +342,7 @@ def consumer(mode: str, instance: str) -> None:
                              if o.outcome not in ("processed", "replayed", "in_progress")])
         for (method, m), o in zip(batch, outcomes):
             if o.outcome == "in_progress":
+                note("busy %s" % m["message_id"])
                 deferred.append((time.monotonic() + RECLAIM_AFTER, method, m))
                 continue
             if o.retry:
@@ -490,6 +491,7 @@ def run(mode: str, args: argparse.Namespace, stub: Stub, client: Any) -> Dict[st
             "errors": [ln for ln in lines if ln.startswith("error")],
             "retries": sum(1 for ln in lines if ln.startswith("retry")),
             "lost": sum(1 for ln in lines if ln.startswith("lost")),
+            "busy": sum(1 for ln in lines if ln.startswith("busy")),
             "lines": lines, "deaths": fleet.deaths(),
             "calls": stub.snapshot(queue), "depth": queue_depth(queue)}
 
@@ -698,6 +700,8 @@ def print_table(args: argparse.Namespace, results: Dict[str, Dict[str, Any]]) ->
     row("  of them with messages between payment and acknowledged complete", "kills_with_open")
     row("  messages they left there (summed over the kills)", "open_at_kills")
     row("consumer restarts", "restarts")
+    row("deliveries another live consumer held (409, claimed again later)", "busy",
+        lambda r: "-")
     row("batches or messages handed back to retry later", "retries", lambda r: "-")
     row("results stored too late (lease lost, another took over)", "lost", lambda r: "-")
     row("messages paid", "paid")
