@@ -82,7 +82,7 @@ static int usage_error(const char *fmt, ...)
 /* Reads the schema's state into CHK, waiting for an unreachable database
  * up to database_wait_seconds with backoff (250 ms doubling to 2 s) and one
  * log line every 5 s; SIGTERM or SIGINT (blocked, in SET) ends the wait.
- * 0, or -1 after logging. */
+ * 0, or after logging -1 (not reached), -2 (refused: configuration). */
 static int serve_wait_database(const struct config *cfg, const sigset_t *set,
 			       struct migrate_check *chk)
 {
@@ -92,6 +92,16 @@ static int serve_wait_database(const struct config *cfg, const sigset_t *set,
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	int rc;
 	while ((rc = migrate_check(chk)) < 0) {
+		/* a server that answered and refused (a wrong password, no such
+		 * database or role) is a configuration error: no waiting for it */
+		const char *why = db_last_error();
+		if (strstr(why, "authentication failed") != NULL || strstr(why, "does not exist")) {
+			log_error("serve: the database refused the connection (%s); check "
+				  "database_url",
+				  why);
+			rc = -2;
+			break;
+		}
 		if (waited_ms >= (long)cfg->database_wait_seconds * 1000) {
 			log_error("serve: the database could not be reached in %d s (%s); giving "
 				  "up",
@@ -145,8 +155,12 @@ static int main_serve(const struct config *cfg)
 	/* a schema ahead (migrations a newer idemd applied) is fine: rolling
 	 * upgrades run old and new binaries side by side */
 	struct migrate_check chk;
-	if (serve_wait_database(cfg, &set, &chk) < 0)
+	int wrc = serve_wait_database(cfg, &set, &chk);
+	if (wrc < 0) {
+		if (wrc == -2)
+			ret = EXIT_USAGE;
 		goto pool;
+	}
 	if (chk.state == MIGRATE_CHANGED) {
 		log_error("serve: the database schema does not match this idemd: %s applied with "
 			  "other contents",
