@@ -349,20 +349,21 @@ class Checker:
         c = self.contract
         media = ctype.split(";")[0].strip()
         content = robj.get("content", {})
+        wrong = []
         if media not in content:
-            return "a %d is %r, documented as %s" % (status, ctype, ", ".join(content))
-        if media == "application/problem+json":
+            wrong.append("its Content-Type is %r, documented: %s" % (ctype, ", ".join(content)))
+        elif media == "application/problem+json":
             try:
                 doc = json.loads(body)
+                errs = [e.message for e in c.problem.iter_errors(doc)]
+                if errs:
+                    wrong.append("not a Problem: %s" % "; ".join(errs))
             except ValueError:
-                return "a %d has no JSON body" % status
-            errs = [e.message for e in c.problem.iter_errors(doc)]
-            if errs:
-                return "a %d is not a Problem: %s" % (status, "; ".join(errs))
+                wrong.append("no JSON body")
         for name, h in robj.get("headers", {}).items():
             if c.deref(h).get("required") and name.lower() not in hmap:
-                return "a %d lacks the required header %s" % (status, name)
-        return None
+                wrong.append("no %s header" % name)
+        return "a %d (any path): %s" % (status, "; ".join(wrong)) if wrong else None
 
 
 # ---------------------------------------------------------------- relaying
