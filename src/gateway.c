@@ -377,7 +377,7 @@ static void gateway_submit(struct request *req)
 	req->req_no_if_match = !gr->gr_cfg->client_if_match;
 	/* the route, not an API key, names the tenant */
 	req->req_tenant_id = gr->gr_tenant_id;
-	req->req_by = gr->gr_by;
+	http_set_by(req, gr->gr_by);
 	if (gateway_query(req, &query) < 0) {
 		problem_unavailable(req);
 		return;

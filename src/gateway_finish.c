@@ -242,7 +242,7 @@ static int gateway_store(struct gateway_job *j)
 	j->gj_cargs.resp = &j->gj_resp;
 	j->gj_cargs.retention_seconds = j->gj_retention_seconds;
 	j->gj_cargs.audit_seconds = j->gj_audit_seconds;
-	j->gj_cargs.by = j->gj_route->gr_by;
+	j->gj_cargs.by = j->gj_req->req_by; /* the route, and the request's trace */
 	j->gj_bj.bj_kind = BATCHER_COMPLETE;
 	j->gj_bj.bj_complete = &j->gj_cargs;
 	j->gj_bj.bj_complete_result = &j->gj_cres;

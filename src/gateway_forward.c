@@ -102,11 +102,14 @@ struct curl_slist *gateway_request_headers(struct request *req, const struct gat
 		memcpy(hex + 1 + 2 * TOKEN_ID_BYTES, "\"", 2);
 	}
 	gateway_client_ip(req->req_conn, ip, sizeof(ip));
+	char traceparent[TRACECTX_HEADER_LEN + 1];
+	tracectx_format(&req->req_trace, traceparent);
 	struct headers_forward_args a = {
 		.fa_token_id = hex,
 		.fa_subject = t->subject_len > 0 ? t->subject : NULL,
 		.fa_client_ip = ip,
 		.fa_request_id = req->req_id,
+		.fa_traceparent = traceparent,
 		.fa_trust_forwarded = gr->gr_cfg->trust_forwarded,
 	};
 	if (!g.failed && headers_forward(g.f, g.n, &a, &list) != HEADERS_OK)

@@ -104,6 +104,7 @@ static const char *const headers_dropped[] = {
 	"idempotency-subject",
 	"x-request-id",
 	"x-forwarded-for",
+	"traceparent",
 };
 
 /* ... and these unless the route trusts its clients' proxies. */
@@ -238,6 +239,8 @@ int headers_forward(const struct headers_field *fields, size_t n,
 	      headers_append(&list, "Idempotency-Subject", a->fa_subject) < 0) ||
 	     headers_append(&list, "X-Forwarded-For", xff.s) < 0 ||
 	     headers_append(&list, "X-Request-Id", a->fa_request_id) < 0 ||
+	     (a->fa_traceparent != NULL &&
+	      headers_append(&list, "traceparent", a->fa_traceparent) < 0) ||
 	     /* "Name:" alone removes what libcurl would add by itself */
 	     headers_raw(&list, "Expect:") < 0 ||
 	     (!has_type && headers_raw(&list, "Content-Type:") < 0)))

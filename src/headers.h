@@ -50,6 +50,7 @@ struct headers_forward_args {
 	const char *fa_subject;	   /* Idempotency-Subject; NULL: none (a derived key) */
 	const char *fa_client_ip;  /* appended to X-Forwarded-For */
 	const char *fa_request_id; /* X-Request-Id */
+	const char *fa_traceparent; /* traceparent: the caller's trace, idemd's span; NULL: none */
 	int fa_trust_forwarded;	   /* pass Forwarded, X-Real-IP, X-Forwarded-Host/-Proto/-Port */
 };
 

@@ -48,6 +48,16 @@ static double http_elapsed_ms(const struct timespec *start)
 	       (double)(now.tv_nsec - start->tv_nsec) / 1e6;
 }
 
+void http_set_by(struct request *req, const char *by)
+{
+	int n = snprintf(req->req_by_buf, sizeof(req->req_by_buf), "%s\x1f%s", by,
+			 req->req_trace.tc_trace_id);
+	/* a name too long for the buffer goes without its trace id */
+	if (n < 0 || (size_t)n >= sizeof(req->req_by_buf))
+		snprintf(req->req_by_buf, sizeof(req->req_by_buf), "%s", by);
+	req->req_by = req->req_by_buf;
+}
+
 const char *http_header(const struct request *req, const char *name)
 {
 	return MHD_lookup_connection_value(req->req_conn, MHD_HEADER_KIND, name);
@@ -229,8 +239,9 @@ static int http_route(struct request *req, unsigned long long declared)
 		struct auth_memo alone = { 0 };
 		struct auth_memo *memo = req->req_conn_ctx ? &req->req_conn_ctx->hc_auth : &alone;
 		int rc = key ? auth_check_memo(key, memo, &req->req_tenant_id) : AUTH_DENIED;
-		snprintf(req->req_by_buf, sizeof(req->req_by_buf), "api_key:%u", memo->am_key_id);
-		req->req_by = req->req_by_buf;
+		char by[24];
+		snprintf(by, sizeof(by), "api_key:%u", memo->am_key_id);
+		http_set_by(req, by);
 		auth_memo_wipe(&alone);
 		if (rc == AUTH_UNAVAILABLE) {
 			problem_unavailable(req);
@@ -275,6 +286,9 @@ static enum MHD_Result http_send(struct request *req)
 	if (req->rep_response == NULL)
 		return MHD_NO;
 	MHD_add_response_header(req->rep_response, "X-Request-Id", req->req_id);
+	char traceparent[TRACECTX_HEADER_LEN + 1];
+	tracectx_format(&req->req_trace, traceparent);
+	MHD_add_response_header(req->rep_response, "traceparent", traceparent);
 	MHD_add_response_header(req->rep_response, "Cache-Control", "no-store");
 	/* RFC 7240: only in answer to a preference (an operation's own
 	 * wait_seconds applied without one is not announced) */
@@ -319,6 +333,8 @@ static struct request *http_request_new(struct MHD_Connection *conn, const char 
 		free(req);
 		return NULL;
 	}
+	tracectx_begin(&req->req_trace,
+		       MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "traceparent"));
 	atomic_fetch_add(&http_active, 1);
 	return req;
 }
@@ -485,7 +501,7 @@ void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	double ms = http_elapsed_ms(&req->req_start);
 	unsigned status = req->rep_response != NULL ? req->rep_status : 0;
 	metrics_request(req->req_route, status, ms);
-	log_access(req->req_id, req->req_method,
+	log_access(req->req_id, req->req_trace.tc_trace_id, req->req_method,
 		   req->req_route ? req->req_route->pattern : "unmatched", status, ms,
 		   req->req_record, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? (int)toe : 0);
 	http_clear_reply(req);

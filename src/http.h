@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "common.h"
+#include "tracectx.h"
 
 struct config;
 struct route;
@@ -27,6 +28,7 @@ struct request {
 	const char *req_method;		 /* borrowed from libmicrohttpd */
 	char *req_path;			 /* path as sent (not percent-decoded) */
 	char req_id[HTTP_REQUEST_ID_MAX + 1];
+	struct tracectx req_trace; /* the caller's trace (or a new one), idemd's span */
 	char *req_body; /* NUL-terminated, may be NULL */
 	size_t req_body_len;
 	int req_body_too_large;
@@ -54,7 +56,7 @@ struct request {
 	/* who acts, for the audit trail: "api_key:<id>" (set by
 	 * authentication, in req_by_buf) or the gateway route's name */
 	const char *req_by;
-	char req_by_buf[24];
+	char req_by_buf[320];
 	struct timespec req_start;
 	int req_dispatched;
 	int req_admin;	     /* came in on admin_listen */
@@ -79,6 +81,11 @@ void http_quiesce(void);
  * some connection stayed suspended: the daemon runs on, and nothing its
  * requests may touch can be freed (the caller ends the process). */
 int http_stop(void) IDEMD_WUR;
+
+/* Sets who acts for the audit trail (BY: "api_key:<id>", "route:<METHOD>
+ * <path>") with the request's trace id after a unit separator, which the
+ * store splits into the event's by and trace_id columns. */
+void http_set_by(struct request *req, const char *by);
 
 /* Header of the request, or NULL (borrowed, valid during the request). */
 const char *http_header(const struct request *req, const char *name);

@@ -336,8 +336,9 @@ static void log_uint(char *buf, size_t len, size_t *n, unsigned long long v)
 	log_lit(buf, len, n, tmp + k, sizeof(tmp) - k);
 }
 
-void log_access(const char *request_id, const char *method, const char *route, unsigned status,
-		double duration_ms, const char *record, int terminated)
+void log_access(const char *request_id, const char *trace_id, const char *method,
+		const char *route, unsigned status, double duration_ms, const char *record,
+		int terminated)
 {
 	char line[1024];
 	size_t n;
@@ -349,6 +350,10 @@ void log_access(const char *request_id, const char *method, const char *route, u
 	n += log_now(line + n, sizeof(line) - n);
 	LOG_LIT(line, sizeof(line), &n, "\",\"level\":\"info\",\"request_id\":\"");
 	log_escape(line, sizeof(line), &n, request_id);
+	if (trace_id != NULL && trace_id[0] != '\0') {
+		LOG_LIT(line, sizeof(line), &n, "\",\"trace_id\":\"");
+		log_escape(line, sizeof(line), &n, trace_id);
+	}
 	LOG_LIT(line, sizeof(line), &n, "\",\"method\":\"");
 	log_escape(line, sizeof(line) - 200, &n, method);
 	LOG_LIT(line, sizeof(line), &n, "\",\"route\":\"");

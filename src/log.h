@@ -17,13 +17,15 @@ int log_level_parse(const char *name, enum log_level *out);
 void log_write(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The access log line of one request, built without allocating: time,
- * request id, method, route, status, duration, the record it addressed
+ * request id, W3C trace id (TRACE_ID, or NULL), method, route, status,
+ * duration, the record it addressed
  * (RECORD: 32 hex, or NULL) and, when the request ended abnormally, how
  * (TERMINATED > 0). Lines are gathered per thread and
  * written whole, in order per thread, within about 60 ms, before any other
  * log line, and at exit (log_flush). */
-void log_access(const char *request_id, const char *method, const char *route, unsigned status,
-		double duration_ms, const char *record, int terminated);
+void log_access(const char *request_id, const char *trace_id, const char *method,
+		const char *route, unsigned status, double duration_ms, const char *record,
+		int terminated);
 
 /* Writes out every gathered access line now. */
 void log_flush(void);

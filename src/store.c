@@ -37,7 +37,7 @@ static const struct db_stmt st_claim_many = {
 	"$5::bytea[], $6::bigint[], $7::int[], $8::text[], $9::bigint[], $10::boolean[], "
 	"$11::boolean[])), "
 	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[r.i], ($2::bytea[])[r.i], " CLAIM_EVENT ", "
-	"r.attempt, NULL, NULL, ($12::text[])[r.i], " EVENT_UNTIL(
+	"r.attempt, NULL, NULL, " EVENT_BY("($12::text[])[r.i]") ", " EVENT_UNTIL(
 		"($13::int[])[r.i]") " FROM r "
 				     "WHERE r.outcome = 'claimed') "
 				     "SELECT outcome, attempt, " MS(
@@ -50,7 +50,7 @@ static const struct db_stmt st_complete_many = {
 	"WITH r AS (SELECT * FROM idemd.complete($1::int[], $2::bytea[], $3::int[], "
 	"$4::int[], $5::jsonb[], $6::bytea[], $7::boolean[], $8::int[])), "
 	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[r.i], ($2::bytea[])[r.i], 'completed', "
-	"($3::int[])[r.i], ($4::int[])[r.i], NULL, ($9::text[])[r.i], " EVENT_UNTIL(
+	"($3::int[])[r.i], ($4::int[])[r.i], NULL, " EVENT_BY("($9::text[])[r.i]") ", " EVENT_UNTIL(
 		"($10::int[])[r.i]") " FROM r WHERE r.outcome = 'completed') "
 				     "SELECT outcome, resp_status, resp_headers, resp_body, resp_is_json, " MS(
 					     "expires_at") ", fingerprint, i FROM r ORDER BY i",
@@ -86,7 +86,7 @@ static const struct db_stmt st_claim_fresh = {
 	"got AS (SELECT x.i, ins.lease_expires_at FROM ins "
 	"JOIN x ON x.tenant = ins.tenant_id AND x.id = ins.token_id), "
 	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[g.i], ($2::bytea[])[g.i], 'claimed', 1, NULL, "
-	"NULL, ($8::text[])[g.i], " EVENT_UNTIL(
+	"NULL, " EVENT_BY("($8::text[])[g.i]") ", " EVENT_UNTIL(
 		"($9::int[])[g.i]") " FROM got g), "
 				    "old AS (SELECT x.i, 'replay' AS outcome, rec.attempt, rec.expires_at AS until, "
 				    "rec.response_status, rec.response_headers, rec.response_body, rec.response_is_json "
@@ -129,7 +129,7 @@ static const struct db_stmt st_complete_current = {
 	"RETURNING u.i, rec.response_status, rec.response_headers, rec.response_body, "
 	"rec.response_is_json, rec.expires_at, rec.fingerprint), "
 	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[upd.i], ($2::bytea[])[upd.i], 'completed', "
-	"($3::int[])[upd.i], ($4::int[])[upd.i], NULL, ($9::text[])[upd.i], " EVENT_UNTIL(
+	"($3::int[])[upd.i], ($4::int[])[upd.i], NULL, " EVENT_BY("($9::text[])[upd.i]") ", " EVENT_UNTIL(
 		"($10::int[])[upd.i]") " FROM upd) "
 				       "SELECT 'completed', response_status, response_headers, response_body, "
 				       "response_is_json, " MS(

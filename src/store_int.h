@@ -70,7 +70,12 @@ enum {
  */
 #define EVENT_COLUMNS \
 	"INSERT INTO record_events (tenant_id, token_id, event, attempt, status, " \
-	"phase, by, expires_at) "
+	"phase, by, trace_id, expires_at) "
+/* The by and trace_id columns from one "by" parameter: who, then the W3C
+ * trace id after a unit separator (STORE_TRACE_SEP) when the request had
+ * one (http.c http_set_by). */
+#define EVENT_BY(p) \
+	"split_part(" p ", chr(31), 1), nullif(split_part(" p ", chr(31), 2), '')"
 /* When an event written now may be swept: now + the operation's audit
  * retention, which the caller sends per element (store_audit_seconds). */
 #define EVENT_UNTIL(secs) "now() + make_interval(secs => " secs ")"

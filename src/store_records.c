@@ -13,8 +13,8 @@
 
 /* The fenced writes of one record: release, extend, checkpoint. */
 #define FENCED_EVENT(what, attempt, phase, by) \
-	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, '" what "', " attempt ", NULL, " phase ", " by \
-	", " \
+	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, '" what "', " attempt ", NULL, " phase \
+	", " EVENT_BY(by) ", " \
 	"idemd_audit_until(rec.operation_id) FROM r JOIN records rec ON rec.tenant_id = $1 " \
 	"AND rec.token_id = $2 WHERE r.o = "
 static const struct db_stmt st_release = {
@@ -26,7 +26,7 @@ static const struct db_stmt st_release = {
 static const struct db_stmt st_revoke = {
 	ST_REVOKE, "revoke",
 	"WITH r AS (SELECT idemd_revoke($1, $2, $3, $4, to_timestamp($5)) AS o), "
-	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, 'revoked', NULL, NULL, NULL, $6, "
+	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, 'revoked', NULL, NULL, NULL, " EVENT_BY("$6") ", "
 	"idemd_audit_until($3) FROM r WHERE r.o = 'revoked') SELECT o FROM r",
 	6
 };
@@ -76,7 +76,7 @@ static const struct db_stmt st_checkpoint = {
 };
 static const struct db_stmt st_events_get = {
 	ST_EVENTS_GET, "events_get",
-	"SELECT " MS("at") ", event, attempt, status, phase, by, seq FROM record_events "
+	"SELECT " MS("at") ", event, attempt, status, phase, by, seq, trace_id FROM record_events "
 			   "WHERE tenant_id = $1 AND token_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
 	4
 };
@@ -274,6 +274,8 @@ int store_events_get(uint32_t tenant_id, const uint8_t *token_id, int64_t after,
 			json_object_set_new(e, "phase", json_string(PQgetvalue(r, i, 4)));
 		if (e != NULL)
 			json_object_set_new(e, "by", json_string(PQgetvalue(r, i, 5)));
+		if (e != NULL && !PQgetisnull(r, i, 7))
+			json_object_set_new(e, "trace_id", json_string(PQgetvalue(r, i, 7)));
 		if (e == NULL || json_array_append_new(a, e) < 0) {
 			json_decref(a);
 			a = NULL;

@@ -67,7 +67,7 @@ static void *writer(void *arg)
 
 	for (int i = 0; i < LINES; i++) {
 		snprintf(id, sizeof(id), "t%d-%d", t, i);
-		log_access(id, "POST", "/v1/tokens/{}/claim", 200, 0.0125 * i, NULL,
+		log_access(id, NULL, "POST", "/v1/tokens/{}/claim", 200, 0.0125 * i, NULL,
 			   i % 7 == 0 ? 3 : 0);
 	}
 	return NULL;
@@ -126,11 +126,12 @@ static void test_idle_line_written_soon(void **state)
 
 	(void)state;
 	free(read_log(&before));
-	log_access("lone", "GET", "/healthz", 200, 0.5, NULL, 0);
+	log_access("lone", "4bf92f3577b34da6a3ce929d0e0e4736", "GET", "/healthz", 200, 0.5, NULL, 0);
 	int waited = 0;
 	for (; waited < 100; waited += 5) {
 		char *text = read_log(&after);
-		int found = strstr(text, "\"request_id\":\"lone\"") != NULL;
+		int found = strstr(text, "\"request_id\":\"lone\",\"trace_id\":"
+					 "\"4bf92f3577b34da6a3ce929d0e0e4736\"") != NULL;
 		free(text);
 		if (found)
 			break;
@@ -173,7 +174,7 @@ static void test_levels(void **state)
 		log_error("lv%d-%s", min, counted("error"));
 		assert_int_equal(formatted, 4 - min);
 		snprintf(id, sizeof(id), "access-%d", min);
-		log_access(id, "GET", "/healthz", 200, 0.5, NULL, 0);
+		log_access(id, NULL, "GET", "/healthz", 200, 0.5, NULL, 0);
 	}
 	log_min_level = LOG_LEVEL_INFO;
 	log_flush();
