@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit, integration and browser tests (ctest)
 # against a throwaway PostgreSQL cluster, the mutants of the safety
-# mechanisms, the history checker, the OpenAPI lint, the client
+# mechanisms, the history checker, the contract (every exchange against
+# api/openapi.yaml, schemathesis), the OpenAPI lint, the client
 # libraries, queue consumers against RabbitMQ, the Markdown link
 # check, and, with --sanitize or when CI=true, the tests again under
 # AddressSanitizer and UBSan.
@@ -100,6 +101,14 @@ if IDEMD_BIN="$ROOT/build/idemd" timeout -k 60 600 bash tests/checker.sh; then
   results+=("history checker: ok")
 else
   results+=("history checker: FAILED"); problems+=("history checker")
+fi
+
+say "the published contract (tests/contract.sh: the suite through a validating relay, schemathesis)"
+# Bounded: its idemd servers and relays are stopped on exit.
+if IDEMD_BIN="$ROOT/build/idemd" timeout -k 60 900 bash tests/contract.sh; then
+  results+=("contract: ok")
+else
+  results+=("contract: FAILED"); problems+=("contract")
 fi
 
 say "linting api/openapi.yaml"
