@@ -71,7 +71,8 @@ static int auth_refused_recently(const uint8_t hash[32], size_t slot, int64_t no
 		return 1;
 	}
 	pthread_rwlock_rdlock(&auth_lock);
-	hit = auth_refused[slot].an_at_ms != 0 && now_ms - auth_refused[slot].an_at_ms < AUTH_NEGATIVE_MS &&
+	hit = auth_refused[slot].an_at_ms != 0 &&
+	      now_ms - auth_refused[slot].an_at_ms < AUTH_NEGATIVE_MS &&
 	      sodium_memcmp(auth_refused[slot].an_hash, hash, 32) == 0;
 	pthread_rwlock_unlock(&auth_lock);
 	return hit;

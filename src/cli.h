@@ -1,6 +1,6 @@
 /* cli.c: the operator subcommands, each run once from main() with the
  * loaded config: migrate, tenant create/list/delete/key add/key revoke,
- * keys rotate, master-key rotate. Each returns the process's exit status. */
+ * keys rotate, master-key rotate, records. Each returns the process's exit status. */
 #ifndef IDEMD_CLI_H
 #define IDEMD_CLI_H
 
@@ -20,5 +20,14 @@ int cli_tenant_key_add(const struct config *cfg, const char *name);
 int cli_tenant_key_revoke(const struct config *cfg, const char *name, uint32_t key_id);
 int cli_keys_rotate(const struct config *cfg);
 int cli_master_key_rotate(const struct config *cfg, const char *new_file);
+
+/* `idemd records show ID | events ID | list | release ID` (cli_records.c);
+ * ARGS as on the command line ("records", SUB, ID?), the options as given
+ * (NULL: absent). */
+struct cli_records_opts {
+	const char *tenant, *operation, *state, *older_than, *limit, *attempt, *format;
+};
+int cli_records(const struct config *cfg, const char *const *args, int nargs,
+		const struct cli_records_opts *o);
 
 #endif

@@ -58,7 +58,7 @@ struct config {
 	/* how long an ended record's row stays as its fence (migrations/0011):
 	 * default 604800 (7 days), 0..10 years */
 	int fence_retention_seconds;
-	char *master_key_file;	    /* default "idemd.key" */
+	char *master_key_file; /* default "idemd.key" */
 	/*
 	 * Exact origins as browsers send them: "scheme://host[:port]",
 	 * lower-cased, default port (80, 443) removed. "*" is refused: every
@@ -77,13 +77,13 @@ struct config {
 	size_t max_inflight_body_bytes_per_client;
 	/* and one tenant: default 0 = a half */
 	size_t max_inflight_body_bytes_per_tenant;
-	int request_timeout_seconds;	/* default 30, 1..3600: a request arrives whole within it */
-	double issue_rate_per_second;	/* default 0 = unlimited, 0..1000000 */
-	int issue_burst;		/* default 100, 1..1000000 */
+	int request_timeout_seconds;  /* default 30, 1..3600: a request arrives whole within it */
+	double issue_rate_per_second; /* default 0 = unlimited, 0..1000000 */
+	int issue_burst;	      /* default 100, 1..1000000 */
 	/* per tenant: claims that reach the database (records made or taken
 	 * over), gateway submits included; default 0 = unlimited */
 	double claim_rate_per_second;
-	int claim_burst; /* default 1000, 1..1000000 */
+	int claim_burst;	   /* default 1000, 1..1000000 */
 	int prepared_statements;   /* default true; false behind a transaction-pooling pgbouncer */
 	long database_timeout_ms;  /* default 10000, 100..600000: wait for one statement */
 	int max_waiters;	   /* default 10000, 0..1000000: duplicates waiting at once */

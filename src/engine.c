@@ -246,8 +246,7 @@ static int engine_claim_prepare(struct request *req, struct engine_claim *c)
 		return -1;
 	}
 	if (!found || op.op_tenant_id != t->tenant_id) {
-		problem_reply(req, 422, "operation_unknown",
-			      "the operation no longer exists");
+		problem_reply(req, 422, "operation_unknown", "the operation no longer exists");
 		return -1;
 	}
 	c->tc_wait = engine_wait_seconds(req, &op);

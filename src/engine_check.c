@@ -102,8 +102,8 @@ static struct engine_bucket *engine_bucket_of(struct engine_bucket *table, uint3
 
 /* Takes N from the tenant's bucket in TABLE (RATE per second, BURST): 0,
  * or -1 after replying 429 rate_limited (WHAT is limited) with Retry-After. */
-static int engine_quota(struct request *req, struct engine_bucket *table, double rate,
-			double burst, int n, const char *what)
+static int engine_quota(struct request *req, struct engine_bucket *table, double rate, double burst,
+			int n, const char *what)
 {
 	if (rate <= 0)
 		return 0;

@@ -206,8 +206,7 @@ void engine_complete(struct request *req, const struct token *tok, int is_key)
 		goto done;
 	}
 	if (!found) {
-		problem_reply(req, 422, "operation_unknown",
-			      "the operation no longer exists");
+		problem_reply(req, 422, "operation_unknown", "the operation no longer exists");
 		goto done;
 	}
 	c->hc_req = req;

@@ -322,7 +322,8 @@ static int gateway_final(const struct gateway_job *j)
 	/* on a derived-key route anyone may send any key: an upstream that
 	 * refuses the caller (401, 403: a forged webhook's bad signature) must
 	 * not block the genuine request that follows with the same key */
-	if (j->gj_route->gr_key != GATEWAY_KEY_TOKEN && (c->uc_status == 401 || c->uc_status == 403))
+	if (j->gj_route->gr_key != GATEWAY_KEY_TOKEN &&
+	    (c->uc_status == 401 || c->uc_status == 403))
 		return 0;
 	return !j->gj_stopped && answered && c->uc_status >= 200 && c->uc_status <= 599 &&
 	       !j->gj_route->gr_cfg->release_on[c->uc_status];

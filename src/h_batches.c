@@ -250,7 +250,8 @@ static const char *h_item_detail(const char *code)
 	static const struct {
 		const char *code, *detail;
 	} details[] = {
-		{ "idempotency_key_invalid", "a key is 1 to 255 bytes of visible ASCII (0x21-0x7e)" },
+		{ "idempotency_key_invalid",
+		  "a key is 1 to 255 bytes of visible ASCII (0x21-0x7e)" },
 		{ "invalid_request", "the item is malformed (fields, types or sizes)" },
 		{ "request_in_progress", "the first submit with this key is still in progress" },
 		{ "fingerprint_mismatch", "the key was first used with a different request" },

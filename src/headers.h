@@ -45,13 +45,13 @@ struct headers_field {
 
 /* What a forward adds of its own. Strings borrowed. */
 struct headers_forward_args {
-	const char *fa_token_id;   /* Idempotency-Key: the record id, 32 hex digits (quoted
+	const char *fa_token_id;    /* Idempotency-Key: the record id, 32 hex digits (quoted
 				    * as an sf-string on routes with derived keys) */
-	const char *fa_subject;	   /* Idempotency-Subject; NULL: none (a derived key) */
-	const char *fa_client_ip;  /* appended to X-Forwarded-For */
-	const char *fa_request_id; /* X-Request-Id */
+	const char *fa_subject;	    /* Idempotency-Subject; NULL: none (a derived key) */
+	const char *fa_client_ip;   /* appended to X-Forwarded-For */
+	const char *fa_request_id;  /* X-Request-Id */
 	const char *fa_traceparent; /* traceparent: the caller's trace, idemd's span; NULL: none */
-	int fa_trust_forwarded;	   /* pass Forwarded, X-Real-IP, X-Forwarded-Host/-Proto/-Port */
+	int fa_trust_forwarded;	    /* pass Forwarded, X-Real-IP, X-Forwarded-Host/-Proto/-Port */
 };
 
 enum {

@@ -29,7 +29,7 @@ struct request {
 	char *req_path;			 /* path as sent (not percent-decoded) */
 	char req_id[HTTP_REQUEST_ID_MAX + 1];
 	struct tracectx req_trace; /* the caller's trace (or a new one), idemd's span */
-	char *req_body; /* NUL-terminated, may be NULL */
+	char *req_body;		   /* NUL-terminated, may be NULL */
 	size_t req_body_len;
 	int req_body_too_large;
 	int req_over_budget;			/* max_inflight_body_bytes would be passed */
@@ -39,7 +39,8 @@ struct request {
 	/* the headers the core reads for every request, found in one pass
 	 * over them (the first of each name; borrowed from libmicrohttpd) */
 	const char *req_h_authorization, *req_h_content_length, *req_h_content_type, *req_h_origin,
-		*req_h_request_id, *req_h_transfer_encoding, *req_h_idempotency_key, *req_h_if_match;
+		*req_h_request_id, *req_h_transfer_encoding, *req_h_idempotency_key,
+		*req_h_if_match;
 	const char *req_h_route_key; /* a derived-key route's header (gateway) */
 	int req_n_content_length;    /* how many Content-Length headers */
 	int req_n_transfer_encoding; /* how many Transfer-Encoding headers */

@@ -336,9 +336,8 @@ static void log_uint(char *buf, size_t len, size_t *n, unsigned long long v)
 	log_lit(buf, len, n, tmp + k, sizeof(tmp) - k);
 }
 
-void log_access(const char *request_id, const char *trace_id, const char *method,
-		const char *route, unsigned status, double duration_ms, const char *record,
-		int terminated)
+void log_access(const char *request_id, const char *trace_id, const char *method, const char *route,
+		unsigned status, double duration_ms, const char *record, int terminated)
 {
 	char line[1024];
 	size_t n;

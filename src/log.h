@@ -23,9 +23,8 @@ void log_write(enum log_level level, const char *fmt, ...) __attribute__((format
  * (TERMINATED > 0). Lines are gathered per thread and
  * written whole, in order per thread, within about 60 ms, before any other
  * log line, and at exit (log_flush). */
-void log_access(const char *request_id, const char *trace_id, const char *method,
-		const char *route, unsigned status, double duration_ms, const char *record,
-		int terminated);
+void log_access(const char *request_id, const char *trace_id, const char *method, const char *route,
+		unsigned status, double duration_ms, const char *record, int terminated);
 
 /* Writes out every gathered access line now. */
 void log_flush(void);

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <time.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,8 @@ static const char usage_line[] =
 	"       idemd [--config FILE] tenant create NAME | tenant list | tenant delete NAME\n"
 	"       idemd [--config FILE] tenant key add NAME | tenant key revoke NAME KEY_ID\n"
 	"       idemd [--config FILE] keys rotate | master-key rotate --new FILE\n"
+	"       idemd [--config FILE] records show ID | records events ID | records list [FILTERS]\n"
+	"       idemd [--config FILE] records release ID --attempt N\n"
 	"       idemd --help | --version\n";
 
 static const char usage_more[] =
@@ -53,6 +56,15 @@ static const char usage_more[] =
 	"                         re-seal every signing key under the master key in FILE\n"
 	"                         (created with a fresh key if missing), in one transaction\n"
 	"  check-config           validate the config file; exit 0 if valid, 2 if not\n"
+	"  records show ID        a record by its id (32 hex), across tenants, as JSON lines\n"
+	"  records events ID      its audit trail, oldest first\n"
+	"  records list           live records, newest claim first; filters: --tenant NAME\n"
+	"                         --operation NAME --state in_progress|completed|issued|revoked\n"
+	"                         --older-than SECONDS --limit N (default 100)\n"
+	"  records release ID --attempt N\n"
+	"                         give a stuck claim back (fenced: only the attempt that holds\n"
+	"                         it); audited as by \"cli:<user>\"; exit 1 if refused\n"
+	"                         (records: --format table for people, json lines by default)\n"
 	"\n"
 	"options:\n"
 	"  --config FILE          config file (default: $IDEMD_CONFIG, else ./idemd.json if present)\n"
@@ -292,6 +304,7 @@ enum cmd {
 	CMD_TENANT_KEY_REVOKE,
 	CMD_KEYS_ROTATE,
 	CMD_MASTER_KEY_ROTATE,
+	CMD_RECORDS,
 };
 
 /* Checks that ARGS[FROM..NARGS) is empty; else says which is too many. */
@@ -365,6 +378,23 @@ static int parse_command(const char *const *args, int nargs, enum cmd *cmd)
 		*cmd = CMD_KEYS_ROTATE;
 		return no_more("keys rotate", args, nargs, 2) < 0 ? EXIT_USAGE : 0;
 	}
+	if (strcmp(c, "records") == 0) {
+		*cmd = CMD_RECORDS;
+		if (nargs < 2)
+			return usage_error(
+				"records needs a command: show, events, list or release");
+		const char *sub = args[1];
+		if (strcmp(sub, "list") == 0)
+			return no_more("records list", args, nargs, 2) < 0 ? EXIT_USAGE : 0;
+		if (strcmp(sub, "show") == 0 || strcmp(sub, "events") == 0 ||
+		    strcmp(sub, "release") == 0) {
+			if (nargs < 3)
+				return usage_error("records %s needs a record ID", sub);
+			return no_more("records ... ID", args, nargs, 3) < 0 ? EXIT_USAGE : 0;
+		}
+		return usage_error("unknown records command '%s' (show, events, list or release)",
+				   sub);
+	}
 	if (strcmp(c, "master-key") == 0) {
 		if (nargs < 2)
 			return usage_error("master-key needs a command: rotate --new FILE");
@@ -375,6 +405,41 @@ static int parse_command(const char *const *args, int nargs, enum cmd *cmd)
 		return no_more("master-key rotate", args, nargs, 2) < 0 ? EXIT_USAGE : 0;
 	}
 	return usage_error("unknown command '%s'", c);
+}
+
+/* One of `records`' options (--name VALUE or --name=VALUE) into O:
+ * 1 when A was one (*SEEN set to 1), 0 when not, -1 after saying what is
+ * wrong (*SEEN -1). NEXT: the following argument, or NULL. */
+static int main_records_option(const char *a, const char *next, struct cli_records_opts *o,
+			       int *seen)
+{
+	static const struct {
+		const char *name;
+		size_t off;
+	} opts[] = {
+		{ "--tenant", offsetof(struct cli_records_opts, tenant) },
+		{ "--operation", offsetof(struct cli_records_opts, operation) },
+		{ "--state", offsetof(struct cli_records_opts, state) },
+		{ "--older-than", offsetof(struct cli_records_opts, older_than) },
+		{ "--limit", offsetof(struct cli_records_opts, limit) },
+		{ "--attempt", offsetof(struct cli_records_opts, attempt) },
+		{ "--format", offsetof(struct cli_records_opts, format) },
+	};
+	for (size_t k = 0; k < IDEMD_ARRAY_LEN(opts); k++) {
+		size_t n = strlen(opts[k].name);
+		if (strncmp(a, opts[k].name, n) != 0 || (a[n] != '\0' && a[n] != '='))
+			continue;
+		const char *v = a[n] == '=' ? a + n + 1 : next;
+		if (v == NULL || v[0] == '\0') {
+			usage_error("%s needs a value", opts[k].name);
+			*seen = -1;
+			return -1;
+		}
+		*(const char **)(void *)((char *)o + opts[k].off) = v;
+		*seen = 1;
+		return 1;
+	}
+	return 0;
 }
 
 /* Where the config file comes from, for check-config's report. */
@@ -390,6 +455,8 @@ int main(int argc, char **argv)
 	char err[512];
 	struct config cfg;
 	enum cmd cmd = CMD_SERVE;
+	struct cli_records_opts ropts = { 0 };
+	int records_opt = 0;
 
 	if (config_path != NULL && config_path[0] == '\0')
 		config_path = NULL;
@@ -427,6 +494,12 @@ int main(int argc, char **argv)
 			}
 		} else if (strcmp(a, "--status") == 0) {
 			status = 1;
+		} else if (main_records_option(a, i + 1 < argc ? argv[i + 1] : NULL, &ropts,
+					       &records_opt) != 0) {
+			if (records_opt < 0)
+				return EXIT_USAGE;
+			if (strchr(a, '=') == NULL)
+				i++;
 		} else if (a[0] == '-' && a[1] != '\0') {
 			return usage_error("unknown option '%s'", a);
 		} else if (nargs == (int)(sizeof(args) / sizeof(args[0]))) {
@@ -440,6 +513,10 @@ int main(int argc, char **argv)
 	int rc = parse_command(args, nargs, &cmd);
 	if (rc != 0)
 		return rc;
+	if (records_opt > 0 && cmd != CMD_RECORDS)
+		return usage_error(
+			"--tenant, --operation, --state, --older-than, --limit, --attempt "
+			"and --format go only with records");
 	if (status && cmd != CMD_MIGRATE)
 		return usage_error("--status goes only with migrate, alone");
 	if (new_file != NULL && cmd != CMD_MASTER_KEY_ROTATE)
@@ -515,6 +592,9 @@ int main(int argc, char **argv)
 		break;
 	case CMD_KEYS_ROTATE:
 		ret = cli_keys_rotate(&cfg);
+		break;
+	case CMD_RECORDS:
+		ret = cli_records(&cfg, args, nargs, &ropts);
 		break;
 	case CMD_MASTER_KEY_ROTATE:
 	default:

@@ -200,7 +200,7 @@ static struct replaycache_entry *replaycache_find(size_t set, uint32_t tenant_id
 		struct replaycache_entry *e = &replaycache_slots[set + w];
 		if (!e->re_used || e->re_tenant_id != tenant_id || memcmp(e->re_id, id, 16) != 0)
 			continue;
-		/* the record's expiry by the database's clock (common.h) */
+			/* the record's expiry by the database's clock (common.h) */
 #ifdef IDEMD_MUTANT_REPLAY_IGNORES_EXPIRY
 		if (0) {
 #else

@@ -283,6 +283,16 @@ int store_sweep(int limit, int64_t *after_ms, int *ended) IDEMD_WUR;
 /* Deletes at most LIMIT fences whose life ended over KEEP_SECONDS ago. */
 int store_fences_sweep(int limit, int keep_seconds, int *deleted) IDEMD_WUR;
 
+/* The queries of `idemd records` (store_cli.c). Their parameters, as
+ * text (NULL: not given):
+ *   RECORD, EVENTS: the record id (32 hex)
+ *   LIST: tenant, operation, state, older-than seconds, limit
+ *   RELEASE: the record id, the attempt, who ("cli:<user>")
+ * *ROWS: a new JSON array of one object per row. */
+enum store_cli_query { STORE_CLI_RECORD, STORE_CLI_EVENTS, STORE_CLI_LIST, STORE_CLI_RELEASE };
+int store_cli_rows(enum store_cli_query q, const char *const *values,
+		   struct json_t **rows) IDEMD_WUR;
+
 /* The database's clock, unix ms (clock_timestamp()). */
 int store_clock(int64_t *db_ms) IDEMD_WUR;
 

@@ -57,6 +57,10 @@ enum {
 	ST_COMPLETE_CURRENT,
 	ST_FENCES_SWEEP,
 	ST_CLOCK,
+	ST_CLI_RECORD,
+	ST_CLI_EVENTS,
+	ST_CLI_LIST,
+	ST_CLI_RELEASE,
 };
 
 /* Who did it, for the audit trail; never NULL in a statement. */
@@ -74,8 +78,7 @@ enum {
 /* The by and trace_id columns from one "by" parameter: who, then the W3C
  * trace id after a unit separator (STORE_TRACE_SEP) when the request had
  * one (http.c http_set_by). */
-#define EVENT_BY(p) \
-	"split_part(" p ", chr(31), 1), nullif(split_part(" p ", chr(31), 2), '')"
+#define EVENT_BY(p) "split_part(" p ", chr(31), 1), nullif(split_part(" p ", chr(31), 2), '')"
 /* When an event written now may be swept: now + the operation's audit
  * retention, which the caller sends per element (store_audit_seconds). */
 #define EVENT_UNTIL(secs) "now() + make_interval(secs => " secs ")"

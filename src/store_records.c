@@ -14,9 +14,10 @@
 /* The fenced writes of one record: release, extend, checkpoint. */
 #define FENCED_EVENT(what, attempt, phase, by) \
 	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, '" what "', " attempt ", NULL, " phase \
-	", " EVENT_BY(by) ", " \
-	"idemd_audit_until(rec.operation_id) FROM r JOIN records rec ON rec.tenant_id = $1 " \
-	"AND rec.token_id = $2 WHERE r.o = "
+	", " EVENT_BY( \
+		by) ", " \
+		    "idemd_audit_until(rec.operation_id) FROM r JOIN records rec ON rec.tenant_id = $1 " \
+		    "AND rec.token_id = $2 WHERE r.o = "
 static const struct db_stmt st_release = {
 	ST_RELEASE, "release",
 	"WITH r AS (SELECT idemd_release($1, $2, $3) AS o), " FENCED_EVENT(
@@ -26,8 +27,9 @@ static const struct db_stmt st_release = {
 static const struct db_stmt st_revoke = {
 	ST_REVOKE, "revoke",
 	"WITH r AS (SELECT idemd_revoke($1, $2, $3, $4, to_timestamp($5)) AS o), "
-	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, 'revoked', NULL, NULL, NULL, " EVENT_BY("$6") ", "
-	"idemd_audit_until($3) FROM r WHERE r.o = 'revoked') SELECT o FROM r",
+	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, 'revoked', NULL, NULL, NULL, " EVENT_BY(
+		"$6") ", "
+		      "idemd_audit_until($3) FROM r WHERE r.o = 'revoked') SELECT o FROM r",
 	6
 };
 static const struct db_stmt st_record_get = {
@@ -76,8 +78,9 @@ static const struct db_stmt st_checkpoint = {
 };
 static const struct db_stmt st_events_get = {
 	ST_EVENTS_GET, "events_get",
-	"SELECT " MS("at") ", event, attempt, status, phase, by, seq, trace_id FROM record_events "
-			   "WHERE tenant_id = $1 AND token_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+	"SELECT " MS(
+		"at") ", event, attempt, status, phase, by, seq, trace_id FROM record_events "
+		      "WHERE tenant_id = $1 AND token_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
 	4
 };
 static const struct db_stmt st_record_list = {
@@ -112,8 +115,7 @@ static const struct db_stmt st_sweep = {
 
 static const struct db_stmt st_fences_sweep = { ST_FENCES_SWEEP, "fences_sweep",
 						"SELECT idemd.sweep_fences($1, $2)", 2 };
-static const struct db_stmt st_clock = { ST_CLOCK, "clock", "SELECT " MS("clock_timestamp()"),
-					 0 };
+static const struct db_stmt st_clock = { ST_CLOCK, "clock", "SELECT " MS("clock_timestamp()"), 0 };
 
 void store_record_view_free(struct record_view *v)
 {

@@ -285,11 +285,14 @@ static void test_forward_xff(void **state)
 						  "Expect:",
 						  "Content-Type:",
 						  NULL };
-	static const char *const want_untrusted[] = {
-		"X-Note: n", "Idempotency-Key: " HEX, "Idempotency-Subject: alice",
-		"X-Forwarded-For: 203.0.113.7", "X-Request-Id: req-1", "Expect:", "Content-Type:",
-		NULL
-	};
+	static const char *const want_untrusted[] = { "X-Note: n",
+						      "Idempotency-Key: " HEX,
+						      "Idempotency-Subject: alice",
+						      "X-Forwarded-For: 203.0.113.7",
+						      "X-Request-Id: req-1",
+						      "Expect:",
+						      "Content-Type:",
+						      NULL };
 	struct headers_forward_args trusted = fwd_args;
 
 	(void)state;

@@ -245,11 +245,10 @@ static void test_problem_fallback(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_redact_paths),
-		cmocka_unit_test(test_body_object),	 cmocka_unit_test(test_body_refused),
-		cmocka_unit_test(test_body_deep),	 cmocka_unit_test(test_reply_json),
-		cmocka_unit_test(test_reply_empty),	 cmocka_unit_test(test_headers),
-		cmocka_unit_test(test_problem_fallback),
+		cmocka_unit_test(test_redact_paths), cmocka_unit_test(test_body_object),
+		cmocka_unit_test(test_body_refused), cmocka_unit_test(test_body_deep),
+		cmocka_unit_test(test_reply_json),   cmocka_unit_test(test_reply_empty),
+		cmocka_unit_test(test_headers),	     cmocka_unit_test(test_problem_fallback),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -126,7 +126,8 @@ static void test_idle_line_written_soon(void **state)
 
 	(void)state;
 	free(read_log(&before));
-	log_access("lone", "4bf92f3577b34da6a3ce929d0e0e4736", "GET", "/healthz", 200, 0.5, NULL, 0);
+	log_access("lone", "4bf92f3577b34da6a3ce929d0e0e4736", "GET", "/healthz", 200, 0.5, NULL,
+		   0);
 	int waited = 0;
 	for (; waited < 100; waited += 5) {
 		char *text = read_log(&after);

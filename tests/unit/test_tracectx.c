@@ -39,10 +39,10 @@ static void test_starts_a_trace_on_anything_else(void **state)
 		NULL,
 		"",
 		"00-" TRACE "-" PARENT "-0",
-		"00-" TRACE "-" PARENT "-01-x",			  /* 00 must be exactly 55 long */
-		"ff-" TRACE "-" PARENT "-01",			  /* version ff */
+		"00-" TRACE "-" PARENT "-01-x", /* 00 must be exactly 55 long */
+		"ff-" TRACE "-" PARENT "-01",	/* version ff */
 		"00-00000000000000000000000000000000-" PARENT "-01", /* zero trace id */
-		"00-" TRACE "-0000000000000000-01",		  /* zero parent id */
+		"00-" TRACE "-0000000000000000-01",		     /* zero parent id */
 		"00-4BF92F3577B34DA6A3CE929D0E0E4736-" PARENT "-01", /* upper case */
 		"00_" TRACE "-" PARENT "-01",
 	};

@@ -1,0 +1,171 @@
+/* `idemd records`: the on-call engineer's view of records and their audit
+ * trail, with the config and database `serve` uses and no API key (see
+ * cli.h). Output: one JSON object per line, or a table for people. */
+#include "cli.h"
+
+#include <jansson.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "db.h"
+#include "store.h"
+
+static int cli_records_id_ok(const char *id)
+{
+	return strlen(id) == 32 && strspn(id, "0123456789abcdef") == 32;
+}
+
+/* Whether S is a decimal integer from MIN to MAX. */
+static int cli_records_int_ok(const char *s, long long min, long long max)
+{
+	char *end;
+	long long v = strtoll(s, &end, 10);
+
+	return *s != '\0' && *end == '\0' && strspn(s, "0123456789") == strlen(s) && v >= min &&
+	       v <= max;
+}
+
+/* Prints ROWS as JSON lines, or as a table with a column per member of
+ * the first row (and of later rows, in the order first seen). */
+static int cli_records_print(json_t *rows, int table)
+{
+	size_t i;
+	json_t *row;
+
+	if (!table) {
+		json_array_foreach(rows, i, row)
+		{
+			char *line = json_dumps(row, JSON_COMPACT | JSON_PRESERVE_ORDER);
+			if (line == NULL)
+				return -1;
+			puts(line);
+			free(line);
+		}
+		return fflush(stdout) == 0 ? 0 : -1;
+	}
+	json_t *cols = json_array(), *width = json_object();
+	const char *k;
+	json_t *v;
+	json_array_foreach(rows, i, row)
+	{
+		json_object_foreach(row, k, v)
+		{
+			char *text = json_is_string(v) ? strdup(json_string_value(v))
+						       : json_dumps(v, JSON_ENCODE_ANY);
+			size_t w = text ? strlen(text) : 0, cur;
+			free(text);
+			json_t *have = json_object_get(width, k);
+			if (have == NULL) {
+				json_array_append_new(cols, json_string(k));
+				cur = strlen(k);
+			} else {
+				cur = (size_t)json_integer_value(have);
+			}
+			json_object_set_new(width, k,
+					    json_integer((json_int_t)(w > cur ? w : cur)));
+		}
+	}
+	for (int line = -1; line < (int)json_array_size(rows); line++) {
+		size_t c;
+		json_t *col;
+		json_array_foreach(cols, c, col)
+		{
+			const char *name = json_string_value(col);
+			int w = (int)json_integer_value(json_object_get(width, name));
+			char *text = NULL;
+			if (line >= 0) {
+				v = json_object_get(json_array_get(rows, (size_t)line), name);
+				text = v == NULL	   ? strdup("-")
+				       : json_is_string(v) ? strdup(json_string_value(v))
+							   : json_dumps(v, JSON_ENCODE_ANY);
+			}
+			printf("%s%-*s", c > 0 ? "  " : "", w,
+			       line < 0 ? name : (text ? text : ""));
+			free(text);
+		}
+		putchar('\n');
+	}
+	json_decref(cols);
+	json_decref(width);
+	return fflush(stdout) == 0 ? 0 : -1;
+}
+
+/* "cli:<user>": who released, for the audit trail. */
+static void cli_records_by(char *out, size_t outlen)
+{
+	const char *user = getenv("SUDO_USER");
+	struct passwd *pw = user == NULL ? getpwuid(geteuid()) : NULL;
+
+	if (user == NULL)
+		user = pw != NULL ? pw->pw_name : "unknown";
+	snprintf(out, outlen, "cli:%s", user);
+}
+
+int cli_records(const struct config *cfg, const char *const *args, int nargs,
+		const struct cli_records_opts *o)
+{
+	const char *sub = args[1], *id = nargs > 2 ? args[2] : NULL;
+	int table = o->format != NULL && strcmp(o->format, "table") == 0;
+	json_t *rows = NULL;
+	int ret = 1, rc = -1;
+	char by[80];
+
+	if (o->format != NULL && !table && strcmp(o->format, "json") != 0)
+		return fprintf(stderr, "idemd: --format is json or table\n"), EXIT_USAGE;
+	if (id != NULL && !cli_records_id_ok(id))
+		return fprintf(stderr, "idemd: a record id is 32 lowercase hex digits\n"),
+		       EXIT_USAGE;
+	if (o->older_than != NULL && !cli_records_int_ok(o->older_than, 0, 315360000))
+		return fprintf(stderr, "idemd: --older-than is seconds, 0 to 315360000\n"),
+		       EXIT_USAGE;
+	if (o->limit != NULL && !cli_records_int_ok(o->limit, 1, 10000))
+		return fprintf(stderr, "idemd: --limit is 1 to 10000\n"), EXIT_USAGE;
+	if (o->state != NULL && strcmp(o->state, "in_progress") != 0 &&
+	    strcmp(o->state, "completed") != 0 && strcmp(o->state, "issued") != 0 &&
+	    strcmp(o->state, "revoked") != 0)
+		return fprintf(stderr, "idemd: --state is in_progress, completed, issued or "
+				       "revoked\n"),
+		       EXIT_USAGE;
+	if (strcmp(sub, "release") == 0 &&
+	    (o->attempt == NULL || !cli_records_int_ok(o->attempt, 1, 2147483647)))
+		return fprintf(stderr, "idemd: records release needs --attempt N (the attempt "
+				       "that holds it, as records show says)\n"),
+		       EXIT_USAGE;
+	if (db_pool_init(cfg->database_url, 1) < 0)
+		return 1;
+	if (strcmp(sub, "show") == 0 || strcmp(sub, "events") == 0) {
+		const char *v[] = { id };
+		rc = store_cli_rows(sub[0] == 's' ? STORE_CLI_RECORD : STORE_CLI_EVENTS, v, &rows);
+	} else if (strcmp(sub, "list") == 0) {
+		const char *v[] = { o->tenant, o->operation, o->state, o->older_than,
+				    o->limit != NULL ? o->limit : "100" };
+		rc = store_cli_rows(STORE_CLI_LIST, v, &rows);
+	} else {
+		cli_records_by(by, sizeof(by));
+		const char *v[] = { id, o->attempt, by };
+		rc = store_cli_rows(STORE_CLI_RELEASE, v, &rows);
+	}
+	if (rc < 0) {
+		fprintf(stderr, "idemd: the database could not answer (is it migrated?)\n");
+		goto out;
+	}
+	if (strcmp(sub, "list") != 0 && json_array_size(rows) == 0) {
+		fprintf(stderr, "idemd: no live record (or audit trail) with id %s\n", id);
+		goto out;
+	}
+	if (cli_records_print(rows, table) < 0)
+		goto out;
+	ret = 0;
+	if (strcmp(sub, "release") == 0) {
+		const char *outcome =
+			json_string_value(json_object_get(json_array_get(rows, 0), "outcome"));
+		ret = outcome != NULL && strcmp(outcome, "released") == 0 ? 0 : 1;
+	}
+out:
+	json_decref(rows);
+	db_pool_close();
+	return ret;
+}
