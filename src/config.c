@@ -57,7 +57,8 @@ static const struct cfg_key config_keys[] = {
 	  .off = CFG_FIELD(max_body_bytes),
 	  .def = "1048576",
 	  .min = 1024,
-	  .max = 67108864 },
+	  .max = 67108864,
+	  .flags = CFG_RELOAD },
 	{ .name = "sweep_interval_seconds",
 	  .set = config_set_int,
 	  .off = CFG_FIELD(sweep_interval_seconds),
@@ -87,8 +88,13 @@ static const struct cfg_key config_keys[] = {
 	  .count_off = CFG_FIELD(n_cors_origins),
 	  .def = "[]",
 	  .max = 256,
-	  .check = config_check_origin },
-	{ .name = "routes", .set = config_set_routes, .def = "[]", .max = 1024 },
+	  .check = config_check_origin,
+	  .flags = CFG_RELOAD },
+	{ .name = "routes",
+	  .set = config_set_routes,
+	  .def = "[]",
+	  .max = 1024,
+	  .flags = CFG_RELOAD },
 	{ .name = "max_connections",
 	  .set = config_set_int,
 	  .off = CFG_FIELD(max_connections),
@@ -112,19 +118,22 @@ static const struct cfg_key config_keys[] = {
 	  .off = CFG_FIELD(max_inflight_body_bytes),
 	  .def = "67108864",
 	  .min = 1048576,
-	  .max = 68719476736LL },
+	  .max = 68719476736LL,
+	  .flags = CFG_RELOAD },
 	{ .name = "max_inflight_body_bytes_per_client",
 	  .set = config_set_size,
 	  .off = CFG_FIELD(max_inflight_body_bytes_per_client),
 	  .def = "0",
 	  .min = 0,
-	  .max = 68719476736LL },
+	  .max = 68719476736LL,
+	  .flags = CFG_RELOAD },
 	{ .name = "max_inflight_body_bytes_per_tenant",
 	  .set = config_set_size,
 	  .off = CFG_FIELD(max_inflight_body_bytes_per_tenant),
 	  .def = "0",
 	  .min = 0,
-	  .max = 68719476736LL },
+	  .max = 68719476736LL,
+	  .flags = CFG_RELOAD },
 	{ .name = "request_timeout_seconds",
 	  .set = config_set_int,
 	  .off = CFG_FIELD(request_timeout_seconds),
@@ -136,25 +145,29 @@ static const struct cfg_key config_keys[] = {
 	  .off = CFG_FIELD(issue_rate_per_second),
 	  .def = "0",
 	  .min = 0,
-	  .max = 1000000 },
+	  .max = 1000000,
+	  .flags = CFG_RELOAD },
 	{ .name = "issue_burst",
 	  .set = config_set_int,
 	  .off = CFG_FIELD(issue_burst),
 	  .def = "100",
 	  .min = 1,
-	  .max = 1000000 },
+	  .max = 1000000,
+	  .flags = CFG_RELOAD },
 	{ .name = "claim_rate_per_second",
 	  .set = config_set_double,
 	  .off = CFG_FIELD(claim_rate_per_second),
 	  .def = "0",
 	  .min = 0,
-	  .max = 1000000 },
+	  .max = 1000000,
+	  .flags = CFG_RELOAD },
 	{ .name = "claim_burst",
 	  .set = config_set_int,
 	  .off = CFG_FIELD(claim_burst),
 	  .def = "1000",
 	  .min = 1,
-	  .max = 1000000 },
+	  .max = 1000000,
+	  .flags = CFG_RELOAD },
 	{ .name = "max_waiters",
 	  .set = config_set_int,
 	  .off = CFG_FIELD(max_waiters),
@@ -175,7 +188,8 @@ static const struct cfg_key config_keys[] = {
 	  .set = config_set_string,
 	  .off = CFG_FIELD(log_level),
 	  .def = "\"info\"",
-	  .check = config_check_log_level },
+	  .check = config_check_log_level,
+	  .flags = CFG_RELOAD },
 	{ .name = "tls_cert_file",
 	  .set = config_set_string,
 	  .off = CFG_FIELD(tls_cert_file),
@@ -543,6 +557,8 @@ int config_load(struct config *cfg, const char *path, char *err, size_t errlen)
 	}
 	if (check_required(&tmp, err, errlen) == -1)
 		goto done;
+	json_incref(root);
+	tmp.source = root;
 	*cfg = tmp;
 	memset(&tmp, 0, sizeof(tmp));
 	ret = 0;
@@ -585,6 +601,7 @@ void config_free(struct config *cfg)
 
 	if (cfg == NULL)
 		return;
+	json_decref(cfg->source);
 	free(cfg->listen_host);
 	secret_free(cfg->database_url);
 	secret_free(cfg->listen_database_url);
@@ -599,4 +616,74 @@ void config_free(struct config *cfg)
 	free(cfg->admin_listen_host);
 	config_strlist_free(cfg->metrics_operations, cfg->n_metrics_operations);
 	memset(cfg, 0, sizeof(*cfg));
+}
+
+int config_reload(struct config *cfg, const struct config *old, const char *path, char *changed,
+		  size_t changed_len, char *err, size_t errlen)
+{
+	struct config tmp = { 0 };
+	json_error_t jerr;
+	char etext[JSON_ERROR_TEXT_LENGTH];
+	json_t *root = NULL;
+	char *buf = NULL;
+	size_t len = 0, used = 0;
+	int ret = -1;
+
+	memset(cfg, 0, sizeof(*cfg));
+	changed[0] = '\0';
+	if (read_file(path, &buf, &len, err, errlen) == -1)
+		goto done;
+	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (root == NULL || !json_is_object(root)) {
+		config_fail(err, errlen, "%s: invalid JSON at line %d, column %d: %s", path,
+			    jerr.line, jerr.column,
+			    json_error_text(jerr.text, etext, sizeof(etext)));
+		goto done;
+	}
+	/* what only a restart changes keeps its value from the running config */
+	for (size_t i = 0; i < IDEMD_ARRAY_LEN(config_keys); i++) {
+		const struct cfg_key *k = &config_keys[i];
+		json_t *was = old->source ? json_object_get(old->source, k->name) : NULL;
+		json_t *now = json_object_get(root, k->name);
+		if (k->flags & CFG_RELOAD)
+			continue;
+		if ((was == NULL) != (now == NULL) || (was != NULL && !json_equal(was, now))) {
+			int n = snprintf(changed + used, changed_len - used, "%s%s",
+					 used > 0 ? ", " : "", k->name);
+			if (n > 0 && (size_t)n < changed_len - used)
+				used += (size_t)n;
+		}
+		if (was != NULL)
+			json_object_set(root, k->name, was);
+		else
+			json_object_del(root, k->name);
+	}
+	if (load_root(&tmp, root, err, errlen) == -1)
+		goto done;
+	/* the environment's overrides are not reloaded: the running values */
+	free(tmp.listen_host);
+	tmp.listen_host = old->listen_host ? strdup(old->listen_host) : NULL;
+	tmp.listen_port = old->listen_port;
+	secret_free(tmp.database_url);
+	tmp.database_url = old->database_url ? strdup(old->database_url) : NULL;
+	if ((old->listen_host != NULL && tmp.listen_host == NULL) ||
+	    (old->database_url != NULL && tmp.database_url == NULL)) {
+		config_fail(err, errlen, "out of memory");
+		goto done;
+	}
+	if (check_required(&tmp, err, errlen) == -1)
+		goto done;
+	json_incref(root);
+	tmp.source = root;
+	*cfg = tmp;
+	memset(&tmp, 0, sizeof(tmp));
+	ret = 0;
+done:
+	config_free(&tmp);
+	json_decref(root);
+	if (buf != NULL) {
+		explicit_bzero(buf, len);
+		free(buf);
+	}
+	return ret;
 }

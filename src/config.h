@@ -38,7 +38,11 @@ struct config_route {
 				  * -Proto/-Port from clients are dropped */
 };
 
+struct json_t;
+
 struct config {
+	/* the file's JSON as loaded (config_reload compares with it); owned */
+	struct json_t *source;
 	/*
 	 * From "listen" (or IDEMD_LISTEN): "host:port" with an IPv4 literal or
 	 * a host name (to be resolved), "[ipv6]:port" (listen_host holds the
@@ -119,6 +123,15 @@ int config_parse(struct config *cfg, const char *text, char *err, size_t errlen)
 
 /* Frees everything CFG owns and zeroes it; safe on a zeroed CFG and twice. */
 void config_free(struct config *cfg);
+
+/* SIGHUP: reads PATH again into *CFG, as config_load() does, except that
+ * every key marked for restart only (no CFG_RELOAD in config.c's table:
+ * listen, database_url, pool_size, threads, TLS files, admin_listen, ...)
+ * and the environment's overrides keep OLD's values; CHANGED lists (", ")
+ * those whose value in the file differs from what runs. 0, or -1 with ERR
+ * set and *CFG empty: a config that fails as a whole changes nothing. */
+int config_reload(struct config *cfg, const struct config *old, const char *path, char *changed,
+		  size_t changed_len, char *err, size_t errlen) IDEMD_WUR;
 
 /* The default of "threads": the number of online cores, at least 2. */
 int config_default_threads(void);

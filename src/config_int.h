@@ -23,7 +23,8 @@ typedef const char *(*cfg_check)(char *s);
 enum {
 	CFG_NONEMPTY = 1 << 0, /* strings: "" refused */
 	CFG_NULLABLE = 1 << 1, /* strings: null stores NULL */
-	CFG_REQUIRED = 1 << 2  /* must be present in the object */
+	CFG_REQUIRED = 1 << 2, /* must be present in the object */
+	CFG_RELOAD = 1 << 3    /* top level: may change on SIGHUP (config_reload) */
 };
 
 struct cfg_key {

@@ -2,26 +2,44 @@
  * responses for configured browser origins. */
 #include "cors.h"
 
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "problem.h"
 
-static char *const *cors_origins;
-static size_t cors_n_origins;
+/* The origins in force, swapped whole on a reload (SIGHUP): a reader sees
+ * one list or the other. The lists are the configs' (kept for the life of
+ * the process); the small sets that point at them are never freed. */
+struct cors_set {
+	char *const *cs_origins;
+	size_t cs_n;
+	struct cors_set *cs_prev; /* the sets it replaced: still reachable */
+};
+static struct cors_set cors_none;
+static struct cors_set *_Atomic cors_now = &cors_none;
 
 void cors_init(char *const *origins, size_t n)
 {
-	cors_origins = origins;
-	cors_n_origins = n;
+	struct cors_set *s = malloc(sizeof(*s));
+
+	if (s == NULL)
+		return; /* out of memory at start or reload: the old list stays */
+	s->cs_origins = origins;
+	s->cs_n = n;
+	s->cs_prev = atomic_load(&cors_now);
+	atomic_store(&cors_now, s);
 }
 
 const char *cors_allowed(const char *origin)
 {
+	const struct cors_set *s = atomic_load(&cors_now);
+
 	if (origin == NULL)
 		return NULL;
-	for (size_t i = 0; i < cors_n_origins; i++)
-		if (strcmp(origin, cors_origins[i]) == 0)
-			return cors_origins[i];
+	for (size_t i = 0; i < s->cs_n; i++)
+		if (strcmp(origin, s->cs_origins[i]) == 0)
+			return s->cs_origins[i];
 	return NULL;
 }
 
@@ -59,7 +77,7 @@ size_t cors_response_headers(const char *origin, struct cors_header out[CORS_MAX
 	const char *allowed = cors_allowed(origin);
 	size_t n = 0;
 
-	if (origin == NULL || cors_n_origins == 0)
+	if (origin == NULL || atomic_load(&cors_now)->cs_n == 0)
 		return 0;
 	n = cors_add(out, n, "Vary", "Origin");
 	if (allowed == NULL)

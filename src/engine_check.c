@@ -20,7 +20,7 @@
 #define ENGINE_RATE_SLOTS 4096
 #define ENGINE_RATE_PROBES 8
 
-static const struct config *engine_cfg;
+static const struct config *_Atomic engine_cfg; /* swapped on a reload */
 
 /* One token bucket per tenant, in a table probed from the tenant's id. */
 struct engine_bucket {

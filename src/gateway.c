@@ -33,10 +33,19 @@
 #include "reqjson.h"
 #include "engine.h"
 
-static struct {
-	const struct config *cfg;
+/* One config's routes; the tables of earlier configs (SIGHUP) are kept,
+ * linked, until gateway_stop(): a request or a forward may still hold one
+ * of their routes. */
+struct gateway_table {
 	struct gateway_route *routes;
 	size_t n_routes;
+	struct gateway_table *prev;
+};
+
+static struct {
+	const struct config *_Atomic cfg;
+	struct gateway_table *tables; /* the newest first; the main thread's */
+	int started;		      /* the upstream thread and the finishers */
 } gw;
 
 static void gateway_submit(struct request *req);
@@ -449,28 +458,41 @@ static void gateway_url_for_log(const char *url, char *out, size_t outlen)
 		snprintf(out, outlen, "%.*s***%s", (int)(auth - url), url, at);
 }
 
-static void gateway_free_routes(void)
+static void gateway_table_free(struct gateway_table *t)
 {
-	for (size_t i = 0; i < gw.n_routes; i++) {
-		free(gw.routes[i].gr_target);
-		free(gw.routes[i].gr_by);
+	for (size_t i = 0; t != NULL && i < t->n_routes; i++) {
+		free(t->routes[i].gr_target);
+		free(t->routes[i].gr_by);
 	}
-	router_clear_added();
-	free(gw.routes);
-	gw.routes = NULL;
-	gw.n_routes = 0;
+	if (t != NULL)
+		free(t->routes);
+	free(t);
 }
 
-/* Resolves the tenants and checks the operations of the configured routes. */
+static void gateway_free_routes(void)
+{
+	router_clear_added();
+	while (gw.tables != NULL) {
+		struct gateway_table *prev = gw.tables->prev;
+		gateway_table_free(gw.tables);
+		gw.tables = prev;
+	}
+}
+
+/* Builds CFG's routes (tenants resolved, operations checked) and makes
+ * them the ones requests match, in one swap; on failure nothing changes.
+ * 0 or -1. */
 static int gateway_load_routes(const struct config *cfg)
 {
-	gw.routes = calloc(cfg->n_routes, sizeof(*gw.routes));
-	if (gw.routes == NULL)
-		return -1;
-	gw.n_routes = cfg->n_routes;
+	struct gateway_table *t = calloc(1, sizeof(*t));
+
+	if (t == NULL ||
+	    (cfg->n_routes > 0 && (t->routes = calloc(cfg->n_routes, sizeof(*t->routes))) == NULL))
+		goto fail;
+	t->n_routes = cfg->n_routes;
 	for (size_t i = 0; i < cfg->n_routes; i++) {
 		const struct config_route *r = &cfg->routes[i];
-		struct gateway_route *gr = &gw.routes[i];
+		struct gateway_route *gr = &t->routes[i];
 		struct operation op;
 		char shown[256];
 		int found;
@@ -482,7 +504,7 @@ static int gateway_load_routes(const struct config *cfg)
 		gr->gr_route.headers = gateway_check_headers;
 		gr->gr_route.opaque_body = 1;
 		if (router_add(&gr->gr_route) < 0)
-			return -1;
+			goto fail;
 		gr->gr_cfg = r;
 		gr->gr_key = strcmp(r->key, "token") == 0	  ? GATEWAY_KEY_TOKEN
 			     : strcmp(r->key, "body") == 0	  ? GATEWAY_KEY_BODY
@@ -493,26 +515,26 @@ static int gateway_load_routes(const struct config *cfg)
 								  : NULL;
 		if (asprintf(&gr->gr_by, "route:%s %s", r->method, r->path) < 0) {
 			gr->gr_by = NULL;
-			return -1;
+			goto fail;
 		}
 		if ((gr->gr_target = gateway_target(r)) == NULL)
-			return -1;
+			goto fail;
 		if (store_tenant_by_name(r->tenant, &gr->gr_tenant_id, &found) < 0) {
 			log_error(
 				"gateway: the database is unavailable; cannot resolve route tenants");
-			return -1;
+			goto fail;
 		}
 		if (!found) {
 			log_error(
 				"gateway: routes[%zu] (%s %s) names tenant \"%s\", which does not "
 				"exist; create it with 'idemd tenant create %s' or fix the config",
 				i, r->method, r->path, r->tenant, r->tenant);
-			return -1;
+			goto fail;
 		}
 		if (store_operation_get(gr->gr_tenant_id, r->operation, &op, &found) < 0) {
 			log_error(
 				"gateway: the database is unavailable; cannot check route operations");
-			return -1;
+			goto fail;
 		}
 		if (!found)
 			log_warn(
@@ -528,7 +550,15 @@ static int gateway_load_routes(const struct config *cfg)
 		log_info("gateway: %s %s -> %s (tenant %s, operation %s)", r->method, r->path,
 			 shown, r->tenant, r->operation);
 	}
+	if (router_publish() < 0)
+		goto fail;
+	t->prev = gw.tables;
+	gw.tables = t;
 	return 0;
+fail:
+	router_discard();
+	gateway_table_free(t);
+	return -1;
 }
 
 /* ---------------------------------------------------------------- start, stop */
@@ -540,10 +570,27 @@ int gateway_start(const struct config *cfg)
 		return 0;
 	if (gateway_load_routes(cfg) < 0 || upstream_start() < 0 || gateway_finish_start() < 0)
 		goto fail;
+	gw.started = 1;
 	return 0;
 fail:
 	gateway_stop();
 	return -1;
+}
+
+int gateway_reload(const struct config *cfg)
+{
+	if (gateway_load_routes(cfg) < 0)
+		return -1;
+	gw.cfg = cfg;
+	/* the first routes of a process that started without any */
+	if (!gw.started && cfg->n_routes > 0) {
+		if (upstream_start() < 0 || gateway_finish_start() < 0) {
+			log_error("gateway: cannot start the upstream thread for the new routes");
+			return -1;
+		}
+		gw.started = 1;
+	}
+	return 0;
 }
 
 void gateway_drain(void)

@@ -46,6 +46,12 @@ int gateway_start(const struct config *cfg) IDEMD_WUR;
  */
 void gateway_drain(void);
 
+/* SIGHUP: CFG's routes replace the running ones in one swap (requests
+ * already routed finish on the old ones, which are kept until
+ * gateway_stop); CFG must outlive the process's serving. 0, or -1 after
+ * logging: the old routes keep serving. */
+int gateway_reload(const struct config *cfg) IDEMD_WUR;
+
 /* gateway_drain(), then frees the route table and libcurl's state: call it
  * once no HTTP thread runs any more. Safe when not started and twice. */
 void gateway_stop(void);

@@ -31,9 +31,9 @@
 #include "router.h"
 
 static struct MHD_Daemon *http_daemon;
-static struct MHD_Daemon *http_admin_daemon; /* admin_listen, or NULL */
-static char http_admin_marker;		     /* the admin daemon's access cls */
-static const struct config *http_cfg;
+static struct MHD_Daemon *http_admin_daemon;  /* admin_listen, or NULL */
+static char http_admin_marker;		      /* the admin daemon's access cls */
+static const struct config *_Atomic http_cfg; /* swapped on a reload */
 static atomic_int http_active;
 static atomic_int http_suspended; /* connections between suspend and resume */
 static atomic_int http_stopping;  /* set by http_quiesce: new requests get 503 and a close */
@@ -46,6 +46,13 @@ static double http_elapsed_ms(const struct timespec *start)
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	return (double)(now.tv_sec - start->tv_sec) * 1e3 +
 	       (double)(now.tv_nsec - start->tv_nsec) / 1e6;
+}
+
+void http_reload(const struct config *cfg)
+{
+	http_budget_start(cfg);
+	cors_init(cfg->cors_origins, cfg->n_cors_origins);
+	http_cfg = cfg;
 }
 
 void http_set_by(struct request *req, const char *by)

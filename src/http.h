@@ -74,6 +74,10 @@ struct request {
 };
 
 int http_start(const struct config *cfg) IDEMD_WUR;
+/* SIGHUP: the body limits and CORS origins of CFG from now on (what only a
+ * restart changes, the listener and its threads, stays). CFG must outlive
+ * the daemon. */
+void http_reload(const struct config *cfg);
 /* Stops accepting and waits (at most 30 s) for in-flight requests that are
  * not suspended to finish; idle keep-alive connections do not hold it. */
 void http_quiesce(void);

@@ -17,7 +17,7 @@
 
 #define HTTP_BUDGET_SLOTS 1024
 
-static const struct config *budget_cfg;
+static const struct config *_Atomic budget_cfg; /* swapped on a reload */
 static atomic_size_t budget_all;
 static atomic_size_t budget_client[HTTP_BUDGET_SLOTS];
 static atomic_size_t budget_tenant[HTTP_BUDGET_SLOTS];

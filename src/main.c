@@ -40,7 +40,9 @@ static const char usage_line[] =
 static const char usage_more[] =
 	"\n"
 	"commands:\n"
-	"  serve                  run the service (SIGTERM or SIGINT stops it cleanly)\n"
+	"  serve                  run the service (SIGTERM or SIGINT stops it cleanly; SIGHUP\n"
+	"                         reloads the config file: routes, CORS, log level, quotas,\n"
+	"                         body limits live, the rest named and kept until a restart)\n"
 	"  migrate                apply pending migrations; create the master key file if missing\n"
 	"                         (never while the database holds signing keys)\n"
 	"  migrate --status       list migrations: applied, pending, or unknown (applied by a\n"
@@ -89,6 +91,62 @@ static int usage_error(const char *fmt, ...)
 	va_end(ap);
 	fprintf(stderr, "\n\n%s", usage_line);
 	return EXIT_USAGE;
+}
+
+/* The config file serve was started from (NULL: defaults and environment),
+ * and the configs SIGHUP loaded since: kept until serve ends, since
+ * requests in flight and the threads read the one they started with. */
+static const char *serve_config_path;
+static struct config *serve_reloaded[64];
+static size_t serve_n_reloaded;
+
+/* SIGHUP: reads the config file again and puts into force what may change
+ * live (routes, cors_origins, log_level, quotas, body limits); a file that
+ * fails as a whole changes nothing. One log line either way. */
+static void serve_reload(const struct config **live)
+{
+	char changed[512], err[512];
+	struct config *next;
+
+	if (serve_config_path == NULL) {
+		log_warn("serve: SIGHUP: started without a config file, nothing to reload");
+		return;
+	}
+	if (serve_n_reloaded == IDEMD_ARRAY_LEN(serve_reloaded)) {
+		log_error("serve: SIGHUP: %zu reloads already; restart idemd to reload again",
+			  serve_n_reloaded);
+		return;
+	}
+	if ((next = calloc(1, sizeof(*next))) == NULL)
+		return;
+	if (config_reload(next, *live, serve_config_path, changed, sizeof(changed), err,
+			  sizeof(err)) < 0) {
+		log_error("serve: reload of %s refused, the running configuration stays: %s",
+			  serve_config_path, err);
+		free(next);
+		return;
+	}
+	if (gateway_reload(next) < 0) {
+		log_error("serve: reload of %s refused (its routes), the running configuration "
+			  "stays",
+			  serve_config_path);
+		config_free(next);
+		free(next);
+		return;
+	}
+	http_reload(next);
+	engine_init(next);
+	enum log_level level;
+	if (log_level_parse(next->log_level, &level) == 0)
+		log_min_level = level;
+	serve_reloaded[serve_n_reloaded++] = next;
+	*live = next;
+	if (changed[0] != '\0')
+		log_warn("serve: reloaded %s; these change only with a restart and keep their "
+			 "running values: %s",
+			 serve_config_path, changed);
+	else
+		log_info("serve: reloaded %s", serve_config_path);
 }
 
 /* Reads the schema's state into CHK, waiting for an unreachable database
@@ -234,11 +292,11 @@ static int main_serve(const struct config *cfg)
 		log_error("serve: cannot start the janitor thread");
 		goto http;
 	}
-	/* SIGHUP (log rotation, a reload by habit) must not end the service:
-	 * there is no reload, so it is said and ignored */
+	/* SIGHUP reloads the config file (what may change live; the rest is
+	 * named and keeps its running value) */
+	const struct config *live = cfg;
 	while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
-		log_warn("serve: SIGHUP ignored: idemd has no configuration reload; restart it "
-			 "to apply a change");
+		serve_reload(&live);
 	log_info("serve: %s received, finishing in-flight requests", strsignal(sig));
 	ret = 0;
 	janitor_stop();
@@ -272,6 +330,10 @@ pool:
 keys:
 	keys_shutdown();
 	metrics_shutdown();
+	while (serve_n_reloaded > 0) {
+		config_free(serve_reloaded[--serve_n_reloaded]);
+		free(serve_reloaded[serve_n_reloaded]);
+	}
 	if (ret == 0)
 		log_info("serve: stopped");
 	return ret;
@@ -570,6 +632,7 @@ int main(int argc, char **argv)
 		ret = 0;
 		break;
 	case CMD_SERVE:
+		serve_config_path = config_path;
 		ret = main_serve(&cfg);
 		break;
 	case CMD_MIGRATE:

@@ -1,6 +1,7 @@
 /* Router: the table of API routes and the matcher. */
 #include "router.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,28 +107,61 @@ char *router_decode(const char *s, size_t len, size_t *outlen)
 	return out;
 }
 
-/* Routes added at start (the gateway's), matched before router_table. */
-static struct {
+/* Routes added (the gateway's), matched before router_table: a set that
+ * is being built (router_add), and the one requests match against, which
+ * router_publish swaps whole (start, and each reload). A set that was in
+ * force is kept (linked from its successor) until router_clear_added: a
+ * request may still hold one of its routes. */
+struct router_set {
 	const struct route **r;
 	size_t n;
-} router_added;
+	struct router_set *prev;
+};
+static struct router_set router_building;
+static struct router_set *_Atomic router_added;
 
 int router_add(const struct route *r)
 {
-	const struct route **p = realloc(router_added.r, (router_added.n + 1) * sizeof(*p));
+	const struct route **p = realloc(router_building.r, (router_building.n + 1) * sizeof(*p));
 
 	if (p == NULL)
 		return -1;
-	p[router_added.n++] = r;
-	router_added.r = p;
+	p[router_building.n++] = r;
+	router_building.r = p;
 	return 0;
+}
+
+int router_publish(void)
+{
+	struct router_set *s = malloc(sizeof(*s));
+
+	if (s == NULL)
+		return -1;
+	*s = router_building;
+	s->prev = atomic_load(&router_added);
+	memset(&router_building, 0, sizeof(router_building));
+	atomic_store(&router_added, s);
+	return 0;
+}
+
+void router_discard(void)
+{
+	free(router_building.r);
+	memset(&router_building, 0, sizeof(router_building));
 }
 
 void router_clear_added(void)
 {
-	free(router_added.r);
-	router_added.r = NULL;
-	router_added.n = 0;
+	struct router_set *s = atomic_exchange(&router_added, NULL);
+
+	while (s != NULL) {
+		struct router_set *prev = s->prev;
+		free(s->r);
+		free(s);
+		s = prev;
+	}
+	free(router_building.r);
+	memset(&router_building, 0, sizeof(router_building));
 }
 
 /* Appends METHOD to the comma-separated ALLOW (ALLOWLEN bytes), whose
@@ -155,8 +189,9 @@ const struct route *router_match(const char *method, const char *path,
 	size_t used = 0;
 
 	allow[0] = '\0';
-	for (size_t i = 0; i < router_added.n; i++) {
-		const struct route *r = router_added.r[i];
+	const struct router_set *added = atomic_load(&router_added);
+	for (size_t i = 0; added != NULL && i < added->n; i++) {
+		const struct route *r = added->r[i];
 		if (strcmp(r->pattern, path) != 0)
 			continue;
 		if (strcmp(r->method, method) == 0) {

@@ -21,14 +21,21 @@ struct route {
 };
 
 /*
- * Adds route R (borrowed: it must outlive the router's use) ahead of the
- * API's own table: the gateway registers its routes here. An added route
- * matches its exact path and method only (no HEAD for GET, no "{}").
- * Call before serving; not thread-safe. 0, or -1 when out of memory.
+ * Adds route R (borrowed: it must outlive the router's use) to the set
+ * being built, which router_publish() then puts ahead of the API's own
+ * table in one swap: the gateway registers its routes so, at start and on
+ * each reload. An added route matches its exact path and method only (no
+ * HEAD for GET, no "{}"). One builder at a time. 0, or -1 out of memory.
  */
 int router_add(const struct route *r) IDEMD_WUR;
+/* Makes the set built so far the one requests match (the previous one is
+ * kept until router_clear_added). 0, or -1 out of memory. */
+int router_publish(void) IDEMD_WUR;
 
-/* Forgets every added route. */
+/* Drops the set being built (a reload that failed half way). */
+void router_discard(void);
+
+/* Forgets every added route (at stop, when no request runs). */
 void router_clear_added(void);
 
 /*

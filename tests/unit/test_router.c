@@ -327,6 +327,7 @@ static void test_added_routes(void **state)
 	assert_int_equal(router_add(&post), 0);
 	assert_int_equal(router_add(&put), 0);
 	assert_int_equal(router_add(&get), 0);
+	assert_int_equal(router_publish(), 0);
 	params_reset(params);
 	assert_ptr_equal(router_match("POST", "/orders", params, lens, &status, allow,
 				      sizeof(allow)),
