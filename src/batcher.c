@@ -185,19 +185,40 @@ static int batcher_match(const struct workq_item *first, const struct workq_item
 	return j->bj_kind == f->bj_kind && !batcher_alone(f) && !batcher_alone(j);
 }
 
+/* The tenant a job works for (a set's first element's: a set is one
+ * tenant's request). */
+static uint32_t batcher_tenant(const struct batcher_job *j)
+{
+	return j->bj_kind == BATCHER_CLAIM ? j->bj_claim->tenant_id : j->bj_complete->tenant_id;
+}
+
+/* Fair turns between tenants: after a batch led by tenant T, the next one
+ * this thread takes is led by the earliest queued job of another tenant,
+ * if one is near the head; so one tenant's flood of batches delays another
+ * tenant's claim by at most one batch per thread. */
+static int batcher_pick(const struct workq_item *it, void *arg)
+{
+	const uint32_t *last = arg;
+
+	return batcher_tenant(WORKQ_CJOB(it, struct batcher_job, bj_item)) != *last;
+}
+
 static void *batcher_thread(void *arg)
 {
 	struct batcher_job *jobs[BATCHER_MAX];
+	uint32_t last = 0; /* no tenant has id 0 */
 
 	(void)arg;
 	for (;;) {
-		struct workq_item *it = workq_take(&bt.q, BATCHER_MAX, batcher_match, 1, NULL);
+		struct workq_item *it = workq_take_pick(&bt.q, BATCHER_MAX, batcher_match,
+							batcher_pick, &last, 1, NULL);
 		size_t n = 0;
 
 		if (it == NULL)
 			return NULL;
 		for (; it != NULL; it = it->wi_next)
 			jobs[n++] = WORKQ_JOB(it, struct batcher_job, bj_item);
+		last = batcher_tenant(jobs[0]);
 		if (jobs[0]->bj_n > 0)
 			batcher_run_set(jobs[0]);
 		else

@@ -38,6 +38,15 @@ int workq_push(struct workq *q, struct workq_item *it)
 struct workq_item *workq_take(struct workq *q, size_t max, workq_match_fn match, int wait,
 			      int *closed)
 {
+	return workq_take_pick(q, max, match, NULL, NULL, wait, closed);
+}
+
+/* How far PICK looks into the queue for a better first item. */
+#define WORKQ_PICK_SCAN 256
+
+struct workq_item *workq_take_pick(struct workq *q, size_t max, workq_match_fn match,
+				   workq_pick_fn pick, void *pick_arg, int wait, int *closed)
+{
 	struct workq_item *first, *out = NULL, **out_tail = &out, **link;
 	size_t n = 0;
 
@@ -48,6 +57,16 @@ struct workq_item *workq_take(struct workq *q, size_t max, workq_match_fn match,
 		*closed = !q->wq_open;
 	first = q->wq_head;
 	link = &q->wq_head;
+	if (pick != NULL && first != NULL) {
+		/* the first item PICK prefers, within the scan; the head else */
+		struct workq_item **l = &q->wq_head;
+		for (size_t k = 0; *l != NULL && k < WORKQ_PICK_SCAN; k++, l = &(*l)->wi_next)
+			if (pick(*l, pick_arg)) {
+				first = *l;
+				link = l;
+				break;
+			}
+	}
 	while (*link != NULL && n < max) {
 		struct workq_item *it = *link;
 		if (n == 0 || match == NULL || match(first, it)) {
@@ -62,7 +81,7 @@ struct workq_item *workq_take(struct workq *q, size_t max, workq_match_fn match,
 	}
 	if (q->wq_head == NULL) {
 		q->wq_tail = NULL;
-	} else if (match != NULL) {
+	} else if (match != NULL || pick != NULL) {
 		/* the tail may have been taken: find it again */
 		for (struct workq_item *it = q->wq_head; it != NULL; it = it->wi_next)
 			q->wq_tail = it;

@@ -44,6 +44,8 @@ struct workq {
 
 /* Whether IT may be taken in one go with FIRST, the queue's head. */
 typedef int (*workq_match_fn)(const struct workq_item *first, const struct workq_item *it);
+/* Whether IT should go first (workq_take_pick). */
+typedef int (*workq_pick_fn)(const struct workq_item *it, void *arg);
 
 void workq_open(struct workq *q);
 
@@ -63,5 +65,12 @@ int workq_push(struct workq *q, struct workq_item *it) IDEMD_WUR;
  */
 struct workq_item *workq_take(struct workq *q, size_t max, workq_match_fn match, int wait,
 			      int *closed);
+
+/* workq_take(), except that the first item taken is the earliest of the
+ * first 256 that PICK accepts (when none does: the head), and the items
+ * taken with it come from the queue after it: a taker that wants to be
+ * fair (the batcher, between tenants) passes over the head. */
+struct workq_item *workq_take_pick(struct workq *q, size_t max, workq_match_fn match,
+				   workq_pick_fn pick, void *pick_arg, int wait, int *closed);
 
 #endif

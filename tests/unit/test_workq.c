@@ -60,6 +60,42 @@ static void test_order_and_match(void **state)
 	assert_int_equal(WORKQ_JOB(it->wi_next, struct job, item)->n, 1);
 }
 
+/* Prefers jobs whose kind is not *ARG (the batcher's "another tenant"). */
+static int other_kind(const struct workq_item *it, void *arg)
+{
+	return WORKQ_CJOB(it, struct job, item)->kind != *(int *)arg;
+}
+
+/* workq_take_pick: the first preferred item goes first, its matches after
+ * it follow; what was passed over stays in order; the tail stays right. */
+static void test_pick_passes_over_the_head(void **state)
+{
+	struct workq q = WORKQ_INITIALIZER;
+	struct job jobs[6];
+	int last = 0;
+
+	(void)state;
+	workq_open(&q);
+	for (int i = 0; i < 6; i++) {
+		jobs[i].kind = i < 4 ? 0 : 1; /* four of kind 0 (a flood), then two of kind 1 */
+		jobs[i].n = i;
+		assert_int_equal(workq_push(&q, &jobs[i].item), 0);
+	}
+	struct workq_item *it = workq_take_pick(&q, 8, same_kind, other_kind, &last, 0, NULL);
+	assert_int_equal(WORKQ_JOB(it, struct job, item)->n, 4);
+	assert_int_equal(WORKQ_JOB(it->wi_next, struct job, item)->n, 5);
+	assert_null(it->wi_next->wi_next);
+	last = 1; /* nothing of another kind than 0 left: the head */
+	it = workq_take_pick(&q, 1, same_kind, other_kind, &last, 0, NULL);
+	assert_int_equal(WORKQ_JOB(it, struct job, item)->n, 0);
+	assert_int_equal(workq_push(&q, &jobs[4].item), 0);
+	it = workq_take(&q, (size_t)-1, NULL, 0, NULL);
+	int want[] = { 1, 2, 3, 4 };
+	for (int i = 0; i < 4; i++, it = it->wi_next)
+		assert_int_equal(WORKQ_JOB(it, struct job, item)->n, want[i]);
+	assert_null(it);
+}
+
 static void test_close_drains(void **state)
 {
 	struct workq q = WORKQ_INITIALIZER;
@@ -153,6 +189,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_order_and_match),
+		cmocka_unit_test(test_pick_passes_over_the_head),
 		cmocka_unit_test(test_close_drains),
 		cmocka_unit_test(test_threads),
 	};
