@@ -53,7 +53,9 @@ at its maximum) and the sweep rule runs its statement, idemd_sweep_after,
 itself, so that sweeps happen where the sequence puts them.
 
 Bounded by IDEMD_MODEL_EXAMPLES (default 30) examples of up to
-IDEMD_MODEL_STEPS (default 35) steps; IDEMD_MODEL_SEED fixes the seed
+IDEMD_MODEL_STEPS (default 35) steps, and IDEMD_MODEL_SLEEP_BUDGET (default
+20) seconds of waiting for deadlines in all, spread over the examples
+(rules that would wait beyond it are left out for a while); IDEMD_MODEL_SEED fixes the seed
 (printed on every run; the rules' choices are Hypothesis's, the races'
 timing is the machine's). A failure prints the seed, the failing sequence
 of rules (Hypothesis) and the HTTP exchanges of the failing example. Set
@@ -83,8 +85,8 @@ except ImportError:
     sys.exit(1)
 
 from hypothesis import HealthCheck, Phase, seed, settings, strategies as st  # noqa: E402
-from hypothesis.stateful import (RuleBasedStateMachine, precondition, rule,  # noqa: E402
-                                 run_state_machine_as_test)
+from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,  # noqa: E402
+                                 rule, run_state_machine_as_test)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -94,6 +96,9 @@ EXAMPLES = int(os.environ.get("IDEMD_MODEL_EXAMPLES", "30"))
 STEPS = int(os.environ.get("IDEMD_MODEL_STEPS", "35"))
 SEED = int(os.environ.get("IDEMD_MODEL_SEED") or int.from_bytes(os.urandom(4), "little"))
 SHRINK = os.environ.get("IDEMD_MODEL_SHRINK", "") not in ("", "0")
+# seconds the whole run may spend waiting for deadlines (expire, next_life,
+# races at a lease's end), spread evenly over the examples
+SLEEP_BUDGET = float(os.environ.get("IDEMD_MODEL_SLEEP_BUDGET", "20"))
 # the two known deviations (see DEVIATIONS) fail the test instead of being counted
 STRICT = os.environ.get("IDEMD_MODEL_STRICT", "") not in ("", "0")
 
@@ -130,6 +135,13 @@ def passed(deadline, s, r):
     if r < lo - EPS:
         return False
     return None
+
+
+def may_pause(d):
+    """May the run wait D more seconds for a deadline? The budget grows
+    with the examples run, so that the last examples get their share."""
+    allowance = SLEEP_BUDGET * min(World.counters["ran"] + 1, EXAMPLES) / max(EXAMPLES, 1)
+    return World.counters["slept"] + d <= allowance
 
 
 def pause(d):
@@ -247,6 +259,7 @@ class RecordMachine(RuleBasedStateMachine):
         self.nkeys = 0
         self.lived = False                # next_life ran in this example
         self.racing = False               # settling the answers of a race
+        self.clock = time.time()          # when the last step ended: what preconditions read
 
     # ---- plumbing
 
@@ -812,7 +825,7 @@ class RecordMachine(RuleBasedStateMachine):
         rec = self.pick(n, lambda x: x.attempt >= 2)
         self.request(rec, action, inst, "stale_attempt", rec.attempt - 1)
 
-    @precondition(lambda self: not self.lived and any(
+    @precondition(lambda self: not self.lived and may_pause(2.2) and any(
         x.kind == "key" and x.pname == "brief" and x.has_record for x in self.recs))
     @rule(n=st.integers(0, 999), inst=st.integers(0, 1), swept=st.booleans(),
           action=st.sampled_from(["complete", "release", "extend", "checkpoint"]))
@@ -846,7 +859,7 @@ class RecordMachine(RuleBasedStateMachine):
         timing = ""
         if at_lease_end and rec.has_record and rec.state == "in_progress":
             d = rec.lease[1] - time.time()
-            if 0 < d < 1.5:
+            if 0 < d < 1.5 and may_pause(d):
                 pause(d)
                 timing = " at the lease's end"
         reqs = [self.prepare(rec, op, inst) for op, inst in zip(ops, insts)]
@@ -944,7 +957,7 @@ class RecordMachine(RuleBasedStateMachine):
         # waiting: the claim found the record in progress and marked it
         seen, give_up = False, time.time() + 4
         while not seen and t.is_alive() and time.time() < give_up:
-            pause(0.05)
+            time.sleep(0.05)
             seen = psql("SELECT waited FROM records WHERE token_id = decode('%s', 'hex')"
                         % rec.id, db=World.idemd.db).strip() == "t"
         what = "waiting claim %r on %s while %s on %s" % (rec, inst_name(inst), action,
@@ -954,7 +967,7 @@ class RecordMachine(RuleBasedStateMachine):
             self.fail("%s: Prefer: wait=5 answered before the holder did anything"
                       % what, out.get("resp"))
         self.expect(seen, "%s: the waiter never showed up as waiting" % what)
-        pause(0.1)
+        time.sleep(0.1)
         s = time.time()
         if action == "complete":
             self.complete(n=self.idx(rec), inst=other_inst, which="current", variant=0)
@@ -973,8 +986,15 @@ class RecordMachine(RuleBasedStateMachine):
         # it was answered after the action: the claim table at that moment
         self.one(rec, s, r, lambda x: self.check_claim(x, fp, s, r, resp, what), what)
 
-    def pending(self):
-        now = time.time()
+    @invariant()
+    def step_clock(self):
+        """Preconditions read the time at the end of the last step, not the
+        time they are evaluated at (Hypothesis evaluates them more than
+        once, and must get the same answer)."""
+        self.clock = time.time()
+
+    def pending(self, now=None):
+        now = time.time() if now is None else now
         ds = []
         for x in self.recs:
             for d in (x.lease if x.state == "in_progress" else None,
@@ -984,7 +1004,8 @@ class RecordMachine(RuleBasedStateMachine):
                     ds.append(d[1] + EPS)
         return ds
 
-    @precondition(lambda self: self.pending())
+    @precondition(lambda self: self.pending(self.clock) and
+                  may_pause(min(self.pending(self.clock)) + 0.02 - self.clock))
     @rule()
     def expire(self):
         """Lets the earliest short deadline (lease, TTL, retention) pass."""
