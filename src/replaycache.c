@@ -39,6 +39,11 @@ static struct replaycache_entry replaycache_slots[REPLAYCACHE_SLOTS];
  * cache line of tags per set instead of every entry of the set. */
 static _Alignas(64) uint32_t replaycache_tags[REPLAYCACHE_SLOTS];
 static atomic_size_t replaycache_bytes; /* what the blocks hold */
+/* ... per tenant (hashed slots): one tenant holds at most half of the
+ * bound, so its large answers cannot evict every other tenant's */
+#define REPLAYCACHE_TENANT_SLOTS 256
+#define REPLAYCACHE_TENANT_MAX (REPLAYCACHE_MAX_BYTES / 2)
+static atomic_size_t replaycache_tenant_bytes[REPLAYCACHE_TENANT_SLOTS];
 static atomic_size_t replaycache_entries;
 static atomic_uint_fast64_t replaycache_clock;
 static pthread_mutex_t replaycache_locks[REPLAYCACHE_STRIPES] = { [0 ... REPLAYCACHE_STRIPES -
@@ -134,6 +139,8 @@ static void replaycache_drop(struct replaycache_entry *e)
 	if (e->re_used)
 		atomic_fetch_sub(&replaycache_entries, 1);
 	atomic_fetch_sub(&replaycache_bytes, replaycache_entry_bytes(e));
+	atomic_fetch_sub(&replaycache_tenant_bytes[e->re_tenant_id % REPLAYCACHE_TENANT_SLOTS],
+			 replaycache_entry_bytes(e));
 	free(e->re_data);
 	memset(e, 0, sizeof(*e));
 	replaycache_tags[e - replaycache_slots] = 0;
@@ -171,10 +178,23 @@ static char *replaycache_block(const char *headers, size_t headers_len, const vo
 /* Evicts entries round the table (a clock hand, one stripe locked at a
  * time) until NEED more bytes fit under the bound or a whole turn is done.
  * Called with no lock held. */
-static void replaycache_make_room(size_t need)
+static void replaycache_make_room(size_t need, uint32_t tenant_id)
 {
 	static atomic_size_t hand;
+	size_t slot = tenant_id % REPLAYCACHE_TENANT_SLOTS;
+	atomic_size_t *mine = &replaycache_tenant_bytes[slot];
 
+	/* first a tenant over its share makes room among its own entries */
+	for (size_t n = 0;
+	     n < REPLAYCACHE_SLOTS && atomic_load(mine) + need > REPLAYCACHE_TENANT_MAX; n++) {
+		size_t i = atomic_fetch_add(&hand, 1) % REPLAYCACHE_SLOTS;
+		pthread_mutex_t *lock = replaycache_lock_of(i - i % REPLAYCACHE_WAYS);
+		pthread_mutex_lock(lock);
+		if (replaycache_slots[i].re_used &&
+		    replaycache_slots[i].re_tenant_id % REPLAYCACHE_TENANT_SLOTS == slot)
+			replaycache_drop(&replaycache_slots[i]);
+		pthread_mutex_unlock(lock);
+	}
 	for (size_t n = 0; n < REPLAYCACHE_SLOTS &&
 			   atomic_load(&replaycache_bytes) + need > REPLAYCACHE_MAX_BYTES;
 	     n++) {
@@ -271,7 +291,13 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 
 	struct replaycache_pair p;
 	size_t need = replaycache_entry_bytes(&fresh);
-	replaycache_make_room(need);
+	atomic_size_t *mine = &replaycache_tenant_bytes[tenant_id % REPLAYCACHE_TENANT_SLOTS];
+	replaycache_make_room(need, tenant_id);
+	if (atomic_load(mine) + need > REPLAYCACHE_TENANT_MAX) {
+		/* the tenant's share is full of entries in use: not cached */
+		free(fresh.re_data);
+		return;
+	}
 	replaycache_pair_lock(&p, tenant_id, id);
 	/* the key's own entry, else a free slot in the emptier set (while the
 	 * byte bound allows growth), else the least recently used of both
@@ -314,6 +340,7 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 	*victim = fresh;
 	replaycache_tags[victim - replaycache_slots] = replaycache_tag(tenant_id, id);
 	atomic_fetch_add(&replaycache_bytes, need);
+	atomic_fetch_add(mine, need);
 	atomic_fetch_add(&replaycache_entries, 1);
 	replaycache_pair_unlock(&p);
 }
@@ -476,6 +503,9 @@ void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8
 	e->re_raw_len = (uint32_t)raw_len;
 	atomic_fetch_add(&replaycache_bytes, now);
 	atomic_fetch_sub(&replaycache_bytes, old);
+	atomic_size_t *mine = &replaycache_tenant_bytes[e->re_tenant_id % REPLAYCACHE_TENANT_SLOTS];
+	atomic_fetch_add(mine, now);
+	atomic_fetch_sub(mine, old);
 out:
 	pthread_mutex_unlock(lock);
 }

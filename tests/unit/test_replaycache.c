@@ -168,6 +168,43 @@ static void test_many_entries_and_eviction(void **state)
 
 /* At the byte bound the cache keeps taking the newest responses (evicting
  * in their sets) and never holds more than the bound. */
+/* One tenant's large answers evict its own entries, not another's: each
+ * holds at most half of the cache. */
+static void test_tenant_share(void **state)
+{
+	static unsigned char big[60 * 1024];
+	uint8_t id[16];
+	struct stored_response r = { .sr_status = 200,
+				     .sr_headers = headers_text,
+				     .sr_body = big,
+				     .sr_body_len = sizeof(big) },
+			       out;
+	unsigned kept = 0;
+
+	(void)state;
+	replaycache_clear();
+	memset(big, 'y', sizeof(big));
+	for (unsigned i = 0; i < 20; i++) {
+		id_of(id, 70000 + i);
+		replaycache_put(8, id, NULL, &r, now_ms() + 60000);
+	}
+	for (unsigned i = 0; i < 3 * (REPLAYCACHE_MAX_BYTES / sizeof(big)); i++) {
+		id_of(id, 80000 + i);
+		replaycache_put(9, id, NULL, &r, now_ms() + 60000);
+		/* the flooding tenant's own newest answer is still served */
+		assert_int_equal(replaycache_get(9, id, NULL, &out), 1);
+		store_response_free(&out);
+	}
+	for (unsigned i = 0; i < 20; i++) {
+		id_of(id, 70000 + i);
+		if (replaycache_get(8, id, NULL, &out) == 1) {
+			store_response_free(&out);
+			kept++;
+		}
+	}
+	assert_int_equal(kept, 20);
+}
+
 static void test_byte_bound_turns_over(void **state)
 {
 	static unsigned char big[60 * 1024];
@@ -396,6 +433,7 @@ int main(void)
 		cmocka_unit_test(test_expired_not_served),
 		cmocka_unit_test(test_many_entries_and_eviction),
 		cmocka_unit_test(test_full_set),
+		cmocka_unit_test(test_tenant_share),
 		cmocka_unit_test(test_byte_bound_turns_over),
 		cmocka_unit_test(test_reply_and_raw_key),
 		cmocka_unit_test(test_usage),
