@@ -33,6 +33,10 @@ Per key (one record address; its ops are one history):
      one's claim could have ended (its submit sent + lease_seconds) when that
      submit was answered without a release, (b) after an execution whose
      answer a client got, inside that life.
+  6u gateway, what ran is never run again: no execution of a key after
+     idemd got an upstream 2xx it could not store (its submit answered 502
+     upstream_invalid or upstream_answer_unstorable), inside the life that
+     answer would have had.
   7  expiry is exact: no replay or read shows a completed life after the
      expires_at its complete's answer announced (EXPIRY_SLACK allowed).
   6r gateway, no forward on a dying lease (PRODUCT part three: a forward
@@ -71,6 +75,8 @@ CHECKS = {
     "4": "acknowledged completions readable until their expiry",
     "5": "no accepted write from a stale holder",
     "6": "gateway: no second execution without a release or a lease end",
+    "6u": "gateway: what ran is never run again (no execution after a 2xx idemd got but "
+          "could not store)",
     "7": "expiry is exact: no completed life served after its announced expires_at",
     "6r": "gateway: no forward on a dying lease (no execution cut short by its lease while "
           "a second one ran)",
@@ -408,6 +414,25 @@ class Checker:
                     self.violation("6", key, "executed again before the first execution's claim "
                                    "could have ended (its submit was answered %d, not released)"
                                    % s1["status"], [s1], [e1, e2])
+        # 6u: idemd received an upstream 2xx it could not store (502
+        # upstream_invalid or upstream_answer_unstorable to the submit that
+        # forwarded it): that key is executed, never forwarded again in
+        # the life such an answer would have had
+        for e1 in execs:
+            s1 = self.byid.get(int(e1["op"])) if str(e1.get("op", "")).isdigit() else None
+            if s1 is None or s1["status"] != 502 or s1.get("code") not in (
+                    "upstream_invalid", "upstream_answer_unstorable"):
+                continue
+            for e2 in execs:
+                if e2["a"] <= e1["a"]:
+                    continue
+                self.checks["6u"] += 1
+                if e2["a"] < life_low(e1):
+                    self.violation("6u", key, "executed again after idemd got the upstream's 2xx "
+                                   "and answered %d %s" % (s1["status"], s1.get("code")),
+                                   [x for x in (s1, self.byid.get(int(e2["op"])))
+                                    if x is not None], [e1, e2])
+                    break
         # 3, 4: inside a stored execution's life, every submit gets it
         for ex, k in first_ack.items():
             e = known[ex]

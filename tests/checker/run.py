@@ -42,6 +42,7 @@ from history import History  # noqa: E402
 from workload import OpSpec, Workload  # noqa: E402
 
 GW_TIMEOUT = 1.5      # seconds: the routes' timeout_ms
+MAX_BODY = 65536      # idemd's max_body_bytes: the upstream's big answers pass it
 SPECS = [
     # the direct API: caller keys whose lives are short (the sweep runs
     # every second), one with its lease longer than its life, and tokens
@@ -95,7 +96,7 @@ class Bed:
                "database_url": "host=%s dbname=%s user=%s" % (self.pghost, self.db, self.pguser),
                "master_key_file": os.path.join(self.out, "master.key"),
                "pool_size": 4, "threads": 4, "sweep_interval_seconds": 1,
-               "database_timeout_ms": 8000, "log_level": "warn",
+               "database_timeout_ms": 8000, "log_level": "warn", "max_body_bytes": MAX_BODY,
                "routes": [
                    {"method": "POST", "path": "/gw/tok", "tenant": "shop",
                     "operation": "gw.tok", "upstream": up + "/tok",
@@ -306,7 +307,8 @@ def main():
                ops={s.name: s.meta() for s in SPECS}, sweep_interval_seconds=1)
         log("two idemd on one database (ports %d, %d), upstream on %d"
             % (bed.ports[0], bed.ports[1], bed.upstream_port))
-        wl = Workload(h, bed.ports, bed.api_key, SPECS, duration, seed, slots=6, clients=3, stall_p=0.2)
+        wl = Workload(h, bed.ports, bed.api_key, SPECS, duration, seed, slots=6, clients=3, stall_p=0.2,
+                      big_answer=MAX_BODY + 4096)
         nem = Nemesis(bed, h, random.Random(seed + 1), kinds)
         until = time.monotonic() + duration
         nt = threading.Thread(target=nem.run, args=(until,), daemon=True)

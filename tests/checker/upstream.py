@@ -7,8 +7,10 @@ execution, one JSON line each, to the file named by --log:
 and answers 201 {"exec", "key"}; replays of that answer therefore carry the
 id of the one execution they stand for. It works X-Work-Ms milliseconds
 (a header: the fingerprint covers the body, not the headers) before
-answering. The line is written before the answer is sent, so the log
-never misses an execution a client saw.
+answering, and pads its answer with X-Answer-Bytes bytes (an answer too
+large for idemd to store: a success that must never run again). The line
+is written before the answer is sent, so the log never misses an
+execution a client saw.
 
 Run as its own process: python3 upstream.py --log FILE [--port N]; prints
 "PORT <n>" once it listens.
@@ -44,7 +46,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if work > 0:
             time.sleep(work / 1000.0)
         ex = os.urandom(8).hex()
-        out = json.dumps({"exec": ex, "key": key}).encode()
+        doc = {"exec": ex, "key": key}
+        pad = int(self.headers.get("X-Answer-Bytes") or 0)
+        if pad > 0:
+            doc["pad"] = "x" * pad    # an answer larger than idemd may store
+        out = json.dumps(doc).encode()
         rec = {"key": key, "rid": self.headers.get("Idempotency-Key"),
                "op": self.headers.get("X-Op-Id"), "exec": ex, "a": a, "u": time.time(),
                "path": self.path}

@@ -15,12 +15,14 @@ its session; the next session's clients take the key meanwhile). After a
 complete or a release a client sometimes resends an old write on purpose
 (stale: true). Clients also read the key (introspection, /v1/records/{id}).
 Gateway clients submit the same body with the same key; the upstream works
-X-Work-Ms, now and then longer than the route's timeout.
+X-Work-Ms, now and then longer than the route's timeout; with big_answer,
+one gateway key in five gets answers too large for idemd to store.
 """
 
 import random
 import threading
 import time
+import zlib
 
 from history import Client
 
@@ -44,7 +46,7 @@ class OpSpec:
 
 class Workload:
     def __init__(self, history, ports, api_key, specs, duration, seed, slots=6, clients=3,
-                 stall_p=0.15, token_ttl=None, sessions=(2, 4), tag="k"):
+                 stall_p=0.15, token_ttl=None, sessions=(2, 4), tag="k", big_answer=0):
         self.h = history
         self.ports = ports
         self.api_key = api_key
@@ -56,6 +58,7 @@ class Workload:
         self.stall_p = stall_p
         self.sessions = sessions
         self.tag = tag
+        self.big_answer = big_answer
         self.threads = []
         self.lock = threading.Lock()
         self.errors = []
@@ -206,14 +209,17 @@ class Workload:
 
     # ------------------------------------------------------------ gateway
 
-    def _gateway_client(self, name, rng, spec, key, hkey, end):
+    def _gateway_client(self, name, rng, spec, key, hkey, end, big):
         c = self._client(name)
         body = {"key": key, "v": 1}
         while not self._over(end):
             slow = rng.random() < 0.08
             work = spec.timeout * 1000 + 400 if slow else rng.randint(20, 600)
+            headers = {"Idempotency-Key": hkey, "X-Work-Ms": str(int(work))}
+            if big:
+                headers["X-Answer-Bytes"] = str(self.big_answer)
             r, rec = c.call(rng.randrange(len(self.ports)), "POST", spec.path, body,
-                            headers={"Idempotency-Key": hkey, "X-Work-Ms": str(int(work))},
+                            headers=headers,
                             key=key, kind=spec.kind, op=spec.name, f="submit", auth=False)
             if r is None or r.status >= 500:
                 self._sleep(0.1 + rng.random() * 0.3)
@@ -230,6 +236,10 @@ class Workload:
 
     def _session(self, slot, n, rng, spec, key, base, hkey, rid, length, board):
         end = time.monotonic() + length
+        # one gateway key in five answers too large to store (a success
+        # that must never run again)
+        big = self.big_answer > 0 and spec.kind in ("gwtok", "gwhdr") and \
+            zlib.crc32(key.encode()) % 5 == 0
         states = []
         ts = []
         for i in range(self.clients):
@@ -242,7 +252,7 @@ class Workload:
                     daemon=True)
             else:
                 t = threading.Thread(target=self._guard, args=(
-                    self._gateway_client, name, crng, spec, key, hkey, end), daemon=True)
+                    self._gateway_client, name, crng, spec, key, hkey, end, big), daemon=True)
             t.start()
             states.append(st)
             ts.append(t)

@@ -314,6 +314,7 @@ class Cluster:
             "pool_size": 6,
             "threads": 4,
             "database_timeout_ms": 2000,
+            "max_body_bytes": 65536,
             # short lives: keys live several lives during the test
             "sweep_interval_seconds": 1,
             "routes": [dict(r, upstream="http://127.0.0.1:%d%s" % (self.upstream_port, r["path"]),

@@ -215,7 +215,7 @@ def main():
         log("clients on (seed %d): %d keys at a time, 3 clients each, through HAProxy"
             % (seed, 5))
         wl = Workload(h, [c.haproxy_port], c.api_key, SPECS, 3600, seed, slots=5, clients=3,
-                      stall_p=0.15, tag="h")
+                      stall_p=0.15, tag="h", big_answer=65536 + 4096)
         wt = threading.Thread(target=wl.run, daemon=True)
         wt.start()
         bumps = probes.Bumps(api)
