@@ -514,28 +514,39 @@ done:
 	return ret;
 }
 
-int config_load(struct config *cfg, const char *path, char *err, size_t errlen)
+/* PATH's JSON (a new reference), or NULL with ERR set; the file's text is
+ * wiped from memory either way (it may hold the database password). */
+static json_t *config_parse_file(const char *path, char *err, size_t errlen)
 {
-	struct config tmp = { 0 };
 	json_error_t jerr;
 	char etext[JSON_ERROR_TEXT_LENGTH];
 	json_t *root = NULL;
-	const char *env;
 	char *buf = NULL;
 	size_t len = 0;
+
+	if (read_file(path, &buf, &len, err, errlen) == -1)
+		return NULL;
+	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (root == NULL)
+		config_fail(err, errlen, "%s: invalid JSON at line %d, column %d: %s", path,
+			    jerr.line, jerr.column,
+			    json_error_text(jerr.text, etext, sizeof(etext)));
+	explicit_bzero(buf, len);
+	free(buf);
+	return root;
+}
+
+int config_load(struct config *cfg, const char *path, char *err, size_t errlen)
+{
+	struct config tmp = { 0 };
+	json_t *root = NULL;
+	const char *env;
 	int ret = -1;
 
 	memset(cfg, 0, sizeof(*cfg));
 	if (path != NULL) {
-		if (read_file(path, &buf, &len, err, errlen) == -1)
+		if ((root = config_parse_file(path, err, errlen)) == NULL)
 			goto done;
-		root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-		if (root == NULL) {
-			config_fail(err, errlen, "%s: invalid JSON at line %d, column %d: %s", path,
-				    jerr.line, jerr.column,
-				    json_error_text(jerr.text, etext, sizeof(etext)));
-			goto done;
-		}
 	} else if ((root = json_object()) == NULL) {
 		config_fail(err, errlen, "out of memory");
 		goto done;
@@ -565,10 +576,6 @@ int config_load(struct config *cfg, const char *path, char *err, size_t errlen)
 done:
 	config_free(&tmp);
 	json_decref(root);
-	if (buf != NULL) {
-		explicit_bzero(buf, len);
-		free(buf);
-	}
 	return ret;
 }
 
@@ -622,22 +629,16 @@ int config_reload(struct config *cfg, const struct config *old, const char *path
 		  size_t changed_len, char *err, size_t errlen)
 {
 	struct config tmp = { 0 };
-	json_error_t jerr;
-	char etext[JSON_ERROR_TEXT_LENGTH];
 	json_t *root = NULL;
-	char *buf = NULL;
-	size_t len = 0, used = 0;
+	size_t used = 0;
 	int ret = -1;
 
 	memset(cfg, 0, sizeof(*cfg));
 	changed[0] = '\0';
-	if (read_file(path, &buf, &len, err, errlen) == -1)
+	if ((root = config_parse_file(path, err, errlen)) == NULL)
 		goto done;
-	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-	if (root == NULL || !json_is_object(root)) {
-		config_fail(err, errlen, "%s: invalid JSON at line %d, column %d: %s", path,
-			    jerr.line, jerr.column,
-			    json_error_text(jerr.text, etext, sizeof(etext)));
+	if (!json_is_object(root)) {
+		config_fail(err, errlen, "top level must be a JSON object");
 		goto done;
 	}
 	/* what only a restart changes keeps its value from the running config */
@@ -681,9 +682,5 @@ int config_reload(struct config *cfg, const struct config *old, const char *path
 done:
 	config_free(&tmp);
 	json_decref(root);
-	if (buf != NULL) {
-		explicit_bzero(buf, len);
-		free(buf);
-	}
 	return ret;
 }
