@@ -307,8 +307,8 @@ def main():
                ops={s.name: s.meta() for s in SPECS}, sweep_interval_seconds=1)
         log("two idemd on one database (ports %d, %d), upstream on %d"
             % (bed.ports[0], bed.ports[1], bed.upstream_port))
-        wl = Workload(h, bed.ports, bed.api_key, SPECS, duration, seed, slots=6, clients=3, stall_p=0.2,
-                      big_answer=MAX_BODY + 4096)
+        wl = Workload(h, bed.ports, bed.api_key, SPECS, duration, seed, slots=6, clients=3,
+                      stall_p=0.2, big_answer=MAX_BODY + 4096)
         nem = Nemesis(bed, h, random.Random(seed + 1), kinds)
         until = time.monotonic() + duration
         nt = threading.Thread(target=nem.run, args=(until,), daemon=True)

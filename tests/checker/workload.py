@@ -82,7 +82,8 @@ class Workload:
         """A token for SPEC: (token, id, expires_at text) or None."""
         while not self._over():
             r, _ = c.call(rng.randrange(len(self.ports)), "POST", "/v1/tokens",
-                          {"operation": spec.name, "subject": "s"}, f="issue", kind=spec.kind, op=spec.name)
+                          {"operation": spec.name, "subject": "s"}, f="issue", kind=spec.kind,
+                          op=spec.name)
             if r is not None and r.status == 201:
                 return r.json["token"], r.json["id"], r.json["expires_at"]
             self._sleep(0.2)
@@ -130,7 +131,6 @@ class Workload:
         return False
 
     def _hold(self, c, rng, g, spec, base, key, state, board):
-        D, T = spec.D, spec.T
         with board["lock"]:
             board["holders"][g["id"]] = g["w1"]
         try:
@@ -184,12 +184,12 @@ class Workload:
             node = rng.randrange(len(self.ports))
             if rng.random() < 0.12:
                 if rid[0] and rng.random() < 0.5:
-                    c.call(node, "GET", "/v1/records/" + rid[0], key=key, kind=spec.kind, op=spec.name,
-                           f="record")
+                    c.call(node, "GET", "/v1/records/" + rid[0], key=key, kind=spec.kind,
+                           op=spec.name, f="record")
                 else:
                     c.call(node, "GET", base, key=key, kind=spec.kind, op=spec.name, f="get")
-            r, rec = c.call(node, "POST", base + "/claim", claim, key=key, kind=spec.kind, op=spec.name,
-                            f="claim")
+            r, rec = c.call(node, "POST", base + "/claim", claim, key=key, kind=spec.kind,
+                            op=spec.name, f="claim")
             if r is None or r.status >= 500:
                 self._sleep(0.1 + rng.random() * 0.3)
             elif r.status == 201:

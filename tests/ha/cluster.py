@@ -225,7 +225,8 @@ class Cluster:
         self.bin = idemd_bin
         # tests/ha.sh gives a directory (and removes it); alone, one of our own
         self.own_tmp = not os.environ.get("IDEMD_HA_TMP")
-        self.tmp = tempfile.mkdtemp(prefix="idemd-ha.") if self.own_tmp else os.environ["IDEMD_HA_TMP"]
+        self.tmp = (tempfile.mkdtemp(prefix="idemd-ha.") if self.own_tmp
+                    else os.environ["IDEMD_HA_TMP"])
         os.chmod(self.tmp, 0o711)
         self.etcd = None
         self.etcd_port = free_port()

@@ -314,10 +314,11 @@ def print_summary(phases, ch, bumps, elapsed):
               % (p.name, p.ops, p.acked, p.violations, p.failures, fmt_s(p.window),
                  fmt_s(p.disturbed)))
     print("requests: recorded requests sent during the phase (from its fault to the next "
-          "one's; the first phase from the start); acknowledged writes: 201 grants, accepted completes, releases, extends and "
-          "checkpoints, gateway answers stored (not replays; token issues are not writes); violations: the history "
-          "checker's (tests/checker/check.py); window: first failed write request (no answer or "
-          "503) to the first acknowledged write after it; disturbed: first to last failed one")
+          "one's; the first phase from the start); acknowledged writes: 201 grants, accepted "
+          "completes, releases, extends and checkpoints, gateway answers stored (not replays; "
+          "token issues are not writes); violations: the history checker's "
+          "(tests/checker/check.py); window: first failed write request (no answer or 503) to "
+          "the first acknowledged write after it; disturbed: first to last failed one")
     if bumps is not None:
         print("version counter: %d bumps acknowledged, %d ambiguous (no answer or 5xx)"
               % (bumps.acked, bumps.ambiguous))
