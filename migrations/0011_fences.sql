@@ -441,7 +441,10 @@ $$;
 -- ----------------------------------------------------------- fenced writes
 -- Complete, release, extend and checkpoint accept only the current attempt
 -- of a LIVE record: a record past its expires_at answers 'lease_lost' to
--- every holder, whatever its attempt.
+-- every holder, whatever its attempt. No record at all is 'no_record' (a
+-- caller key never claimed: 404), told apart from 'not_in_progress' in the
+-- same statement, not by a read after it that a concurrent first claim
+-- could answer differently.
 CREATE OR REPLACE FUNCTION idemd_release(p_tenant int, p_token bytea, p_attempt int)
 RETURNS text
 LANGUAGE plpgsql
@@ -452,7 +455,7 @@ BEGIN
     SELECT * INTO r FROM records rec
      WHERE rec.tenant_id = p_tenant AND rec.token_id = p_token FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN 'not_in_progress';
+        RETURN 'no_record';
     END IF;
     IF r.attempt IS DISTINCT FROM p_attempt THEN  -- mutant:no_fence     IF false THEN
         RETURN 'lease_lost';
@@ -489,7 +492,7 @@ BEGIN
     SELECT * INTO r FROM records rec
      WHERE rec.tenant_id = p_tenant AND rec.token_id = p_token FOR UPDATE;
     IF NOT FOUND THEN
-        outcome := 'not_in_progress'; RETURN NEXT; RETURN;
+        outcome := 'no_record'; RETURN NEXT; RETURN;
     END IF;
     IF r.attempt IS DISTINCT FROM p_attempt  -- mutant:no_fence     IF false
        OR r.expires_at <= clock_timestamp() THEN  -- mutant:no_fence        THEN
@@ -520,7 +523,7 @@ BEGIN
     SELECT * INTO r FROM records rec
      WHERE rec.tenant_id = p_tenant AND rec.token_id = p_token FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN 'not_in_progress';
+        RETURN 'no_record';
     END IF;
     IF r.attempt IS DISTINCT FROM p_attempt  -- mutant:no_fence     IF false
        OR r.expires_at <= clock_timestamp() THEN  -- mutant:no_fence        THEN
@@ -639,7 +642,7 @@ BEGIN
     -- the rest, explained (this statement sees the UPDATE above)
     RETURN QUERY
     SELECT x.i::int,
-           CASE WHEN rec.token_id IS NULL THEN 'not_in_progress'
+           CASE WHEN rec.token_id IS NULL THEN 'no_record'
                 WHEN rec.attempt IS DISTINCT FROM x.attempt THEN 'lease_lost'
                 WHEN rec.expires_at <= v_now THEN 'lease_lost'
                 WHEN rec.state = 'completed' THEN 'already_completed'
@@ -688,3 +691,75 @@ AS $$
                        p_token_expires, p_lease_seconds, p_version_key, p_expected,
                        p_require_version, NULL::boolean[]) c
 $$;
+
+-- ------------------------------------------------------------ idemd_revoke
+-- As in 0001, and a record whose life ended is no record: 'expired' (204,
+-- nothing written), whether or not the sweeper has reached it.
+CREATE OR REPLACE FUNCTION idemd_revoke(
+    p_tenant        int,
+    p_token         bytea,
+    p_operation     int,
+    p_subject       text,
+    p_token_expires timestamptz)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now   timestamptz := clock_timestamp();
+    r       records%ROWTYPE;
+    v_tries int := 0;
+BEGIN
+    IF p_token_expires IS NULL THEN
+        RAISE EXCEPTION 'idemd_revoke: token expiry must not be NULL'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    LOOP
+        v_tries := v_tries + 1;
+        IF v_tries > 100 THEN
+            RAISE EXCEPTION 'idemd_revoke: record kept changing under us'
+                USING ERRCODE = 'serialization_failure';
+        END IF;
+
+        INSERT INTO records AS rec
+               (tenant_id, token_id, operation_id, subject, state, attempt,
+                token_expires_at, expires_at, created_at, updated_at)
+        VALUES (p_tenant, p_token, p_operation, p_subject, 'revoked', 0,
+                p_token_expires, p_token_expires, v_now, v_now)
+        ON CONFLICT (tenant_id, token_id) DO NOTHING;
+        IF FOUND THEN
+            RETURN 'revoked';
+        END IF;
+
+        SELECT * INTO r
+          FROM records rec
+         WHERE rec.tenant_id = p_tenant AND rec.token_id = p_token
+           FOR UPDATE;
+        IF FOUND THEN
+            EXIT;
+        END IF;
+        -- The row was swept between the insert and the select: try again.
+    END LOOP;
+
+    IF r.expires_at <= v_now THEN
+        -- a life that ended (a fence, or not swept yet): nothing to revoke,
+        -- and the same answer before and after the sweep; nothing written
+        RETURN 'expired';
+    END IF;
+    IF r.state = 'revoked' THEN
+        RETURN 'revoked';
+    END IF;
+    IF r.state = 'completed'
+       OR (r.state = 'in_progress' AND r.lease_expires_at > v_now) THEN
+        RETURN 'in_use';
+    END IF;
+
+    UPDATE records rec
+       SET state            = 'revoked',
+           lease_expires_at = NULL,
+           expires_at       = rec.token_expires_at,
+           updated_at       = v_now
+     WHERE rec.tenant_id = p_tenant AND rec.token_id = p_token;
+    RETURN 'revoked';
+END;
+$$;
+

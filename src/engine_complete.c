@@ -22,21 +22,12 @@
 #define ENGINE_MAX_STORED_HEADERS 64
 #define ENGINE_CHECKPOINT_MAX (64 * 1024)
 
-/* For a caller key (IS_KEY), a record that does not exist is 404
- * record_not_found rather than 409 not_in_progress: -1 after replying so
- * (or 503), else 0. */
-static int engine_not_found(struct request *req, const struct token *t, int is_key)
+/* For a caller key (IS_KEY), no record at all (the statement said so:
+ * NO_RECORD) is 404 record_not_found rather than 409 not_in_progress: -1
+ * after replying so, else 0. */
+static int engine_not_found(struct request *req, int is_key, int no_record)
 {
-	struct record_view rv;
-
-	if (!is_key)
-		return 0;
-	if (store_record_get(t->tenant_id, t->id, &rv) < 0) {
-		problem_unavailable(req);
-		return -1;
-	}
-	store_record_view_free(&rv);
-	if (rv.rv_found)
+	if (!is_key || !no_record)
 		return 0;
 	problem_reply(req, 404, "record_not_found",
 		      "this key was never claimed (or was forgotten)");
@@ -164,7 +155,9 @@ static void engine_complete_answer(struct request *req, void *arg)
 			      c->hc_attempt);
 		break;
 	case COMPLETE_NOT_IN_PROGRESS:
-		if (engine_not_found(req, &c->hc_token, c->hc_is_key) < 0)
+	case COMPLETE_NO_RECORD:
+		if (engine_not_found(req, c->hc_is_key, res->cpr_outcome == COMPLETE_NO_RECORD) <
+		    0)
 			break;
 		problem_reply(req, 409, "not_in_progress",
 			      "the record is not claimed by attempt %" PRId64, c->hc_attempt);
@@ -235,15 +228,15 @@ done:
 /* Answers a fenced write's refusal (409 lease_lost or not_in_progress, or
  * for a caller key never claimed 404) and returns -1; 0 when OUTCOME is
  * RELEASE_DONE and the caller answers. */
-static int engine_fenced(struct request *req, const struct token *t, int is_key,
-			 enum release_outcome outcome, int64_t attempt)
+static int engine_fenced(struct request *req, int is_key, enum release_outcome outcome,
+			 int64_t attempt)
 {
 	if (outcome == RELEASE_DONE)
 		return 0;
 	if (outcome == RELEASE_LEASE_LOST)
 		problem_reply(req, 409, "lease_lost",
 			      "attempt %" PRId64 " is no longer the current attempt", attempt);
-	else if (engine_not_found(req, t, is_key) == 0)
+	else if (engine_not_found(req, is_key, outcome == RELEASE_NO_RECORD) == 0)
 		problem_reply(req, 409, "not_in_progress",
 			      "the record is not claimed by attempt %" PRId64, attempt);
 	return -1;
@@ -277,7 +270,7 @@ void engine_release(struct request *req, const struct token *t, int is_key)
 		return;
 	if (store_release(req->req_tenant_id, t->id, (int)attempt, req->req_by, &outcome) < 0)
 		problem_unavailable(req);
-	else if (engine_fenced(req, t, is_key, outcome, attempt) == 0) {
+	else if (engine_fenced(req, is_key, outcome, attempt) == 0) {
 		metrics_add(METRIC_RELEASES, 1);
 		http_reply_json(req, 200,
 				json_pack("{s:s,s:I}", "state", "issued", "attempt",
@@ -310,7 +303,7 @@ void engine_extend(struct request *req, const struct token *t, int is_key)
 	if (store_extend(req->req_tenant_id, t->id, (int)attempt, (int)lease, req->req_by, &outcome,
 			 &until) < 0)
 		problem_unavailable(req);
-	else if (engine_fenced(req, t, is_key, outcome, attempt) == 0)
+	else if (engine_fenced(req, is_key, outcome, attempt) == 0)
 		http_reply_json(req, 200,
 				json_pack("{s:s,s:I,s:o}", "state", "in_progress", "attempt",
 					  (json_int_t)attempt, "lease_expires_at",
@@ -362,7 +355,7 @@ void engine_checkpoint(struct request *req, const struct token *t, int is_key)
 	if (store_checkpoint(req->req_tenant_id, t->id, (int)attempt, phase, data, req->req_by,
 			     &outcome) < 0)
 		problem_unavailable(req);
-	else if (engine_fenced(req, t, is_key, outcome, attempt) == 0)
+	else if (engine_fenced(req, is_key, outcome, attempt) == 0)
 		http_reply_json(req, 200,
 				json_pack("{s:s,s:{s:s,s:o,s:I}}", "state", "in_progress",
 					  "checkpoint", "phase", phase, "data",

@@ -166,6 +166,7 @@ static void gateway_store_answer(struct request *req, void *arg)
 			      "the lease ran out and a newer attempt took the record over");
 		break;
 	case COMPLETE_NOT_IN_PROGRESS:
+	case COMPLETE_NO_RECORD:
 		problem_reply(req, 409, "not_in_progress",
 			      "the record is no longer claimed by attempt %d", j->gj_attempt);
 		break;

@@ -468,6 +468,7 @@ static json_t *h_complete_item_answer(struct h_batch *b, struct h_item *it)
 	case COMPLETE_LEASE_LOST:
 		return h_item_json(it, 409, "lease_lost");
 	case COMPLETE_NOT_IN_PROGRESS:
+	case COMPLETE_NO_RECORD:
 		break;
 	}
 	return h_item_json(it, 409, "not_in_progress");

@@ -264,6 +264,8 @@ static int store_complete_row(const PGresult *r, int row, struct complete_result
 		res->cpr_outcome = COMPLETE_ALREADY;
 	else if (strcmp(o, "lease_lost") == 0)
 		res->cpr_outcome = COMPLETE_LEASE_LOST;
+	else if (strcmp(o, "no_record") == 0)
+		res->cpr_outcome = COMPLETE_NO_RECORD;
 	else
 		res->cpr_outcome = COMPLETE_NOT_IN_PROGRESS;
 	res->cpr_expires_at = store_i64(r, row, 5);

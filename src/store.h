@@ -161,7 +161,8 @@ enum complete_outcome {
 	COMPLETE_STORED,
 	COMPLETE_ALREADY,
 	COMPLETE_LEASE_LOST,
-	COMPLETE_NOT_IN_PROGRESS
+	COMPLETE_NOT_IN_PROGRESS,
+	COMPLETE_NO_RECORD /* no record at all (a caller key never claimed) */
 };
 
 struct complete_args {
@@ -196,7 +197,12 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 int store_complete_many(const struct complete_args *const *a, struct complete_result *const *r,
 			size_t n) IDEMD_WUR;
 
-enum release_outcome { RELEASE_DONE, RELEASE_LEASE_LOST, RELEASE_NOT_IN_PROGRESS };
+enum release_outcome {
+	RELEASE_DONE,
+	RELEASE_LEASE_LOST,
+	RELEASE_NOT_IN_PROGRESS,
+	RELEASE_NO_RECORD /* no record at all (a caller key never claimed) */
+};
 int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt, const char *by,
 		  enum release_outcome *outcome) IDEMD_WUR;
 

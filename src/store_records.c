@@ -130,6 +130,8 @@ static enum release_outcome store_fence_outcome(const char *o, const char *done)
 {
 	if (strcmp(o, done) == 0)
 		return RELEASE_DONE;
+	if (strcmp(o, "no_record") == 0)
+		return RELEASE_NO_RECORD;
 	return strcmp(o, "lease_lost") == 0 ? RELEASE_LEASE_LOST : RELEASE_NOT_IN_PROGRESS;
 }
 
@@ -186,6 +188,8 @@ int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt, cons
 		*outcome = RELEASE_DONE;
 	else if (strcmp(o, "lease_lost") == 0)
 		*outcome = RELEASE_LEASE_LOST;
+	else if (strcmp(o, "no_record") == 0)
+		*outcome = RELEASE_NO_RECORD;
 	else
 		*outcome = RELEASE_NOT_IN_PROGRESS;
 	PQclear(r);
