@@ -46,7 +46,6 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import random
 import selectors
 import shutil
 import signal
@@ -390,7 +389,6 @@ def attack_body(port, stop, q):
     sel = selectors.DefaultSelector()
     counts = {"opened": 0, "answered": {}, "closed": 0, "max_held": 0}
     pending = []  # (time to reopen)
-    now = time.monotonic()
 
     def open_one():
         s = socket.socket()
