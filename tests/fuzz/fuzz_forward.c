@@ -116,7 +116,7 @@ static const char *const own_names[] = {
 	"idempotency-key", "idempotency-subject", "x-request-id",
 	"x-forwarded-for", "x-forwarded-host", "x-forwarded-proto",
 	"x-forwarded-port", "x-real-ip", "forwarded", "content-length",
-	"transfer-encoding", "host", "connection",
+	"transfer-encoding", "host", "connection", "traceparent",
 };
 
 /* A name with '_' that reads, '_' as '-', as a header idemd owns. */
@@ -217,7 +217,7 @@ static const char *const forwarding_names[] = {
 static const char *const dropped_names[] = {
 	"host", "content-length", "expect", "accept-encoding",
 	"idempotency-key", "idempotency-subject", "x-request-id",
-	"x-forwarded-for",
+	"x-forwarded-for", "traceparent",
 };
 
 /* The headers idemd itself puts in the upstream request. */
@@ -594,11 +594,12 @@ check_forward(const struct input *in, const struct curl_slist *list)
 	FUZZ_CHECK(p->f[at].vlen >= strlen(CLIENT_IP) &&
 	    memcmp(p->f[at].value + p->f[at].vlen - strlen(CLIENT_IP), CLIENT_IP,
 	    strlen(CLIENT_IP)) == 0);
-	/* ... and exactly the client's chain, then the client's address. */
+	/* ... and exactly the client's chain (only when the route trusts its
+	 * proxies), then the client's address. */
 	for (size_t k = 0; k < in->n; k++) {
 		const char *v = in->f[k].hf_value;
 
-		if (!eq_ci(in->f[k].hf_name, strlen(in->f[k].hf_name),
+		if (!in->trust || !eq_ci(in->f[k].hf_name, strlen(in->f[k].hf_name),
 		    "x-forwarded-for") || v[0] == '\0')
 			continue;
 		if (seen_xff)
