@@ -126,7 +126,9 @@ class Routes:
                 cfg = json.load(f)
             routes = [r for r in cfg.get("routes", []) if isinstance(r, dict)]
         except (OSError, ValueError):
-            routes = []
+            # a file idemd would refuse as a whole (SIGHUP): it keeps
+            # serving the routes it had, and so does this
+            routes = hit[1] if hit else []
         with self.lock:
             self.cache[config] = ((st.st_mtime_ns, st.st_size), routes)
         return routes

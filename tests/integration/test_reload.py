@@ -138,13 +138,13 @@ class Reload(IdemdCase):
 
         # configs that fail as a whole change nothing
         for broken in ('{"routes": [', json.dumps(dict(cfg, colour="red")),
-                       json.dumps(dict(cfg, routes=[dict(self.route("/z", "/z"),
-                                                         tenant="nobody")]))):
+                       json.dumps(dict(cfg, routes=cfg["routes"] + [
+                           dict(self.route("/z", "/z"), tenant="nobody")]))):
             with open(self.idemd.config_path, "w") as f:
                 f.write(broken)
             self.reload(srv, "refused")
             self.assertEqual(self.submit(anon, "/b").status, 201)
-            self.assertEqual(self.submit(anon, "/z").status, 404)
+            self.assertEqual(self.submit(anon, "/c").status, 404)
         with open(self.idemd.config_path, "w") as f:
             f.write(good)
         self.assertEqual(srv.stop(), 0)
