@@ -156,8 +156,7 @@ static void engine_complete_answer(struct request *req, void *arg)
 		break;
 	case COMPLETE_NOT_IN_PROGRESS:
 	case COMPLETE_NO_RECORD:
-		if (engine_not_found(req, c->hc_is_key, res->cpr_outcome == COMPLETE_NO_RECORD) <
-		    0)
+		if (engine_not_found(req, c->hc_is_key, res->cpr_outcome == COMPLETE_NO_RECORD) < 0)
 			break;
 		problem_reply(req, 409, "not_in_progress",
 			      "the record is not claimed by attempt %" PRId64, c->hc_attempt);
