@@ -84,6 +84,7 @@ except ImportError:
           file=sys.stderr)
     sys.exit(1)
 
+import hypothesis.errors  # noqa: E402
 from hypothesis import HealthCheck, Phase, seed, settings, strategies as st  # noqa: E402
 from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,  # noqa: E402
                                  rule, run_state_machine_as_test)
@@ -1130,7 +1131,20 @@ class Model(unittest.TestCase):
               % (SEED, EXAMPLES, STEPS), file=sys.stderr)
         t0 = time.monotonic()
         try:
-            run_state_machine_as_test(seed(SEED)(RecordMachine), settings=cfg)
+            try:
+                run_state_machine_as_test(seed(SEED)(RecordMachine), settings=cfg)
+            except hypothesis.errors.Flaky as e:
+                # Hypothesis replays a failing example before it reports it;
+                # a failure that the replay does not reproduce (real time
+                # moved on) is reported as Flaky, with the first failure as
+                # its cause. That is printed whole, and the run is made once
+                # more with another seed; a second failure of any kind fails.
+                print("\n  model: a failure the replay did not reproduce (FLAKY, seed %d): %r\n"
+                      "  caused by: %r\n  its exchanges:\n%s\n  running once more with seed %d"
+                      % (SEED, e, e.__cause__, "\n".join(World.log), SEED + 1),
+                      file=sys.stderr)
+                World.log = []
+                run_state_machine_as_test(seed(SEED + 1)(RecordMachine), settings=cfg)
         except BaseException:
             print("\n  model FAILED (seed %d; rerun with IDEMD_MODEL_SEED=%d). The failing "
                   "example's exchanges:\n%s" % (SEED, SEED, "\n".join(World.log)),
