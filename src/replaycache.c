@@ -39,8 +39,10 @@ static struct replaycache_entry replaycache_slots[REPLAYCACHE_SLOTS];
  * cache line of tags per set instead of every entry of the set. */
 static _Alignas(64) uint32_t replaycache_tags[REPLAYCACHE_SLOTS];
 static atomic_size_t replaycache_bytes; /* what the blocks hold */
-/* ... per tenant (hashed slots): one tenant holds at most half of the
- * bound, so its large answers cannot evict every other tenant's */
+/* ... per tenant (hashed slots): once the cache is full, a tenant that
+ * holds more than half of it evicts its own entries, never another's, so
+ * its large answers cannot evict every other tenant's; a lone tenant
+ * still uses the whole cache */
 #define REPLAYCACHE_TENANT_SLOTS 256
 #define REPLAYCACHE_TENANT_MAX (REPLAYCACHE_MAX_BYTES / 2)
 static atomic_size_t replaycache_tenant_bytes[REPLAYCACHE_TENANT_SLOTS];
@@ -184,9 +186,12 @@ static void replaycache_make_room(size_t need, uint32_t tenant_id)
 	size_t slot = tenant_id % REPLAYCACHE_TENANT_SLOTS;
 	atomic_size_t *mine = &replaycache_tenant_bytes[slot];
 
-	/* first a tenant over its share makes room among its own entries */
+	/* when the cache is full, a tenant over its share makes room among
+	 * its own entries (while there is room, one tenant may use it all) */
 	for (size_t n = 0;
-	     n < REPLAYCACHE_SLOTS && atomic_load(mine) + need > REPLAYCACHE_TENANT_MAX; n++) {
+	     n < REPLAYCACHE_SLOTS && atomic_load(mine) + need > REPLAYCACHE_TENANT_MAX &&
+	     atomic_load(&replaycache_bytes) + need > REPLAYCACHE_MAX_BYTES;
+	     n++) {
 		size_t i = atomic_fetch_add(&hand, 1) % REPLAYCACHE_SLOTS;
 		pthread_mutex_t *lock = replaycache_lock_of(i - i % REPLAYCACHE_WAYS);
 		pthread_mutex_lock(lock);
@@ -293,7 +298,8 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 	size_t need = replaycache_entry_bytes(&fresh);
 	atomic_size_t *mine = &replaycache_tenant_bytes[tenant_id % REPLAYCACHE_TENANT_SLOTS];
 	replaycache_make_room(need, tenant_id);
-	if (atomic_load(mine) + need > REPLAYCACHE_TENANT_MAX) {
+	if (atomic_load(mine) + need > REPLAYCACHE_TENANT_MAX &&
+	    atomic_load(&replaycache_bytes) + need > REPLAYCACHE_MAX_BYTES) {
 		/* the tenant's share is full of entries in use: not cached */
 		free(fresh.re_data);
 		return;
