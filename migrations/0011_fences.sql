@@ -646,6 +646,14 @@ BEGIN
                 WHEN rec.attempt IS DISTINCT FROM x.attempt THEN 'lease_lost'
                 WHEN rec.expires_at <= v_now THEN 'lease_lost'
                 WHEN rec.state = 'completed' THEN 'already_completed'
+                -- in progress at this very attempt, yet the UPDATE above
+                -- found nothing to complete: the claim that made it so
+                -- committed after that statement's snapshot, so this
+                -- complete came first, and is answered as what it found
+                -- then: no record (a first life) or the life before
+                -- (attempt - 1, a fence or a release: a stale attempt)
+                WHEN rec.state = 'in_progress' AND rec.attempt = x.attempt
+                    THEN CASE WHEN x.attempt = 1 THEN 'no_record' ELSE 'lease_lost' END
                 ELSE 'not_in_progress' END,
            s.response_status, s.response_headers, s.response_body, s.response_is_json,
            s.expires_at, s.fingerprint

@@ -95,6 +95,44 @@ class CallerKeys(IdemdCase):
         assert_status(self, self.kcomplete(op, key, 1), 200)
         assert_problem(self, self.kcomplete(op, key, 2), 409, "lease_lost")
 
+    def test_complete_racing_the_first_claim(self):
+        """A complete of a key never claimed, sent at the moment of its
+        first claim, is ordered before the claim (404, the claim gets the
+        key) or after it (it completes attempt 1): never a third answer.
+        idemd's complete reads the record twice; a claim committed between
+        the two reads once made it answer 409 not_in_progress."""
+        op = self.put_operation()
+        second = self.idemd.start()
+        other = Client(second.port, self.api_key)
+        seen = {}
+        for _ in range(150):
+            key = uniq("k")
+            out = {}
+            barrier = threading.Barrier(2)
+
+            def go(name, call):
+                barrier.wait(10)
+                out[name] = call()
+            ts = [threading.Thread(target=go, args=("claim", lambda: self.kclaim(op, key))),
+                  threading.Thread(target=go, args=("complete", lambda: self.kcomplete(
+                      op, key, 1, client=other)))]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(30)
+            claim, complete = out["claim"], out["complete"]
+            assert_status(self, claim, 201)
+            if complete.status == 200:
+                seen["after"] = seen.get("after", 0) + 1
+                state = "completed"
+            else:
+                assert_problem(self, complete, 404, "record_not_found")
+                seen["before"] = seen.get("before", 0) + 1
+                state = "in_progress"
+            self.assertEqual(assert_status(self, self.client.get(path(op, key)), 200)["state"],
+                             state)
+        self.assertTrue(seen, seen)
+
     def test_unknown_operation(self):
         assert_problem(self, self.kclaim(uniq("nope"), "k1"), 422, "operation_unknown")
         assert_problem(self, self.kclaim("a", "k1", client=self.anon), 401, "unauthorized")

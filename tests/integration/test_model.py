@@ -37,12 +37,10 @@ Waiting: the wait rule sends a claim with Prefer: wait=5, sees it waiting
 before the holder completes or releases through either instance, and
 requires the answer of that moment with Preference-Applied: wait=5.
 
-Two answers that broke the contract without writing anything (DEVIATIONS
-below: a racing write on a caller key never claimed answered 409
-not_in_progress instead of 404, and a revoke of a token whose completed
-record's life is over but not swept answered 409 token_in_use) are fixed
-and fail the run like any other disagreement; IDEMD_MODEL_STRICT=0 only
-counts them (for bisecting an older build).
+Two answers this model found once (a complete of a caller key never
+claimed, racing its first claim, answered 409 not_in_progress instead of
+404; a revoke of a token whose completed record's life is over but not
+swept answered 409 token_in_use) fail the run like any other.
 
 Time is real: the model keeps every deadline (token expiry, lease end,
 record expiry) as the interval the server may have set it in, and accepts
@@ -100,8 +98,6 @@ SHRINK = os.environ.get("IDEMD_MODEL_SHRINK", "") not in ("", "0")
 # seconds the whole run may spend waiting for deadlines (expire, next_life,
 # races at a lease's end), spread evenly over the examples
 SLEEP_BUDGET = float(os.environ.get("IDEMD_MODEL_SLEEP_BUDGET", "20"))
-# the two known deviations (see DEVIATIONS) fail the test instead of being counted
-STRICT = os.environ.get("IDEMD_MODEL_STRICT", "1") not in ("", "0")
 
 MAX_RECORDS = 4    # few records per example, so that steps meet on the same ones
 EPS = 0.08          # seconds: clock reading noise around a deadline
@@ -112,17 +108,6 @@ POLICIES = {"long": LONG, "short": SHORT, "brief": BRIEF, "ver": LONG}
 # what the race rule may send at once on one record
 RACE_OPS = ["claim", "claim", "claim", "claim_other", "complete", "complete", "stale_complete",
             "release", "extend", "checkpoint", "batch_claim", "batch_complete"]
-# Answers that break the contract without writing anything: failed, or with
-# IDEMD_MODEL_STRICT=0 counted and printed at the end.
-DEVIATIONS = {
-    "late_404": "a complete/release/extend/checkpoint of a caller key never claimed, racing "
-                "its first claim, answered 409 not_in_progress instead of 404 "
-                "record_not_found (idemd tells the two apart by a second read, after "
-                "the refused write, which sees the claim committed in between)",
-    "revoke_dead": "a revoke of a token whose completed record is past its expires_at "
-                   "but not swept yet answered 409 token_in_use (idemd_revoke does not "
-                   "read expires_at; once swept, the same revoke answers 204)",
-}
 # what a model check may raise on an answer it does not expect
 MISMATCH = (AssertionError, AttributeError, KeyError, TypeError, ValueError)
 
@@ -182,7 +167,6 @@ class Rec:
         self.life = 0                # lives ended so far
         self.granted = set()         # every attempt answered 201
         self.completed_life = None   # life in which it completed
-        self.dead_state = None       # the state in which its last life ended
 
     def clone(self):
         c = Rec.__new__(Rec)
@@ -193,7 +177,6 @@ class Rec:
     def end_life(self):
         """The record's expires_at passed: it is gone for every reader; its
         attempt number stays (the fence)."""
-        self.dead_state = self.state
         self.has_record, self.state, self.lease, self.exp = False, "issued", None, None
         self.response, self.checkpoint, self.fp, self.version_claimed = None, None, None, None
         self.life += 1
@@ -242,7 +225,6 @@ class World:
     clients = ()
     ops = {}
     counters = {"examples": 0, "ran": 0, "steps": 0, "lives": 0, "orders": 0, "slept": 0.0}
-    deviations = {}
     rule_counts = {}
     log = []
 
@@ -259,7 +241,6 @@ class RecordMachine(RuleBasedStateMachine):
         World.log = []
         self.nkeys = 0
         self.lived = False                # next_life ran in this example
-        self.racing = False               # settling the answers of a race
         self.clock = time.time()          # when the last step ended: what preconditions read
 
     # ---- plumbing
@@ -363,15 +344,6 @@ class RecordMachine(RuleBasedStateMachine):
                 errors.append(str(e) if isinstance(e, AssertionError) else repr(e))
                 continue
             yield from self._explain(w, ops[1:], errors)
-
-    def deviation(self, name, resp, status, code):
-        """Is RESP the known deviation NAME (DEVIATIONS)? Then it is counted
-        (and the caller accepts it), unless IDEMD_MODEL_STRICT is set."""
-        if STRICT or resp.status != status or self.code(resp) != code:
-            return False
-        World.deviations[name] = World.deviations.get(name, 0) + 1
-        World.log.append("     ! known deviation %s: %s" % (name, DEVIATIONS[name]))
-        return True
 
     def idx(self, rec):
         """REC's place in the model (settle replaces the records by copies)."""
@@ -489,8 +461,6 @@ class RecordMachine(RuleBasedStateMachine):
                 self.expect_problem(resp, 409, "lease_lost",
                                     "%s (the record's life is over)" % what)
             elif rec.kind == "key" and not batch:
-                if self.racing and self.deviation("late_404", resp, 409, "not_in_progress"):
-                    return True
                 self.expect_problem(resp, 404, "record_not_found", what)
             else:
                 self.expect_problem(resp, 409, "not_in_progress", what)
@@ -790,9 +760,6 @@ class RecordMachine(RuleBasedStateMachine):
         if in_use:
             return self.expect_problem(resp, 409, "token_in_use", what)
         # a record whose life is over is gone: nothing is in use
-        if (not rec.has_record and rec.dead_state == "completed" and
-                self.deviation("revoke_dead", resp, 409, "token_in_use")):
-            return
         self.expect(resp.status == 204, "%s: expected 204" % what, resp)
         if rec.has_record or not rec.row:
             rec.has_record, rec.row, rec.state, rec.lease = True, True, "revoked", None
@@ -887,12 +854,8 @@ class RecordMachine(RuleBasedStateMachine):
             if not isinstance(o, tuple):
                 self.fail("%s: %s did not return: %r" % (what, q[4], o))
             self.note(q[4], o[2])
-        self.racing = True
-        try:
-            self.settle(what, [(idx, o[0], o[1], q[5](o[0], o[1], o[2]))
-                               for q, o in zip(reqs, out)])
-        finally:
-            self.racing = False
+        self.settle(what, [(idx, o[0], o[1], q[5](o[0], o[1], o[2]))
+                           for q, o in zip(reqs, out)])
         if rec.version is not None:
             self.check_counter(self.vkey(rec), 0)
 
@@ -1153,11 +1116,10 @@ class Model(unittest.TestCase):
         finally:
             print("\n  model: %d examples (%d with at least one step), %d steps in %.1f s "
                   "(%.1f s of it waiting for deadlines); %d new lives of a key; %d orders of answers tried; "
-                  "known deviations counted: %s; steps by rule: %s"
+                  "steps by rule: %s"
                   % (World.counters["examples"], World.counters["ran"], World.counters["steps"],
                      time.monotonic() - t0, World.counters["slept"], World.counters["lives"],
                      World.counters["orders"],
-                     World.deviations or "none",
                      dict(sorted(World.rule_counts.items()))),
                   file=sys.stderr)
         self.assertGreater(World.counters["steps"], 0)
