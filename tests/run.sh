@@ -3,7 +3,8 @@
 # against a throwaway PostgreSQL cluster, the mutants of the safety
 # mechanisms, the history checker, the contract (every exchange against
 # api/openapi.yaml, schemathesis), the OpenAPI lint, the client
-# libraries, queue consumers against RabbitMQ, the Markdown link
+# libraries, queue consumers against RabbitMQ, the examples of README.md
+# and docs/ (run, their output compared with the page), the Markdown link
 # check, and, with --sanitize or when CI=true, the tests again under
 # AddressSanitizer and UBSan.
 # --no-browser (or IDEMD_SKIP_BROWSER=1) leaves out the headless Chromium test
@@ -179,6 +180,15 @@ if python3 tests/problem_codes.py; then
   results+=("problem codes: ok")
 else
   results+=("problem codes: FAILED"); problems+=("problem codes")
+fi
+
+say "docs examples (tests/docs.py: README.md and docs/ run against idemd, outputs compared)"
+# Bounded: its idemd listens on 127.0.0.1 and is stopped, its databases
+# dropped, on exit.
+if IDEMD_BIN="$ROOT/build/idemd" timeout -k 30 300 python3 tests/docs.py; then
+  results+=("docs examples: ok")
+else
+  results+=("docs examples: FAILED"); problems+=("docs examples")
 fi
 
 say "checking the links of the Markdown files"
