@@ -8,10 +8,13 @@ Needs the PostgreSQL of the integration tests (IDEMD_TEST_PGHOST,
 IDEMD_TEST_PGUSER; tests/integration/harness.py). It starts one idemd on
 127.0.0.1 (a free port) per page, with a fresh database, set up as the
 quick start leaves it: tenant "demo", operation "order.create" guarding
-"orders:{subject}", the tenant's key in .idemd/demo.key of the directory
-the examples run in. A page's examples run in page order against that
-server, so what one example does is there for the next, as for a reader
-following the page; idemd and its database are removed after the page.
+"orders:{subject}". The examples run in a scratch directory holding
+.idemd/demo.key (the tenant's key) and node_modules/idemd (clients/node),
+with `idemd` on the PATH, IDEMD_CONFIG naming that server's config, and
+IDEMD_URL and IDEMD_API_KEY exported. A page's examples run in page order
+against its server, so what one example does is there for the next, as
+for a reader following the page; idemd and its database are removed
+after the page.
 
 The convention, block by block (fences of three backticks; the info
 string's first word is the language):
