@@ -16,6 +16,9 @@
       print the best ops/s (or req/s) of SCENARIO so far (0 if none)
   benchlib.py report RESULTS OUT [--scale]
       write the markdown report from the results file of run.sh
+  benchlib.py costmodel RESULTS OUT MACHINE
+      write the cost model (bench/costmodel.sh) from its "STEP ROUND
+      CPU_US TRANSACTIONS" lines
 
 The results file holds one run per line: "SCENARIO ROUND key=value ...".
 """
@@ -252,6 +255,7 @@ def cmd_report(path, out, scale=False):
                      ("libsodium", "libsodium"), ("jansson", "jansson"), ("wrk", "wrk"),
                      ("pgbench", "pgbench"), ("idemd_threads", "idemd threads / pool_size"),
                      ("gateway", "gateway"), ("peer", "peer"), ("redis", "Redis"),
+                     ("durable_peer", "durable peer"),
                      ("waiters", "waiter bench")):
         if k in info:
             w("| %s | %s |" % (label, info[k]))
@@ -328,6 +332,27 @@ def cmd_report(path, out, scale=False):
                   " (issue 12)")
         ratio_row("IETF-key gateway replay against the peer's replay (req/s)", "gw_ietf_replay",
                   rep.rate("peer_replay"), "peer", 3.0, "peer_replay", " (issue 12)")
+    # against the durable peer (Redis fsyncing every write), same rounds
+    if rep.have("peerd_first"):
+        for c, suffix in ((16, ""), (32, "_c32"), (64, "_c64")):
+            for scen, label in (("first_submit", "direct"), ("gw_first", "token route"),
+                                ("gw_ietf_first", "IETF-key route")):
+                ratio_row("%s first submit, %d connections, against the durable peer (ops/s)"
+                          % (label, c), scen + suffix, rep.rate("peerd_first" + suffix),
+                          "durable peer", 1.0 if c >= 32 else None, "peerd_first" + suffix,
+                          " (issue 30)")
+        dp50 = rep.lat("peerd_first_c1", "p50_us")
+        for scen, label in (("first_submit_c1", "direct"), ("gw_first_c1", "token route"),
+                            ("gw_ietf_first_c1", "IETF-key route")):
+            v = rep.lat(scen, "p50_us") if rep.have(scen) else None
+            # the direct first submit is two requests (claim, complete): its
+            # latency per operation is their sum
+            per_op = v * 2 if v is not None and scen == "first_submit_c1" else v
+            ok = None if per_op is None or dp50 is None else per_op <= dp50
+            rows.append(("%s first submit, one connection: p50 per operation (ms)" % label,
+                         fmt_ms(per_op), "durable peer %s" % fmt_ms(dp50),
+                         fmt_ratio(per_op / dp50) if per_op and dp50 else "—",
+                         "≤ 1.00× (issue 30)", verdict(ok)))
     if rep.have("key_batch"):
         ratio_row("batch claims of 100 caller keys against single claims (keys/s)",
                   "key_batch", rep.rate("key_claim"), "single", 5.0, "key_claim", " (issue 12)")
@@ -440,6 +465,39 @@ def cmd_report(path, out, scale=False):
       "under the issue load: a p99 below the baseline's cannot be expected.")
     w("")
 
+    # ------------------------------------------------------- durability
+    if rep.have("peerd_first"):
+        w("## First submits against both peers")
+        w("")
+        w("Operations/s (p50 / p99 ms per request) by connections; the ratios below are "
+          "medians of per-round ratios. The durable peer is the same Node server on a Redis "
+          "that fsyncs every write before answering; idemd commits every acknowledged write "
+          "synchronously. A direct first submit is two requests (claim, complete).")
+        w("")
+        conns = ((1, "_c1"), (16, ""), (32, "_c32"), (64, "_c64"))
+        w("| | " + " | ".join("%d connection%s" % (c, "" if c == 1 else "s")
+                               for c, _ in conns) + " |")
+        w("|---|" + "---:|" * len(conns))
+        kinds = (("first_submit", "idemd direct API"), ("gw_first", "idemd gateway, token route"),
+                 ("gw_ietf_first", "idemd gateway, IETF-key route"),
+                 ("peer_first", "peer, Redis without fsync"),
+                 ("peerd_first", "durable peer, Redis appendfsync always"))
+
+        def cell(scen):
+            if not rep.have(scen):
+                return "—"
+            return "%s (%s / %s)" % (fmt_rate(rep.rate(scen)), fmt_ms(rep.lat(scen, "p50_us")),
+                                     fmt_ms(rep.lat(scen, "p99_us")))
+        for base, label in kinds:
+            w("| %s | %s |" % (label, " | ".join(cell(base + sfx) for _, sfx in conns)))
+        for base, label in kinds[:3]:
+            for peer, plabel in (("peerd_first", "durable peer"), ("peer_first", "peer")):
+                w("| %s / %s | %s |" % (label, plabel, " | ".join(
+                    fmt_ratio(paired(base + sfx, peer + sfx))
+                    if rep.have(base + sfx) and rep.have(peer + sfx) else "—"
+                    for _, sfx in conns)))
+        w("")
+
     # --------------------------------------------------------- all figures
     w("## Every scenario")
     w("")
@@ -479,6 +537,9 @@ def cmd_report(path, out, scale=False):
          "ops/s"),
         ("peer_first_c64", "peer: first submit, 64 connections", "ops/s"),
         ("peer_replay", "peer: replay", "req/s"),
+        ("peerd_first", "durable peer (Redis appendfsync always): first submit, 16 connections",
+         "ops/s"),
+        ("peerd_first_c64", "durable peer: first submit, 64 connections", "ops/s"),
         ("key_claim", "idemd claim of a fresh caller key, one per request", "keys/s"),
         ("key_batch", "idemd batch claim of 100 fresh caller keys", "keys/s"),
         ("c2000", "idemd GET /healthz, 2,000 connections", "req/s"),
@@ -650,6 +711,109 @@ def cmd_report(path, out, scale=False):
     print("\n".join(lines))
 
 
+def cmd_costmodel(path, out, machine):
+    per = {}
+    with open(path) as f:
+        for line in f:
+            step, _, cpu, tx = line.split()
+            if int(tx) > 0:
+                per.setdefault(step, []).append(int(cpu) / int(tx))
+    m = {k: median(v) for k, v in per.items()}
+    S, i1, i2 = m["statement"], m["insert_bare"], m["insert_bare_twice"]
+    heap = i2 - i1 - 3 * S          # one more INSERT, BEGIN and COMMIT
+    commit = i1 - S - heap
+    pk = m["insert_pk"] - i1
+    idx = (m["insert_records"] - m["insert_pk"]) / 3
+    hot = m["update_hot"] - S - commit
+    nonhot = m["update_nonhot"] - S - commit
+    # a first submit: claim (records row, 4 entries; its event, 2 entries)
+    # and completion (records updated, not HOT; its event, 2 entries), two
+    # statements, two commits
+    parts = [("statements (round trip, execution frame)", 2, S),
+             ("commits (WAL flush with synchronous_commit on)", 2, commit),
+             ("heap tuples inserted (the record, two events)", 3, heap),
+             ("primary key entries of the inserts", 3, pk),
+             ("other index entries of the inserts (record 3, events 1 each)", 5, idx),
+             ("non-HOT update of the record (its lookup, tuple, 3 index entries)", 1, nonhot)]
+    model = sum(n * c for _, n, c in parts)
+    real, fn = m.get("first_submit"), m.get("first_submit_fn")
+    lines = []
+    w = lines.append
+    w("# What a first submit costs PostgreSQL")
+    w("")
+    w("Written by `bench/costmodel.sh` (%s). CPU time of the one backend doing the work, "
+      "per transaction, medians of the rounds; every step is one pgbench client, prepared "
+      "statements, synchronous_commit on." % machine)
+    w("")
+    w("| step (bench/cost/) | µs per transaction | rounds |")
+    w("|---|---:|---|")
+    for k in ("statement", "insert_bare", "insert_bare_twice", "insert_pk", "insert_records",
+              "update_hot", "update_nonhot", "first_submit", "first_submit_fn",
+              "insert_bare@8", "first_submit@8"):
+        if k in per:
+            w("| %s | %.1f | %s |" % (k, m[k], ", ".join("%.1f" % x for x in per[k])))
+    w("")
+    w("Derived unit costs (µs of CPU):")
+    w("")
+    w("| unit | µs | from |")
+    w("|---|---:|---|")
+    for name, v, how in (
+            ("statement", S, "statement"),
+            ("heap tuple insert", heap, "insert_bare_twice − insert_bare − 3 statements"),
+            ("commit", commit, "insert_bare − statement − heap tuple"),
+            ("primary key entry (with its uniqueness check)", pk, "insert_pk − insert_bare"),
+            ("other index entry", idx, "(insert_records − insert_pk) / 3"),
+            ("HOT update, with its primary-key lookup", hot, "update_hot − statement − commit"),
+            ("non-HOT update (3 index entries), with its lookup", nonhot,
+             "update_nonhot − statement − commit")):
+        w("| %s | %.1f | %s |" % (name, v, how))
+    w("")
+    w("A first submit as the sum of its parts:")
+    w("")
+    w("| part | count | µs each | µs |")
+    w("|---|---:|---:|---:|")
+    for name, n, c in parts:
+        w("| %s | %d | %.1f | %.1f |" % (name, n, c, n * c))
+    w("| **sum** | | | **%.1f** |" % model)
+    if real:
+        w("| measured: the two statements idemd sends (pgbench_db_first_submit.sql) | | | "
+          "%.1f |" % real)
+        w("| the rest: CTEs, unnest, the plan of a statement that does several things | | | "
+          "%.1f |" % (real - model))
+    if fn:
+        w("| measured: through idemd.claim and idemd.complete (PL/pgSQL) | | | %.1f |" % fn)
+    c8, fs8 = m.get("insert_bare@8"), m.get("first_submit@8")
+    if c8 is not None:
+        w("| with 8 clients: a commit (insert_bare@8 − statement − heap tuple), its flush "
+          "shared by several | | %.1f | |" % (c8 - S - heap))
+    if fs8 is not None:
+        w("| measured with 8 clients: the two statements idemd sends (first_submit@8) | | | "
+          "%.1f |" % fs8)
+    w("")
+    if real:
+        floor = fs8 if fs8 is not None else real
+        w("Floor of this design on this machine: with PostgreSQL alone on both cores and "
+          "8 clients, %s first submits/s (2 cores / %.0f µs; one client alone: %.0f µs); "
+          "idemd's own CPU per submit and the load generator's share the same two cores, so "
+          "the ceiling with everything on them is lower still." % (
+              fmt_rate(2e6 / floor), floor, real))
+        w("")
+        w("What the ways open to a lighter submit would take off, by these units:")
+        w("")
+        w("- two row writes instead of four (no claimed and completed event rows): "
+          "%.0f µs (%.0f%%)" % (2 * (heap + pk + idx), 100 * 2 * (heap + pk + idx) / real))
+        w("- a completion that touches no indexed column (HOT): %.0f µs (%.0f%%)" % (
+            nonhot - hot, 100 * (nonhot - hot) / real))
+        w("- one index fewer on records (the tenant listing): %.0f µs (%.0f%%)" % (
+            2 * idx, 100 * 2 * idx / real))
+        w("- one transaction instead of two (claim and completion in one commit, possible "
+          "only where the work is done inside it): %.0f µs (%.0f%%)" % (
+              commit + S, 100 * (commit + S) / real))
+        w("")
+    with open(out, "w") as f:
+        f.write("\n".join(lines))
+
+
 def main(argv):
     if len(argv) < 2:
         sys.exit(__doc__)
@@ -664,6 +828,8 @@ def main(argv):
         cmd_free_ports(args[0])
     elif cmd == "rate" and len(args) == 2:
         cmd_rate(*args)
+    elif cmd == "costmodel" and len(args) == 3:
+        cmd_costmodel(*args)
     elif cmd == "report" and len(args) >= 2:
         cmd_report(args[0], args[1], "--scale" in args[2:])
     else:

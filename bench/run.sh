@@ -25,6 +25,10 @@
 #               Debian with its default persistence (no AOF, so no fsync per
 #               write; RDB snapshots): first submit at 16 and 64 connections
 #               and replay, under the same wrk scripts as the IETF-key route
+#   durable peer  the same peer on a second Redis with appendonly yes and
+#               appendfsync always (every write on disk before the reply)
+#   durability  first submits at 1, 16, 32 and 64 connections, side by side:
+#               direct API, token route, IETF-key route, both peers
 #   memory      2,000 keep-alive connections open; RSS after every round
 # Writes bench/results/latest.md (raw outputs in bench/results/raw/).
 #
@@ -127,7 +131,7 @@ WORK=$(mktemp -d /tmp/idemd-bench.XXXXXX)
 chmod 711 "$WORK"            # PostgreSQL may run as another user (idemd-pg)
 PGDIR=$WORK/pg
 CONF=$WORK/idemd.json
-IDEMD_PID= BASE_PID= UP_PID= PEER_PID= REDIS_PID= IDEMD2_PID=
+IDEMD_PID= BASE_PID= UP_PID= PEER_PID= REDIS_PID= IDEMD2_PID= PEERD_PID= REDISD_PID=
 mkdir -p "$RAW"
 rm -f "$RAW"/*.txt "$RAW"/*.data "$RAW"/*.old 2>/dev/null || true
 RESULTS=$RAW/results.txt
@@ -152,6 +156,7 @@ cleanup() {
   trap - EXIT INT TERM
   stop_pid "$IDEMD_PID"; stop_pid "$BASE_PID"; stop_pid "$UP_PID"
   stop_pid "$IDEMD2_PID"; stop_pid "$PEER_PID"; stop_pid "$REDIS_PID"
+  stop_pid "$PEERD_PID"; stop_pid "$REDISD_PID"
   if [ -d "$PGDIR" ]; then pg stop "$PGDIR" >/dev/null 2>&1 || true; fi
   if [ "$KEEP" = 1 ]; then
     echo "run.sh: kept $WORK" >&2
@@ -163,10 +168,12 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-read -r PORT BPORT UPORT PEER_PORT REDIS_PORT PORT2 < <(python3 "$BENCH/benchlib.py" free-ports 6)
+read -r PORT BPORT UPORT PEER_PORT REDIS_PORT PORT2 PEERD_PORT REDISD_PORT \
+  < <(python3 "$BENCH/benchlib.py" free-ports 8)
 URL=http://127.0.0.1:$PORT
 BURL=http://127.0.0.1:$BPORT
 PEER_URL=http://127.0.0.1:$PEER_PORT
+PEERD_URL=http://127.0.0.1:$PEERD_PORT
 
 say "starting PostgreSQL (private cluster, defaults, synchronous_commit on)"
 pg init "$PGDIR"
@@ -274,36 +281,52 @@ sleep 0.3
 curl -fs "$BURL/" >/dev/null || die "baseline server did not start"
 
 # The peer: Redis as Debian ships it (its /etc/redis/redis.conf, so its
-# persistence defaults), on a private port and folder, and the Node server
-PEER=0 PEER_NOTE="not measured" REDIS_NOTE=
-if [ "$WAITERS" != 2 ]; then
-  mkdir -p "$WORK/redis"
-  rconf=()
+# persistence defaults), on a private port and folder, and the Node server;
+# the durable peer: the same on a second Redis that appends every write to
+# its log and fsyncs it before answering (appendonly yes, appendfsync always)
+# start_peer NAME REDIS_PORT PEER_PORT [REDIS ARGS...]: sets STARTED_REDIS,
+# STARTED_PEER (pids) and STARTED (1 when the peer answers)
+start_peer() {
+  local name=$1 rport=$2 pport=$3
+  shift 3
+  mkdir -p "$WORK/$name"
+  local rconf=()
   [ -r /etc/redis/redis.conf ] && rconf=(/etc/redis/redis.conf)
-  redis-server "${rconf[@]}" --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK/redis" \
-    --daemonize no --supervised no --logfile "$WORK/redis/redis.log" \
-    --pidfile "$WORK/redis/redis.pid" &
-  REDIS_PID=$!
+  redis-server "${rconf[@]}" --port "$rport" --bind 127.0.0.1 --dir "$WORK/$name" \
+    --daemonize no --supervised no --logfile "$WORK/$name/redis.log" \
+    --pidfile "$WORK/$name/redis.pid" "$@" &
+  STARTED_REDIS=$! STARTED=0
   for _ in $(seq 50); do
-    redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
+    redis-cli -p "$rport" ping >/dev/null 2>&1 && break
     sleep 0.1
   done
-  rcfg() { redis-cli -p "$REDIS_PORT" config get "$1" | sed -n 2p; }
-  REDIS_NOTE="redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') with ${rconf[*]:-built-in defaults}: appendonly $(rcfg appendonly) (so no fsync per write; appendfsync $(rcfg appendfsync) would apply only with it), RDB snapshots save \"$(rcfg save)\""
-  NODE_PATH=$PEER_DIR/node_modules node "$BENCH/peer/server.js" "$PEER_PORT" "$REDIS_PORT" \
-    2>>"$WORK/peer.log" &
-  PEER_PID=$!
+  NODE_PATH=$PEER_DIR/node_modules node "$BENCH/peer/server.js" "$pport" "$rport" \
+    2>>"$WORK/$name.log" &
+  STARTED_PEER=$!
   for _ in $(seq 100); do
-    curl -fs "$PEER_URL/healthz" >/dev/null 2>&1 && { PEER=1; break; }
-    kill -0 "$PEER_PID" 2>/dev/null || break
+    curl -fs "http://127.0.0.1:$pport/healthz" >/dev/null 2>&1 && { STARTED=1; break; }
+    kill -0 "$STARTED_PEER" 2>/dev/null || break
     sleep 0.1
   done
+  REDIS_CONF_NOTE="${rconf[*]:-built-in defaults}"
+}
+rcfg() { redis-cli -p "$1" config get "$2" | sed -n 2p; }
+PEER=0 PEERD=0 PEER_NOTE="not measured" REDIS_NOTE= REDISD_NOTE=
+if [ "$WAITERS" != 2 ]; then
+  start_peer peer "$REDIS_PORT" "$PEER_PORT"
+  REDIS_PID=$STARTED_REDIS PEER_PID=$STARTED_PEER PEER=$STARTED
+  REDIS_NOTE="redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') with $REDIS_CONF_NOTE: appendonly $(rcfg "$REDIS_PORT" appendonly) (so no fsync per write; appendfsync $(rcfg "$REDIS_PORT" appendfsync) would apply only with it), RDB snapshots save \"$(rcfg "$REDIS_PORT" save)\""
   if [ "$PEER" = 1 ]; then
     PEER_NOTE="node $(node --version), @node-idempotency/core and storage-adapter-redis as pinned by bench/peer/package-lock.json, one process, POST /orders -> 201 {order_id,...}"
   else
     PEER_NOTE="not measured: the peer did not start ($(tail -n 3 "$WORK/peer.log" | tr '\n|' '  '))"
     note "$PEER_NOTE"
   fi
+  start_peer peerd "$REDISD_PORT" "$PEERD_PORT" --appendonly yes --appendfsync always \
+    --save ''
+  REDISD_PID=$STARTED_REDIS PEERD_PID=$STARTED_PEER PEERD=$STARTED
+  REDISD_NOTE="the same peer on a second redis-server with appendonly $(rcfg "$REDISD_PORT" appendonly), appendfsync $(rcfg "$REDISD_PORT" appendfsync) (every write fsynced before Redis answers), no RDB snapshots; its log on the same disk as PostgreSQL's WAL"
+  [ "$PEERD" = 1 ] || note "the durable peer did not start ($(tail -n 3 "$WORK/peerd.log" | tr '\n|' '  '))"
 fi
 
 # --------------------------------------------------------------- measuring
@@ -317,7 +340,7 @@ wrk_run() {
   local out=$RAW/$name.$round.txt lsn0
   lsn0=$(sql "SELECT pg_current_wal_insert_lsn()")
   BENCH_DIR=$BENCH BENCH_API_KEY=$API_KEY BENCH_OPERATION=order.create \
-    wrk -t2 -c"$conns" -d"${dur}s" --timeout 5s --latency -s "$BENCH/$script" "$url" \
+    wrk -t"$(( conns < 2 ? conns : 2 ))" -c"$conns" -d"${dur}s" --timeout 5s --latency -s "$BENCH/$script" "$url" \
     -- "$@" >"$out" 2>&1 || true
   local line
   line=$(sed -n 's/^BENCH_RESULT //p' "$out" | tail -n 1)
@@ -452,6 +475,7 @@ if [ "$GATEWAY" = 1 ]; then
 fi
 if [ "$PEER" = 1 ]; then
   wrk_run peer_first warmup "$PEER_URL" keyed_first.lua 3 16 /orders pw
+  [ "$PEERD" = 1 ] && wrk_run peerd_first warmup "$PEERD_URL" keyed_first.lua 3 16 /orders dw
   python3 "$BENCH/benchlib.py" seed-keys "$PEER_PORT" /orders pr 2000
 fi
 if [ "$GATEWAY" = 1 ]; then
@@ -493,6 +517,22 @@ for r in $(seq "$RUNS"); do
     wrk_run gw_replay "r$r" "$URL" gateway_replay.lua "$DUR" 16 "$GW_REPLAY" 2
     [ "$PEER" = 1 ] && wrk_run peer_replay "r$r" "$PEER_URL" keyed_replay.lua "$DUR" 16 /orders pr 2000
     wrk_run gw_ietf_replay "r$r" "$URL" keyed_replay.lua "$DUR" 16 /bench/ietf-orders ir 2000
+  fi
+  if [ "$GATEWAY" = 1 ] && [ "$PEERD" = 1 ]; then
+    # durability: first submits side by side at 1 and 32 connections (16 and
+    # 64 are above), and the durable peer at all four
+    wrk_run peerd_first "r$r" "$PEERD_URL" keyed_first.lua "$DUR" 16 /orders "d$r"
+    wrk_run peerd_first_c64 "r$r" "$PEERD_URL" keyed_first.lua "$DUR" 64 /orders "e$r"
+    for c in 32 1; do
+      wrk_run "peerd_first_c$c" "r$r" "$PEERD_URL" keyed_first.lua "$DUR" "$c" /orders "d$c$r"
+      wrk_run "peer_first_c$c" "r$r" "$PEER_URL" keyed_first.lua "$DUR" "$c" /orders "p$c$r"
+      wrk_run "gw_ietf_first_c$c" "r$r" "$URL" keyed_first.lua "$DUR" "$c" /bench/ietf-orders \
+        "i$c$r"
+      f=$(gen_tokens gw.order.create "$(size_for "$GW64_RATE")")
+      wrk_run "gw_first_c$c" "r$r" "$URL" gateway_first.lua "$DUR" "$c" "$f" 2
+      f=$(gen_tokens order.create "$(size_for "$FS64_RATE")")
+      wrk_run "first_submit_c$c" "r$r" "$URL" first_submit.lua "$DUR" "$c" "$f" 2
+    done
   fi
   # caller keys on the direct API: one claim per request, then 100 per batch
   wrk_run key_claim "r$r" "$URL" key_claims.lua "$DUR" 16 single "kc$r"
@@ -642,6 +682,7 @@ say "writing the report"
   echo "gateway_note=$GATEWAY_NOTE"
   echo "peer=$PEER_NOTE"
   [ -n "$REDIS_NOTE" ] && echo "redis=$REDIS_NOTE"
+  [ -n "$REDISD_NOTE" ] && echo "durable_peer=$REDISD_NOTE"
   [ -n "${WAITERS_NOTE:-}" ] && echo "waiters=$WAITERS_NOTE"
   [ "$SCALE" = 1 ] && printf 'scale_rows=%s\n' "$(printf "%'d" "$ROWS" 2>/dev/null || echo "$ROWS")"
   echo "runs=$RUNS"
