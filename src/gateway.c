@@ -27,6 +27,7 @@
 #include "fingerprint.h"
 #include "headers.h"
 #include "http.h"
+#include "jsonmem.h"
 #include "log.h"
 #include "opcache.h"
 #include "problem.h"
@@ -241,6 +242,25 @@ static int gateway_token_address(struct request *req, const struct gateway_route
 	return 0;
 }
 
+/* *DOC: the body parsed as JSON, once (NULL when it is empty or not
+ * JSON). 0, or -1 after replying 413 when its parse would take more memory
+ * than its size allows (jsonmem.h). */
+static int gateway_body_doc(struct request *req, json_t **doc)
+{
+	int over;
+
+	if (*doc != NULL || req->req_body_len == 0)
+		return 0;
+	*doc = jsonmem_load(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, NULL, &over);
+	if (over) {
+		problem_reply(req, 413, "payload_too_large",
+			      "the body's JSON takes more than %zu bytes to hold",
+			      jsonmem_budget(req->req_body_len));
+		return -1;
+	}
+	return 0;
+}
+
 /* Hashes the name and every value of each of the route's scope_headers. */
 struct gateway_scope {
 	crypto_generichash_state st;
@@ -313,9 +333,8 @@ static int gateway_derived_address(struct request *req, const struct gateway_rou
 		break;
 	}
 	case GATEWAY_KEY_JSON:
-		if (*doc == NULL && req->req_body_len > 0)
-			*doc = json_loadb(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES,
-					  NULL);
+		if (gateway_body_doc(req, doc) < 0)
+			return -1;
 		n = *doc != NULL ? callerkey_from_json(*doc, gr->gr_key_arg, key, sizeof(key)) : -1;
 		break;
 	case GATEWAY_KEY_BODY:
@@ -357,8 +376,8 @@ static int gateway_route_fingerprint(struct request *req, const struct gateway_r
 		*fp = bytes_fp;
 		return 0;
 	}
-	if (*doc == NULL && req->req_body_len > 0)
-		*doc = json_loadb(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, NULL);
+	if (gateway_body_doc(req, doc) < 0)
+		return -1;
 	if (*doc == NULL) {
 		problem_reply(req, 400, "invalid_request",
 			      "this route fingerprints a JSON body: send one");

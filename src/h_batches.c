@@ -28,8 +28,9 @@
 #include "store.h"
 
 struct h_item {
-	const char *key;  /* borrowed from the body; NULL when unusable */
+	const char *key;  /* in the body, then in own; NULL when unusable */
 	const char *sent; /* the "key" as sent when a string, else NULL */
+	char *own;	  /* owned copy of sent once the body is gone */
 	struct token t;	  /* the record the key names */
 	uint8_t fp[STORE_HASH_BYTES];
 	int has_fp;
@@ -62,8 +63,10 @@ static void h_batch_free(struct h_batch *b)
 {
 	if (b == NULL)
 		return;
-	for (size_t i = 0; i < b->hb_n; i++)
+	for (size_t i = 0; b->hb_items != NULL && i < b->hb_n; i++) {
 		store_response_free(&b->hb_items[i].cached);
+		free(b->hb_items[i].own);
+	}
 	for (size_t k = 0; k < b->hb_m; k++) {
 		if (b->hb_cres != NULL)
 			store_response_free(&b->hb_cres[k].cr_response);
@@ -208,8 +211,32 @@ static void h_batch_done(struct batcher_job *j)
 }
 
 /* Queues the set (or answers at once when no item needs the database). */
+/* Lets the parsed body go before the batch waits for its turn: what the
+ * items still need of it (the keys as sent) is copied, so a queued batch
+ * holds about its text, not its parse. 0, or -1 (out of memory). */
+static int h_batch_drop_body(struct h_batch *b)
+{
+	for (size_t i = 0; i < b->hb_n; i++) {
+		struct h_item *it = &b->hb_items[i];
+		if (it->sent == NULL)
+			continue;
+		if ((it->own = strdup(it->sent)) == NULL)
+			return -1;
+		it->key = it->key != NULL ? it->own : NULL;
+		it->sent = it->own;
+	}
+	json_decref(b->hb_body);
+	b->hb_body = NULL;
+	return 0;
+}
+
 static void h_batch_run(struct h_batch *b, int claims, void (*answer)(struct request *, void *))
 {
+	if (h_batch_drop_body(b) < 0) {
+		problem_unavailable(b->hb_req);
+		h_batch_free(b);
+		return;
+	}
 	if (b->hb_m == 0) {
 		answer(b->hb_req, b);
 		return;

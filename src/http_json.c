@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonmem.h"
 #include "problem.h"
 
 char *http_json_text(const json_t *v, size_t flags, size_t *len)
@@ -31,7 +32,15 @@ json_t *http_body_object(struct request *req)
 
 	if (req->req_body_len == 0)
 		return json_object();
-	json_t *v = json_loadb(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, &err);
+	int over;
+	json_t *v =
+		jsonmem_load(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, &err, &over);
+	if (v == NULL && over) {
+		problem_reply(req, 413, "payload_too_large",
+			      "the body's JSON takes more than %zu bytes to hold",
+			      jsonmem_budget(req->req_body_len));
+		return NULL;
+	}
 	if (v == NULL) {
 		problem_reply(req, 400, "invalid_request", "malformed JSON at position %d",
 			      err.position);

@@ -19,6 +19,7 @@
 #include "gateway.h"
 #include "http.h"
 #include "janitor.h"
+#include "jsonmem.h"
 #include "keys.h"
 #include "log.h"
 #include "metrics.h"
@@ -520,6 +521,8 @@ int main(int argc, char **argv)
 	struct cli_records_opts ropts = { 0 };
 	int records_opt = 0;
 
+	/* before anything allocates through jansson */
+	jsonmem_init();
 	if (config_path != NULL && config_path[0] == '\0')
 		config_path = NULL;
 	if (config_path != NULL)

@@ -10,7 +10,10 @@ fix:
     stored: the genuine event with the same id is then executed;
   - the same unknown API key sent over and over costs the database one
     lookup per second, not one per request;
-  - GET /v1/records?subject=%80 is 400, not a database error.
+  - GET /v1/records?subject=%80 is 400, not a database error;
+  - a body whose JSON would take far more memory than its size (a batch
+    or a webhook of "[{},{},…]") is 413, and several of them at once leave
+    idemd's peak memory small.
 (libmicrohttpd's own log messages lose the request's path: unit
 test_http_helpers, test_redact_paths.)
 """
@@ -33,6 +36,14 @@ BUDGET = 4 * 1024 * 1024
 def connect(port, source="127.0.0.1"):
     s = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
     return s
+
+
+def rss_kib(pid, field="VmRSS"):
+    with open("/proc/%d/status" % pid) as f:
+        for ln in f:
+            if ln.startswith(field + ":"):
+                return int(ln.split()[1])
+    return 0
 
 
 def read_status(s, timeout):
@@ -132,6 +143,52 @@ class HostileTenants(IdemdCase):
         finally:
             for s in socks:
                 s.close()
+
+    def test_json_that_outgrows_its_size_is_413(self):
+        # 300,000 empty objects in 0.9 MiB: about 70 MiB once parsed; the
+        # budget of a parse of 0.9 MiB is 4 + 16 x 0.9 MiB
+        op = self.put_operation()
+        nest = "[" + ",".join(["{}"] * 300000) + "]"
+        batch = ('{"items":[{"key":"k1","request":%s}]}' % nest).encode()
+        hook = ('{"id":"evt-1","data":%s}' % nest).encode()
+        # a small quarantine under AddressSanitizer, so that what a parse
+        # freed is not held on to (no effect on other builds)
+        asan = os.environ.get("ASAN_OPTIONS", "")
+        srv = self.idemd.start(env={"ASAN_OPTIONS": (asan + ":" if asan else "") +
+                                    "quarantine_size_mb=4"})
+        base = rss_kib(srv.proc.pid, "VmHWM")
+        answers = []
+        for i in range(4):
+            if i % 2:
+                head, body = "POST /hooks HTTP/1.1\r\n", hook
+            else:
+                head, body = ("POST /v1/operations/%s/claims HTTP/1.1\r\nAuthorization: "
+                              "Bearer %s\r\n" % (op, self.api_key)), batch
+            s = connect(srv.port)
+            try:
+                s.sendall((head + "Host: x\r\nContent-Type: application/json\r\n"
+                           "Content-Length: %d\r\nConnection: close\r\n\r\n"
+                           % len(body)).encode() + body)
+                s.settimeout(10)
+                data = b""
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+            finally:
+                s.close()
+            answers.append((int(data.split(b" ", 2)[1]),
+                            b'"code":"payload_too_large"' in data))
+        hwm = rss_kib(srv.proc.pid, "VmHWM")
+        print("\n  4 bodies of 300,000 empty objects: %s; VmHWM %.1f MiB (%.1f before)"
+              % (answers, hwm / 1024.0, base / 1024.0), file=sys.stderr)
+        self.assertEqual(answers, [(413, True)] * 4)
+        # parsed without a bound (before jsonmem.c) the four took VmHWM up
+        # by 209 MiB; bounded, by about 40 (each parse up to its 18 MiB, on
+        # more than one thread's heap), more under AddressSanitizer
+        self.assertLess(hwm - base, 128 * 1024, "VmHWM grew by %d KiB" % (hwm - base))
+        self.assertIsNone(srv.proc.poll())
 
     def test_forged_webhook_does_not_block_the_genuine_one(self):
         event = "evt_%d" % (int(time.time() * 1000) % 10 ** 9)
