@@ -544,7 +544,9 @@ $$;
 
 -- ----------------------------------------------------------- idemd.complete
 -- As in 0009, and only a live record is completed: one past its expires_at
--- answers 'lease_lost'.
+-- answers 'lease_lost'. A negative retention -1 - N keeps the record N
+-- seconds exactly, not as long as its key is valid (idemd's refusals on
+-- routes anyone may call).
 CREATE OR REPLACE FUNCTION idemd.complete(
     p_tenant    int[],
     p_id        bytea[],
@@ -576,8 +578,8 @@ DECLARE
     v_fp      bytea[];
 BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_status, p_retention) AS x(s, r)
-              WHERE x.s IS NULL OR x.s NOT BETWEEN 100 AND 599 OR x.r IS NULL OR x.r < 0) THEN
-        RAISE EXCEPTION 'idemd.complete: status must be 100..599, retention >= 0'
+              WHERE x.s IS NULL OR x.s NOT BETWEEN 100 AND 599 OR x.r IS NULL) THEN
+        RAISE EXCEPTION 'idemd.complete: status must be 100..599, retention not NULL'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
@@ -613,8 +615,13 @@ BEGIN
                response_headers = p.headers,
                response_body    = p.body,
                response_is_json = coalesce(p.is_json, false),
-               expires_at       = greatest(v_now + make_interval(secs => p.retention),
-                                           rec.token_expires_at),
+               -- a retention N >= 0 keeps the record N seconds and at
+               -- least as long as its token or key is valid; -1 - N keeps
+               -- it N seconds exactly (a refusal on a route anyone may call)
+               expires_at       = CASE WHEN p.retention < 0
+                                       THEN v_now + make_interval(secs => -1 - p.retention)
+                                       ELSE greatest(v_now + make_interval(secs => p.retention),
+                                                     rec.token_expires_at) END,
                updated_at       = v_now
           FROM pick p
          WHERE rec.tenant_id = p.tenant AND rec.token_id = p.id

@@ -289,6 +289,12 @@ static const struct cfg_key route_keys[] = {
 	  .set = config_set_bool,
 	  .off = ROUTE_FIELD(trust_forwarded),
 	  .def = "false" },
+	{ .name = "error_retention_seconds",
+	  .set = config_set_int,
+	  .off = ROUTE_FIELD(error_retention_seconds),
+	  .def = "-1",
+	  .min = -1,
+	  .max = 315360000 },
 };
 
 /* Jansson's error text without the " near '...'" part, which quotes raw

@@ -36,6 +36,10 @@ struct config_route {
 	unsigned char release_on[600]; /* 1: that status releases the claim (default 5xx) */
 	int trust_forwarded;	       /* default false: Forwarded, X-Real-IP, X-Forwarded-Host/
 				  * -Proto/-Port from clients are dropped */
+	/* seconds a stored 4xx answer is kept, when shorter than the
+	 * operation's retention; -1 (default): 300 on derived-key routes,
+	 * which anyone may call, the retention itself on token routes */
+	int error_retention_seconds;
 };
 
 struct json_t;

@@ -213,6 +213,21 @@ static int gateway_unstorable(struct gateway_job *j)
 	return 0;
 }
 
+/* How long the answer STATUS of route GR is kept: the operation's
+ * RETENTION, or the route's error_retention_seconds for a 4xx when shorter
+ * (by default 300 s on derived-key routes, which anyone may call: their
+ * refusals are not kept for the whole retention). */
+static int gateway_retention(const struct gateway_route *gr, int status, int retention)
+{
+	int keep = gr->gr_cfg->error_retention_seconds;
+
+	if (status < 400 || status > 499)
+		return retention;
+	if (keep < 0)
+		keep = gr->gr_key == GATEWAY_KEY_TOKEN ? retention : 300;
+	return keep < retention ? keep : retention;
+}
+
 /* The upstream answered 2xx-4xx: queue the complete (in a batch with other
  * completes); gateway_store_answer() answers once it committed. Returns 0
  * when queued (the job is no longer the caller's), -1 after answering. */
@@ -241,7 +256,12 @@ static int gateway_store(struct gateway_job *j)
 	j->gj_cargs.token_id = j->gj_token_id;
 	j->gj_cargs.attempt = j->gj_attempt;
 	j->gj_cargs.resp = &j->gj_resp;
-	j->gj_cargs.retention_seconds = j->gj_retention_seconds;
+	j->gj_cargs.retention_seconds =
+		gateway_retention(j->gj_route, j->gj_resp.sr_status, j->gj_retention_seconds);
+	/* a key's record may end before the key would (a new life then runs
+	 * anew); a token's stays while the token is valid */
+	j->gj_cargs.retention_exact = j->gj_route->gr_key != GATEWAY_KEY_TOKEN &&
+				      j->gj_cargs.retention_seconds < j->gj_retention_seconds;
 	j->gj_cargs.audit_seconds = j->gj_audit_seconds;
 	j->gj_cargs.by = j->gj_req->req_by; /* the route, and the request's trace */
 	j->gj_bj.bj_kind = BATCHER_COMPLETE;

@@ -120,12 +120,13 @@ static const struct db_stmt st_complete_current = {
 	"upd AS (UPDATE records rec SET state = 'completed', lease_expires_at = NULL, "
 	"response_status = u.status, response_headers = u.headers, response_body = u.body, "
 	"response_is_json = coalesce(u.is_json, false), "
-	"expires_at = greatest(now() + make_interval(secs => u.retention), rec.token_expires_at), "
+	"expires_at = CASE WHEN u.retention < 0 THEN now() + make_interval(secs => -1 - u.retention) "
+	"ELSE greatest(now() + make_interval(secs => u.retention), rec.token_expires_at) END, "
 	"updated_at = now() "
 	"FROM u JOIN locked l ON l.tenant_id = u.tenant AND l.token_id = u.id "
 	"WHERE rec.tenant_id = u.tenant AND rec.token_id = u.id AND rec.state = 'in_progress' "
 	"AND rec.expires_at > clock_timestamp() AND " FENCE_ATTEMPT " "
-	"AND u.status BETWEEN 100 AND 599 AND u.retention >= 0 "
+	"AND u.status BETWEEN 100 AND 599 "
 	"RETURNING u.i, rec.response_status, rec.response_headers, rec.response_body, "
 	"rec.response_is_json, rec.expires_at, rec.fingerprint), "
 	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[upd.i], ($2::bytea[])[upd.i], 'completed', "
@@ -590,7 +591,10 @@ static int store_complete_arrays(struct store_array *arrs, const struct complete
 		store_array_text(&arrs[4], resp->sr_headers, strlen(resp->sr_headers));
 		store_array_bytea(&arrs[5], resp->sr_body, resp->sr_body ? resp->sr_body_len : 0);
 		store_array_bool(&arrs[6], resp->sr_is_json);
-		store_array_i64(&arrs[7], c->retention_seconds);
+		/* an exact retention N travels as -1 - N (migrations/0011,
+		 * idemd.complete) */
+		store_array_i64(&arrs[7], c->retention_exact ? -1 - (int64_t)c->retention_seconds
+							     : c->retention_seconds);
 		store_array_text(&arrs[8], STORE_BY(c->by), strlen(STORE_BY(c->by)));
 		store_array_i64(&arrs[9], c->audit_seconds);
 	}

@@ -171,6 +171,9 @@ struct complete_args {
 	int attempt;
 	const struct stored_response *resp;
 	int retention_seconds;
+	/* 1: the record is kept RETENTION_SECONDS from now, not held to its
+	 * key's expiry as well (a refusal on a route anyone may call) */
+	int retention_exact;
 	const char *by;	   /* who, for the audit trail */
 	int audit_seconds; /* how long its event is kept */
 };

@@ -11,6 +11,8 @@ fix:
   - the same unknown API key sent over and over costs the database one
     lookup per second, not one per request;
   - GET /v1/records?subject=%80 is 400, not a database error;
+  - an upstream's 4xx on a derived-key route (anonymous) is kept 300 s,
+    not the operation's whole retention;
   - a body whose JSON would take far more memory than its size (a batch
     or a webhook of "[{},{},…]") is 413, and several of them at once leave
     idemd's peak memory small.
@@ -201,6 +203,27 @@ class HostileTenants(IdemdCase):
         self.assertEqual(genuine.header("Idempotent-Replayed"), "false")
         again = self.anon.post("/hooks", {"id": event, "amount": 10})
         self.assertEqual((again.status, again.header("Idempotent-Replayed")), (201, "true"))
+
+    def test_anonymous_refusals_are_not_kept_for_the_whole_retention(self):
+        # a derived-key route: anyone may post; its 4xx answers are kept
+        # 300 s (error_retention_seconds), its 2xx the operation's 86,400
+        life = {}
+        for status in (422, 201):
+            event = "evt_%s" % uniq("r")
+            r = self.anon.post("/hooks", {"id": event},
+                               headers={"X-Upstream-Mode": "status=%d" % status}
+                               if status != 201 else None)
+            self.assertEqual(r.status, status, r.describe())
+            again = self.anon.post("/hooks", {"id": event})
+            self.assertEqual((again.status, again.header("Idempotent-Replayed")),
+                             (status, "true"), again.describe())
+            life[status] = float(psql(
+                "SELECT extract(epoch FROM expires_at - updated_at) FROM records "
+                "WHERE state = 'completed' AND response_status = %d AND operation_id = "
+                "(SELECT id FROM operations WHERE name = 'hook.receive') "
+                "ORDER BY updated_at DESC LIMIT 1" % status, db=self.idemd.db))
+        self.assertAlmostEqual(life[422], 300, delta=2)
+        self.assertAlmostEqual(life[201], 86400, delta=2)
 
     def test_repeated_unknown_key_costs_one_lookup_a_second(self):
         bogus = ["idk_" + uuid.uuid4().hex + uuid.uuid4().hex[:11] for _ in range(4)]
