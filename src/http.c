@@ -271,6 +271,11 @@ static void http_busy(struct request *req)
 	http_set_header(req, "Retry-After", "1");
 }
 
+/* An answer's body this large or larger is held against the body budget
+ * until it is sent: a thousand clients that never read a large replay hold
+ * at most the budget, not a copy each. */
+#define HTTP_ANSWER_BUDGET_MIN (64 * 1024)
+
 /* The whole request is in: the handler, unless a limit was passed. */
 static void http_dispatch(struct request *req)
 {
@@ -292,6 +297,20 @@ static enum MHD_Result http_send(struct request *req)
 {
 	if (req->rep_response == NULL)
 		return MHD_NO;
+	/* the request's body has served: its bytes go back, the answer's
+	 * are held instead */
+	free(req->req_body);
+	req->req_body = NULL;
+	req->req_body_len = 0;
+	http_budget_give(req);
+	if (req->rep_len >= HTTP_ANSWER_BUDGET_MIN && !http_budget_take(req, req->rep_len)) {
+		problem_reply(req, 503, "unavailable",
+			      "too many large answers are being sent; retry shortly");
+		http_set_header(req, "Retry-After", "1");
+	}
+	/* the answer must be taken within request_timeout_seconds too: the
+	 * reaper cuts a connection that does not read it (http_conn.c) */
+	http_receiving(req, 1);
 	MHD_add_response_header(req->rep_response, "X-Request-Id", req->req_id);
 	char traceparent[TRACECTX_HEADER_LEN + 1];
 	tracectx_format(&req->req_trace, traceparent);

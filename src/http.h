@@ -70,6 +70,7 @@ struct request {
 	/* the reply being built */
 	const char *rep_code; /* a problem reply's code (a literal), else NULL */
 	unsigned rep_status;
+	size_t rep_len; /* its body's bytes */
 	struct MHD_Response *rep_response;
 };
 

@@ -1,6 +1,7 @@
 /* HTTP connections: the state each keeps across its requests (the API
- * key memo, the receiving deadline) and the reaper thread that shuts down
- * connections past request_timeout_seconds. */
+ * key memo, the deadline) and the reaper thread that shuts down
+ * connections past request_timeout_seconds, receiving a request or
+ * sending its answer. */
 #include "http_int.h"
 
 #include <pthread.h>
@@ -91,6 +92,12 @@ void http_connection(void *cls, struct MHD_Connection *conn, void **socket_conte
 		if (c == NULL)
 			return;
 		c->hc_fd = ci->connect_fd;
+		/* the kernel holds at most this much of an answer the client
+		 * does not read; the rest stays with libmicrohttpd, counted in
+		 * the body budget, until the deadline cuts the connection */
+		int sndbuf = HTTP_SNDBUF_BYTES;
+		if (setsockopt(c->hc_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) != 0)
+			log_debug("http: SO_SNDBUF not set");
 		atomic_store(&c->hc_since, http_now_ms());
 		pthread_mutex_lock(&http_conns.lock);
 		c->hc_next = http_conns.head;

@@ -15,6 +15,10 @@
 struct config;
 
 /* What outlives one request on a connection. */
+/* SO_SNDBUF of every connection (the kernel doubles it): what the kernel
+ * may hold of an answer its client does not read */
+#define HTTP_SNDBUF_BYTES (256 * 1024)
+
 struct http_conn {
 	struct auth_memo hc_auth; /* the API key it last authenticated with */
 	/* monotonic ms since which the connection has been receiving a

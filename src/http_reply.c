@@ -29,6 +29,7 @@ void http_reply_bytes(struct request *req, unsigned status, const char *content_
 	req->rep_response = MHD_create_response_from_buffer(len, (void *)(uintptr_t)data,
 							    MHD_RESPMEM_MUST_COPY);
 	req->rep_status = status;
+	req->rep_len = len;
 	if (req->rep_response != NULL && content_type != NULL)
 		MHD_add_response_header(req->rep_response, "Content-Type", content_type);
 }
@@ -41,6 +42,7 @@ void http_reply_take(struct request *req, unsigned status, const char *content_t
 	if (req->rep_response == NULL)
 		free(data);
 	req->rep_status = status;
+	req->rep_len = len;
 	if (req->rep_response != NULL && content_type != NULL)
 		MHD_add_response_header(req->rep_response, "Content-Type", content_type);
 }
