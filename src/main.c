@@ -25,6 +25,7 @@
 #include "metrics.h"
 #include "migrate.h"
 #include "replaycount.h"
+#include "routes.h"
 #include "waiters.h"
 #include "engine.h"
 
@@ -274,6 +275,7 @@ static int main_serve(const struct config *cfg)
 	}
 	engine_init(cfg);
 	metrics_init(cfg);
+	routes_init();
 	/* two batches in flight: one commits while the next gathers */
 	/* one clock: the database's, before the first request is timed */
 	(void)janitor_measure_clock();

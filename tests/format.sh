@@ -20,7 +20,7 @@ if ! command -v clang-format >/dev/null 2>&1; then
   exit 2
 fi
 
-files=$(ls src/*.c src/*.h tests/unit/*.c tests/unit/*.h 2>/dev/null)
+files=$(find src tests/unit -name "*.[ch]" | sort)
 bad=0 lines=0
 for f in $files; do
   if [ "$mode" = fix ]; then

@@ -4,9 +4,9 @@
 # mechanisms, the history checker, the contract (every exchange against
 # api/openapi.yaml, schemathesis), the OpenAPI lint, the client
 # libraries, queue consumers against RabbitMQ, the examples of README.md
-# and docs/ (run, their output compared with the page), the Markdown link
-# check, and, with --sanitize or when CI=true, the tests again under
-# AddressSanitizer and UBSan.
+# and docs/ (run, their output compared with the page), the layering of
+# src/, the Markdown link check, and, with --sanitize or when CI=true, the
+# tests again under AddressSanitizer and UBSan.
 # --no-browser (or IDEMD_SKIP_BROWSER=1) leaves out the headless Chromium test
 # (browser.checkout), and with it the chromium package and playwright-core.
 # Ends with the line "N passed, N failed"; exits non-zero on any failure.
@@ -173,6 +173,13 @@ if bash tests/format.sh; then
   results+=("c formatting: ok")
 else
   results+=("c formatting: FAILED"); problems+=("c formatting")
+fi
+
+say "checking the layers of src/ (tests/layers.py: includes run downward, no cycles)"
+if python3 tests/layers.py; then
+  results+=("layers: ok")
+else
+  results+=("layers: FAILED"); problems+=("layers")
 fi
 
 say "checking the problem codes against api/openapi.yaml"

@@ -1,5 +1,5 @@
 /*
- * libFuzzer driver for the token codec (src/token.c): token_parse,
+ * libFuzzer driver for the token codec (src/base/token.c): token_parse,
  * token_verify and token_from_header on arbitrary bytes, plus properties:
  *  - parse and verify agree on what is malformed;
  *  - a token that parses re-encodes (under the fixed key) to exactly the

@@ -16,7 +16,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "http.h"
+#include "request.h"
 
 #define FAKE_HTTP_MAX_HEADERS 16
 

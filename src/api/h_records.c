@@ -1,0 +1,278 @@
+/* Records: GET /v1/records/{id} (a record, whichever way its id was made: a
+ * token's id, a caller key's, the one forwarded upstream), GET
+ * /v1/records/{id}/events (its audit trail, which may outlive it) and
+ * GET /v1/records (a listing, newest claim first, keyset-paginated: for
+ * finding work stuck in progress). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "handlers.h"
+#include "opcache.h"
+#include "problem.h"
+#include "reqjson.h"
+#include "router.h"
+#include "store.h"
+#include "token.h"
+#include "engine.h"
+
+/* The {id} path segment as 16 bytes. 0, or -1 after replying 400. */
+static int h_record_id(struct request *req, uint8_t id[TOKEN_ID_BYTES])
+{
+	const char *hex = req->req_params[0];
+
+	if (req->req_param_lens[0] != 2 * TOKEN_ID_BYTES ||
+	    strspn(hex, "0123456789abcdef") != 2 * TOKEN_ID_BYTES) {
+		problem_reply(req, 400, "invalid_request",
+			      "a record id is 32 lower-case hex digits");
+		return -1;
+	}
+	for (int i = 0; i < TOKEN_ID_BYTES; i++) {
+		int hi = hex[2 * i] <= '9' ? hex[2 * i] - '0' : hex[2 * i] - 'a' + 10;
+		int lo = hex[2 * i + 1] <= '9' ? hex[2 * i + 1] - '0' : hex[2 * i + 1] - 'a' + 10;
+		id[i] = (uint8_t)(hi * 16 + lo);
+	}
+	return 0;
+}
+
+void h_record_get(struct request *req)
+{
+	uint8_t id[TOKEN_ID_BYTES];
+	struct record_view rv;
+	struct operation op;
+	int found = 0;
+
+	if (h_record_id(req, id) < 0)
+		return;
+	http_note_record(req, id);
+	if (store_record_get(req->req_tenant_id, id, &rv) < 0) {
+		problem_unavailable(req);
+		return;
+	}
+	if (!rv.rv_found) {
+		problem_reply(req, 404, "record_not_found", "no record with this id");
+		return;
+	}
+	if (opcache_by_id(rv.rv_operation_id, &op, &found) < 0) {
+		store_record_view_free(&rv);
+		problem_unavailable(req);
+		return;
+	}
+	int64_t now_ms = idemd_unix_ms();
+	const char *state = engine_record_state(&rv, now_ms, 1);
+	json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:i}", "id", req->req_params[0], "operation",
+			      found ? op.op_name : "", "state", state, "expires_at",
+			      rfc3339_json(rv.rv_expires_at), "attempt", rv.rv_attempt);
+	if (o != NULL && rv.rv_has_subject)
+		json_object_set_new(o, "subject", json_string(rv.rv_subject));
+	/* flushed from memory every few seconds (replaycount.c): may lag */
+	if (o != NULL)
+		json_object_set_new(o, "replays", json_integer(rv.rv_replays));
+	engine_record_fields(o, &rv, state);
+	store_record_view_free(&rv);
+	http_reply_json(req, 200, o);
+}
+
+#define H_RECORDS_DEFAULT 100
+#define H_RECORDS_MAX 500
+#define H_EVENTS_MAX 1000
+
+static int h_query_int(struct request *req, const char *name, int64_t max, int64_t *out);
+
+/* GET /v1/records/{id}/events[?limit=&cursor=]: pages of at most LIMIT
+ * (1..1000, default 1000) events; "next_cursor" (opaque: the last event's
+ * sequence number) asks for the next, null on the last page. */
+void h_record_events(struct request *req)
+{
+	uint8_t id[TOKEN_ID_BYTES];
+	int64_t limit = H_EVENTS_MAX, after = 0, next = 0;
+	json_t *events;
+
+	if (h_record_id(req, id) < 0)
+		return;
+	http_note_record(req, id);
+	if (h_query_int(req, "limit", H_EVENTS_MAX, &limit) < 0 ||
+	    h_query_int(req, "cursor", INT64_MAX, &after) < 0)
+		return;
+	if (limit < 1) {
+		problem_reply(req, 400, "invalid_request", "limit must be from 1 to %d",
+			      H_EVENTS_MAX);
+		return;
+	}
+	if (store_events_get(req->req_tenant_id, id, after, (int)limit, &events, &next) < 0) {
+		problem_unavailable(req);
+		return;
+	}
+	if (json_array_size(events) == 0 && after == 0) {
+		json_decref(events);
+		problem_reply(req, 404, "record_not_found",
+			      "no record or audit trail with this id");
+		return;
+	}
+	char cur[24];
+	snprintf(cur, sizeof(cur), "%" PRId64, next);
+	http_reply_json(req, 200,
+			json_pack("{s:o,s:o}", "events", events, "next_cursor",
+				  next != 0 ? json_string(cur) : json_null()));
+}
+
+/* A non-negative integer query argument NAME into *OUT (absent: untouched).
+ * 0, or -1 after replying 400. */
+static int h_query_int(struct request *req, const char *name, int64_t max, int64_t *out)
+{
+	const char *v = http_query(req, name);
+	char *end;
+
+	if (v == NULL)
+		return 0;
+	long long n = strtoll(v, &end, 10);
+	if (*v == '\0' || *end != '\0' || n < 0 || n > max ||
+	    strspn(v, "0123456789") != strlen(v)) {
+		problem_reply(req, 400, "invalid_request",
+			      "%s must be an integer from 0 to %" PRId64, name, max);
+		return -1;
+	}
+	*out = n;
+	return 0;
+}
+
+/* The filters of GET /v1/records into F (*NONE: an operation that does
+ * not exist, so nothing matches). SUBJECT receives the decoded subject. 0,
+ * or -1 after replying. */
+static int h_record_filter(struct request *req, struct record_filter *f, int64_t *limit,
+			   char **subject, int *none)
+{
+	static const char *const states[] = { "issued", "in_progress", "completed", "revoked" };
+	const char *op = http_query(req, "operation"), *st = http_query(req, "state");
+	const char *cursor = http_query(req, "cursor"), *subj = http_query(req, "subject");
+	struct operation o;
+	int found;
+
+	memset(f, 0, sizeof(*f));
+	f->rf_older_than = -1;
+	*limit = H_RECORDS_DEFAULT;
+	if (h_query_int(req, "limit", H_RECORDS_MAX, limit) < 0 ||
+	    h_query_int(req, "older_than", 315360000, &f->rf_older_than) < 0)
+		return -1;
+	if (*limit < 1) {
+		problem_reply(req, 400, "invalid_request", "limit must be from 1 to %d",
+			      H_RECORDS_MAX);
+		return -1;
+	}
+	if (st != NULL) {
+		size_t i;
+		for (i = 0; i < IDEMD_ARRAY_LEN(states) && strcmp(st, states[i]) != 0; i++)
+			;
+		if (i == IDEMD_ARRAY_LEN(states)) {
+			problem_reply(req, 400, "invalid_request",
+				      "state must be issued, in_progress, completed or revoked");
+			return -1;
+		}
+		f->rf_state = states[i];
+	}
+	if (cursor != NULL) {
+		char hex[33];
+		long long us;
+		int used = 0;
+		if (sscanf(cursor, "%lld.%32[0-9a-f]%n", &us, hex, &used) != 2 ||
+		    cursor[used] != '\0' || strlen(hex) != 32 || us < 0) {
+			problem_reply(req, 400, "invalid_request",
+				      "cursor is not one this API gave");
+			return -1;
+		}
+		for (int i = 0; i < 16; i++) {
+			unsigned b;
+			if (sscanf(hex + 2 * i, "%2x", &b) != 1)
+				return -1;
+			f->rf_after_id[i] = (uint8_t)b;
+		}
+		f->rf_after_us = us;
+		f->rf_has_after = 1;
+	}
+	if (subj != NULL) {
+		size_t n;
+		*subject = router_decode(subj, strlen(subj), &n);
+		if (*subject == NULL) {
+			problem_unavailable(req);
+			return -1;
+		}
+		/* what a subject can be (1..128 bytes of UTF-8, no NUL): anything
+		 * else matches nothing and must not reach PostgreSQL as text */
+		json_t *valid = n >= 1 && n <= 128 && strlen(*subject) == n
+					? json_stringn(*subject, n)
+					: NULL;
+		if (valid == NULL) {
+			problem_reply(req, 400, "invalid_request",
+				      "subject must be 1 to 128 bytes of UTF-8 without NUL");
+			return -1;
+		}
+		json_decref(valid);
+		f->rf_subject = *subject;
+	}
+	*none = 0;
+	if (op != NULL) {
+		if (opcache_by_name(req->req_tenant_id, op, &o, &found) < 0) {
+			problem_unavailable(req);
+			return -1;
+		}
+		*none = !found;
+		f->rf_operation_id = o.op_id;
+	}
+	return 0;
+}
+
+void h_record_list(struct request *req)
+{
+	struct record_filter f;
+	struct record_row *rows = NULL;
+	char *subject = NULL;
+	int64_t limit;
+	size_t n = 0;
+	int none = 0;
+
+	if (h_record_filter(req, &f, &limit, &subject, &none) < 0)
+		goto done;
+	if (!none && store_record_list(req->req_tenant_id, &f, (size_t)limit, &rows, &n) < 0) {
+		problem_unavailable(req);
+		goto done;
+	}
+	json_t *list = json_array();
+	char hex[2 * TOKEN_ID_BYTES + 1], cursor[64];
+	for (size_t i = 0; list != NULL && i < n; i++) {
+		const struct record_row *r = &rows[i];
+		struct operation op;
+		int found = 0;
+		if (opcache_by_id(r->rr_operation_id, &op, &found) < 0)
+			found = 0;
+		token_id_hex(r->rr_id, hex);
+		json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:o,s:o}", "id", hex, "operation",
+				      found ? op.op_name : "", "state", r->rr_state, "attempt",
+				      r->rr_attempt, "claimed_at",
+				      rfc3339_json(r->rr_created_us / 1000), "expires_at",
+				      rfc3339_json(r->rr_expires_at));
+		if (o != NULL && r->rr_has_subject)
+			json_object_set_new(o, "subject", json_string(r->rr_subject));
+		if (o != NULL && strcmp(r->rr_state, "in_progress") == 0)
+			json_object_set_new(o, "lease_expires_at",
+					    rfc3339_json(r->rr_lease_expires_at));
+		json_array_append_new(list, o);
+	}
+	json_t *next = json_null();
+	if (n == (size_t)limit && n > 0) {
+		token_id_hex(rows[n - 1].rr_id, hex);
+		snprintf(cursor, sizeof(cursor), "%" PRId64 ".%s", rows[n - 1].rr_created_us, hex);
+		next = json_string(cursor);
+	}
+	if (list == NULL || next == NULL) {
+		json_decref(list);
+		json_decref(next);
+		problem_unavailable(req);
+		goto done;
+	}
+	http_reply_json(req, 200, json_pack("{s:o,s:o}", "records", list, "next_cursor", next));
+done:
+	free(rows);
+	free(subject);
+}

@@ -1,0 +1,40 @@
+/* Handler entry points, one per route (see router.c). Each replies exactly once. */
+#ifndef IDEMD_HANDLERS_H
+#define IDEMD_HANDLERS_H
+
+#include "request.h"
+
+void h_healthz(struct request *req);
+void h_readyz(struct request *req);
+void h_metrics(struct request *req);
+
+void h_operation_put(struct request *req);
+void h_operation_get(struct request *req);
+void h_operation_list(struct request *req);
+
+void h_token_issue(struct request *req);
+void h_token_get(struct request *req);
+void h_token_revoke(struct request *req);
+void h_token_claim(struct request *req);
+void h_token_complete(struct request *req);
+void h_token_release(struct request *req);
+void h_token_extend(struct request *req);
+void h_token_checkpoint(struct request *req);
+
+void h_key_claim(struct request *req);
+void h_key_complete(struct request *req);
+void h_key_release(struct request *req);
+void h_key_extend(struct request *req);
+void h_key_checkpoint(struct request *req);
+void h_key_get(struct request *req);
+void h_key_claims(struct request *req);
+void h_key_completions(struct request *req);
+
+void h_record_get(struct request *req);
+void h_record_events(struct request *req);
+void h_record_list(struct request *req);
+
+void h_version_get(struct request *req);
+void h_version_bump(struct request *req);
+
+#endif

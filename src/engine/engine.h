@@ -1,0 +1,181 @@
+/* The record engine: the steps every request on a record shares, for the
+ * direct API (tokens, caller keys, batches) and gateway routes alike:
+ * verifying a token and its scope, the claim and its outcomes, complete,
+ * release, extend and checkpoint. A record is (tenant, operation, record
+ * id); a token is one way to name it, a caller key or a derived gateway key
+ * another: the engine does not care which. */
+#ifndef IDEMD_ENGINE_H
+#define IDEMD_ENGINE_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "request.h"
+#include "store.h"
+#include "token.h"
+#include "versionkey.h"
+
+struct config;
+
+void engine_init(const struct config *cfg);
+
+/*
+ * Return rule of the engine: 0 carry on (for engine_claim: the request is
+ * suspended and will be answered), -1 a reply was sent (an error, a
+ * refusal, or an answer from the cache). engine_claimed_fn alone differs: it
+ * says who resumes the connection.
+ */
+
+/* Verifies TEXT as a token of the request's tenant. 0, or -1 after replying
+ * 400 token_malformed, 403 token_invalid or 403 token_scope_mismatch. */
+int engine_verify(struct request *req, const char *text, struct token *t) IDEMD_WUR;
+
+/* engine_verify() on the {token} path segment. */
+int engine_from_path(struct request *req, struct token *t) IDEMD_WUR;
+
+/*
+ * How a route answers a duplicate of a completed claim of T from its
+ * stored response R (both borrowed for the call): either with a JSON
+ * envelope that RENDER makes (new text of *LEN bytes, free with free; NULL
+ * when out of memory), sent with 200 and Idempotent-Replayed: true, or by
+ * SEND, which replies itself (the gateway's stored response). An envelope
+ * is rendered once per cached record and kept with it, tagged KIND (above
+ * 0, one per envelope form): so thousands of duplicates, such as the
+ * waiters of one record, cost one rendering.
+ */
+struct engine_replay {
+	int er_kind;
+	char *(*er_render)(const struct stored_response *r, const struct token *t, size_t *len);
+	void (*er_send)(struct request *req, const struct stored_response *r);
+};
+/* the envelope kinds */
+#define ENGINE_REPLAY_DIRECT 1 /* the direct API's */
+#define ENGINE_REPLAY_KEY 2    /* the caller-key API's */
+
+/* Called on a batcher thread when an asynchronous claim has its answer,
+ * with the connection still suspended. RES is the successful claim
+ * (borrowed for the call): build the reply or start more work, and return
+ * 0 to have the connection resumed now or 1 when the callee takes over
+ * resuming it (http_resume). RES is NULL when the claim was answered
+ * otherwise (409, 410, replay...): only release ARG, and return 0. */
+typedef int (*engine_claimed_fn)(struct request *req, const struct claim_result *res, void *arg);
+
+/*
+ * A completed submit never changes: answers a claim of T with fingerprint
+ * FP (NULL: none) from the replay cache when it can. -1 after replying (the
+ * cached response through REPLAY, NULL: the direct API's envelope; or 422
+ * for another request's fingerprint), 0 when the database must be asked
+ * (engine_claim).
+ */
+int engine_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
+			const struct engine_replay *replay) IDEMD_WUR;
+
+/*
+ * Claims T with fingerprint FP (NULL: none), honouring If-Match, without
+ * blocking the request thread (after engine_claim_cached found nothing):
+ * the checks run now;
+ * the database step runs on a batcher thread (in a batch with other
+ * claims) while the connection is suspended, every outcome is answered
+ * (REPLAY answers a duplicate of a completed claim), and CLAIMED is called
+ * in every case. With KEEPS 0 (CLAIMED always returns 0) the answer is
+ * built on the request's own thread after the resume; with KEEPS 1 on the
+ * batcher thread, where CLAIMED may keep the connection suspended.
+ * REPLAY NULL: the direct API's envelope. Returns 0 when the request is
+ * suspended (CLAIMED takes ARG), -1 after replying at once (validation;
+ * CLAIMED is not called and ARG stays the caller's).
+ */
+int engine_claim(struct request *req, const struct token *t, const uint8_t *fp,
+		 const struct engine_replay *replay, engine_claimed_fn claimed, int keeps,
+		 void *arg) IDEMD_WUR;
+
+/*
+ * Answers a claim of T from the replay cache without parsing the body:
+ * when a cached completed response of T was last matched by a body with
+ * these exact bytes, the body would give the same fingerprint, so the
+ * answer is the same. Returns -1 after replying, 0 when the full way must
+ * run.
+ */
+int engine_replay_raw(struct request *req, const struct token *t) IDEMD_WUR;
+
+/* Counts one duplicate of T answered with its stored response: its record's
+ * replay count (replaycount.c) and idemd_duplicates_total, outcome
+ * "waited" when WAITED (it waited with Prefer: wait), else "replayed". */
+void engine_count_replay(const struct token *t, int waited);
+
+/*
+ * POST .../complete and .../release of the record T addresses (a token, or
+ * a caller key when IS_KEY: a record never claimed is then 404
+ * record_not_found). Reads the body, runs the step (complete: batched,
+ * answered after the commit) and replies.
+ */
+void engine_complete(struct request *req, const struct token *t, int is_key);
+void engine_release(struct request *req, const struct token *t, int is_key);
+/* POST .../extend {"attempt","lease_seconds"?} (at most, and by default,
+ * the operation's lease) and .../checkpoint {"attempt","phase","data"?}
+ * (phase 1..64 of [a-z0-9._-], data any JSON up to 64 KiB) of the current
+ * attempt; fenced like release. */
+void engine_extend(struct request *req, const struct token *t, int is_key);
+void engine_checkpoint(struct request *req, const struct token *t, int is_key);
+
+/* The state introspection shows for RV at NOW_MS (unix ms): completed,
+ * revoked, in_progress (a live lease), and otherwise issued, or with
+ * LAPSED "lease_expired" for one in progress whose lease ran out. */
+const char *engine_record_state(const struct record_view *rv, int64_t now_ms, int lapsed);
+
+/* Adds to introspection O what STATE shows of RV: lease_expires_at,
+ * response, checkpoint (O may be NULL). */
+void engine_record_fields(json_t *o, const struct record_view *rv, const char *state);
+
+/* The latest checkpoint of RV as {"phase","data","attempt"} (new
+ * reference), or NULL when it has none. */
+json_t *engine_checkpoint_json(const struct record_view *rv);
+
+/*
+ * The claim arguments of T under policy OP into A: fingerprint FP (NULL:
+ * none), the precondition IF_MATCH (NULL: the version T carries, if any);
+ * VKEY receives the expanded counter name A points to. NULL, or why the
+ * claim is refused (400 invalid_request).
+ */
+const char *engine_claim_args(const struct token *t, const struct operation *op, const uint8_t *fp,
+			      const char *if_match, char vkey[VERSIONKEY_MAX + 1],
+			      struct claim_args *a);
+
+/* What a claim outcome answers: STATUS, and for a refusal its problem
+ * CODE and a DETAIL (NULL for 201 and 200). */
+struct engine_verdict {
+	unsigned status;
+	const char *code;
+	const char *detail;
+};
+void engine_claim_verdict(const struct claim_result *res, struct engine_verdict *v);
+
+/* The fingerprint of a claim body: its "fingerprint" string, else the
+ * canonical JSON of its "request", else none (*HAS_FP 0). 0, or -1 after
+ * replying. */
+int engine_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES],
+		       int *has_fp) IDEMD_WUR;
+
+/* Validates a completion (BODY: attempt, status, headers, body or
+ * body_base64, and EXTRA when not NULL) into *ATTEMPT and RESP (headers
+ * text and body owned: store_response_free). 0, or -1 after replying. */
+int engine_complete_parse(struct request *req, json_t *body, const char *extra, int64_t *attempt,
+			  struct stored_response *resp) IDEMD_WUR;
+
+/* 1 when a repeated completion A says what the stored one B says: same
+ * status, headers (as JSON values) and body bytes. */
+int engine_same_response(const struct stored_response *a, const struct stored_response *b);
+
+/* Checks a headers object: at most MAX string values with token names. */
+int engine_check_headers(struct request *req, json_t *headers, size_t max) IDEMD_WUR;
+
+/* Token issuance rate limit per tenant, N tokens at once (a request for
+ * more than the burst needs a full bucket and leaves it in debt): 0
+ * allowed, -1 after replying 429. */
+int engine_rate_check(struct request *req, int n) IDEMD_WUR;
+/* The tenant's quota of claims that reach the database (config
+ * claim_rate_per_second, claim_burst; replays answered from memory are not
+ * counted): 0, or -1 after replying 429 rate_limited with Retry-After. */
+int engine_claim_quota(struct request *req, int n) IDEMD_WUR;
+
+#endif

@@ -1,0 +1,366 @@
+/* The record engine, after the claim: complete (batched, answered after
+ * the commit), release, extend and checkpoint of a record, each fenced by
+ * the attempt that holds it. */
+#include "engine.h"
+
+#include <inttypes.h>
+#include <sodium.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batcher.h"
+#include "headers.h"
+#include "log.h"
+#include "metrics.h"
+#include "opcache.h"
+#include "problem.h"
+#include "replaycache.h"
+#include "reqjson.h"
+
+#define ENGINE_MAX_STORED_HEADERS 64
+#define ENGINE_CHECKPOINT_MAX (64 * 1024)
+
+/* For a caller key (IS_KEY), no record at all (the statement said so:
+ * NO_RECORD) is 404 record_not_found rather than 409 not_in_progress: -1
+ * after replying so, else 0. */
+static int engine_not_found(struct request *req, int is_key, int no_record)
+{
+	if (!is_key || !no_record)
+		return 0;
+	problem_reply(req, 404, "record_not_found",
+		      "this key was never claimed (or was forgotten)");
+	return -1;
+}
+
+/* Validates a complete body into RESP (headers text and body owned). */
+int engine_complete_parse(struct request *req, json_t *body, const char *extra, int64_t *attempt,
+			  struct stored_response *resp)
+{
+	const char *const allowed[] = { "attempt",     "status", "headers", "body",
+					"body_base64", extra,	 NULL };
+	int64_t status;
+	int present;
+	const char *b64;
+
+	memset(resp, 0, sizeof(*resp));
+	if (reqjson_only(req, body, allowed) < 0 ||
+	    reqjson_int(req, body, "attempt", 1, 1, INT32_MAX, attempt, &present) < 0 ||
+	    reqjson_int(req, body, "status", 1, 100, 599, &status, &present) < 0 ||
+	    reqjson_string(req, body, "body_base64", 0, 0, SIZE_MAX, &b64) < 0)
+		return -1;
+	resp->sr_status = (int)status;
+	json_t *headers = json_object_get(body, "headers");
+	if (headers != NULL && engine_check_headers(req, headers, ENGINE_MAX_STORED_HEADERS) < 0)
+		return -1;
+	json_t *jbody = json_object_get(body, "body");
+	if (jbody != NULL && b64 != NULL) {
+		problem_reply(req, 400, "invalid_request", "send body or body_base64, not both");
+		return -1;
+	}
+	resp->sr_headers = headers ? json_dumps(headers, JSON_COMPACT | JSON_SORT_KEYS)
+				   : strdup("{}");
+	if (b64 != NULL) {
+		size_t max = strlen(b64) + 1;
+		resp->sr_body = malloc(max);
+		if (resp->sr_body == NULL ||
+		    sodium_base642bin(resp->sr_body, max, b64, strlen(b64), NULL,
+				      &resp->sr_body_len, NULL,
+				      sodium_base64_VARIANT_ORIGINAL) != 0) {
+			problem_reply(req, 400, "invalid_request",
+				      "body_base64 is not valid base64");
+			return -1;
+		}
+	} else if (jbody != NULL) {
+		resp->sr_body = (unsigned char *)json_dumps(jbody, JSON_COMPACT | JSON_ENCODE_ANY);
+		resp->sr_body_len = resp->sr_body ? strlen((char *)resp->sr_body) : 0;
+		resp->sr_is_json = 1;
+	}
+	if (resp->sr_headers == NULL || (jbody != NULL && resp->sr_body == NULL)) {
+		problem_unavailable(req);
+		return -1;
+	}
+	return 0;
+}
+
+/* A complete on its way through the database. */
+struct engine_complete {
+	struct batcher_job hc_job;
+	struct request *hc_req;
+	struct token hc_token;
+	int hc_is_key; /* a caller key: never claimed is 404 */
+	int64_t hc_attempt;
+	struct stored_response hc_resp;
+	struct complete_args hc_args;
+	struct complete_result hc_res;
+};
+
+static void engine_complete_free(struct engine_complete *c)
+{
+	store_response_free(&c->hc_res.cpr_stored);
+	store_response_free(&c->hc_resp);
+	free(c);
+}
+
+/* 1 when a repeated completion A says what the stored one B says: same
+ * status, headers (as JSON values) and body bytes. */
+int engine_same_response(const struct stored_response *a, const struct stored_response *b)
+{
+	if (a->sr_status != b->sr_status || a->sr_body_len != b->sr_body_len ||
+	    (a->sr_body_len > 0 && memcmp(a->sr_body, b->sr_body, a->sr_body_len) != 0))
+		return 0;
+	json_t *ha = json_loads(a->sr_headers ? a->sr_headers : "{}", 0, NULL);
+	json_t *hb = json_loads(b->sr_headers ? b->sr_headers : "{}", 0, NULL);
+	int same = ha != NULL && hb != NULL && json_equal(ha, hb);
+	json_decref(ha);
+	json_decref(hb);
+	return same;
+}
+
+/* The complete's answer, built on the request's thread after the resume. */
+static void engine_complete_answer(struct request *req, void *arg)
+{
+	struct engine_complete *c = arg;
+	struct complete_result *res = &c->hc_res;
+
+	if (c->hc_job.bj_rc < 0) {
+		problem_unavailable(req);
+		goto done;
+	}
+	if (res->cpr_outcome == COMPLETE_ALREADY &&
+	    !engine_same_response(&c->hc_resp, &res->cpr_stored)) {
+		problem_reply(req, 409, "completion_conflict",
+			      "attempt %" PRId64 " was already completed with another response",
+			      c->hc_attempt);
+		goto done;
+	}
+	switch (res->cpr_outcome) {
+	case COMPLETE_STORED:
+	case COMPLETE_ALREADY:
+		if (res->cpr_outcome == COMPLETE_STORED)
+			metrics_add(METRIC_COMPLETIONS, 1);
+		/* duplicates that follow are answered from memory */
+		replaycache_put(req->req_tenant_id, c->hc_token.id,
+				res->cpr_has_fingerprint ? res->cpr_fingerprint : NULL,
+				&res->cpr_stored, res->cpr_expires_at);
+		http_reply_json(req, 200,
+				json_pack("{s:s,s:o,s:o}", "state", "completed", "response",
+					  reqjson_response(&res->cpr_stored), "expires_at",
+					  rfc3339_json(res->cpr_expires_at)));
+		break;
+	case COMPLETE_LEASE_LOST:
+		problem_reply(req, 409, "lease_lost",
+			      "attempt %" PRId64 " is no longer the current attempt",
+			      c->hc_attempt);
+		break;
+	case COMPLETE_NOT_IN_PROGRESS:
+	case COMPLETE_NO_RECORD:
+		if (engine_not_found(req, c->hc_is_key, res->cpr_outcome == COMPLETE_NO_RECORD) < 0)
+			break;
+		problem_reply(req, 409, "not_in_progress",
+			      "the record is not claimed by attempt %" PRId64, c->hc_attempt);
+		break;
+	}
+done:
+	engine_complete_free(c);
+}
+
+/* Batcher thread: the complete is committed (or refused); resume at once. */
+static void engine_completed(struct batcher_job *j)
+{
+	struct engine_complete *c = IDEMD_CONTAINER_OF(j, struct engine_complete, hc_job);
+
+	http_resume_then(c->hc_req, engine_complete_answer, c);
+}
+
+void engine_complete(struct request *req, const struct token *tok, int is_key)
+{
+	struct token t = *tok;
+	struct operation op;
+	struct engine_complete *c = NULL;
+	int found;
+	json_t *body = NULL;
+
+	http_note_record(req, tok->id);
+	body = http_body_object(req);
+	if (body == NULL)
+		return;
+	c = calloc(1, sizeof(*c));
+	if (c == NULL) {
+		problem_unavailable(req);
+		goto done;
+	}
+	if (engine_complete_parse(req, body, NULL, &c->hc_attempt, &c->hc_resp) < 0)
+		goto done;
+	if (opcache_by_id(t.operation_id, &op, &found) < 0) {
+		problem_unavailable(req);
+		goto done;
+	}
+	if (!found) {
+		problem_reply(req, 422, "operation_unknown", "the operation no longer exists");
+		goto done;
+	}
+	c->hc_req = req;
+	c->hc_token = t;
+	c->hc_is_key = is_key;
+	c->hc_args.tenant_id = req->req_tenant_id;
+	c->hc_args.token_id = c->hc_token.id;
+	c->hc_args.attempt = (int)c->hc_attempt;
+	c->hc_args.resp = &c->hc_resp;
+	c->hc_args.retention_seconds = op.op_retention_seconds;
+	c->hc_args.audit_seconds = store_audit_seconds(&op);
+	c->hc_args.by = req->req_by;
+	c->hc_job.bj_kind = BATCHER_COMPLETE;
+	c->hc_job.bj_complete = &c->hc_args;
+	c->hc_job.bj_complete_result = &c->hc_res;
+	c->hc_job.bj_done = engine_completed;
+	http_suspend(req);
+	batcher_submit(&c->hc_job);
+	c = NULL;
+done:
+	if (c != NULL)
+		engine_complete_free(c);
+	json_decref(body);
+}
+
+/* Answers a fenced write's refusal (409 lease_lost or not_in_progress, or
+ * for a caller key never claimed 404) and returns -1; 0 when OUTCOME is
+ * RELEASE_DONE and the caller answers. */
+static int engine_fenced(struct request *req, int is_key, enum release_outcome outcome,
+			 int64_t attempt)
+{
+	if (outcome == RELEASE_DONE)
+		return 0;
+	if (outcome == RELEASE_LEASE_LOST)
+		problem_reply(req, 409, "lease_lost",
+			      "attempt %" PRId64 " is no longer the current attempt", attempt);
+	else if (engine_not_found(req, is_key, outcome == RELEASE_NO_RECORD) == 0)
+		problem_reply(req, 409, "not_in_progress",
+			      "the record is not claimed by attempt %" PRId64, attempt);
+	return -1;
+}
+
+/* The body of a fenced write: ALLOWED members, "attempt" among them. The
+ * body (new reference) or NULL after replying. */
+static json_t *engine_fenced_body(struct request *req, const char *const *allowed, int64_t *attempt)
+{
+	int present;
+	json_t *body = http_body_object(req);
+
+	if (body != NULL &&
+	    (reqjson_only(req, body, allowed) < 0 ||
+	     reqjson_int(req, body, "attempt", 1, 1, INT32_MAX, attempt, &present) < 0)) {
+		json_decref(body);
+		body = NULL;
+	}
+	return body;
+}
+
+void engine_release(struct request *req, const struct token *t, int is_key)
+{
+	static const char *const allowed[] = { "attempt", NULL };
+	enum release_outcome outcome;
+	int64_t attempt;
+	json_t *body = engine_fenced_body(req, allowed, &attempt);
+
+	http_note_record(req, t->id);
+	if (body == NULL)
+		return;
+	if (store_release(req->req_tenant_id, t->id, (int)attempt, req->req_by, &outcome) < 0)
+		problem_unavailable(req);
+	else if (engine_fenced(req, is_key, outcome, attempt) == 0) {
+		metrics_add(METRIC_RELEASES, 1);
+		http_reply_json(req, 200,
+				json_pack("{s:s,s:I}", "state", "issued", "attempt",
+					  (json_int_t)attempt));
+	}
+	json_decref(body);
+}
+
+void engine_extend(struct request *req, const struct token *t, int is_key)
+{
+	static const char *const allowed[] = { "attempt", "lease_seconds", NULL };
+	enum release_outcome outcome;
+	struct operation op;
+	int64_t attempt, lease, until;
+	int present, found;
+	json_t *body = engine_fenced_body(req, allowed, &attempt);
+
+	http_note_record(req, t->id);
+	if (body == NULL)
+		return;
+	if (opcache_by_id(t->operation_id, &op, &found) < 0 || !found) {
+		problem_unavailable(req);
+		goto done;
+	}
+	if (reqjson_int(req, body, "lease_seconds", 0, 1, op.op_lease_seconds, &lease, &present) <
+	    0)
+		goto done;
+	if (!present)
+		lease = op.op_lease_seconds;
+	if (store_extend(req->req_tenant_id, t->id, (int)attempt, (int)lease, req->req_by, &outcome,
+			 &until) < 0)
+		problem_unavailable(req);
+	else if (engine_fenced(req, is_key, outcome, attempt) == 0)
+		http_reply_json(req, 200,
+				json_pack("{s:s,s:I,s:o}", "state", "in_progress", "attempt",
+					  (json_int_t)attempt, "lease_expires_at",
+					  rfc3339_json(until)));
+done:
+	json_decref(body);
+}
+
+/* 1 when PHASE is 1..64 characters of [a-z0-9._-]. */
+static int engine_phase_ok(const char *phase)
+{
+	size_t n = strlen(phase);
+
+	return n >= 1 && n <= 64 && strspn(phase, "abcdefghijklmnopqrstuvwxyz0123456789._-") == n;
+}
+
+void engine_checkpoint(struct request *req, const struct token *t, int is_key)
+{
+	static const char *const allowed[] = { "attempt", "phase", "data", NULL };
+	enum release_outcome outcome;
+	int64_t attempt;
+	const char *phase;
+	char *data = NULL;
+	json_t *body = engine_fenced_body(req, allowed, &attempt);
+
+	http_note_record(req, t->id);
+	if (body == NULL)
+		return;
+	if (reqjson_string(req, body, "phase", 1, 1, 64, &phase) < 0)
+		goto done;
+	if (!engine_phase_ok(phase)) {
+		problem_reply(req, 400, "invalid_request", "phase must be 1 to 64 of [a-z0-9._-]");
+		goto done;
+	}
+	json_t *jdata = json_object_get(body, "data");
+	if (jdata != NULL) {
+		data = json_dumps(jdata, JSON_COMPACT | JSON_ENCODE_ANY);
+		if (data == NULL) {
+			problem_unavailable(req);
+			goto done;
+		}
+		if (strlen(data) > ENGINE_CHECKPOINT_MAX) {
+			problem_reply(req, 400, "invalid_request",
+				      "checkpoint data is at most %d bytes of JSON",
+				      ENGINE_CHECKPOINT_MAX);
+			goto done;
+		}
+	}
+	if (store_checkpoint(req->req_tenant_id, t->id, (int)attempt, phase, data, req->req_by,
+			     &outcome) < 0)
+		problem_unavailable(req);
+	else if (engine_fenced(req, is_key, outcome, attempt) == 0)
+		http_reply_json(req, 200,
+				json_pack("{s:s,s:{s:s,s:o,s:I}}", "state", "in_progress",
+					  "checkpoint", "phase", phase, "data",
+					  jdata ? json_incref(jdata) : json_null(), "attempt",
+					  (json_int_t)attempt));
+done:
+	free(data);
+	json_decref(body);
+}

@@ -1,0 +1,238 @@
+/* Janitor. Measures the database's clock; sweeping ends records' lives
+ * (and deletes old fences and audit events) in small batches, each its own short
+ * transaction that skips locked rows, so claims never wait behind it, with
+ * a rest after each batch so that a large backlog does not crowd claims out;
+ * a transaction-scoped advisory lock keeps it to one instance at a time. */
+#include "janitor.h"
+
+#include <malloc.h>
+#include <stdatomic.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "config.h"
+#include "keys.h"
+#include "log.h"
+#include "metrics.h"
+#include "opcache.h"
+#include "store.h"
+
+static struct {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	int running;
+	int stop;
+	int sweep_interval;
+	int fence_retention;
+} janitor = { .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
+
+_Atomic int64_t idemd_clock_offset_ms = 0;
+
+/* A reading is kept when its round trip was short enough to say something
+ * (half of it is the reading's uncertainty) and it moved the offset by more
+ * than that: the clock idemd times things by does not jitter. */
+#define JANITOR_CLOCK_MAX_RTT_MS 200
+#define JANITOR_CLOCK_STEP_MS 2
+
+int janitor_measure_clock(void)
+{
+	int64_t db, t0 = idemd_local_unix_ms();
+
+	if (store_clock(&db) < 0)
+		return -1;
+	int64_t t1 = idemd_local_unix_ms();
+	if (t1 - t0 > JANITOR_CLOCK_MAX_RTT_MS)
+		return -1;
+	int64_t offset = db - (t0 + t1) / 2, old = idemd_clock_offset_ms;
+	if (offset - old > JANITOR_CLOCK_STEP_MS || old - offset > JANITOR_CLOCK_STEP_MS) {
+		idemd_clock_offset_ms = offset;
+		if (offset > 1000 || offset < -1000)
+			log_warn("janitor: this host's clock is %lld ms %s the database's; idemd "
+				 "follows the database's",
+				 (long long)(offset > 0 ? offset : -offset),
+				 offset > 0 ? "behind" : "ahead of");
+	}
+	return 0;
+}
+
+static double janitor_ms_since(const struct timespec *t0)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double)(now.tv_sec - t0->tv_sec) * 1e3 + (double)(now.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* Waits MS milliseconds unless the janitor is told to stop: 1 when told. */
+static int janitor_rest(double ms)
+{
+	struct timespec until;
+	int stop;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	long ns = until.tv_nsec + (long)(ms * 1e6);
+	until.tv_sec += ns / 1000000000L;
+	until.tv_nsec = ns % 1000000000L;
+	pthread_mutex_lock(&janitor.lock);
+	if (!janitor.stop)
+		pthread_cond_timedwait(&janitor.wake, &janitor.lock, &until);
+	stop = janitor.stop;
+	pthread_mutex_unlock(&janitor.lock);
+	return stop;
+}
+
+long janitor_sweep_now(int paced)
+{
+	long total = 0;
+	int64_t after = 0; /* each batch goes on where the last one stopped */
+	int deleted;
+
+	do {
+		struct timespec t0;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		if (store_sweep(JANITOR_SWEEP_BATCH, &after, &deleted) < 0)
+			return -1;
+		if (deleted > 0)
+			total += deleted;
+		if (deleted == JANITOR_SWEEP_BATCH && paced) {
+			double rest = janitor_ms_since(&t0);
+			if (janitor_rest(rest < 500 ? rest : 500))
+				break;
+		}
+	} while (deleted == JANITOR_SWEEP_BATCH);
+	/* the fences whose time is up */
+	int fences = 0;
+	do {
+		if (store_fences_sweep(JANITOR_SWEEP_BATCH, janitor.fence_retention, &deleted) < 0)
+			break;
+		fences += deleted;
+	} while (deleted == JANITOR_SWEEP_BATCH);
+	if (fences > 0)
+		log_info("janitor: deleted %d fences of records ended over %d s ago", fences,
+			 janitor.fence_retention);
+	/* and the audit events past their retention, in the same batches */
+	int events = 0;
+	do {
+		if (store_events_sweep(JANITOR_SWEEP_BATCH, &deleted) < 0)
+			break;
+		events += deleted;
+	} while (deleted == JANITOR_SWEEP_BATCH);
+	if (events > 0)
+		log_info("janitor: swept %d audit events past their retention", events);
+	if (total > 0) {
+		metrics_add(METRIC_SWEPT, total);
+		log_info("janitor: ended the life of %ld expired records", total);
+	}
+	return total;
+}
+
+/* The ids of the tenant/operation pairs metrics labels by name. */
+static void janitor_resolve_pairs(void)
+{
+	size_t n = metrics_pairs_to_resolve(0);
+
+	for (size_t i = 0; i < n; i++) {
+		const char *tenant, *operation;
+		uint32_t tenant_id;
+		struct operation op;
+		int found = 0;
+
+		metrics_pair_name(i, &tenant, &operation);
+		if (store_tenant_by_name(tenant, &tenant_id, &found) < 0 ||
+		    (found && opcache_by_name(tenant_id, operation, &op, &found) < 0))
+			return; /* the database is away: the next pass */
+		if (found)
+			metrics_pair_resolved(i, tenant_id, op.op_id);
+	}
+}
+
+/* The metrics' periodic reads: the named tenant/operation pairs' ids, and
+ * the records stuck in progress (idemd_records_stuck, idemd_db_up). */
+static void janitor_count_stuck(void)
+{
+	struct metrics_stuck *rows;
+	size_t n;
+
+	janitor_resolve_pairs();
+	if (store_records_stuck(&rows, &n) < 0) {
+		metrics_set_stuck(NULL, 0, 0);
+		return;
+	}
+	metrics_set_stuck(rows, n, 1);
+	free(rows);
+}
+
+static void *janitor_main(void *arg)
+{
+	time_t last_keys = time(NULL), last_sweep = time(NULL), last_trim = time(NULL);
+	time_t last_stuck = 0;
+	int ops_reloaded = 1;
+
+	(void)arg;
+	pthread_mutex_lock(&janitor.lock);
+	while (!janitor.stop) {
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 1;
+		pthread_cond_timedwait(&janitor.wake, &janitor.lock, &until);
+		if (janitor.stop)
+			break;
+		pthread_mutex_unlock(&janitor.lock);
+		time_t now = time(NULL);
+		/* the operations in use, reloaded before request threads
+		 * would find them expired and read them themselves (said
+		 * once per outage; the pool logs the database's state) */
+		(void)janitor_measure_clock();
+		int reloaded = opcache_refresh(OPCACHE_REFRESH_AGE) == 0;
+		if (!reloaded && ops_reloaded)
+			log_warn("janitor: could not reload the operations in use; request "
+				 "threads read them themselves meanwhile");
+		ops_reloaded = reloaded;
+		if (now - last_keys >= JANITOR_KEYS_INTERVAL_SECONDS) {
+			last_keys = now;
+			if (keys_refresh() < 0)
+				log_warn("janitor: could not refresh signing keys");
+		}
+		if (now - last_stuck >= JANITOR_STUCK_INTERVAL_SECONDS) {
+			last_stuck = now;
+			janitor_count_stuck();
+		}
+		if (now - last_sweep >= janitor.sweep_interval) {
+			last_sweep = now;
+			(void)janitor_sweep_now(1);
+		}
+		if (now - last_trim >= JANITOR_TRIM_INTERVAL_SECONDS) {
+			/* give memory freed after a burst of connections back */
+			last_trim = now;
+			malloc_trim(0);
+		}
+		pthread_mutex_lock(&janitor.lock);
+	}
+	pthread_mutex_unlock(&janitor.lock);
+	return NULL;
+}
+
+int janitor_start(const struct config *cfg)
+{
+	janitor.sweep_interval = cfg->sweep_interval_seconds;
+	janitor.fence_retention = cfg->fence_retention_seconds;
+	janitor.stop = 0;
+	if (pthread_create(&janitor.thread, NULL, janitor_main, NULL) != 0)
+		return -1;
+	janitor.running = 1;
+	return 0;
+}
+
+void janitor_stop(void)
+{
+	if (!janitor.running)
+		return;
+	pthread_mutex_lock(&janitor.lock);
+	janitor.stop = 1;
+	pthread_cond_signal(&janitor.wake);
+	pthread_mutex_unlock(&janitor.lock);
+	pthread_join(janitor.thread, NULL);
+	janitor.running = 0;
+}

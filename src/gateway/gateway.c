@@ -1,0 +1,627 @@
+/*
+ * Gateway, routes and submit: the route table (added to the router), the
+ * header-phase check, and the submit on the HTTP thread: the record a
+ * request names (token or derived key), its fingerprint, the replay cache,
+ * then the claim queued. gateway_forward.c builds the forward once the
+ * claim holds; gateway_finish.c writes the outcome.
+ *
+ * A job's life: gateway_submit() claims the token and suspends the
+ * connection; gateway_claimed() (batcher thread) builds the job and hands it
+ * to upstream.c; when the call ends a finisher writes the outcome, builds
+ * the reply into the request, frees the job and resumes the connection.
+ * After that nothing here touches the request.
+ */
+#include "gateway.h"
+#include "gateway_int.h"
+
+#include <inttypes.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "callerkey.h"
+#include "config.h"
+#include "fingerprint.h"
+#include "headers.h"
+#include "request.h"
+#include "jsonmem.h"
+#include "log.h"
+#include "opcache.h"
+#include "problem.h"
+#include "reqjson.h"
+#include "engine.h"
+
+/* One config's routes; the tables of earlier configs (SIGHUP) are kept,
+ * linked, until gateway_stop(): a request or a forward may still hold one
+ * of their routes. */
+struct gateway_table {
+	struct gateway_route *routes;
+	size_t n_routes;
+	struct gateway_table *prev;
+};
+
+static struct {
+	const struct config *_Atomic cfg;
+	struct gateway_table *tables; /* the newest first; the main thread's */
+	int started;		      /* the upstream thread and the finishers */
+} gw;
+
+static void gateway_submit(struct request *req);
+
+/* BLAKE2b-256 of "g:" METHOD "\n" PATH[?QUERY] "\n" BODY. */
+static void gateway_fingerprint(const struct request *req, const char *query,
+				uint8_t out[FINGERPRINT_BYTES])
+{
+	crypto_generichash_state st;
+
+	crypto_generichash_init(&st, NULL, 0, FINGERPRINT_BYTES);
+	crypto_generichash_update(&st, (const unsigned char *)"g:", 2);
+	crypto_generichash_update(&st, (const unsigned char *)req->req_method,
+				  strlen(req->req_method));
+	crypto_generichash_update(&st, (const unsigned char *)"\n", 1);
+	crypto_generichash_update(&st, (const unsigned char *)req->req_path, strlen(req->req_path));
+	if (*query != '\0') {
+		crypto_generichash_update(&st, (const unsigned char *)"?", 1);
+		crypto_generichash_update(&st, (const unsigned char *)query, strlen(query));
+	}
+	crypto_generichash_update(&st, (const unsigned char *)"\n", 1);
+	if (req->req_body_len > 0)
+		crypto_generichash_update(&st, (const unsigned char *)req->req_body,
+					  req->req_body_len);
+	crypto_generichash_final(&st, out, FINGERPRINT_BYTES);
+}
+
+/* ---------------------------------------------------------------- submit */
+
+/* What a gateway submit needs once its claim went through. */
+struct gateway_pending {
+	const struct gateway_route *gp_route;
+	struct token gp_token;
+	struct operation gp_op;
+	char *gp_query;
+	struct curl_slist *gp_headers; /* built on the request's thread */
+};
+
+static void gateway_pending_free(struct gateway_pending *p)
+{
+	if (p == NULL)
+		return;
+	free(p->gp_query);
+	curl_slist_free_all(p->gp_headers);
+	free(p);
+}
+
+/* Batcher thread: the claim is answered. When it succeeded, the forward
+ * starts (the connection stays suspended until gateway_finish). */
+static int gateway_claimed(struct request *req, const struct claim_result *res, void *arg)
+{
+	struct gateway_pending *p = arg;
+	int keep = 0;
+
+	if (res != NULL) {
+		struct gateway_job *j = gateway_job_new(req, p->gp_route, &p->gp_token, &p->gp_op,
+							res, p->gp_query, &p->gp_headers,
+							gw.cfg->max_body_bytes);
+		if (j == NULL) {
+			gateway_release(p->gp_route, p->gp_token.id, res->cr_attempt, req->req_id);
+			problem_unavailable(req);
+		} else {
+			keep = 1;
+			clock_gettime(CLOCK_MONOTONIC, &j->gj_sent);
+			if (upstream_call(&j->gj_call) < 0) {
+				/* stopping: resumed at once with 503 */
+				j->gj_stopped = 1;
+				gateway_finish(j);
+			}
+		}
+	}
+	gateway_pending_free(p);
+	return keep;
+}
+
+/* Header phase: what refuses a submit before its body is read. */
+static enum MHD_Result gateway_alias_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+					const char *value)
+{
+	const char **alias = cls;
+
+	(void)kind;
+	(void)value;
+	if (headers_is_alias(key)) {
+		*alias = key;
+		return MHD_NO;
+	}
+	return MHD_YES;
+}
+
+/* Counts the headers named as cls->name (case-insensitive). */
+struct gateway_count {
+	const char *name;
+	const char *value; /* the first */
+	int n;
+};
+
+static enum MHD_Result gateway_count_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+					const char *value)
+{
+	struct gateway_count *c = cls;
+
+	(void)kind;
+	if (strcasecmp(key, c->name) == 0 && c->n++ == 0)
+		c->value = value != NULL ? value : "";
+	return MHD_YES;
+}
+
+static int gateway_token_address(struct request *req, const struct gateway_route *gr,
+				 struct token *t, struct operation *op);
+
+static int gateway_check_headers(struct request *req)
+{
+	const struct gateway_route *gr = (const struct gateway_route *)req->req_route;
+	const char *alias = NULL;
+	int n = req->req_n_idempotency_key;
+	const char *name = "Idempotency-Key";
+
+	if (gr->gr_key == GATEWAY_KEY_HEADER) {
+		struct gateway_count c = { gr->gr_key_arg, NULL, 0 };
+		MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_count_cb, &c);
+		n = c.n;
+		name = gr->gr_key_arg;
+		req->req_h_route_key = c.value; /* the one value, read by the submit */
+	}
+	if (gr->gr_key == GATEWAY_KEY_TOKEN || gr->gr_key == GATEWAY_KEY_HEADER) {
+		if (n == 0) {
+			problem_reply(req, 400, "idempotency_key_missing",
+				      "send the %s as %s: <%s>",
+				      gr->gr_key == GATEWAY_KEY_TOKEN ? "token" : "key", name,
+				      gr->gr_key == GATEWAY_KEY_TOKEN ? "token" : "key");
+			return -1;
+		}
+		if (n > 1) {
+			problem_reply(req, 400, "invalid_request", "send exactly one %s header",
+				      name);
+			return -1;
+		}
+	}
+	if (req->req_has_underscore) {
+		MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_alias_cb, &alias);
+		if (alias != NULL) {
+			problem_reply(req, 400, "invalid_request",
+				      "header %s is refused: idemd's own headers cannot be spelt "
+				      "with '_'",
+				      alias);
+			return -1;
+		}
+	}
+	/* no unauthenticated request holds a body budget: a token is verified
+	 * (signature, tenant, operation) before any body byte is reserved, and
+	 * the route's tenant shares the budget like an API key's */
+	req->req_tenant_id = gr->gr_tenant_id;
+	if (gr->gr_key == GATEWAY_KEY_TOKEN) {
+		struct token t;
+		struct operation op;
+		if (gateway_token_address(req, gr, &t, &op) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* The record a token route's submit names: the verified token, for the
+ * route's tenant and operation. 0, or -1 after replying. */
+static int gateway_token_address(struct request *req, const struct gateway_route *gr,
+				 struct token *t, struct operation *op)
+{
+	char text[TOKEN_MAX_CHARS + 1];
+	int found;
+
+	/* gateway_check_headers() has seen exactly one Idempotency-Key */
+	if (token_from_header(req->req_h_idempotency_key, text, sizeof(text)) < 0) {
+		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
+		return -1;
+	}
+	if (engine_verify(req, text, t) < 0)
+		return -1;
+	if (opcache_by_id(t->operation_id, op, &found) < 0) {
+		problem_unavailable(req);
+		return -1;
+	}
+	if (!found || op->op_tenant_id != gr->gr_tenant_id ||
+	    strcmp(op->op_name, gr->gr_cfg->operation) != 0) {
+		problem_reply(req, 403, "token_scope_mismatch",
+			      "the token is for another operation than this route's");
+		return -1;
+	}
+	if (!headers_arg_ok(t->subject)) {
+		problem_reply(req, 400, "invalid_request",
+			      "the token's subject cannot be forwarded as a header value");
+		return -1;
+	}
+	return 0;
+}
+
+/* *DOC: the body parsed as JSON, once (NULL when it is empty or not
+ * JSON). 0, or -1 after replying 413 when its parse would take more memory
+ * than its size allows (jsonmem.h). */
+static int gateway_body_doc(struct request *req, json_t **doc)
+{
+	int over;
+
+	if (*doc != NULL || req->req_body_len == 0)
+		return 0;
+	*doc = jsonmem_load(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, NULL, &over);
+	if (over) {
+		problem_reply(req, 413, "payload_too_large",
+			      "the body's JSON takes more than %zu bytes to hold",
+			      jsonmem_budget(req->req_body_len));
+		return -1;
+	}
+	return 0;
+}
+
+/* Hashes the name and every value of each of the route's scope_headers. */
+struct gateway_scope {
+	crypto_generichash_state st;
+	const char *name;
+};
+
+static enum MHD_Result gateway_scope_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+					const char *value)
+{
+	struct gateway_scope *sc = cls;
+
+	(void)kind;
+	if (strcasecmp(key, sc->name) == 0 && value != NULL)
+		crypto_generichash_update(&sc->st, (const unsigned char *)value, strlen(value) + 1);
+	return MHD_YES;
+}
+
+static void gateway_scope(struct request *req, const struct gateway_route *gr, uint8_t out[32])
+{
+	struct gateway_scope sc;
+
+	crypto_generichash_init(&sc.st, NULL, 0, 32);
+	for (size_t i = 0; i < gr->gr_cfg->n_scope_headers; i++) {
+		sc.name = gr->gr_cfg->scope_headers[i];
+		crypto_generichash_update(&sc.st, (const unsigned char *)sc.name,
+					  strlen(sc.name) + 1);
+		MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_scope_cb, &sc);
+		crypto_generichash_update(&sc.st, (const unsigned char *)"\n", 1);
+	}
+	crypto_generichash_final(&sc.st, out, 32);
+}
+
+/*
+ * The record a derived-key route's submit names: the key from the header,
+ * the JSON member or the request's hash (BYTES_FP), scoped by the route's
+ * scope_headers, under the route's operation. *DOC receives the parsed
+ * JSON body when one was parsed (the caller decrefs). 0, or -1 after
+ * replying.
+ */
+static int gateway_derived_address(struct request *req, const struct gateway_route *gr,
+				   const uint8_t *bytes_fp, json_t **doc, struct token *t,
+				   struct operation *op)
+{
+	char key[CALLERKEY_MAX + 2];
+	uint8_t scope[32];
+	int found, n = -1;
+
+	if (opcache_by_name(gr->gr_tenant_id, gr->gr_cfg->operation, op, &found) < 0) {
+		problem_unavailable(req);
+		return -1;
+	}
+	if (!found) {
+		problem_reply(req, 422, "operation_unknown",
+			      "the route's operation does not exist yet");
+		return -1;
+	}
+	switch (gr->gr_key) {
+	case GATEWAY_KEY_HEADER: {
+		/* gateway_check_headers() has seen exactly one */
+		const char *value = req->req_h_route_key;
+		n = value != NULL ? callerkey_from_header(value, key, sizeof(key)) : -1;
+		if (n == -1 && value != NULL) {
+			problem_reply(
+				req, 400, "idempotency_key_invalid",
+				"%s must be a key of 1 to %d visible ASCII characters, bare or "
+				"as a quoted string",
+				gr->gr_key_arg, CALLERKEY_MAX);
+			return -1;
+		}
+		break;
+	}
+	case GATEWAY_KEY_JSON:
+		if (gateway_body_doc(req, doc) < 0)
+			return -1;
+		n = *doc != NULL ? callerkey_from_json(*doc, gr->gr_key_arg, key, sizeof(key)) : -1;
+		break;
+	case GATEWAY_KEY_BODY:
+		for (size_t i = 0; i < FINGERPRINT_BYTES; i++)
+			snprintf(key + 2 * i, 3, "%02x", bytes_fp[i]);
+		n = 2 * FINGERPRINT_BYTES;
+		break;
+	case GATEWAY_KEY_TOKEN:
+		break;
+	}
+	if (n == -1) {
+		problem_reply(req, 400, "idempotency_key_missing",
+			      "the request carries no key at %s", gr->gr_cfg->key);
+		return -1;
+	}
+	if (n < 0 || !callerkey_valid(key, (size_t)n) || strlen(key) != (size_t)n) {
+		problem_reply(req, 400, "idempotency_key_invalid",
+			      "a key is 1 to %d characters of visible ASCII", CALLERKEY_MAX);
+		return -1;
+	}
+	gateway_scope(req, gr, scope);
+	callerkey_address(gr->gr_tenant_id, op, key, (size_t)n, scope, idemd_unix_ms(), t);
+	return 0;
+}
+
+/* The submit's fingerprint as the route's "fingerprint" says: BYTES_FP,
+ * the canonical JSON of the body, or none (*FP NULL). 0, or -1 after
+ * replying. */
+static int gateway_route_fingerprint(struct request *req, const struct gateway_route *gr,
+				     const uint8_t *bytes_fp, json_t **doc, uint8_t *out,
+				     const uint8_t **fp)
+{
+	const char *mode = gr->gr_cfg->fingerprint;
+
+	*fp = NULL;
+	if (strcmp(mode, "none") == 0)
+		return 0;
+	if (strcmp(mode, "json") != 0) {
+		*fp = bytes_fp;
+		return 0;
+	}
+	if (gateway_body_doc(req, doc) < 0)
+		return -1;
+	if (*doc == NULL) {
+		problem_reply(req, 400, "invalid_request",
+			      "this route fingerprints a JSON body: send one");
+		return -1;
+	}
+	if (fingerprint_of_json(*doc, out) < 0) {
+		problem_unavailable(req);
+		return -1;
+	}
+	*fp = out;
+	return 0;
+}
+
+static void gateway_submit(struct request *req)
+{
+	const struct gateway_route *gr = (const struct gateway_route *)req->req_route;
+	char *query = NULL;
+	uint8_t bytes_fp[FINGERPRINT_BYTES], json_fp[FINGERPRINT_BYTES];
+	const uint8_t *fp;
+	struct gateway_pending *p = NULL;
+	struct token t;
+	struct operation op;
+	json_t *doc = NULL;
+
+	req->req_no_if_match = !gr->gr_cfg->client_if_match;
+	/* the route, not an API key, names the tenant */
+	req->req_tenant_id = gr->gr_tenant_id;
+	http_set_by(req, gr->gr_by);
+	if (gateway_query(req, &query) < 0) {
+		problem_unavailable(req);
+		return;
+	}
+	gateway_fingerprint(req, query, bytes_fp);
+	if ((gr->gr_key == GATEWAY_KEY_TOKEN
+		     ? gateway_token_address(req, gr, &t, &op)
+		     : gateway_derived_address(req, gr, bytes_fp, &doc, &t, &op)) < 0 ||
+	    gateway_route_fingerprint(req, gr, bytes_fp, &doc, json_fp, &fp) < 0)
+		goto done;
+	if (engine_claim_cached(req, &t, fp, &gateway_replay) < 0)
+		goto done;
+	p = calloc(1, sizeof(*p));
+	if (p == NULL) {
+		problem_unavailable(req);
+		goto done;
+	}
+	p->gp_route = gr;
+	p->gp_token = t;
+	p->gp_op = op;
+	p->gp_query = query;
+	query = NULL;
+	p->gp_headers = gateway_request_headers(req, gr, &t);
+	if (p->gp_headers == NULL) {
+		problem_unavailable(req);
+		goto done;
+	}
+	/* the claim runs in a batch; gateway_claimed() goes on from there */
+	if (engine_claim(req, &t, fp, &gateway_replay, gateway_claimed, 1, p) == 0)
+		p = NULL;
+done:
+	json_decref(doc);
+	gateway_pending_free(p);
+	free(query);
+}
+
+/* ---------------------------------------------------------------- table */
+
+/* The URL a route forwards to: the upstream as written when it has a path,
+ * else the upstream with the route's path appended (before any query). */
+static char *gateway_target(const struct config_route *r)
+{
+	const char *u = r->upstream, *auth = strstr(u, "://") + 3;
+	size_t alen = strcspn(auth, "/?");
+	const char *rest = auth + alen;
+	size_t plen = strcspn(rest, "?");
+	struct buf b = { 0 };
+
+	if (plen > 1) /* a path other than "/" */
+		return strdup(u);
+	if (buf_add(&b, u, (size_t)(auth + alen - u)) < 0 || buf_str(&b, r->path) < 0 ||
+	    buf_str(&b, rest + plen) < 0) {
+		buf_free(&b);
+		return NULL;
+	}
+	return b.b_data;
+}
+
+/* URL for log lines: any user:password in it replaced by "***". */
+static void gateway_url_for_log(const char *url, char *out, size_t outlen)
+{
+	const char *auth = strstr(url, "://") + 3;
+	size_t alen = strcspn(auth, "/?");
+	const char *at = memchr(auth, '@', alen);
+
+	if (at == NULL)
+		snprintf(out, outlen, "%s", url);
+	else
+		snprintf(out, outlen, "%.*s***%s", (int)(auth - url), url, at);
+}
+
+static void gateway_table_free(struct gateway_table *t)
+{
+	for (size_t i = 0; t != NULL && i < t->n_routes; i++) {
+		free(t->routes[i].gr_target);
+		free(t->routes[i].gr_by);
+	}
+	if (t != NULL)
+		free(t->routes);
+	free(t);
+}
+
+static void gateway_free_routes(void)
+{
+	router_clear_added();
+	while (gw.tables != NULL) {
+		struct gateway_table *prev = gw.tables->prev;
+		gateway_table_free(gw.tables);
+		gw.tables = prev;
+	}
+}
+
+/* Builds CFG's routes (tenants resolved, operations checked) and makes
+ * them the ones requests match, in one swap; on failure nothing changes.
+ * 0 or -1. */
+static int gateway_load_routes(const struct config *cfg)
+{
+	struct gateway_table *t = calloc(1, sizeof(*t));
+
+	if (t == NULL ||
+	    (cfg->n_routes > 0 && (t->routes = calloc(cfg->n_routes, sizeof(*t->routes))) == NULL))
+		goto fail;
+	t->n_routes = cfg->n_routes;
+	for (size_t i = 0; i < cfg->n_routes; i++) {
+		const struct config_route *r = &cfg->routes[i];
+		struct gateway_route *gr = &t->routes[i];
+		struct operation op;
+		char shown[256];
+		int found;
+
+		gr->gr_route.method = r->method;
+		gr->gr_route.pattern = r->path;
+		gr->gr_route.handler = gateway_submit;
+		gr->gr_route.auth = ROUTE_PUBLIC;
+		gr->gr_route.headers = gateway_check_headers;
+		gr->gr_route.opaque_body = 1;
+		if (router_add(&gr->gr_route) < 0)
+			goto fail;
+		gr->gr_cfg = r;
+		gr->gr_key = strcmp(r->key, "token") == 0	  ? GATEWAY_KEY_TOKEN
+			     : strcmp(r->key, "body") == 0	  ? GATEWAY_KEY_BODY
+			     : strncmp(r->key, "header:", 7) == 0 ? GATEWAY_KEY_HEADER
+								  : GATEWAY_KEY_JSON;
+		gr->gr_key_arg = gr->gr_key == GATEWAY_KEY_HEADER ? r->key + 7
+				 : gr->gr_key == GATEWAY_KEY_JSON ? r->key + 5
+								  : NULL;
+		if (asprintf(&gr->gr_by, "route:%s %s", r->method, r->path) < 0) {
+			gr->gr_by = NULL;
+			goto fail;
+		}
+		if ((gr->gr_target = gateway_target(r)) == NULL)
+			goto fail;
+		if (store_tenant_by_name(r->tenant, &gr->gr_tenant_id, &found) < 0) {
+			log_error(
+				"gateway: the database is unavailable; cannot resolve route tenants");
+			goto fail;
+		}
+		if (!found) {
+			log_error(
+				"gateway: routes[%zu] (%s %s) names tenant \"%s\", which does not "
+				"exist; create it with 'idemd tenant create %s' or fix the config",
+				i, r->method, r->path, r->tenant, r->tenant);
+			goto fail;
+		}
+		if (store_operation_get(gr->gr_tenant_id, r->operation, &op, &found) < 0) {
+			log_error(
+				"gateway: the database is unavailable; cannot check route operations");
+			goto fail;
+		}
+		if (!found)
+			log_warn(
+				"gateway: routes[%zu] (%s %s): tenant \"%s\" has no operation \"%s\" "
+				"yet; submits are refused until it is created with PUT "
+				"/v1/operations/%s",
+				i, r->method, r->path, r->tenant, r->operation, r->operation);
+		else if ((long)op.op_lease_seconds * 1000 < r->connect_timeout_ms + r->timeout_ms)
+			log_warn("gateway: routes[%zu] (%s %s): operation \"%s\" has a %d s lease, "
+				 "shorter than the route's timeouts; forwards are cut at the lease",
+				 i, r->method, r->path, r->operation, op.op_lease_seconds);
+		gateway_url_for_log(gr->gr_target, shown, sizeof(shown));
+		log_info("gateway: %s %s -> %s (tenant %s, operation %s)", r->method, r->path,
+			 shown, r->tenant, r->operation);
+	}
+	if (router_publish() < 0)
+		goto fail;
+	t->prev = gw.tables;
+	gw.tables = t;
+	return 0;
+fail:
+	router_discard();
+	gateway_table_free(t);
+	return -1;
+}
+
+/* ---------------------------------------------------------------- start, stop */
+
+int gateway_start(const struct config *cfg)
+{
+	gw.cfg = cfg;
+	if (cfg->n_routes == 0)
+		return 0;
+	if (gateway_load_routes(cfg) < 0 || upstream_start() < 0 || gateway_finish_start() < 0)
+		goto fail;
+	gw.started = 1;
+	return 0;
+fail:
+	gateway_stop();
+	return -1;
+}
+
+int gateway_reload(const struct config *cfg)
+{
+	if (gateway_load_routes(cfg) < 0)
+		return -1;
+	gw.cfg = cfg;
+	/* the first routes of a process that started without any */
+	if (!gw.started && cfg->n_routes > 0) {
+		if (upstream_start() < 0 || gateway_finish_start() < 0) {
+			log_error("gateway: cannot start the upstream thread for the new routes");
+			return -1;
+		}
+		gw.started = 1;
+	}
+	return 0;
+}
+
+void gateway_drain(void)
+{
+	/* every call ends, and with it is queued for the finishers */
+	upstream_drain();
+	gateway_finish_stop();
+}
+
+void gateway_stop(void)
+{
+	gateway_drain();
+	upstream_stop();
+	gateway_free_routes();
+}

@@ -1,0 +1,433 @@
+/*
+ * Gateway, finish: the outcome of a forward. A final answer (2xx-4xx
+ * unless release_on) is queued as a complete for the batcher from the
+ * upstream thread and replied once it committed; anything else goes to the
+ * finisher threads, which release the claim and answer 502/504/5xx. Also
+ * the replies built from a stored answer.
+ */
+#include "gateway_int.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "config.h"
+#include "headers.h"
+#include "request.h"
+#include "log.h"
+#include "metrics.h"
+#include "problem.h"
+#include "replaycache.h"
+#include "reqjson.h"
+
+#define GATEWAY_FINISHERS 4
+
+static struct {
+	struct workq q; /* ended calls, for the finishers */
+	pthread_t finishers[GATEWAY_FINISHERS];
+	int n_finishers;
+} gw = { .q = WORKQ_INITIALIZER };
+
+/* ---------------------------------------------------------------- replies */
+
+/* Answers with a stored (or about to be stored) response R. */
+/* The stored headers of a response, read without jansson when they are
+ * simple (reqjson_flat_each): at most GATEWAY_FAST_HEADERS string members. */
+#define GATEWAY_FAST_HEADERS 16
+struct gateway_fast_headers {
+	struct reqjson_member fh_m[GATEWAY_FAST_HEADERS];
+	size_t fh_n;
+};
+
+static int gateway_fast_header(void *arg, const struct reqjson_member *m)
+{
+	struct gateway_fast_headers *h = arg;
+
+	if (!m->rm_is_string || h->fh_n == GATEWAY_FAST_HEADERS || m->rm_name_len > 128 ||
+	    m->rm_len > 8192)
+		return 0;
+	h->fh_m[h->fh_n++] = *m;
+	return 1;
+}
+
+/* Adds header NAME: VALUE (not NUL-terminated, at most 128 and 8192
+ * bytes: gateway_fast_header) to the reply unless it may not be replayed
+ * (a record stored before that rule); 1 if it is Content-Type. */
+static int gateway_add_header(struct request *req, const char *name, size_t name_len,
+			      const char *value, size_t value_len)
+{
+	char n[129], v[8193];
+
+	memcpy(n, name, name_len);
+	n[name_len] = '\0';
+	memcpy(v, value, value_len);
+	v[value_len] = '\0';
+	if (!headers_is_token(n, name_len) || !headers_value_ok(v, value_len) ||
+	    headers_never_stored(n))
+		return 0;
+	MHD_add_response_header(req->rep_response, n, v);
+	return strcasecmp(n, "content-type") == 0;
+}
+
+static void gateway_reply_response(struct request *req, const struct stored_response *r,
+				   const char *replayed)
+{
+	const char *stored = r->sr_headers ? r->sr_headers : "{}";
+	struct gateway_fast_headers fast = { .fh_n = 0 };
+	int has_type = 0;
+
+	http_reply_bytes(req, (unsigned)r->sr_status, NULL, r->sr_body, r->sr_body_len);
+	if (req->rep_response == NULL)
+		return;
+	if (reqjson_flat_each(stored, strlen(stored), gateway_fast_header, &fast)) {
+		for (size_t i = 0; i < fast.fh_n; i++)
+			has_type |= gateway_add_header(req, fast.fh_m[i].rm_name,
+						       fast.fh_m[i].rm_name_len,
+						       fast.fh_m[i].rm_str, fast.fh_m[i].rm_len);
+	} else {
+		const char *name;
+		json_t *v, *headers = json_loads(stored, 0, NULL);
+		json_object_foreach(headers, name, v)
+		{
+			if (json_is_string(v) && strlen(name) <= 128 &&
+			    json_string_length(v) <= 8192)
+				has_type |= gateway_add_header(req, name, strlen(name),
+							       json_string_value(v),
+							       json_string_length(v));
+		}
+		json_decref(headers);
+	}
+	if (!has_type && r->sr_is_json)
+		MHD_add_response_header(req->rep_response, "Content-Type", "application/json");
+	if (replayed != NULL)
+		http_set_header(req, "Idempotent-Replayed", replayed);
+}
+
+static void gateway_replay_send(struct request *req, const struct stored_response *r)
+{
+	gateway_reply_response(req, r, "true");
+}
+
+const struct engine_replay gateway_replay = { 0, NULL, gateway_replay_send };
+
+/* Gives the claim back so that the same token can be submitted again. */
+void gateway_release(const struct gateway_route *gr, const uint8_t *token_id, int attempt,
+		     const char *request_id)
+{
+	enum release_outcome outcome;
+
+	if (store_release(gr->gr_tenant_id, token_id, attempt, gr->gr_by, &outcome) < 0)
+		log_warn("gateway: request %s: the claim could not be released (database "
+			 "unavailable); it frees itself when its lease ends",
+			 request_id);
+	else if (outcome != RELEASE_DONE)
+		log_warn("gateway: request %s: attempt %d no longer held the claim", request_id,
+			 attempt);
+	else
+		metrics_add(METRIC_RELEASES, 1);
+}
+
+static void gateway_job_release(const struct gateway_job *j)
+{
+	gateway_release(j->gj_route, j->gj_token_id, j->gj_attempt, j->gj_req->req_id);
+}
+
+/* Request thread, after the batch with the job's complete committed:
+ * answers with what was stored, then frees the job. */
+static void gateway_store_answer(struct request *req, void *arg)
+{
+	struct gateway_job *j = arg;
+	struct complete_result *res = &j->gj_cres;
+
+	if (j->gj_bj.bj_rc < 0) {
+		/* the upstream acted but nothing is stored: the claim stays until
+		 * its lease ends, then a retry forwards again with the same
+		 * Idempotency-Key, which the upstream must recognise */
+		log_warn("gateway: request %s: the upstream answered %ld but the outcome could "
+			 "not be stored (database unavailable)",
+			 req->req_id, j->gj_call.uc_status);
+		problem_unavailable(req);
+		goto done;
+	}
+	switch (res->cpr_outcome) {
+	case COMPLETE_STORED:
+	case COMPLETE_ALREADY:
+		if (res->cpr_outcome == COMPLETE_STORED)
+			metrics_add(METRIC_COMPLETIONS, 1);
+		replaycache_put(j->gj_route->gr_tenant_id, j->gj_token_id,
+				res->cpr_has_fingerprint ? res->cpr_fingerprint : NULL,
+				&res->cpr_stored, res->cpr_expires_at);
+		gateway_reply_response(req, &res->cpr_stored, "false");
+		break;
+	case COMPLETE_LEASE_LOST:
+		problem_reply(req, 409, "lease_lost",
+			      "the lease ran out and a newer attempt took the record over");
+		break;
+	case COMPLETE_NOT_IN_PROGRESS:
+	case COMPLETE_NO_RECORD:
+		problem_reply(req, 409, "not_in_progress",
+			      "the record is no longer claimed by attempt %d", j->gj_attempt);
+		break;
+	}
+done:
+	free(j->gj_resp.sr_headers);
+	store_response_free(&res->cpr_stored);
+	gateway_job_free(j);
+}
+
+/* Batcher thread: the complete has its answer; resume at once. */
+static void gateway_stored(struct batcher_job *bj)
+{
+	struct gateway_job *j = IDEMD_CONTAINER_OF(bj, struct gateway_job, gj_bj);
+
+	http_resume_then(j->gj_req, gateway_store_answer, j);
+}
+
+/* The upstream answered with a final status, but the answer cannot be
+ * stored (too large, a malformed header line): the upstream acted, so
+ * what is stored instead, and replayed to every duplicate, is a 502
+ * upstream_answer_unstorable problem; the key is never forwarded again.
+ * Turns the call's answer into that problem. 0, or -1 out of memory. */
+static int gateway_unstorable(struct gateway_job *j)
+{
+	struct upstream_call *c = &j->gj_call;
+	char detail[160];
+
+	snprintf(detail, sizeof(detail),
+		 "the upstream answered %ld, but its answer could not be stored (%s); the "
+		 "request is not forwarded again",
+		 c->uc_status,
+		 c->uc_result == UPSTREAM_TOO_LARGE ? "too large" : "a malformed header line");
+	json_t *doc = problem_document(502, "upstream_answer_unstorable", detail);
+	char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	json_decref(doc);
+	if (text == NULL)
+		return -1;
+	log_warn("gateway: request %s: %s", j->gj_req->req_id, detail);
+	buf_free(&c->uc_resp);
+	c->uc_resp.b_data = text;
+	c->uc_resp.b_len = c->uc_resp.b_cap = strlen(text);
+	c->uc_status = 502;
+	return 0;
+}
+
+/* How long the answer STATUS of route GR is kept: the operation's
+ * RETENTION, or the route's error_retention_seconds for a 4xx when shorter
+ * (by default 300 s on derived-key routes, which anyone may call: their
+ * refusals are not kept for the whole retention). */
+static int gateway_retention(const struct gateway_route *gr, int status, int retention)
+{
+	int keep = gr->gr_cfg->error_retention_seconds;
+
+	if (status < 400 || status > 499)
+		return retention;
+	if (keep < 0)
+		keep = gr->gr_key == GATEWAY_KEY_TOKEN ? retention : 300;
+	return keep < retention ? keep : retention;
+}
+
+/* The upstream answered 2xx-4xx: queue the complete (in a batch with other
+ * completes); gateway_store_answer() answers once it committed. Returns 0
+ * when queued (the job is no longer the caller's), -1 after answering. */
+static int gateway_store(struct gateway_job *j)
+{
+	struct upstream_call *c = &j->gj_call;
+
+	if (c->uc_result != UPSTREAM_ANSWERED && gateway_unstorable(j) < 0) {
+		/* out of memory: nothing to store, and nothing safe to say */
+		problem_unavailable(j->gj_req);
+		return -1;
+	}
+	j->gj_resp.sr_status = (int)c->uc_status;
+	j->gj_resp.sr_headers =
+		c->uc_result == UPSTREAM_ANSWERED
+			? json_dumps(c->uc_resp_headers, JSON_COMPACT | JSON_SORT_KEYS)
+			: strdup("{\"Content-Type\":\"application/problem+json\"}");
+	j->gj_resp.sr_body = (unsigned char *)c->uc_resp.b_data;
+	j->gj_resp.sr_body_len = c->uc_resp.b_len;
+	if (j->gj_resp.sr_headers == NULL) {
+		gateway_job_release(j);
+		problem_unavailable(j->gj_req);
+		return -1;
+	}
+	j->gj_cargs.tenant_id = j->gj_route->gr_tenant_id;
+	j->gj_cargs.token_id = j->gj_token_id;
+	j->gj_cargs.attempt = j->gj_attempt;
+	j->gj_cargs.resp = &j->gj_resp;
+	j->gj_cargs.retention_seconds =
+		gateway_retention(j->gj_route, j->gj_resp.sr_status, j->gj_retention_seconds);
+	/* a key's record may end before the key would (a new life then runs
+	 * anew); a token's stays while the token is valid */
+	j->gj_cargs.retention_exact = j->gj_route->gr_key != GATEWAY_KEY_TOKEN &&
+				      j->gj_cargs.retention_seconds < j->gj_retention_seconds;
+	j->gj_cargs.audit_seconds = j->gj_audit_seconds;
+	j->gj_cargs.by = j->gj_req->req_by; /* the route, and the request's trace */
+	j->gj_bj.bj_kind = BATCHER_COMPLETE;
+	j->gj_bj.bj_complete = &j->gj_cargs;
+	j->gj_bj.bj_complete_result = &j->gj_cres;
+	j->gj_bj.bj_done = gateway_stored;
+	batcher_submit(&j->gj_bj);
+	return 0;
+}
+
+/* Every outcome but a final answer gives the claim back, so the client may
+ * retry with the same token; a 5xx is passed through unstored. */
+static void gateway_not_final(struct gateway_job *j)
+{
+	const struct upstream_call *c = &j->gj_call;
+	struct request *req = j->gj_req;
+
+	gateway_job_release(j);
+	if (j->gj_stopped) {
+		problem_unavailable(req);
+		return;
+	}
+	switch (c->uc_result) {
+	case UPSTREAM_ANSWERED:
+		/* an answer release_on names (5xx by default): passed through */
+		if (c->uc_status >= 200 && c->uc_status <= 599) {
+			struct stored_response pass = { (int)c->uc_status, NULL,
+							(unsigned char *)c->uc_resp.b_data,
+							c->uc_resp.b_len, 0 };
+			pass.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT);
+			gateway_reply_response(req, &pass, "false");
+			free(pass.sr_headers);
+			return;
+		}
+		problem_reply(req, 502, "upstream_invalid", "the upstream answered with status %ld",
+			      c->uc_status);
+		break;
+	case UPSTREAM_INVALID:
+		problem_reply(req, 502, "upstream_invalid",
+			      "the upstream's answer has a malformed header line");
+		break;
+	case UPSTREAM_TOO_LARGE:
+		problem_reply(req, 502, "upstream_invalid",
+			      "the upstream's answer exceeds %zu bytes", c->uc_max_body);
+		break;
+	case UPSTREAM_UNREACHABLE:
+		problem_reply(req, 502, "upstream_unavailable",
+			      "the upstream could not be reached");
+		break;
+	case UPSTREAM_FAILED:
+		problem_reply(req, 502, "upstream_unavailable",
+			      "the connection to the upstream failed before it answered");
+		break;
+	case UPSTREAM_TIMEOUT:
+		problem_reply(req, 504, "upstream_timeout",
+			      "the upstream did not answer within %ld ms", c->uc_timeout_ms);
+		break;
+	}
+	/* the claim is given back: the same token may be submitted again */
+	http_set_header(req, "Retry-After", "1");
+	log_warn("gateway: request %s: %s %s: %s (%s)", req->req_id, req->req_method, req->req_path,
+		 c->uc_error, c->uc_sent ? "request sent" : "request not sent");
+}
+
+/* Whether J's forward ended with an answer to store: 2xx-4xx unless the
+ * route's release_on names it (stored as 502 upstream_answer_unstorable
+ * when the answer itself cannot be: gateway_unstorable). */
+static int gateway_final(const struct gateway_job *j)
+{
+	const struct upstream_call *c = &j->gj_call;
+
+#ifdef IDEMD_MUTANT_RELEASE_AFTER_2XX
+	int answered = c->uc_result == UPSTREAM_ANSWERED;
+#else
+	/* an answer too large or malformed still says the upstream acted */
+	int answered = c->uc_result == UPSTREAM_ANSWERED || c->uc_result == UPSTREAM_TOO_LARGE ||
+		       c->uc_result == UPSTREAM_INVALID;
+#endif
+	/* on a derived-key route anyone may send any key: an upstream that
+	 * refuses the caller (401, 403: a forged webhook's bad signature) must
+	 * not block the genuine request that follows with the same key */
+	if (j->gj_route->gr_key != GATEWAY_KEY_TOKEN &&
+	    (c->uc_status == 401 || c->uc_status == 403))
+		return 0;
+	return !j->gj_stopped && answered && c->uc_status >= 200 && c->uc_status <= 599 &&
+	       !j->gj_route->gr_cfg->release_on[c->uc_status];
+}
+
+/* Writes the outcome of a finished (or refused) forward and resumes. */
+void gateway_finish(struct gateway_job *j)
+{
+	const struct upstream_call *c = &j->gj_call;
+	struct request *req = j->gj_req;
+
+	log_debug("gateway: request %s: %s %s: the upstream call ended (%s, status %ld)",
+		  req->req_id, req->req_method, req->req_path,
+		  c->uc_result == UPSTREAM_ANSWERED ? "answered" : c->uc_error, c->uc_status);
+	if (gateway_final(j)) {
+		if (gateway_store(j) == 0)
+			return;
+	} else {
+		gateway_not_final(j);
+	}
+	gateway_job_free(j);
+	http_resume(req);
+}
+
+/* ---------------------------------------------------------------- finishers */
+
+/* Upstream thread: an answer to store goes to the batcher from here (one
+ * thread hand-off fewer per submit; only when out of memory does it release
+ * the claim here); every other outcome releases the claim, a database
+ * call, so its job is queued for a finisher. */
+void gateway_on_done(struct upstream_call *c)
+{
+	struct gateway_job *j = IDEMD_CONTAINER_OF(c, struct gateway_job, gj_call);
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	static const enum metrics_upstream_outcome outcome[] = {
+		[UPSTREAM_ANSWERED] = METRICS_UPSTREAM_ANSWERED,
+		[UPSTREAM_UNREACHABLE] = METRICS_UPSTREAM_UNREACHABLE,
+		[UPSTREAM_TIMEOUT] = METRICS_UPSTREAM_TIMEOUT,
+		[UPSTREAM_FAILED] = METRICS_UPSTREAM_FAILED,
+		[UPSTREAM_TOO_LARGE] = METRICS_UPSTREAM_TOO_LARGE,
+		[UPSTREAM_INVALID] = METRICS_UPSTREAM_INVALID,
+	};
+	metrics_upstream(j->gj_route->gr_route.method, j->gj_route->gr_route.pattern,
+			 outcome[c->uc_result], c->uc_status,
+			 (double)(now.tv_sec - j->gj_sent.tv_sec) +
+				 (double)(now.tv_nsec - j->gj_sent.tv_nsec) / 1e9);
+	/* closed only after the upstream thread ended: never refused */
+	if (gateway_final(j) || workq_push(&gw.q, &j->gj_item) < 0)
+		gateway_finish(j);
+}
+
+static void *gateway_finisher(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct workq_item *it = workq_take(&gw.q, 1, NULL, 1, NULL);
+
+		if (it == NULL)
+			return NULL;
+		gateway_finish(WORKQ_JOB(it, struct gateway_job, gj_item));
+	}
+}
+
+int gateway_finish_start(void)
+{
+	workq_open(&gw.q);
+	for (int i = 0; i < GATEWAY_FINISHERS; i++) {
+		if (pthread_create(&gw.finishers[i], NULL, gateway_finisher, NULL) != 0) {
+			log_error("gateway: cannot start a finisher thread");
+			return -1;
+		}
+		gw.n_finishers++;
+	}
+	return 0;
+}
+
+void gateway_finish_stop(void)
+{
+	/* the finishers empty the queue, then return */
+	workq_close(&gw.q);
+	for (int i = 0; i < gw.n_finishers; i++)
+		pthread_join(gw.finishers[i], NULL);
+	gw.n_finishers = 0;
+}

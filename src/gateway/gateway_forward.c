@@ -1,0 +1,257 @@
+/*
+ * Gateway, forward: what is sent upstream for a submit that holds its
+ * claim, the headers (headers_forward), the query rebuilt and the URL, and
+ * the job that upstream.c runs. Built on the batcher thread that answered
+ * the claim; touches no libmicrohttpd state but the suspended request's
+ * headers and arguments, read before the suspend's resume.
+ */
+#include "gateway_int.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "headers.h"
+#include "request.h"
+
+#define GATEWAY_LEASE_MARGIN_MS 500
+#define GATEWAY_MIN_TIMEOUT_MS 100
+
+/* ---------------------------------------------------------------- headers */
+
+/* Whether the upstream's header LNAME (lower case) is kept with the answer:
+ * Content-Type and Content-Encoding always (the body means nothing without
+ * them), plus the route's store_headers. */
+static int gateway_keeps(const void *arg, const char *lname)
+{
+	const struct gateway_route *gr = arg;
+
+	if (headers_never_stored(lname))
+		return 0;
+	if (strcmp(lname, "content-type") == 0 || strcmp(lname, "content-encoding") == 0)
+		return 1;
+	for (size_t i = 0; i < gr->gr_cfg->n_store_headers; i++)
+		if (strcmp(lname, gr->gr_cfg->store_headers[i]) == 0)
+			return 1;
+	return 0;
+}
+
+static void gateway_client_ip(struct MHD_Connection *conn, char *out, size_t outlen)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+
+	snprintf(out, outlen, "unknown");
+	if (ci == NULL || ci->client_addr == NULL)
+		return;
+	const struct sockaddr *sa = ci->client_addr;
+	if (sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, out,
+			  (socklen_t)outlen);
+	else if (sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
+			  out, (socklen_t)outlen);
+}
+
+/* Gathers the request's headers into a growing array. */
+struct gateway_fields {
+	struct headers_field *f;
+	size_t n, cap;
+	int failed;
+};
+
+static enum MHD_Result gateway_field_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+					const char *value)
+{
+	struct gateway_fields *g = cls;
+
+	(void)kind;
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? 2 * g->cap : 32;
+		struct headers_field *p = realloc(g->f, cap * sizeof(*p));
+		if (p == NULL) {
+			g->failed = 1;
+			return MHD_NO;
+		}
+		g->f = p;
+		g->cap = cap;
+	}
+	g->f[g->n].hf_name = key;
+	g->f[g->n].hf_value = value != NULL ? value : "";
+	g->n++;
+	return MHD_YES;
+}
+
+/* The headers sent upstream (headers_forward): a new list, or NULL. */
+struct curl_slist *gateway_request_headers(struct request *req, const struct gateway_route *gr,
+					   const struct token *t)
+{
+	struct gateway_fields g = { NULL, 0, 0, 0 };
+	struct curl_slist *list = NULL;
+	char hex[2 * TOKEN_ID_BYTES + 3], ip[INET6_ADDRSTRLEN + 1];
+
+	MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_field_cb, &g);
+	if (gr->gr_key == GATEWAY_KEY_TOKEN) {
+		token_id_hex(t->id, hex);
+	} else {
+		/* a derived key's record id travels as an RFC 8941 sf-string */
+		hex[0] = '"';
+		token_id_hex(t->id, hex + 1);
+		memcpy(hex + 1 + 2 * TOKEN_ID_BYTES, "\"", 2);
+	}
+	gateway_client_ip(req->req_conn, ip, sizeof(ip));
+	char traceparent[TRACECTX_HEADER_LEN + 1];
+	tracectx_format(&req->req_trace, traceparent);
+	struct headers_forward_args a = {
+		.fa_token_id = hex,
+		.fa_subject = t->subject_len > 0 ? t->subject : NULL,
+		.fa_client_ip = ip,
+		.fa_request_id = req->req_id,
+		.fa_traceparent = traceparent,
+		.fa_trust_forwarded = gr->gr_cfg->trust_forwarded,
+	};
+	if (!g.failed && headers_forward(g.f, g.n, &a, &list) != HEADERS_OK)
+		list = NULL;
+	free(g.f);
+	return list;
+}
+
+/* ---------------------------------------------------------------- query */
+
+/*
+ * Appends S, an argument as libmicrohttpd hands it over (not percent-decoded,
+ * http.c installs no unescaper, but with '+' turned into ' '), restoring the
+ * text as sent: ' ' back to '+'; bytes a request line cannot carry raw are
+ * percent-encoded for safety.
+ */
+static int gateway_query_text(struct buf *b, const char *s)
+{
+	static const char hexd[] = "0123456789ABCDEF";
+
+	for (; *s != '\0'; s++) {
+		unsigned char c = (unsigned char)*s;
+		char enc[3] = { '%', hexd[c >> 4], hexd[c & 15] };
+		int rc;
+		if (c == ' ')
+			rc = buf_add(b, "+", 1);
+		else if (c > 0x20 && c < 0x7f)
+			rc = buf_add(b, s, 1);
+		else
+			rc = buf_add(b, enc, 3);
+		if (rc < 0)
+			return -1;
+	}
+	return 0;
+}
+
+struct gateway_query {
+	struct buf q;
+	int failed;
+};
+
+static enum MHD_Result gateway_query_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+					const char *value)
+{
+	struct gateway_query *g = cls;
+
+	(void)kind;
+	if ((g->q.b_len > 0 && buf_str(&g->q, "&") < 0) || gateway_query_text(&g->q, key) < 0 ||
+	    (value != NULL && (buf_str(&g->q, "=") < 0 || gateway_query_text(&g->q, value) < 0)))
+		g->failed = 1;
+	return MHD_YES;
+}
+
+/*
+ * The request's query string rebuilt from libmicrohttpd's arguments (it
+ * keeps no raw copy): into *OUT as a new string ("" when there is none).
+ * 0 or -1.
+ */
+int gateway_query(struct request *req, char **out)
+{
+	struct gateway_query g = { { 0 }, 0 };
+
+	MHD_get_connection_values(req->req_conn, MHD_GET_ARGUMENT_KIND, gateway_query_cb, &g);
+	if (g.failed) {
+		buf_free(&g.q);
+		return -1;
+	}
+	*out = g.q.b_data != NULL ? g.q.b_data : strdup("");
+	return *out != NULL ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------- jobs */
+
+void gateway_job_free(struct gateway_job *j)
+{
+	if (j == NULL)
+		return;
+	free(j->gj_url);
+	curl_slist_free_all(j->gj_call.uc_headers);
+	upstream_call_clear(&j->gj_call);
+	free(j);
+}
+
+/* Builds the job for a request that now holds the claim RES; takes
+ * *HEADERS (set to NULL). NULL on OOM or when too little of the lease is
+ * left for a forward. Touches no libmicrohttpd state: it
+ * runs on a batcher thread while the connection is suspended. */
+struct gateway_job *gateway_job_new(struct request *req, const struct gateway_route *gr,
+				    const struct token *t, const struct operation *op,
+				    const struct claim_result *res, const char *query,
+				    struct curl_slist **headers, size_t max_body)
+{
+	struct gateway_job *j = calloc(1, sizeof(*j));
+	struct buf url = { 0 };
+
+	if (j == NULL)
+		return NULL;
+	j->gj_req = req;
+	j->gj_route = gr;
+	memcpy(j->gj_token_id, t->id, TOKEN_ID_BYTES);
+	j->gj_attempt = res->cr_attempt;
+	j->gj_retention_seconds = op->op_retention_seconds;
+	j->gj_audit_seconds = store_audit_seconds(op);
+	if (buf_str(&url, gr->gr_target) < 0 ||
+	    (*query != '\0' && (buf_str(&url, strchr(gr->gr_target, '?') ? "&" : "?") < 0 ||
+				buf_str(&url, query) < 0))) {
+		buf_free(&url);
+		free(j);
+		return NULL;
+	}
+	j->gj_url = url.b_data;
+
+	struct upstream_call *c = &j->gj_call;
+	c->uc_method = req->req_method;
+	c->uc_url = j->gj_url;
+	c->uc_body = req->req_body;
+	c->uc_body_len = req->req_body_len;
+	c->uc_headers = *headers;
+	*headers = NULL;
+	c->uc_connect_timeout_ms = gr->gr_cfg->connect_timeout_ms;
+	/* a forward never outlives its lease (past it, a duplicate may take
+	 * over), and none starts on a lease too short for it: NULL then, and
+	 * the claim is released (gateway.c) */
+	int64_t left = res->cr_lease_expires_at - idemd_unix_ms() - GATEWAY_LEASE_MARGIN_MS;
+	c->uc_timeout_ms = gr->gr_cfg->timeout_ms;
+#ifdef IDEMD_MUTANT_LEASE_FROM_TXN_START
+	if (left < GATEWAY_MIN_TIMEOUT_MS)
+		left = GATEWAY_MIN_TIMEOUT_MS;
+#endif
+	if (left < GATEWAY_MIN_TIMEOUT_MS) {
+		gateway_job_free(j);
+		return NULL;
+	}
+	if (left < c->uc_timeout_ms)
+		c->uc_timeout_ms = (long)left;
+	c->uc_max_body = max_body;
+	c->uc_keep = gateway_keeps;
+	c->uc_keep_arg = gr;
+	c->uc_done = gateway_on_done;
+	if (c->uc_headers == NULL) {
+		gateway_job_free(j);
+		return NULL;
+	}
+	return j;
+}

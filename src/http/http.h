@@ -1,0 +1,24 @@
+/* HTTP core: the libmicrohttpd daemon (http.c): start, reload, stop.
+ * What a request is and how it is answered: request.h. */
+#ifndef IDEMD_HTTP_H
+#define IDEMD_HTTP_H
+
+#include "request.h"
+
+struct config;
+
+int http_start(const struct config *cfg) IDEMD_WUR;
+/* SIGHUP: the body limits and CORS origins of CFG from now on (what only a
+ * restart changes, the listener and its threads, stays). CFG must outlive
+ * the daemon. */
+void http_reload(const struct config *cfg);
+/* Stops accepting and waits (at most 30 s) for in-flight requests that are
+ * not suspended to finish; idle keep-alive connections do not hold it. */
+void http_quiesce(void);
+/* Waits (at most 30 s) for every request to end, suspended ones included
+ * (whoever resumes them must still run), then stops the daemon: 0. -1 when
+ * some connection stayed suspended: the daemon runs on, and nothing its
+ * requests may touch can be freed (the caller ends the process). */
+int http_stop(void) IDEMD_WUR;
+
+#endif

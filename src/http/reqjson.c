@@ -1,0 +1,340 @@
+/* Request JSON helpers. */
+#include "reqjson.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "jsonmem.h"
+#include "problem.h"
+
+int reqjson_only(struct request *req, json_t *obj, const char *const *allowed)
+{
+	const char *key;
+	json_t *value;
+
+	json_object_foreach(obj, key, value)
+	{
+		size_t i;
+		for (i = 0; allowed[i] != NULL; i++)
+			if (strcmp(key, allowed[i]) == 0)
+				break;
+		if (allowed[i] == NULL) {
+			json_t *name = json_string(key);
+			problem_reply(req, 400, "invalid_request", "unknown field %s",
+				      name ? key : "(not UTF-8)");
+			json_decref(name);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int reqjson_int(struct request *req, json_t *obj, const char *name, int required, int64_t min,
+		int64_t max, int64_t *out, int *present)
+{
+	json_t *v = json_object_get(obj, name);
+
+	*present = v != NULL;
+	if (v == NULL) {
+		if (!required)
+			return 0;
+		problem_reply(req, 400, "invalid_request", "field %s is required", name);
+		return -1;
+	}
+	if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+		problem_reply(req, 400, "invalid_request",
+			      "field %s must be an integer from %" PRId64 " to %" PRId64, name, min,
+			      max);
+		return -1;
+	}
+	*out = json_integer_value(v);
+	return 0;
+}
+
+int reqjson_string(struct request *req, json_t *obj, const char *name, int required, size_t minlen,
+		   size_t maxlen, const char **out)
+{
+	json_t *v = json_object_get(obj, name);
+
+	*out = NULL;
+	if (v == NULL) {
+		if (!required)
+			return 0;
+		problem_reply(req, 400, "invalid_request", "field %s is required", name);
+		return -1;
+	}
+	if (!json_is_string(v) || json_string_length(v) < minlen ||
+	    json_string_length(v) > maxlen ||
+	    strlen(json_string_value(v)) != json_string_length(v)) {
+		problem_reply(req, 400, "invalid_request",
+			      "field %s must be a string of %zu to %zu bytes without NUL", name,
+			      minlen, maxlen);
+		return -1;
+	}
+	*out = json_string_value(v);
+	return 0;
+}
+
+static const char *reqjson_ws(const char *p, const char *end)
+{
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+		p++;
+	return p;
+}
+
+/* A string of printable ASCII without escapes at P (on its opening quote):
+ * its characters in *STR, *LEN; the position after the closing quote, or
+ * NULL. */
+static const char *reqjson_flat_string(const char *p, const char *end, const char **str,
+				       size_t *len)
+{
+	const char *q = ++p;
+
+	while (q < end && *q != '"') {
+		if (*q < 0x20 || *q > 0x7e || *q == '\\')
+			return NULL;
+		q++;
+	}
+	if (q == end)
+		return NULL;
+	*str = p;
+	*len = (size_t)(q - p);
+	return q + 1;
+}
+
+int reqjson_flat_each(const char *s, size_t len,
+		      int (*fn)(void *arg, const struct reqjson_member *m), void *arg)
+{
+	const char *p = s, *end = s + len;
+	struct reqjson_member m;
+
+	p = reqjson_ws(p, end);
+	if (p == end || *p++ != '{')
+		return 0;
+	p = reqjson_ws(p, end);
+	if (p < end && *p == '}')
+		return reqjson_ws(p + 1, end) == end;
+	for (;;) {
+		m = (struct reqjson_member){ 0 };
+		if (p == end || *p != '"' ||
+		    (p = reqjson_flat_string(p, end, &m.rm_name, &m.rm_name_len)) == NULL)
+			return 0;
+		p = reqjson_ws(p, end);
+		if (p == end || *p++ != ':')
+			return 0;
+		p = reqjson_ws(p, end);
+		if (p == end)
+			return 0;
+		m.rm_is_string = *p == '"';
+		if (m.rm_is_string) {
+			if ((p = reqjson_flat_string(p, end, &m.rm_str, &m.rm_len)) == NULL)
+				return 0;
+		} else {
+			const char *d = p;
+			int64_t v = 0;
+			while (p < end && *p >= '0' && *p <= '9' && p - d < 16)
+				v = v * 10 + (*p++ - '0');
+			/* no leading zero, at most 15 digits, nothing like ".5" or "e3" after */
+			if (p == d || (*d == '0' && p - d > 1) || p - d > 15 ||
+			    (p < end &&
+			     (*p == '.' || *p == 'e' || *p == 'E' || (*p >= '0' && *p <= '9'))))
+				return 0;
+			m.rm_num = v;
+		}
+		if (!fn(arg, &m))
+			return 0;
+		p = reqjson_ws(p, end);
+		if (p == end)
+			return 0;
+		if (*p == '}')
+			return reqjson_ws(p + 1, end) == end;
+		if (*p++ != ',')
+			return 0;
+		p = reqjson_ws(p, end);
+	}
+}
+
+struct reqjson_flat_fields {
+	struct reqjson_field *ff_fields;
+	size_t ff_n;
+};
+
+/* A member of reqjson_flat(): one of the fields, of its type, once. */
+static int reqjson_flat_member(void *arg, const struct reqjson_member *m)
+{
+	struct reqjson_flat_fields *ff = arg;
+
+	for (size_t i = 0; i < ff->ff_n; i++) {
+		struct reqjson_field *f = &ff->ff_fields[i];
+		if (strlen(f->rf_name) != m->rm_name_len ||
+		    memcmp(f->rf_name, m->rm_name, m->rm_name_len) != 0)
+			continue;
+		if (f->rf_present || m->rm_is_string != (f->rf_type == REQJSON_STRING))
+			return 0;
+		f->rf_present = 1;
+		f->rf_str = m->rm_str;
+		f->rf_len = m->rm_len;
+		f->rf_num = m->rm_num;
+		return 1;
+	}
+	return 0;
+}
+
+int reqjson_flat(const char *s, size_t len, struct reqjson_field *fields, size_t n)
+{
+	struct reqjson_flat_fields ff = { fields, n };
+
+	for (size_t i = 0; i < n; i++)
+		fields[i].rf_present = 0;
+	return reqjson_flat_each(s, len, reqjson_flat_member, &ff);
+}
+
+size_t reqjson_escape(char *out, const char *s, size_t len)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	char *p = out;
+
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c >= 0x20 && c != '"' && c != '\\') {
+			*p++ = (char)c;
+			continue;
+		}
+		*p++ = '\\';
+		switch (c) {
+		case '"':
+			*p++ = '"';
+			break;
+		case '\\':
+			*p++ = '\\';
+			break;
+		case '\b':
+			*p++ = 'b';
+			break;
+		case '\f':
+			*p++ = 'f';
+			break;
+		case '\n':
+			*p++ = 'n';
+			break;
+		case '\r':
+			*p++ = 'r';
+			break;
+		case '\t':
+			*p++ = 't';
+			break;
+		default:
+			memcpy(p, "u00", 3);
+			p[3] = hex[c >> 4];
+			p[4] = hex[c & 15];
+			p += 5;
+		}
+	}
+	return (size_t)(p - out);
+}
+
+json_t *reqjson_response(const struct stored_response *r)
+{
+	json_t *headers = json_loads(r->sr_headers ? r->sr_headers : "{}", 0, NULL);
+	json_t *out = json_pack("{s:i,s:o}", "status", r->sr_status, "headers",
+				headers ? headers : json_object());
+
+	if (out == NULL)
+		return NULL;
+	if (r->sr_is_json) {
+		json_t *body =
+			json_loadb((const char *)r->sr_body, r->sr_body_len, JSON_DECODE_ANY, NULL);
+		json_object_set_new(out, "body", body ? body : json_null());
+	} else if (r->sr_body_len > 0) {
+		size_t n =
+			sodium_base64_encoded_len(r->sr_body_len, sodium_base64_VARIANT_ORIGINAL);
+		char *b64 = malloc(n);
+		if (b64 == NULL) {
+			json_decref(out);
+			return NULL;
+		}
+		sodium_bin2base64(b64, n, r->sr_body, r->sr_body_len,
+				  sodium_base64_VARIANT_ORIGINAL);
+		json_object_set_new(out, "body_base64", json_string(b64));
+		free(b64);
+	} else {
+		json_object_set_new(out, "body", json_null());
+	}
+	return out;
+}
+
+int reqjson_etag(const char *value, int64_t *out)
+{
+	char *end;
+	int weak = 0;
+
+	while (*value == ' ')
+		value++;
+	/* W/"N" is well formed, but RFC 9110's strong comparison, which If-Match
+	 * uses, never matches a weak tag: it stands for no version at all */
+	if (value[0] == 'W' && value[1] == '/') {
+		weak = 1;
+		value += 2;
+	}
+	if (value[0] != '"' || value[1] < '0' || value[1] > '9')
+		return -1;
+	if (value[1] == '0' && value[2] != '"')
+		return -1; /* strong comparison is by characters: "07" is not "7" */
+	errno = 0;
+	long long v = strtoll(value + 1, &end, 10);
+	if (errno != 0 || *end != '"' || v < 0)
+		return -1;
+	end++;
+	while (*end == ' ')
+		end++;
+	if (*end != '\0')
+		return -1;
+	*out = weak ? REQJSON_ETAG_WEAK : v;
+	return 0;
+}
+
+void reqjson_etag_format(int64_t version, char *out, size_t outlen)
+{
+	snprintf(out, outlen, "\"%" PRId64 "\"", version);
+}
+
+int reqjson_valid_name(const char *s)
+{
+	size_t n = strlen(s);
+
+	return n >= 1 && n <= STORE_NAME_MAX &&
+	       strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789._-") == n;
+}
+
+json_t *http_body_object(struct request *req)
+{
+	json_error_t err;
+
+	if (req->req_body_len == 0)
+		return json_object();
+	int over;
+	json_t *v =
+		jsonmem_load(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, &err, &over);
+	if (v == NULL && over) {
+		problem_reply(req, 413, "payload_too_large",
+			      "the body's JSON takes more than %zu bytes to hold",
+			      jsonmem_budget(req->req_body_len));
+		return NULL;
+	}
+	if (v == NULL) {
+		problem_reply(req, 400, "invalid_request", "malformed JSON at position %d",
+			      err.position);
+		return NULL;
+	}
+	if (!json_is_object(v)) {
+		json_decref(v);
+		problem_reply(req, 400, "invalid_request", "the body must be a JSON object");
+		return NULL;
+	}
+	return v;
+}

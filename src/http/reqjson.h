@@ -1,0 +1,96 @@
+/* Request JSON helpers: strict field checks shared by the handlers, each
+ * replying 400 invalid_request with the field's name on failure, and the
+ * JSON shapes handlers send back (times, stored responses). */
+#ifndef IDEMD_REQJSON_H
+#define IDEMD_REQJSON_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "rfc3339.h"
+#include "request.h"
+#include "store.h"
+
+/* Refuses keys of OBJ not in ALLOWED (NULL-terminated). 0 or -1 (replied). */
+int reqjson_only(struct request *req, json_t *obj, const char *const *allowed) IDEMD_WUR;
+
+/* Integer field in [MIN, MAX]. *present tells whether it was there; a
+ * missing field with REQUIRED set is an error. 0 or -1 (replied). */
+int reqjson_int(struct request *req, json_t *obj, const char *name, int required, int64_t min,
+		int64_t max, int64_t *out, int *present) IDEMD_WUR;
+
+/* String field of MINLEN..MAXLEN bytes without NUL (borrowed). NULL when
+ * absent and optional; -1 (replied) on error. */
+int reqjson_string(struct request *req, json_t *obj, const char *name, int required, size_t minlen,
+		   size_t maxlen, const char **out) IDEMD_WUR;
+
+/* A field of reqjson_flat(): NAME and TYPE in, the rest out. */
+struct reqjson_field {
+	const char *rf_name;
+	enum { REQJSON_STRING, REQJSON_UINT } rf_type;
+	int rf_present;
+	const char *rf_str; /* REQJSON_STRING: the characters, borrowed, no quotes */
+	size_t rf_len;
+	int64_t rf_num; /* REQJSON_UINT */
+};
+
+/*
+ * The fast way for the simplest bodies: 1 when S[0..LEN) is a JSON object
+ * whose members are all among FIELDS (N of them), each at most once, with
+ * string values of printable ASCII without escapes or integers from 0 to
+ * 10^15 without sign, fraction or exponent, as their TYPE says; FIELDS are
+ * then filled. 0 for anything else, valid JSON or not: the caller goes the
+ * full way (jansson and the checks above), which answers it. A body taken
+ * here parses with jansson to the same members and values.
+ */
+int reqjson_flat(const char *s, size_t len, struct reqjson_field *fields, size_t n);
+
+/* A member of a flat object, as reqjson_flat_each() reads it: characters
+ * borrowed from the text, without quotes. */
+struct reqjson_member {
+	const char *rm_name;
+	size_t rm_name_len;
+	int rm_is_string;
+	const char *rm_str; /* rm_is_string */
+	size_t rm_len;
+	int64_t rm_num; /* !rm_is_string */
+};
+
+/* reqjson_flat()'s reading for any member names: calls FN(ARG, member) for
+ * each member in order; 1 when S[0..LEN) is such an object and FN returned
+ * nonzero for every member, else 0 (FN may have been called for some). */
+int reqjson_flat_each(const char *s, size_t len,
+		      int (*fn)(void *arg, const struct reqjson_member *m), void *arg);
+
+/* Writes the UTF-8 string S[0..LEN) as the body of a JSON string (quotes
+ * excluded) the way jansson's json_dumps does, into OUT, which must hold
+ * 6 * LEN bytes; returns the length written (no NUL). */
+size_t reqjson_escape(char *out, const char *s, size_t len);
+
+/* {"status","headers","body"|"body_base64"} of a stored response (new). */
+json_t *reqjson_response(const struct stored_response *r);
+
+/* What reqjson_etag() gives for a weak ETag: no counter is ever at it. */
+#define REQJSON_ETAG_WEAK ((int64_t)-1)
+
+/*
+ * Parses an If-Match value holding one ETag "N": 0 with *OUT = N, or -1 when
+ * it is not one. A weak W/"N" is 0 with *OUT = REQJSON_ETAG_WEAK: strong
+ * comparison (RFC 9110) never matches it, so the precondition fails (412),
+ * it is not a malformed request.
+ */
+int reqjson_etag(const char *value, int64_t *out) IDEMD_WUR;
+
+/* Formats the strong ETag of VERSION into OUT ("\"7\""). */
+void reqjson_etag_format(int64_t version, char *out, size_t outlen);
+
+/* 1 when S matches [a-z0-9._-]{1,64}. */
+int reqjson_valid_name(const char *s);
+
+/* Parses the request body as a JSON object: returns a new reference, or
+ * NULL after replying 400 invalid_request (413 payload_too_large when its
+ * parse outgrows the budget, jsonmem.h). An empty body parses as {}. */
+json_t *http_body_object(struct request *req);
+
+#endif

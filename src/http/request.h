@@ -1,0 +1,130 @@
+/* A request as the handlers see it: its context (struct request), its
+ * headers and query, the reply helpers, and handing the reply to another
+ * thread. http.c runs the daemon that makes them. */
+#ifndef IDEMD_REQUEST_H
+#define IDEMD_REQUEST_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "common.h"
+#include "tracectx.h"
+
+struct route;
+
+#define HTTP_REQUEST_ID_MAX 128
+#define HTTP_MAX_PARAMS 2
+/* Per-connection buffer for the request line and headers (larger: 431),
+ * small so that thousands of open connections stay cheap. */
+#define HTTP_CONNECTION_MEMORY ((size_t)16 * 1024)
+
+/* One per request: created on the first callback, freed in the completion
+ * callback (http.c), nowhere else. Strings are owned unless noted. */
+struct request {
+	struct MHD_Connection *req_conn; /* borrowed */
+	struct http_conn *req_conn_ctx;	 /* borrowed: the connection's own state, or NULL */
+	const char *req_method;		 /* borrowed from libmicrohttpd */
+	char *req_path;			 /* path as sent (not percent-decoded) */
+	char req_id[HTTP_REQUEST_ID_MAX + 1];
+	struct tracectx req_trace; /* the caller's trace (or a new one), idemd's span */
+	char *req_body;		   /* NUL-terminated, may be NULL */
+	size_t req_body_len;
+	int req_body_too_large;
+	int req_over_budget;			/* max_inflight_body_bytes would be passed */
+	const struct route *req_route;		/* borrowed from the route table */
+	char *req_params[HTTP_MAX_PARAMS];	/* path segments matched by {}, percent-decoded */
+	size_t req_param_lens[HTTP_MAX_PARAMS]; /* decoded lengths: a NUL inside shows as strlen < len */
+	/* the headers the core reads for every request, found in one pass
+	 * over them (the first of each name; borrowed from libmicrohttpd) */
+	const char *req_h_authorization, *req_h_content_length, *req_h_content_type, *req_h_origin,
+		*req_h_request_id, *req_h_transfer_encoding, *req_h_idempotency_key,
+		*req_h_if_match;
+	const char *req_h_route_key; /* a derived-key route's header (gateway) */
+	int req_n_content_length;    /* how many Content-Length headers */
+	int req_n_transfer_encoding; /* how many Transfer-Encoding headers */
+	int req_n_idempotency_key;   /* how many Idempotency-Key headers */
+	int req_n_if_match;	     /* how many If-Match headers */
+	const char *req_bad_header;  /* first header whose name or value is malformed */
+	int req_has_underscore;	     /* some header name holds '_' */
+	int req_no_if_match;	     /* a gateway route that ignores If-Match */
+	int req_waited;		     /* seconds of Prefer: wait applied (answer says so) */
+	size_t req_reserved;	     /* body bytes counted against max_inflight_body_bytes */
+	size_t req_budget_client;    /* its client address's slot (http_budget.c) */
+	size_t req_budget_tenant;    /* 1 + its tenant's slot, 0: none */
+	uint32_t req_tenant_id;	     /* set by authentication */
+	/* who acts, for the audit trail: "api_key:<id>" (set by
+	 * authentication, in req_by_buf) or the gateway route's name */
+	const char *req_by;
+	char req_by_buf[320];
+	struct timespec req_start;
+	int req_dispatched;
+	int req_admin;	     /* came in on admin_listen */
+	char req_record[33]; /* the record addressed (32 hex, "": none), logged */
+	int req_suspended;   /* another thread builds the reply (http_suspend) */
+	/* set by http_resume_then(): builds the reply on the request's thread */
+	void (*req_on_resume)(struct request *req, void *arg);
+	void *req_on_resume_arg;
+
+	/* the reply being built */
+	const char *rep_code; /* a problem reply's code (a literal), else NULL */
+	unsigned rep_status;
+	size_t rep_len; /* its body's bytes */
+	struct MHD_Response *rep_response;
+};
+
+/* Sets who acts for the audit trail (BY: "api_key:<id>", "route:<METHOD>
+ * <path>") with the request's trace id after a unit separator, which the
+ * store splits into the event's by and trace_id columns. */
+void http_set_by(struct request *req, const char *by);
+
+/* Header of the request, or NULL (borrowed, valid during the request). */
+const char *http_header(const struct request *req, const char *name);
+/* A query argument as sent (not percent-decoded; '+' read as a space), or
+ * NULL (borrowed, valid during the request). */
+const char *http_query(const struct request *req, const char *name);
+
+/* V as JSON text (json_dumps FLAGS) followed by a newline, so that
+ * answers printed in a terminal end their line: new string (free()), its
+ * length in *LEN (may be NULL); NULL when out of memory. */
+char *http_json_text(const json_t *v, size_t flags, size_t *len);
+
+/* Replies. BODY is stolen. Each replaces any earlier reply. JSON bodies
+ * end with a newline. */
+void http_reply_json(struct request *req, unsigned status, json_t *body);
+void http_reply_bytes(struct request *req, unsigned status, const char *content_type,
+		      const void *data, size_t len);
+void http_reply_empty(struct request *req, unsigned status);
+/* http_reply_bytes() that takes DATA (from malloc) instead of copying it. */
+void http_reply_take(struct request *req, unsigned status, const char *content_type, char *data,
+		     size_t len);
+
+/* Drops the reply built so far: a request context used as a scratch
+ * target for validators that reply (a batch item's checks) keeps only
+ * rep_status and rep_code. */
+void http_reply_discard(struct request *req);
+
+/* Adds a header to the reply built so far (copied); a later reply replaces
+ * it and its headers. Without a reply there is nothing to add it to. */
+void http_set_header(struct request *req, const char *name, const char *value);
+
+/*
+ * Hands the reply to another thread: call from a handler, which then returns
+ * without replying. The connection sleeps until that thread has built the
+ * reply with the helpers above and called http_resume(); from then on it
+ * must not touch REQ. The request context stays valid (and is freed by the
+ * completion callback as usual).
+ */
+void http_suspend(struct request *req);
+void http_resume(struct request *req);
+
+/* http_resume(), with the reply left to build: FN(REQ, ARG) runs on the
+ * request's own thread when it picks the connection up again, so the thread
+ * that resumes spends no time on it. */
+void http_resume_then(struct request *req, void (*fn)(struct request *req, void *arg), void *arg);
+
+/* Notes the record (16-byte id) REQ addresses, for its access log line. */
+void http_note_record(struct request *req, const uint8_t id[16]);
+
+#endif

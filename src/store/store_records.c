@@ -1,0 +1,488 @@
+/* Store: the record statements other than claims and completions (see
+ * store.c): release, extend, checkpoint, revoke, record get and list,
+ * audit events, versions, sweeps, replay counts, stuck records. */
+#include "store_int.h"
+
+#include <inttypes.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rfc3339.h"
+
+/* The fenced writes of one record: release, extend, checkpoint. */
+#define FENCED_EVENT(what, attempt, phase, by) \
+	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, '" what "', " attempt ", NULL, " phase \
+	", " EVENT_BY( \
+		by) ", " \
+		    "idemd_audit_until(rec.operation_id) FROM r JOIN records rec ON rec.tenant_id = $1 " \
+		    "AND rec.token_id = $2 WHERE r.o = "
+static const struct db_stmt st_release = {
+	ST_RELEASE, "release",
+	"WITH r AS (SELECT idemd_release($1, $2, $3) AS o), " FENCED_EVENT(
+		"released", "$3", "NULL", "$4") "'released') SELECT o FROM r",
+	4
+};
+static const struct db_stmt st_revoke = {
+	ST_REVOKE, "revoke",
+	"WITH r AS (SELECT idemd_revoke($1, $2, $3, $4, to_timestamp($5)) AS o), "
+	"ev AS (" EVENT_COLUMNS "SELECT $1, $2, 'revoked', NULL, NULL, NULL, " EVENT_BY(
+		"$6") ", "
+		      "idemd_audit_until($3) FROM r WHERE r.o = 'revoked') SELECT o FROM r",
+	6
+};
+static const struct db_stmt st_record_get = {
+	ST_RECORD_GET, "record_get",
+	"SELECT state, attempt, coalesce(" MS("lease_expires_at") ", 0), " MS(
+		"expires_at") ", "
+			      "response_status, response_headers, response_body, response_is_json, subject, "
+			      "operation_id, checkpoint_phase, checkpoint_data::text, checkpoint_attempt, replays "
+			      "FROM records WHERE tenant_id = $1 AND token_id = $2 AND expires_at > now()",
+	2
+};
+/* Replay counts gathered in memory (replaycount.c), added in one statement.
+ * Only completed records are replayed; completions lock records in progress
+ * only, and claims lock a completed record only when it completed under
+ * them. Should a flush ever deadlock, the loser keeps its counts for the
+ * next flush. No explicit row locks: each would
+ * write the row once more. */
+static const struct db_stmt st_replays_add = {
+	ST_REPLAYS_ADD, "replays_add",
+	"UPDATE records r SET replays = r.replays + u.n "
+	"FROM unnest($1::int[], $2::bytea[], $3::bigint[]) AS u(t, id, n) "
+	"WHERE r.tenant_id = u.t AND r.token_id = u.id",
+	3
+};
+/* Reads only the partial index records_in_progress_lease_idx (0010). */
+static const struct db_stmt st_records_stuck = {
+	ST_RECORDS_STUCK, "records_stuck",
+	"SELECT tenant_id, operation_id, count(*) FROM records "
+	"WHERE state = 'in_progress' AND lease_expires_at < now() AND expires_at > now() "
+	"GROUP BY tenant_id, operation_id LIMIT 10000",
+	0
+};
+static const struct db_stmt st_extend = {
+	ST_EXTEND, "extend",
+	"WITH r AS (SELECT outcome AS o, lease_expires_at FROM idemd_extend($1, $2, $3, $4)), " FENCED_EVENT(
+		"extended", "$3", "NULL",
+		"$5") "'extended') "
+		      "SELECT o, coalesce(" MS("lease_expires_at") ", 0) FROM r",
+	5
+};
+static const struct db_stmt st_checkpoint = {
+	ST_CHECKPOINT, "checkpoint",
+	"WITH r AS (SELECT idemd_checkpoint($1, $2, $3, $4, $5::jsonb) AS o), " FENCED_EVENT(
+		"checkpoint", "$3", "$4", "$6") "'saved') SELECT o FROM r",
+	6
+};
+static const struct db_stmt st_events_get = {
+	ST_EVENTS_GET, "events_get",
+	"SELECT " MS(
+		"at") ", event, attempt, status, phase, by, seq, trace_id FROM record_events "
+		      "WHERE tenant_id = $1 AND token_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+	4
+};
+static const struct db_stmt st_record_list = {
+	ST_RECORD_LIST, "record_list",
+	"SELECT token_id, operation_id, state, subject, attempt, "
+	"coalesce(" MS("lease_expires_at") ", 0), " MS(
+		"expires_at") ", "
+			      "(extract(epoch from created_at) * 1000000)::bigint FROM records "
+			      "WHERE tenant_id = $1 AND expires_at > now() AND ($2::int IS NULL OR operation_id = $2) "
+			      "AND ($3::text IS NULL OR state = $3) AND ($4::text IS NULL OR subject = $4) "
+			      "AND ($5::bigint IS NULL OR created_at <= now() - make_interval(secs => $5)) "
+			      "AND ($6::bigint IS NULL OR (created_at, token_id) < "
+			      "('epoch'::timestamptz + ($6::bigint || ' microseconds')::interval, $7::bytea)) "
+			      "ORDER BY created_at DESC, token_id DESC LIMIT $8",
+	8
+};
+static const struct db_stmt st_events_sweep = { ST_EVENTS_SWEEP, "events_sweep",
+						"SELECT idemd_sweep_events($1)", 1 };
+static const struct db_stmt st_version_get = {
+	ST_VERSION_GET, "version_get",
+	"SELECT version FROM versions WHERE tenant_id = $1 AND key = $2", 2
+};
+static const struct db_stmt st_version_bump = {
+	ST_VERSION_BUMP, "version_bump", "SELECT ok, version FROM idemd_version_bump($1, $2, $3)", 3
+};
+static const struct db_stmt st_sweep = {
+	ST_SWEEP, "sweep",
+	"SELECT deleted, coalesce(floor(extract(epoch from last_expiry) * 1000)::bigint, $2::bigint) "
+	"FROM idemd_sweep_after($1::int, CASE WHEN $2::bigint > 0 THEN to_timestamp($2::bigint / 1000.0) END)",
+	2
+};
+
+static const struct db_stmt st_fences_sweep = { ST_FENCES_SWEEP, "fences_sweep",
+						"SELECT idemd.sweep_fences($1, $2)", 2 };
+static const struct db_stmt st_clock = { ST_CLOCK, "clock", "SELECT " MS("clock_timestamp()"), 0 };
+
+void store_record_view_free(struct record_view *v)
+{
+	store_response_free(&v->rv_response);
+	free(v->rv_checkpoint_phase);
+	free(v->rv_checkpoint_data);
+	v->rv_checkpoint_phase = v->rv_checkpoint_data = NULL;
+}
+
+/* The outcome text of extend and checkpoint as a release outcome. */
+static enum release_outcome store_fence_outcome(const char *o, const char *done)
+{
+	if (strcmp(o, done) == 0)
+		return RELEASE_DONE;
+	if (strcmp(o, "no_record") == 0)
+		return RELEASE_NO_RECORD;
+	return strcmp(o, "lease_lost") == 0 ? RELEASE_LEASE_LOST : RELEASE_NOT_IN_PROGRESS;
+}
+
+int store_extend(uint32_t tenant_id, const uint8_t *token_id, int attempt, int lease_seconds,
+		 const char *by, enum release_outcome *outcome, int64_t *lease_expires_at)
+{
+	char tenant[16], att[16], lease[16];
+
+	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
+	snprintf(att, sizeof(att), "%d", attempt);
+	snprintf(lease, sizeof(lease), "%d", lease_seconds);
+	const char *v[] = { tenant, (const char *)token_id, att, lease, STORE_BY(by) };
+	const int len[] = { 0, 16, 0, 0, 0 }, fmt[] = { 0, 1, 0, 0, 0 };
+	PGresult *r = store_run(&st_extend, v, len, fmt);
+	if (r == NULL)
+		return -1;
+	*outcome = store_fence_outcome(PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "", "extended");
+	*lease_expires_at = PQntuples(r) == 1 ? store_i64(r, 0, 1) : 0;
+	PQclear(r);
+	return 0;
+}
+
+int store_checkpoint(uint32_t tenant_id, const uint8_t *token_id, int attempt, const char *phase,
+		     const char *data, const char *by, enum release_outcome *outcome)
+{
+	char tenant[16], att[16];
+
+	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
+	snprintf(att, sizeof(att), "%d", attempt);
+	const char *v[] = { tenant, (const char *)token_id, att, phase, data, STORE_BY(by) };
+	const int len[] = { 0, 16, 0, 0, 0, 0 }, fmt[] = { 0, 1, 0, 0, 0, 0 };
+	PGresult *r = store_run(&st_checkpoint, v, len, fmt);
+	if (r == NULL)
+		return -1;
+	*outcome = store_fence_outcome(PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "", "saved");
+	PQclear(r);
+	return 0;
+}
+
+int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt, const char *by,
+		  enum release_outcome *outcome)
+{
+	char tenant[16], att[16];
+
+	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
+	snprintf(att, sizeof(att), "%d", attempt);
+	const char *v[] = { tenant, (const char *)token_id, att, STORE_BY(by) };
+	const int len[] = { 0, 16, 0, 0 }, fmt[] = { 0, 1, 0, 0 };
+	PGresult *r = store_run(&st_release, v, len, fmt);
+	if (r == NULL)
+		return -1;
+	const char *o = PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "";
+	if (strcmp(o, "released") == 0)
+		*outcome = RELEASE_DONE;
+	else if (strcmp(o, "lease_lost") == 0)
+		*outcome = RELEASE_LEASE_LOST;
+	else if (strcmp(o, "no_record") == 0)
+		*outcome = RELEASE_NO_RECORD;
+	else
+		*outcome = RELEASE_NOT_IN_PROGRESS;
+	PQclear(r);
+	return 0;
+}
+
+int store_revoke(uint32_t tenant_id, const uint8_t *token_id, uint32_t operation_id,
+		 const char *subject, int64_t token_expires_at, const char *by, int *in_use)
+{
+	char tenant[16], op[16], expires[24];
+
+	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
+	snprintf(op, sizeof(op), "%" PRIu32, operation_id);
+	snprintf(expires, sizeof(expires), "%" PRId64, token_expires_at);
+	const char *v[] = { tenant, (const char *)token_id, op, subject, expires, STORE_BY(by) };
+	const int len[] = { 0, 16, 0, 0, 0, 0 }, fmt[] = { 0, 1, 0, 0, 0, 0 };
+	PGresult *r = store_run(&st_revoke, v, len, fmt);
+	if (r == NULL)
+		return -1;
+	*in_use = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "in_use") == 0;
+	PQclear(r);
+	return 0;
+}
+
+int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_view *rv)
+{
+	char tenant[16];
+
+	memset(rv, 0, sizeof(*rv));
+	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
+	const char *v[] = { tenant, (const char *)token_id };
+	const int len[] = { 0, 16 }, fmt[] = { 0, 1 };
+	PGresult *r = store_run(&st_record_get, v, len, fmt);
+	if (r == NULL)
+		return -1;
+	int rc = 0;
+	rv->rv_found = PQntuples(r) == 1;
+	if (rv->rv_found) {
+		snprintf(rv->rv_state, sizeof(rv->rv_state), "%s", PQgetvalue(r, 0, 0));
+		rv->rv_attempt = (int)store_i64(r, 0, 1);
+		rv->rv_lease_expires_at = store_i64(r, 0, 2);
+		rv->rv_expires_at = store_i64(r, 0, 3);
+		rv->rv_has_subject = !PQgetisnull(r, 0, 8);
+		snprintf(rv->rv_subject, sizeof(rv->rv_subject), "%s", PQgetvalue(r, 0, 8));
+		rv->rv_operation_id = (uint32_t)store_i64(r, 0, 9);
+		rv->rv_replays = store_i64(r, 0, 13);
+		rc = store_read_response(r, 0, 4, &rv->rv_response);
+		if (rc == 0 && !PQgetisnull(r, 0, 10)) {
+			rv->rv_checkpoint_phase = strdup(PQgetvalue(r, 0, 10));
+			rv->rv_checkpoint_data =
+				PQgetisnull(r, 0, 11) ? NULL : strdup(PQgetvalue(r, 0, 11));
+			rv->rv_checkpoint_attempt = (int)store_i64(r, 0, 12);
+			if (rv->rv_checkpoint_phase == NULL ||
+			    (!PQgetisnull(r, 0, 11) && rv->rv_checkpoint_data == NULL)) {
+				store_record_view_free(rv);
+				rc = -1;
+			}
+		}
+	}
+	PQclear(r);
+	return rc;
+}
+
+int store_events_get(uint32_t tenant_id, const uint8_t *token_id, int64_t after, int limit,
+		     json_t **events, int64_t *next)
+{
+	char tenant[16], aft[24], lim[16];
+
+	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
+	snprintf(aft, sizeof(aft), "%" PRId64, after);
+	snprintf(lim, sizeof(lim), "%d", limit + 1); /* one more: is there a next page? */
+	const char *v[] = { tenant, (const char *)token_id, aft, lim };
+	const int len[] = { 0, 16, 0, 0 }, fmt[] = { 0, 1, 0, 0 };
+	PGresult *r = store_run(&st_events_get, v, len, fmt);
+	if (r == NULL)
+		return -1;
+	int rows = PQntuples(r) > limit ? limit : PQntuples(r);
+	*next = PQntuples(r) > limit ? store_i64(r, rows - 1, 6) : 0;
+	json_t *a = json_array();
+	for (int i = 0; a != NULL && i < rows; i++) {
+		json_t *e = json_pack("{s:o,s:s}", "at", rfc3339_json(store_i64(r, i, 0)), "event",
+				      PQgetvalue(r, i, 1));
+		if (e != NULL && !PQgetisnull(r, i, 2))
+			json_object_set_new(e, "attempt", json_integer(store_i64(r, i, 2)));
+		if (e != NULL && !PQgetisnull(r, i, 3))
+			json_object_set_new(e, "status", json_integer(store_i64(r, i, 3)));
+		if (e != NULL && !PQgetisnull(r, i, 4))
+			json_object_set_new(e, "phase", json_string(PQgetvalue(r, i, 4)));
+		if (e != NULL)
+			json_object_set_new(e, "by", json_string(PQgetvalue(r, i, 5)));
+		if (e != NULL && !PQgetisnull(r, i, 7))
+			json_object_set_new(e, "trace_id", json_string(PQgetvalue(r, i, 7)));
+		if (e == NULL || json_array_append_new(a, e) < 0) {
+			json_decref(a);
+			a = NULL;
+		}
+	}
+	PQclear(r);
+	*events = a;
+	return a != NULL ? 0 : -1;
+}
+
+int store_record_list(uint32_t tenant_id, const struct record_filter *f, size_t limit,
+		      struct record_row **rows, size_t *n)
+{
+	char tenant[16], op[16], older[24], after[24], lim[16];
+
+	*rows = NULL;
+	*n = 0;
+	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
+	snprintf(op, sizeof(op), "%" PRIu32, f->rf_operation_id);
+	snprintf(older, sizeof(older), "%" PRId64, f->rf_older_than);
+	snprintf(after, sizeof(after), "%" PRId64, f->rf_after_us);
+	snprintf(lim, sizeof(lim), "%zu", limit);
+	const char *v[] = { tenant,
+			    f->rf_operation_id ? op : NULL,
+			    f->rf_state,
+			    f->rf_subject,
+			    f->rf_older_than >= 0 ? older : NULL,
+			    f->rf_has_after ? after : NULL,
+			    f->rf_has_after ? (const char *)f->rf_after_id : NULL,
+			    lim };
+	const int len[] = { 0, 0, 0, 0, 0, 0, 16, 0 }, fmt[] = { 0, 0, 0, 0, 0, 0, 1, 0 };
+	PGresult *r = store_run(&st_record_list, v, len, fmt);
+	if (r == NULL)
+		return -1;
+	size_t m = (size_t)PQntuples(r);
+	struct record_row *out = m > 0 ? calloc(m, sizeof(*out)) : NULL;
+	if (m > 0 && out == NULL) {
+		PQclear(r);
+		return -1;
+	}
+	for (size_t i = 0; i < m; i++) {
+		int row = (int)i;
+		size_t idlen;
+		unsigned char *id = store_bytea(r, row, 0, &idlen);
+		if (id == NULL || idlen != 16) {
+			free(id);
+			free(out);
+			PQclear(r);
+			return -1;
+		}
+		memcpy(out[i].rr_id, id, 16);
+		free(id);
+		out[i].rr_operation_id = (uint32_t)store_i64(r, row, 1);
+		snprintf(out[i].rr_state, sizeof(out[i].rr_state), "%s", PQgetvalue(r, row, 2));
+		out[i].rr_has_subject = !PQgetisnull(r, row, 3);
+		snprintf(out[i].rr_subject, sizeof(out[i].rr_subject), "%s", PQgetvalue(r, row, 3));
+		out[i].rr_attempt = (int)store_i64(r, row, 4);
+		out[i].rr_lease_expires_at = store_i64(r, row, 5);
+		out[i].rr_expires_at = store_i64(r, row, 6);
+		out[i].rr_created_us = store_i64(r, row, 7);
+	}
+	PQclear(r);
+	*rows = out;
+	*n = m;
+	return 0;
+}
+
+int store_events_sweep(int limit, int *deleted)
+{
+	char lim[16];
+
+	snprintf(lim, sizeof(lim), "%d", limit);
+	const char *v[] = { lim };
+	PGresult *r = store_run(&st_events_sweep, v, NULL, NULL);
+	if (r == NULL)
+		return -1;
+	*deleted = (int)store_i64(r, 0, 0);
+	PQclear(r);
+	return 0;
+}
+
+int store_version_get(uint32_t tenant_id, const char *key, int64_t *version)
+{
+	char tenant[16];
+
+	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
+	const char *v[] = { tenant, key };
+	PGresult *r = store_run(&st_version_get, v, NULL, NULL);
+	if (r == NULL)
+		return -1;
+	*version = PQntuples(r) == 1 ? store_i64(r, 0, 0) : 0;
+	PQclear(r);
+	return 0;
+}
+
+int store_version_bump(uint32_t tenant_id, const char *key, int64_t expected, int *ok,
+		       int64_t *version)
+{
+	char tenant[16], exp[24];
+
+	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
+	snprintf(exp, sizeof(exp), "%" PRId64, expected);
+	const char *v[] = { tenant, key, exp };
+	PGresult *r = store_run(&st_version_bump, v, NULL, NULL);
+	if (r == NULL)
+		return -1;
+	int rc = PQntuples(r) == 1 ? 0 : -1;
+	if (rc == 0) {
+		*ok = store_bool(r, 0, 0);
+		*version = store_i64(r, 0, 1);
+	}
+	PQclear(r);
+	return rc;
+}
+
+int store_sweep(int limit, int64_t *after_ms, int *deleted)
+{
+	char lim[16], after[24];
+
+	snprintf(lim, sizeof(lim), "%d", limit);
+	snprintf(after, sizeof(after), "%" PRId64, *after_ms);
+	const char *v[] = { lim, after };
+	PGresult *r = store_run(&st_sweep, v, NULL, NULL);
+	if (r == NULL)
+		return -1;
+	*deleted = (int)store_i64(r, 0, 0);
+	*after_ms = store_i64(r, 0, 1);
+	PQclear(r);
+	return 0;
+}
+
+int store_replays_add(size_t n, const uint32_t *tenant_ids, const uint8_t (*ids)[16],
+		      const int64_t *counts)
+{
+	struct store_array arrs[3] = { { 0 } };
+	int rc = -1;
+
+	if (n == 0)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		store_array_i64(&arrs[0], tenant_ids[i]);
+		store_array_bytea(&arrs[1], ids[i], 16);
+		store_array_i64(&arrs[2], counts[i]);
+	}
+	if (store_arrays_close(arrs, 3) == 0) {
+		const char *v[] = { arrs[0].sa_buf, arrs[1].sa_buf, arrs[2].sa_buf };
+		PGresult *r = store_run(&st_replays_add, v, NULL, NULL);
+		rc = r != NULL ? 0 : -1;
+		PQclear(r);
+	}
+	store_arrays_free(arrs, 3);
+	return rc;
+}
+
+int store_records_stuck(struct metrics_stuck **rows, size_t *n)
+{
+	PGresult *r = store_run(&st_records_stuck, NULL, NULL, NULL);
+
+	*rows = NULL;
+	*n = 0;
+	if (r == NULL)
+		return -1;
+	size_t m = (size_t)PQntuples(r);
+	struct metrics_stuck *out = calloc(m ? m : 1, sizeof(*out));
+	if (out == NULL) {
+		PQclear(r);
+		return -1;
+	}
+	for (size_t i = 0; i < m; i++) {
+		out[i].ms_tenant_id = (uint32_t)store_i64(r, (int)i, 0);
+		out[i].ms_operation_id = (uint32_t)store_i64(r, (int)i, 1);
+		out[i].ms_count = store_i64(r, (int)i, 2);
+	}
+	PQclear(r);
+	*rows = out;
+	*n = m;
+	return 0;
+}
+
+int store_fences_sweep(int limit, int keep_seconds, int *deleted)
+{
+	char lim[16], keep[16];
+
+	snprintf(lim, sizeof(lim), "%d", limit);
+	snprintf(keep, sizeof(keep), "%d", keep_seconds);
+	const char *v[] = { lim, keep };
+	PGresult *r = store_run(&st_fences_sweep, v, NULL, NULL);
+	if (r == NULL)
+		return -1;
+	*deleted = (int)store_i64(r, 0, 0);
+	PQclear(r);
+	return 0;
+}
+
+int store_clock(int64_t *db_ms)
+{
+	PGresult *r = store_run(&st_clock, NULL, NULL, NULL);
+
+	if (r == NULL)
+		return -1;
+	*db_ms = store_i64(r, 0, 0);
+	PQclear(r);
+	return 0;
+}
