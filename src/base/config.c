@@ -1,7 +1,7 @@
 /*
  * Configuration loading and validation. Every key is one row of a table
  * (name, setter, field, default, bounds, extra check): config_keys for the
- * top level, route_keys for each element of "routes". One generic walker,
+ * top level, route_keys (config_routes.c) for each element of "routes". One generic walker,
  * load_object(), rejects unknown keys, applies the file value or the default
  * (written as JSON text and run through the same setter, so defaults obey the
  * same rules) and reports missing required keys. Environment overrides are
@@ -28,11 +28,9 @@
 #include "headers.h"
 
 static int load_root(struct config *cfg, json_t *root, char *err, size_t errlen);
-static void route_free(struct config_route *r);
 static void secret_free(char *s);
 
 #define CFG_FIELD(f) offsetof(struct config, f)
-#define ROUTE_FIELD(f) offsetof(struct config_route, f)
 
 static const struct cfg_key config_keys[] = {
 	{ .name = "listen", .set = config_set_listen, .def = "\"127.0.0.1:8080\"" },
@@ -215,88 +213,6 @@ static const struct cfg_key config_keys[] = {
 	  .check = config_check_metrics_operation },
 };
 
-static const struct cfg_key route_keys[] = {
-	{ .name = "method",
-	  .set = config_set_string,
-	  .off = ROUTE_FIELD(method),
-	  .flags = CFG_REQUIRED,
-	  .check = config_check_method },
-	{ .name = "path",
-	  .set = config_set_string,
-	  .off = ROUTE_FIELD(path),
-	  .flags = CFG_REQUIRED,
-	  .check = config_check_path },
-	{ .name = "tenant",
-	  .set = config_set_string,
-	  .off = ROUTE_FIELD(tenant),
-	  .flags = CFG_REQUIRED | CFG_NONEMPTY },
-	{ .name = "operation",
-	  .set = config_set_string,
-	  .off = ROUTE_FIELD(operation),
-	  .flags = CFG_REQUIRED,
-	  .check = config_check_operation },
-	{ .name = "upstream",
-	  .set = config_set_string,
-	  .off = ROUTE_FIELD(upstream),
-	  .flags = CFG_REQUIRED,
-	  .check = config_check_upstream },
-	{ .name = "store_headers",
-	  .set = config_set_strlist,
-	  .off = ROUTE_FIELD(store_headers),
-	  .count_off = ROUTE_FIELD(n_store_headers),
-	  .def = "[]",
-	  .max = 64,
-	  .check = config_check_header_name },
-	{ .name = "connect_timeout_ms",
-	  .set = config_set_long,
-	  .off = ROUTE_FIELD(connect_timeout_ms),
-	  .def = "1000",
-	  .min = 1,
-	  .max = 60000 },
-	{ .name = "timeout_ms",
-	  .set = config_set_long,
-	  .off = ROUTE_FIELD(timeout_ms),
-	  .def = "10000",
-	  .min = 1,
-	  .max = 600000 },
-	{ .name = "client_if_match",
-	  .set = config_set_bool,
-	  .off = ROUTE_FIELD(client_if_match),
-	  .def = "false" },
-	{ .name = "key",
-	  .set = config_set_string,
-	  .off = ROUTE_FIELD(key),
-	  .def = "\"token\"",
-	  .check = config_check_route_key },
-	{ .name = "scope_headers",
-	  .set = config_set_strlist,
-	  .off = ROUTE_FIELD(scope_headers),
-	  .count_off = ROUTE_FIELD(n_scope_headers),
-	  .def = "[\"authorization\"]",
-	  .max = 16,
-	  .check = config_check_scope_header },
-	{ .name = "fingerprint",
-	  .set = config_set_string,
-	  .off = ROUTE_FIELD(fingerprint),
-	  .def = "\"bytes\"",
-	  .check = config_check_fingerprint },
-	{ .name = "release_on",
-	  .set = config_set_release_on,
-	  .off = ROUTE_FIELD(release_on),
-	  .def = "[\"5xx\"]",
-	  .max = 600 },
-	{ .name = "trust_forwarded",
-	  .set = config_set_bool,
-	  .off = ROUTE_FIELD(trust_forwarded),
-	  .def = "false" },
-	{ .name = "error_retention_seconds",
-	  .set = config_set_int,
-	  .off = ROUTE_FIELD(error_retention_seconds),
-	  .def = "-1",
-	  .min = -1,
-	  .max = 315360000 },
-};
-
 /* Jansson's error text without the " near '...'" part, which quotes raw
  * input (a password in database_url, control bytes), kept to printable
  * ASCII. Writes into OUT. */
@@ -310,110 +226,6 @@ static const char *json_error_text(const char *text, char *out, size_t outlen)
 		out[n++] = (text[i] >= 0x20 && text[i] <= 0x7e) ? text[i] : '?';
 	out[n] = '\0';
 	return out;
-}
-
-/* An array of route objects (route_keys), method + path unique. */
-int config_set_routes(const struct cfg_key *k, void *base, json_t *v, const char *name, char *err,
-		      size_t errlen)
-{
-	struct config *cfg = base;
-	struct config_route *routes = NULL;
-	char prefix[64];
-	json_t *e;
-	size_t n, i, j;
-	int ret = -1;
-
-	if (!json_is_array(v))
-		return config_fail(err, errlen, "\"%s\" must be an array of objects", name);
-	n = json_array_size(v);
-	if (n > (size_t)k->max)
-		return config_fail(err, errlen, "\"%s\" must have at most %lld entries", name,
-				   k->max);
-	if (n > 0 && (routes = calloc(n, sizeof(*routes))) == NULL)
-		return config_fail(err, errlen, "out of memory");
-	json_array_foreach(v, i, e)
-	{
-		if (!json_is_object(e)) {
-			config_fail(err, errlen, "\"%s[%zu]\" must be an object", name, i);
-			goto done;
-		}
-		snprintf(prefix, sizeof(prefix), "%s[%zu].", name, i);
-		if (config_load_object(&routes[i], route_keys, IDEMD_ARRAY_LEN(route_keys), e,
-				       prefix, err, errlen) == -1)
-			goto done;
-		for (j = 0; j < i; j++) {
-			if (strcmp(routes[i].method, routes[j].method) == 0 &&
-			    strcmp(routes[i].path, routes[j].path) == 0) {
-				config_fail(err, errlen,
-					    "\"%s[%zu]\" duplicates \"%s[%zu]\" (%s %s)", name, i,
-					    name, j, routes[i].method, routes[i].path);
-				goto done;
-			}
-		}
-	}
-	for (i = 0; i < cfg->n_routes; i++)
-		route_free(&cfg->routes[i]);
-	free(cfg->routes);
-	cfg->routes = routes;
-	cfg->n_routes = n;
-	routes = NULL;
-	ret = 0;
-done:
-	if (routes != NULL) {
-		for (i = 0; i < n; i++)
-			route_free(&routes[i]);
-		free(routes);
-	}
-	return ret;
-}
-
-/*
- * Fills BASE from OBJ by the table KEYS: unknown keys are errors, absent
- * keys take their default, absent CFG_REQUIRED keys are errors. PREFIX is
- * put before key names in messages ("routes[0].").
- */
-int config_load_object(void *base, const struct cfg_key *keys, size_t nkeys, json_t *obj,
-		       const char *prefix, char *err, size_t errlen)
-{
-	char name[128], shown[72];
-	const char *key;
-	json_t *v;
-	size_t i;
-	int rc;
-
-	json_object_foreach(obj, key, v)
-	{
-		for (i = 0; i < nkeys; i++)
-			if (strcmp(key, keys[i].name) == 0)
-				break;
-		if (i == nkeys) {
-			config_copy_printable(shown, sizeof(shown), key);
-			return config_fail(err, errlen, "unknown key \"%s%s\"", prefix, shown);
-		}
-	}
-	for (i = 0; i < nkeys; i++) {
-		const struct cfg_key *k = &keys[i];
-
-		snprintf(name, sizeof(name), "%s%s", prefix, k->name);
-		if ((v = json_object_get(obj, k->name)) != NULL) {
-			rc = k->set(k, base, v, name, err, errlen);
-		} else if (k->flags & CFG_REQUIRED) {
-			return config_fail(err, errlen, "\"%s\" is required", name);
-		} else if (k->def != NULL) {
-			json_t *def = json_loads(k->def, JSON_DECODE_ANY, NULL);
-
-			if (def == NULL)
-				return config_fail(err, errlen, "bad built-in default for \"%s\"",
-						   name);
-			rc = k->set(k, base, def, name, err, errlen);
-			json_decref(def);
-		} else {
-			rc = 0;
-		}
-		if (rc == -1)
-			return -1;
-	}
-	return 0;
 }
 
 /* The top level: keys, then rules that span keys. */
@@ -585,20 +397,6 @@ done:
 	return ret;
 }
 
-static void route_free(struct config_route *r)
-{
-	free(r->method);
-	free(r->path);
-	free(r->tenant);
-	free(r->operation);
-	free(r->upstream);
-	config_strlist_free(r->store_headers, r->n_store_headers);
-	config_strlist_free(r->scope_headers, r->n_scope_headers);
-	free(r->key);
-	free(r->fingerprint);
-	memset(r, 0, sizeof(*r));
-}
-
 /* Frees a string that may hold a password, wiping it first. */
 static void secret_free(char *s)
 {
@@ -621,7 +419,7 @@ void config_free(struct config *cfg)
 	free(cfg->master_key_file);
 	config_strlist_free(cfg->cors_origins, cfg->n_cors_origins);
 	for (i = 0; i < cfg->n_routes; i++)
-		route_free(&cfg->routes[i]);
+		config_route_free(&cfg->routes[i]);
 	free(cfg->routes);
 	free(cfg->log_level);
 	free(cfg->tls_cert_file);

@@ -52,8 +52,11 @@ int config_load_object(void *base, const struct cfg_key *keys, size_t nkeys, jso
 int config_store_listen(struct config *cfg, const char *s, const char *label, char *err,
 			size_t errlen);
 
-/* Setters (config_set.c; config_set_routes in config.c, config_set_admin_listen
- * in config_check.c). */
+/* Frees what a route holds (config_routes.c). */
+void config_route_free(struct config_route *r);
+
+/* Setters (config_set.c; config_set_routes in config_routes.c,
+ * config_set_listen and config_set_admin_listen in config_check.c). */
 int config_set_int(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 int config_set_long(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
 int config_set_size(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);

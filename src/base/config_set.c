@@ -2,7 +2,8 @@
  * Config setters: one per value type (integers within bounds, doubles,
  * booleans, strings and string lists through their check,
  * release_on), each storing a JSON value into the field its
- * cfg_key row names, or writing why not into ERR.
+ * cfg_key row names, or writing why not into ERR; and the walker that
+ * applies a table of them to a JSON object (config_load_object).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1 /* strdup, strndup, explicit_bzero */
@@ -260,4 +261,53 @@ void config_strlist_free(char **list, size_t n)
 	for (i = 0; i < n; i++)
 		free(list[i]);
 	free(list);
+}
+
+/*
+ * Fills BASE from OBJ by the table KEYS: unknown keys are errors, absent
+ * keys take their default, absent CFG_REQUIRED keys are errors. PREFIX is
+ * put before key names in messages ("routes[0].").
+ */
+int config_load_object(void *base, const struct cfg_key *keys, size_t nkeys, json_t *obj,
+		       const char *prefix, char *err, size_t errlen)
+{
+	char name[128], shown[72];
+	const char *key;
+	json_t *v;
+	size_t i;
+	int rc;
+
+	json_object_foreach(obj, key, v)
+	{
+		for (i = 0; i < nkeys; i++)
+			if (strcmp(key, keys[i].name) == 0)
+				break;
+		if (i == nkeys) {
+			config_copy_printable(shown, sizeof(shown), key);
+			return config_fail(err, errlen, "unknown key \"%s%s\"", prefix, shown);
+		}
+	}
+	for (i = 0; i < nkeys; i++) {
+		const struct cfg_key *k = &keys[i];
+
+		snprintf(name, sizeof(name), "%s%s", prefix, k->name);
+		if ((v = json_object_get(obj, k->name)) != NULL) {
+			rc = k->set(k, base, v, name, err, errlen);
+		} else if (k->flags & CFG_REQUIRED) {
+			return config_fail(err, errlen, "\"%s\" is required", name);
+		} else if (k->def != NULL) {
+			json_t *def = json_loads(k->def, JSON_DECODE_ANY, NULL);
+
+			if (def == NULL)
+				return config_fail(err, errlen, "bad built-in default for \"%s\"",
+						   name);
+			rc = k->set(k, base, def, name, err, errlen);
+			json_decref(def);
+		} else {
+			rc = 0;
+		}
+		if (rc == -1)
+			return -1;
+	}
+	return 0;
 }

@@ -84,4 +84,14 @@ int gateway_finish_start(void);
 /* Lets the finishers empty their queue and joins them. */
 void gateway_finish_stop(void);
 
+/* gateway_keys.c: the record a derived-key route's submit names (its key
+ * from a header, the body's JSON or its hash BYTES_FP, scoped and under the
+ * route's operation), *DOC the body parsed when it was (the caller
+ * decrefs); and *DOC parsed once within its memory budget (NULL: empty or
+ * not JSON). Each 0, or -1 after replying. */
+int gateway_derived_address(struct request *req, const struct gateway_route *gr,
+			    const uint8_t *bytes_fp, json_t **doc, struct token *t,
+			    struct operation *op);
+int gateway_body_doc(struct request *req, json_t **doc);
+
 #endif

@@ -34,9 +34,7 @@ static struct MHD_Daemon *http_daemon;
 static struct MHD_Daemon *http_admin_daemon;  /* admin_listen, or NULL */
 static char http_admin_marker;		      /* the admin daemon's access cls */
 static const struct config *_Atomic http_cfg; /* swapped on a reload */
-static atomic_int http_active;
-static atomic_int http_suspended; /* connections between suspend and resume */
-static atomic_int http_stopping;  /* set by http_quiesce: new requests get 503 and a close */
+static atomic_int http_stopping; /* set by http_quiesce: new requests get 503 and a close */
 static int http_quiesced;
 
 static double http_elapsed_ms(const struct timespec *start)
@@ -53,85 +51,6 @@ void http_reload(const struct config *cfg)
 	http_budget_start(cfg);
 	cors_init(cfg->cors_origins, cfg->n_cors_origins);
 	http_cfg = cfg;
-}
-
-void http_set_by(struct request *req, const char *by)
-{
-	int n = snprintf(req->req_by_buf, sizeof(req->req_by_buf), "%s\x1f%s", by,
-			 req->req_trace.tc_trace_id);
-	/* a name too long for the buffer goes without its trace id */
-	if (n < 0 || (size_t)n >= sizeof(req->req_by_buf))
-		snprintf(req->req_by_buf, sizeof(req->req_by_buf), "%s", by);
-	req->req_by = req->req_by_buf;
-}
-
-const char *http_header(const struct request *req, const char *name)
-{
-	return MHD_lookup_connection_value(req->req_conn, MHD_HEADER_KIND, name);
-}
-
-const char *http_query(const struct request *req, const char *name)
-{
-	return MHD_lookup_connection_value(req->req_conn, MHD_GET_ARGUMENT_KIND, name);
-}
-
-/* The headers http_scan_header() picks out, where each goes, and for the
- * ones that must come once, where their count goes. */
-static const struct {
-	const char *name;
-	size_t len, off, count_off;
-} http_scanned[] = {
-#define HTTP_SCANNED(name, field, count) \
-	{ \
-		name, sizeof(name) - 1, offsetof(struct request, field), count \
-	}
-	HTTP_SCANNED("Content-Length", req_h_content_length,
-		     offsetof(struct request, req_n_content_length)),
-	HTTP_SCANNED("Authorization", req_h_authorization, 0),
-	HTTP_SCANNED("Content-Type", req_h_content_type, 0),
-	HTTP_SCANNED("Origin", req_h_origin, 0),
-	HTTP_SCANNED("X-Request-Id", req_h_request_id, 0),
-	HTTP_SCANNED("Transfer-Encoding", req_h_transfer_encoding,
-		     offsetof(struct request, req_n_transfer_encoding)),
-	HTTP_SCANNED("Idempotency-Key", req_h_idempotency_key,
-		     offsetof(struct request, req_n_idempotency_key)),
-	HTTP_SCANNED("If-Match", req_h_if_match, offsetof(struct request, req_n_if_match)),
-#undef HTTP_SCANNED
-};
-
-static enum MHD_Result http_scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
-					const char *value)
-{
-	struct request *req = cls;
-	size_t n = strlen(key);
-
-	(void)kind;
-	if (req->req_bad_header == NULL &&
-	    (!headers_is_token(key, n) ||
-	     (value != NULL && !headers_value_ok(value, strlen(value)))))
-		req->req_bad_header = key;
-	if (memchr(key, '_', n) != NULL)
-		req->req_has_underscore = 1;
-	for (size_t i = 0; i < sizeof(http_scanned) / sizeof(http_scanned[0]); i++) {
-		if (n != http_scanned[i].len || strcasecmp(key, http_scanned[i].name) != 0)
-			continue;
-		const char **slot = (const char **)(void *)((char *)req + http_scanned[i].off);
-		if (*slot == NULL)
-			*slot = value;
-		if (http_scanned[i].count_off != 0)
-			(*(int *)(void *)((char *)req + http_scanned[i].count_off))++;
-		break;
-	}
-	return MHD_YES;
-}
-
-static int http_valid_request_id(const char *id)
-{
-	size_t n = strlen(id);
-
-	if (n == 0 || n > HTTP_REQUEST_ID_MAX)
-		return 0;
-	return strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n;
 }
 
 static int http_is_json_type(const char *ct)
@@ -155,25 +74,6 @@ static const char *http_bearer(const struct request *req)
 	while (*h == ' ')
 		h++;
 	return *h != '\0' ? h : NULL;
-}
-
-void http_suspend(struct request *req)
-{
-	req->req_suspended = 1;
-	atomic_fetch_add(&http_suspended, 1);
-	MHD_suspend_connection(req->req_conn);
-}
-
-void http_resume(struct request *req)
-{
-	MHD_resume_connection(req->req_conn);
-}
-
-void http_resume_then(struct request *req, void (*fn)(struct request *req, void *arg), void *arg)
-{
-	req->req_on_resume = fn;
-	req->req_on_resume_arg = arg;
-	MHD_resume_connection(req->req_conn);
 }
 
 /* A CORS preflight for a gateway or API path: 1 after replying. */
@@ -334,44 +234,6 @@ static enum MHD_Result http_send(struct request *req)
 	}
 	cors_decorate(req->rep_response, req->req_h_origin);
 	return MHD_queue_response(req->req_conn, req->rep_status, req->rep_response);
-}
-
-static struct request *http_request_new(struct MHD_Connection *conn, const char *url,
-					const char *method)
-{
-	struct request *req = calloc(1, sizeof(*req));
-
-	if (req == NULL)
-		return NULL;
-	req->req_conn = conn;
-	req->req_method = method;
-	req->req_path = strdup(url);
-	clock_gettime(CLOCK_MONOTONIC, &req->req_start);
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-	req->req_conn_ctx = ci != NULL ? ci->socket_context : NULL;
-	MHD_get_connection_values(conn, MHD_HEADER_KIND, http_scan_header, req);
-	const char *id = req->req_h_request_id;
-	if (id != NULL && http_valid_request_id(id)) {
-		snprintf(req->req_id, sizeof(req->req_id), "%s", id);
-	} else {
-		unsigned char raw[16];
-		static const char hex[] = "0123456789abcdef";
-		randpool_buf(raw, sizeof(raw));
-		for (size_t i = 0; i < sizeof(raw); i++) {
-			req->req_id[2 * i] = hex[raw[i] >> 4];
-			req->req_id[2 * i + 1] = hex[raw[i] & 15];
-		}
-		req->req_id[2 * sizeof(raw)] = '\0';
-	}
-	if (req->req_path == NULL) {
-		free(req);
-		return NULL;
-	}
-	tracectx_begin(&req->req_trace,
-		       MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "traceparent"));
-	atomic_fetch_add(&http_active, 1);
-	return req;
 }
 
 /* First call of a request, its headers complete: everything that can be
@@ -666,15 +528,4 @@ int http_stop(void)
 	http_daemon = NULL;
 	http_conn_stop();
 	return 0;
-}
-
-void http_note_record(struct request *req, const uint8_t id[16])
-{
-	static const char hex[] = "0123456789abcdef";
-
-	for (int i = 0; i < 16; i++) {
-		req->req_record[2 * i] = hex[id[i] >> 4];
-		req->req_record[2 * i + 1] = hex[id[i] & 15];
-	}
-	req->req_record[32] = '\0';
 }

@@ -7,6 +7,7 @@
 #define IDEMD_HTTP_INT_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "auth.h"
@@ -18,6 +19,15 @@ struct config;
 /* SO_SNDBUF of every connection (the kernel doubles it): what the kernel
  * may hold of an answer its client does not read */
 #define HTTP_SNDBUF_BYTES (256 * 1024)
+
+/* requests alive, and of them connections between suspend and resume
+ * (http_request.c) */
+extern atomic_int http_active;
+extern atomic_int http_suspended;
+
+/* A request's context from its connection, URL and method (its headers
+ * scanned, its id and trace set), or NULL when out of memory. */
+struct request *http_request_new(struct MHD_Connection *conn, const char *url, const char *method);
 
 struct http_conn {
 	struct auth_memo hc_auth; /* the API key it last authenticated with */

@@ -94,7 +94,7 @@ unsigned char *store_bytea(const PGresult *r, int row, int col, size_t *len);
 /* Reads status, headers, body, is_json of ROW starting at column COL. */
 int store_read_response(const PGresult *r, int row, int col, struct stored_response *out);
 
-/* A PostgreSQL array literal being built: {e1,e2,...}. */
+/* A PostgreSQL array literal being built: {e1,e2,...} (store_arrays.c). */
 struct store_array {
 	char *sa_buf;
 	size_t sa_len, sa_cap;
@@ -103,6 +103,9 @@ struct store_array {
 
 /* Appends an element to A. */
 void store_array_i64(struct store_array *a, int64_t v);
+void store_array_text(struct store_array *a, const char *s, size_t n);
+void store_array_null(struct store_array *a);
+void store_array_bool(struct store_array *a, int v);
 void store_array_bytea(struct store_array *a, const uint8_t *p, size_t n);
 /* Closes every array of ARRS; -1 if building any of them failed. */
 int store_arrays_close(struct store_array *arrs, size_t n);

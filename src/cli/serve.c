@@ -1,0 +1,281 @@
+/* idemd serve: waits for the database, starts every part in order, then
+ * waits for a signal: SIGHUP reloads the config, SIGTERM or SIGINT stops
+ * every part in the reverse order (ARCHITECTURE.md, "Threads"). */
+#include "serve.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <signal.h>
+#include <time.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cli.h"
+#include "batcher.h"
+#include "config.h"
+#include "db.h"
+#include "gateway.h"
+#include "http.h"
+#include "janitor.h"
+#include "jsonmem.h"
+#include "keys.h"
+#include "log.h"
+#include "metrics.h"
+#include "migrate.h"
+#include "replaycount.h"
+#include "routes.h"
+#include "waiters.h"
+#include "engine.h"
+
+/* The config file serve was started from (NULL: defaults and environment),
+ * and the configs SIGHUP loaded since: kept until serve ends, since
+ * requests in flight and the threads read the one they started with. */
+static const char *serve_config_path;
+static struct config *serve_reloaded[64];
+static size_t serve_n_reloaded;
+
+/* SIGHUP: reads the config file again and puts into force what may change
+ * live (routes, cors_origins, log_level, quotas, body limits); a file that
+ * fails as a whole changes nothing. One log line either way. */
+static void serve_reload(const struct config **live)
+{
+	char changed[512], err[512];
+	struct config *next;
+
+	if (serve_config_path == NULL) {
+		log_warn("serve: SIGHUP: started without a config file, nothing to reload");
+		return;
+	}
+	if (serve_n_reloaded == IDEMD_ARRAY_LEN(serve_reloaded)) {
+		log_error("serve: SIGHUP: %zu reloads already; restart idemd to reload again",
+			  serve_n_reloaded);
+		return;
+	}
+	if ((next = calloc(1, sizeof(*next))) == NULL)
+		return;
+	if (config_reload(next, *live, serve_config_path, changed, sizeof(changed), err,
+			  sizeof(err)) < 0) {
+		log_error("serve: reload of %s refused, the running configuration stays: %s",
+			  serve_config_path, err);
+		free(next);
+		return;
+	}
+	if (gateway_reload(next) < 0) {
+		log_error("serve: reload of %s refused (its routes), the running configuration "
+			  "stays",
+			  serve_config_path);
+		config_free(next);
+		free(next);
+		return;
+	}
+	http_reload(next);
+	engine_init(next);
+	enum log_level level;
+	if (log_level_parse(next->log_level, &level) == 0)
+		log_min_level = level;
+	serve_reloaded[serve_n_reloaded++] = next;
+	*live = next;
+	if (changed[0] != '\0')
+		log_warn("serve: reloaded %s; these change only with a restart and keep their "
+			 "running values: %s",
+			 serve_config_path, changed);
+	else
+		log_info("serve: reloaded %s", serve_config_path);
+}
+
+/* Reads the schema's state into CHK, waiting for an unreachable database
+ * up to database_wait_seconds with backoff (250 ms doubling to 2 s) and one
+ * log line every 5 s; SIGTERM or SIGINT (blocked, in SET) ends the wait.
+ * 0, or after logging -1 (not reached), -2 (refused: configuration). */
+static int serve_wait_database(const struct config *cfg, const sigset_t *set,
+			       struct migrate_check *chk)
+{
+	struct timespec t0, now;
+	long waited_ms = 0, said_ms = -5000, pause_ms = 250;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int rc;
+	while ((rc = migrate_check(chk)) < 0) {
+		/* a server that answered and refused (a wrong password, no such
+		 * database or role) is a configuration error: no waiting for it */
+		const char *why = db_last_error();
+		if (strstr(why, "authentication failed") != NULL || strstr(why, "does not exist")) {
+			log_error("serve: the database refused the connection (%s); check "
+				  "database_url",
+				  why);
+			rc = -2;
+			break;
+		}
+		if (waited_ms >= (long)cfg->database_wait_seconds * 1000) {
+			log_error("serve: the database could not be reached in %d s (%s); giving "
+				  "up",
+				  cfg->database_wait_seconds, db_last_error());
+			break;
+		}
+		if (waited_ms - said_ms >= 5000) {
+			said_ms = waited_ms;
+			log_warn("serve: waiting for the database (%ld s of at most %d): %s",
+				 waited_ms / 1000, cfg->database_wait_seconds, db_last_error());
+		}
+		struct timespec pause = { pause_ms / 1000, (pause_ms % 1000) * 1000000L };
+		int sig = sigtimedwait(set, NULL, &pause);
+		if (sig == SIGTERM || sig == SIGINT) {
+			log_info("serve: stopped while waiting for the database");
+			break;
+		}
+		pause_ms = pause_ms < 2000 ? pause_ms * 2 : 2000;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		waited_ms = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+	}
+	db_set_quiet(0);
+	if (rc == 0 && waited_ms > 0)
+		log_info("serve: the database answered after %ld s", waited_ms / 1000);
+	return rc;
+}
+
+int serve(const struct config *cfg, const char *config_path)
+{
+	sigset_t set;
+	int sig, ret = 1;
+
+	serve_config_path = config_path;
+
+	/* every thread started below inherits the mask; main waits for signals */
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	/* a dozen threads allocate: a few arenas hold less idle memory than
+	 * glibc's default of eight per core, and thread caches keep malloc
+	 * off their locks */
+	mallopt(M_ARENA_MAX, 4);
+
+	/* the master key file is configuration: missing, unreadable or too
+	 * open is a configuration error (exit 2), like every other */
+	if (keys_init(cfg->master_key_file) < 0)
+		return EXIT_USAGE;
+	db_set_quiet(1); /* until serve_wait_database() has said it its way */
+	if (db_pool_init(cfg->database_url, cfg->pool_size) < 0)
+		goto keys;
+	/* a schema ahead (migrations a newer idemd applied) is fine: rolling
+	 * upgrades run old and new binaries side by side */
+	struct migrate_check chk;
+	int wrc = serve_wait_database(cfg, &set, &chk);
+	if (wrc < 0) {
+		if (wrc == -2)
+			ret = EXIT_USAGE;
+		goto pool;
+	}
+	if (chk.state == MIGRATE_CHANGED) {
+		log_error("serve: the database schema does not match this idemd: %s applied with "
+			  "other contents",
+			  chk.changed_names);
+		goto pool;
+	}
+	if (chk.state == MIGRATE_BEHIND) {
+		log_error("serve: the database schema is behind: %s not applied; "
+			  "run 'idemd migrate'",
+			  chk.pending_names);
+		goto pool;
+	}
+	if (chk.state == MIGRATE_TOO_OLD) {
+		/* a newer idemd applied a migration marked breaking: this binary
+		 * would misread the schema; restarting does not help (exit 2) */
+		log_error("serve: refusing to start: the database holds %s, applied by a newer "
+			  "idemd and marked breaking (not backward-compatible); this idemd is too "
+			  "old for the schema: run the newer idemd",
+			  chk.breaking_names);
+		ret = EXIT_USAGE;
+		goto pool;
+	}
+	if (chk.state == MIGRATE_AHEAD)
+		log_warn("serve: the database schema is ahead of this idemd: %s unknown "
+			 "(applied by a newer idemd); starting anyway",
+			 chk.unknown_names);
+	int krc = keys_refresh();
+	if (krc == KEYS_WRONG_MASTER) {
+		const char *where;
+		(void)keys_master_source(cfg->master_key_file, &where);
+		log_error("serve: refusing to start: %s cannot open the signing keys; use the "
+			  "master key the other instances use",
+			  where);
+		ret = EXIT_USAGE;
+		goto pool;
+	}
+	if (krc < 0 || !keys_ready()) {
+		log_error("serve: no signing key could be loaded; run 'idemd migrate' first");
+		goto pool;
+	}
+	engine_init(cfg);
+	metrics_init(cfg);
+	routes_init();
+	/* two batches in flight: one commits while the next gathers */
+	/* one clock: the database's, before the first request is timed */
+	(void)janitor_measure_clock();
+	if (batcher_start(cfg->pool_size < 2 ? 1 : 2) < 0)
+		goto pool;
+	if (waiters_start(cfg) < 0)
+		goto batcher;
+	if (gateway_start(cfg) < 0)
+		goto waiters;
+	if (replaycount_start() < 0) {
+		log_error("serve: cannot start the replay count thread");
+		goto gateway;
+	}
+	if (http_start(cfg) < 0)
+		goto gateway;
+	if (janitor_start(cfg) < 0) {
+		log_error("serve: cannot start the janitor thread");
+		goto http;
+	}
+	/* SIGHUP reloads the config file (what may change live; the rest is
+	 * named and keeps its running value) */
+	const struct config *live = cfg;
+	while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
+		serve_reload(&live);
+	log_info("serve: %s received, finishing in-flight requests", strsignal(sig));
+	ret = 0;
+	janitor_stop();
+http:
+	/* the order matters: no new requests; forwards in flight end and are
+	 * answered (their connections resume); only then may the daemon stop,
+	 * which libmicrohttpd refuses while any connection is suspended;
+	 * waiting duplicates get their 409 first */
+	http_quiesce();
+	waiters_drain();
+	gateway_drain();
+	if (http_stop() < 0) {
+		/* connections still suspended hold jobs that may run: free
+		 * nothing under them; the replay counts are written, then the
+		 * process ends here */
+		replaycount_stop();
+		log_error("serve: stopping without teardown: requests were still in flight");
+		log_flush();
+		_exit(1);
+	}
+gateway:
+	/* after the last request was answered: every replay is counted */
+	replaycount_stop();
+	gateway_stop();
+waiters:
+	waiters_stop();
+batcher:
+	batcher_stop();
+pool:
+	db_pool_close();
+keys:
+	keys_shutdown();
+	metrics_shutdown();
+	while (serve_n_reloaded > 0) {
+		config_free(serve_reloaded[--serve_n_reloaded]);
+		free(serve_reloaded[serve_n_reloaded]);
+	}
+	if (ret == 0)
+		log_info("serve: stopped");
+	return ret;
+}

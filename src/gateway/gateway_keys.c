@@ -1,0 +1,134 @@
+/* The record a derived-key route's submit names: its key (a header, a
+ * JSON member of the body, or the body's hash), scoped by the route's
+ * scope_headers, under the route's operation. */
+#include "gateway_int.h"
+
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "callerkey.h"
+#include "config.h"
+#include "fingerprint.h"
+#include "jsonmem.h"
+#include "opcache.h"
+#include "problem.h"
+
+/* *DOC: the body parsed as JSON, once (NULL when it is empty or not
+ * JSON). 0, or -1 after replying 413 when its parse would take more memory
+ * than its size allows (jsonmem.h). */
+int gateway_body_doc(struct request *req, json_t **doc)
+{
+	int over;
+
+	if (*doc != NULL || req->req_body_len == 0)
+		return 0;
+	*doc = jsonmem_load(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, NULL, &over);
+	if (over) {
+		problem_reply(req, 413, "payload_too_large",
+			      "the body's JSON takes more than %zu bytes to hold",
+			      jsonmem_budget(req->req_body_len));
+		return -1;
+	}
+	return 0;
+}
+
+/* Hashes the name and every value of each of the route's scope_headers. */
+struct gateway_scope {
+	crypto_generichash_state st;
+	const char *name;
+};
+
+static enum MHD_Result gateway_scope_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+					const char *value)
+{
+	struct gateway_scope *sc = cls;
+
+	(void)kind;
+	if (strcasecmp(key, sc->name) == 0 && value != NULL)
+		crypto_generichash_update(&sc->st, (const unsigned char *)value, strlen(value) + 1);
+	return MHD_YES;
+}
+
+static void gateway_scope(struct request *req, const struct gateway_route *gr, uint8_t out[32])
+{
+	struct gateway_scope sc;
+
+	crypto_generichash_init(&sc.st, NULL, 0, 32);
+	for (size_t i = 0; i < gr->gr_cfg->n_scope_headers; i++) {
+		sc.name = gr->gr_cfg->scope_headers[i];
+		crypto_generichash_update(&sc.st, (const unsigned char *)sc.name,
+					  strlen(sc.name) + 1);
+		MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_scope_cb, &sc);
+		crypto_generichash_update(&sc.st, (const unsigned char *)"\n", 1);
+	}
+	crypto_generichash_final(&sc.st, out, 32);
+}
+
+/*
+ * The record a derived-key route's submit names: the key from the header,
+ * the JSON member or the request's hash (BYTES_FP), scoped by the route's
+ * scope_headers, under the route's operation. *DOC receives the parsed
+ * JSON body when one was parsed (the caller decrefs). 0, or -1 after
+ * replying.
+ */
+int gateway_derived_address(struct request *req, const struct gateway_route *gr,
+			    const uint8_t *bytes_fp, json_t **doc, struct token *t,
+			    struct operation *op)
+{
+	char key[CALLERKEY_MAX + 2];
+	uint8_t scope[32];
+	int found, n = -1;
+
+	if (opcache_by_name(gr->gr_tenant_id, gr->gr_cfg->operation, op, &found) < 0) {
+		problem_unavailable(req);
+		return -1;
+	}
+	if (!found) {
+		problem_reply(req, 422, "operation_unknown",
+			      "the route's operation does not exist yet");
+		return -1;
+	}
+	switch (gr->gr_key) {
+	case GATEWAY_KEY_HEADER: {
+		/* gateway_check_headers() has seen exactly one */
+		const char *value = req->req_h_route_key;
+		n = value != NULL ? callerkey_from_header(value, key, sizeof(key)) : -1;
+		if (n == -1 && value != NULL) {
+			problem_reply(
+				req, 400, "idempotency_key_invalid",
+				"%s must be a key of 1 to %d visible ASCII characters, bare or "
+				"as a quoted string",
+				gr->gr_key_arg, CALLERKEY_MAX);
+			return -1;
+		}
+		break;
+	}
+	case GATEWAY_KEY_JSON:
+		if (gateway_body_doc(req, doc) < 0)
+			return -1;
+		n = *doc != NULL ? callerkey_from_json(*doc, gr->gr_key_arg, key, sizeof(key)) : -1;
+		break;
+	case GATEWAY_KEY_BODY:
+		for (size_t i = 0; i < FINGERPRINT_BYTES; i++)
+			snprintf(key + 2 * i, 3, "%02x", bytes_fp[i]);
+		n = 2 * FINGERPRINT_BYTES;
+		break;
+	case GATEWAY_KEY_TOKEN:
+		break;
+	}
+	if (n == -1) {
+		problem_reply(req, 400, "idempotency_key_missing",
+			      "the request carries no key at %s", gr->gr_cfg->key);
+		return -1;
+	}
+	if (n < 0 || !callerkey_valid(key, (size_t)n) || strlen(key) != (size_t)n) {
+		problem_reply(req, 400, "idempotency_key_invalid",
+			      "a key is 1 to %d characters of visible ASCII", CALLERKEY_MAX);
+		return -1;
+	}
+	gateway_scope(req, gr, scope);
+	callerkey_address(gr->gr_tenant_id, op, key, (size_t)n, scope, idemd_unix_ms(), t);
+	return 0;
+}
