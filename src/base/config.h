@@ -30,7 +30,7 @@ struct config_route {
 	/* where a submit's key comes from: "token" (default), "header:NAME",
 	 * "json:/POINTER" or "body" */
 	char *key;
-	char **scope_headers; /* lower-cased; default ["authorization"] */
+	char **scope_headers; /* lower-cased; default ["authorization", "cookie"] */
 	size_t n_scope_headers;
 	char *fingerprint;	       /* "bytes" (default), "json" or "none" */
 	unsigned char release_on[600]; /* 1: that status releases the claim (default 5xx) */

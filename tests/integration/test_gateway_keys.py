@@ -103,6 +103,18 @@ class DerivedKeys(IdemdCase):
         self.assertEqual(again.header("idempotent-replayed"), "true")
         self.assertEqual(again.body, ra.body)
 
+    def test_cookie_callers_with_the_same_key_never_meet(self):
+        # the default scope_headers hold the Cookie header too: a caller
+        # signed in by a session cookie never gets another's answer
+        key, body = uniq("shared"), b'{"sku":"A-1"}'
+        ra = self.post("/ietf", body, {"Idempotency-Key": key, "Cookie": "session=alice"})
+        rb = self.post("/ietf", body, {"Idempotency-Key": key, "Cookie": "session=bob"})
+        self.assertEqual((ra.status, rb.status), (201, 201), rb.describe())
+        self.assertEqual(rb.header("idempotent-replayed"), "false",
+                         "bob got the answer stored for alice's request")
+        again = self.post("/ietf", body, {"Idempotency-Key": key, "Cookie": "session=alice"})
+        self.assertEqual((again.header("idempotent-replayed"), again.body), ("true", ra.body))
+
     def test_webhook_delivered_three_times_runs_once(self):
         delivery = "72d3162e-cc78-11e3-81ab-" + uniq("d")
         answers = [self.post("/hook", b'{"action":"opened"}', {"X-GitHub-Delivery": delivery})
