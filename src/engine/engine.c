@@ -273,7 +273,10 @@ void engine_claim_verdict(const struct claim_result *res, struct engine_verdict 
 		[CLAIM_REVOKED] = { 410, "token_revoked", "the token was revoked" },
 		[CLAIM_FINGERPRINT_MISMATCH] = { 422, "fingerprint_mismatch",
 						 "first used with a different request" },
-		[CLAIM_EXPIRED] = { 410, "token_expired", "the token has expired" },
+		/* batch items are caller keys: see engine_claim_answer */
+		[CLAIM_EXPIRED] = { 503, "unavailable",
+				    "the claim reached the database too late for the key's life; "
+				    "retry" },
 		[CLAIM_VERSION_MISMATCH] = { 412, "version_mismatch", "the data changed" },
 		[CLAIM_VERSION_REQUIRED] = { 428, "version_required",
 					     "this operation requires If-Match with the current "
@@ -334,6 +337,15 @@ static int engine_claim_answer(struct request *req, struct engine_claim *c, int 
 			      "the key (or token) was first used with a different request");
 		break;
 	case CLAIM_EXPIRED:
+		if (t->key_id == 0) {
+			/* a caller key's life starts with each claim: this one
+			 * reached the database too late for it; nothing was written */
+			problem_reply(req, 503, "unavailable",
+				      "the claim reached the database too late for the key's life; "
+				      "retry");
+			http_set_header(req, "Retry-After", "1");
+			break;
+		}
 		problem_reply(req, 410, "token_expired", "the token has expired");
 		break;
 	case CLAIM_VERSION_MISMATCH:

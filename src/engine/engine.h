@@ -141,8 +141,8 @@ const char *engine_claim_args(const struct token *t, const struct operation *op,
 			      const char *if_match, char vkey[VERSIONKEY_MAX + 1],
 			      struct claim_args *a);
 
-/* What a claim outcome answers: STATUS, and for a refusal its problem
- * CODE and a DETAIL (NULL for 201 and 200). */
+/* What a claim outcome answers a batch item (a caller key): STATUS, and
+ * for a refusal its problem CODE and a DETAIL (NULL for 201 and 200). */
 struct engine_verdict {
 	unsigned status;
 	const char *code;
