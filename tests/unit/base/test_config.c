@@ -574,8 +574,9 @@ static void test_routes_valid(void **state)
 	assert_false(r->client_if_match);
 	assert_false(r->trust_forwarded);
 	assert_string_equal(r->key, "token");
-	assert_int_equal(r->n_scope_headers, 1);
+	assert_int_equal(r->n_scope_headers, 2);
 	assert_string_equal(r->scope_headers[0], "authorization");
+	assert_string_equal(r->scope_headers[1], "cookie");
 	assert_string_equal(r->fingerprint, "bytes");
 	assert_true(r->release_on[500] && r->release_on[599]);
 	assert_false(r->release_on[499] || r->release_on[429] || r->release_on[200]);

@@ -89,6 +89,7 @@ static int setup(void **state)
 	op.op_lease_seconds = 30;
 	opcache_put(&op);
 	memset(&tok, 0, sizeof(tok));
+	tok.key_id = 1; /* a token signed by key 1 (a caller key's has none) */
 	tok.tenant_id = TENANT;
 	tok.operation_id = OP_ID;
 	tok.expires_at = 4000000000u;
@@ -221,6 +222,15 @@ static void test_refusals(void **state)
 			assert_string_equal(fake_http_header("ETag"), "\"9\"");
 		teardown(state);
 	}
+	/* a caller key (no signing key): its claim too late for its life is a
+	 * retry, not an expired token */
+	setup(state);
+	tok.key_id = 0;
+	claim_with(CLAIM_EXPIRED, 0, fill_version);
+	assert_int_equal(fake_http.fh_status, 503);
+	assert_string_equal(reply_code(), "unavailable");
+	assert_string_equal(fake_http_header("Retry-After"), "1");
+	teardown(state);
 }
 
 static void test_database_unavailable(void **state)
