@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The operating figures of README "Operating idemd": on a database of N
+# The operating figures of docs/operations.md: on a database of N
 # records (default 10 million, P = 1000 of them in progress past their
 # lease) it times migration 0010 (the replays column and the partial index
 # of records in progress), the idemd_records_stuck query and the worst-case

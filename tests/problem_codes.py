@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def codes_in_source():
     used = {}
     call = re.compile(r'problem_reply\(\s*\w+\s*,\s*(\d{3})\s*,\s*"([a-z_]+)"')
-    for path in sorted(glob.glob(os.path.join(ROOT, "src", "*.c"))):
+    for path in sorted(glob.glob(os.path.join(ROOT, "src", "**", "*.c"), recursive=True)):
         with open(path, encoding="utf-8") as f:
             text = f.read()
         for status, code in call.findall(text):

@@ -389,7 +389,7 @@ class SlowReaders(IdemdCase):
     def test_large_answers_nobody_reads_hold_the_budget_then_are_cut(self):
         # (VmRSS is printed, not bounded: the 100 replays are still read
         # from the database and built before their sending is refused;
-        # README, "Known limits")
+        # docs/security.md, "Known limits")
         op = self.put_operation()
         path = "/v1/operations/%s/keys/big/" % op
         assert_status(self, self.client.post(path + "claim", {}), 201)
