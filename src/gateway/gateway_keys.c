@@ -11,9 +11,9 @@
 #include "callerkey.h"
 #include "config.h"
 #include "fingerprint.h"
-#include "jsonmem.h"
 #include "opcache.h"
 #include "problem.h"
+#include "reqjson.h"
 
 /* *DOC: the body parsed as JSON, once (NULL when it is empty or not
  * JSON). 0, or -1 after replying 413 when its parse would take more memory
@@ -24,14 +24,8 @@ int gateway_body_doc(struct request *req, json_t **doc)
 
 	if (*doc != NULL || req->req_body_len == 0)
 		return 0;
-	*doc = jsonmem_load(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, NULL, &over);
-	if (over) {
-		problem_reply(req, 413, "payload_too_large",
-			      "the body's JSON takes more than %zu bytes to hold",
-			      jsonmem_budget(req->req_body_len));
-		return -1;
-	}
-	return 0;
+	*doc = reqjson_load_body(req, NULL, &over);
+	return over ? -1 : 0;
 }
 
 /* Hashes the name and every value of each of the route's scope_headers. */

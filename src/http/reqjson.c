@@ -311,21 +311,27 @@ int reqjson_valid_name(const char *s)
 	       strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789._-") == n;
 }
 
-json_t *http_body_object(struct request *req)
+json_t *reqjson_load_body(struct request *req, json_error_t *err, int *over)
 {
-	json_error_t err;
-
-	if (req->req_body_len == 0)
-		return json_object();
-	int over;
 	json_t *v =
-		jsonmem_load(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, &err, &over);
-	if (v == NULL && over) {
+		jsonmem_load(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, err, over);
+	if (*over)
 		problem_reply(req, 413, "payload_too_large",
 			      "the body's JSON takes more than %zu bytes to hold",
 			      jsonmem_budget(req->req_body_len));
+	return v;
+}
+
+json_t *http_body_object(struct request *req)
+{
+	json_error_t err;
+	int over;
+
+	if (req->req_body_len == 0)
+		return json_object();
+	json_t *v = reqjson_load_body(req, &err, &over);
+	if (over)
 		return NULL;
-	}
 	if (v == NULL) {
 		problem_reply(req, 400, "invalid_request", "malformed JSON at position %d",
 			      err.position);

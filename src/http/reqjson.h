@@ -88,6 +88,11 @@ void reqjson_etag_format(int64_t version, char *out, size_t outlen);
 /* 1 when S matches [a-z0-9._-]{1,64}. */
 int reqjson_valid_name(const char *s);
 
+/* The request body parsed as JSON within its memory budget (jsonmem.h):
+ * a new reference, or NULL when it is not JSON (ERR says where; may be
+ * NULL) or, *OVER 1, after replying 413 payload_too_large. */
+json_t *reqjson_load_body(struct request *req, json_error_t *err, int *over) IDEMD_WUR;
+
 /* Parses the request body as a JSON object: returns a new reference, or
  * NULL after replying 400 invalid_request (413 payload_too_large when its
  * parse outgrows the budget, jsonmem.h). An empty body parses as {}. */
