@@ -182,7 +182,7 @@ pg createdb "$PGDIR" idemd
 CONNINFO=$(pg conninfo "$PGDIR" idemd)
 
 GATEWAY=0
-[ -f "$ROOT/src/gateway.c" ] && GATEWAY=1
+[ -f "$ROOT/src/gateway/gateway.c" ] && GATEWAY=1
 SWEEP_INTERVAL=86400
 
 write_config() {  # write_config WITH_ROUTES
