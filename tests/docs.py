@@ -9,9 +9,13 @@ IDEMD_TEST_PGUSER; tests/integration/harness.py). It starts one idemd on
 127.0.0.1 (a free port) per page, with a fresh database, set up as the
 quick start leaves it: tenant "demo", operation "order.create" guarding
 "orders:{subject}". The examples run in a scratch directory holding
-.idemd/demo.key (the tenant's key) and node_modules/idemd (clients/node),
-with `idemd` on the PATH, IDEMD_CONFIG naming that server's config, and
-IDEMD_URL and IDEMD_API_KEY exported. A page's examples run in page order
+.idemd/demo.key (the tenant's key), .idemd/idemd.json (the config the
+server was started with, `idemd --config <dir>/.idemd/idemd.json serve`, as
+the quick start starts it: an example may edit it and send SIGHUP),
+node_modules/idemd (clients/node) and docs/ (this repository's), with
+`idemd` on the PATH, IDEMD_CONFIG naming that server's config, and
+IDEMD_URL and IDEMD_API_KEY exported. Processes an example leaves running
+in the background (a demo upstream) are stopped with the page. A page's examples run in page order
 against its server, so what one example does is there for the next, as
 for a reader following the page; idemd and its database are removed
 after the page.
@@ -66,7 +70,8 @@ dates (<date>), traceparent values (<traceparent>), API keys (<api-key>),
 32-hex ids, request ids and trace ids (<id>), and tokens (<token>). In an
 expected line, "…" matches any text. The examples use the quick start's
 address, 127.0.0.1:8080; the runner replaces it with its own server's in
-the code, and back in the output.
+the code, and back in the output. 127.0.0.1:9000, the address of the
+pages' demo upstream, is replaced the same way by a free port of the page's.
 
 IDEMD_DOCS_RAW=1 also prints what each block printed, unnormalized (to
 write a page's expected output). Prints every block not run with its reason, a diff with file and line for
@@ -91,6 +96,7 @@ sys.path.insert(0, os.path.join(HERE, "integration"))
 import harness  # noqa: E402
 
 QUICKSTART_ADDR = "127.0.0.1:8080"
+UPSTREAM_ADDR = "127.0.0.1:9000"     # the pages' demo upstream (docs/demo-backend.py)
 BLOCK_TIMEOUT = 60
 RAW = os.environ.get("IDEMD_DOCS_RAW", "") not in ("", "0")   # print what each block printed
 SH_LANGS = ("sh", "bash", "shell")
@@ -169,9 +175,11 @@ SUBST = [
 ]
 
 
-def normalize(text, port=None):
+def normalize(text, port=None, upstream_port=None):
     if port is not None:
         text = text.replace("127.0.0.1:%d" % port, QUICKSTART_ADDR)
+    if upstream_port is not None:
+        text = text.replace("127.0.0.1:%d" % upstream_port, UPSTREAM_ADDR)
     lines = [ln.rstrip() for ln in text.replace("\r", "").split("\n")]
     for i, ln in enumerate(lines):
         for rx, repl in SUBST:
@@ -191,9 +199,9 @@ def line_matches(expected, actual):
     return re.fullmatch(rx, actual) is not None
 
 
-def compare(expected, actual, port):
+def compare(expected, actual, ports):
     """None when ACTUAL matches EXPECTED, else the diff lines."""
-    e, a = normalize(expected), normalize(actual, port)
+    e, a = normalize(expected), normalize(actual, *ports)
     if len(e) == len(a) and all(line_matches(x, y) for x, y in zip(e, a)):
         return None
     return list(difflib.unified_diff(e, a, "the page", "idemd", lineterm="", n=2))
@@ -217,6 +225,11 @@ class Run:
 class Docs:
     def __init__(self):
         self.idemd = harness.Idemd()
+        self.work = os.path.join(self.idemd.tmp, "work")
+        os.makedirs(os.path.join(self.work, ".idemd"))
+        # where the quick start keeps its config, and started from it as it is
+        self.idemd.config_path = os.path.join(self.work, ".idemd", "idemd.json")
+        self.idemd.write_config()
         self.idemd.migrate()
         self.api_key = self.idemd.tenant_create("demo")
         self.server = self.idemd.start()
@@ -227,8 +240,9 @@ class Docs:
                         "lease_seconds": 30, "version_key": "orders:{subject}"})
         if r.status not in (200, 201):
             raise AssertionError("could not create order.create" + r.describe())
-        self.work = os.path.join(self.idemd.tmp, "work")
-        os.makedirs(os.path.join(self.work, ".idemd"))
+        self.upstream_port = harness.free_port()
+        self.groups = set()     # process groups of the examples, for what they leave running
+        os.symlink(os.path.join(ROOT, "docs"), os.path.join(self.work, "docs"))
         with open(os.path.join(self.work, ".idemd", "demo.key"), "w") as f:
             f.write(self.api_key + "\n")
         self.bin = os.path.join(self.idemd.tmp, "bin")
@@ -253,12 +267,18 @@ class Docs:
         self.state = self.scratch(".state")
 
     def close(self):
+        for pid in left_running(self.groups):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
         self.server.stop()
         self.idemd.cleanup()
 
     def here(self, code):
         return code.replace(QUICKSTART_ADDR, "127.0.0.1:%d" % self.port) \
-                   .replace("localhost:8080", "127.0.0.1:%d" % self.port)
+                   .replace("localhost:8080", "127.0.0.1:%d" % self.port) \
+                   .replace(UPSTREAM_ADDR, "127.0.0.1:%d" % self.upstream_port)
 
     def scratch(self, suffix):
         self.counter += 1
@@ -267,10 +287,19 @@ class Docs:
     def run_proc(self, argv, stdin=None):
         t0 = time.monotonic()
         try:
-            p = subprocess.run(argv, input=stdin, cwd=self.work, env=self.env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               timeout=BLOCK_TIMEOUT)
-            return p.returncode, p.stdout, time.monotonic() - t0
+            # a session of its own: what the example leaves running stays in its group
+            with subprocess.Popen(argv, stdin=subprocess.PIPE, cwd=self.work, env=self.env,
+                                  text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  start_new_session=True) as p:
+                self.groups.add(p.pid)
+                try:
+                    out, _ = p.communicate(stdin, timeout=BLOCK_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)   # and what holds its output open
+                    out, _ = p.communicate()
+                    raise subprocess.TimeoutExpired(argv, BLOCK_TIMEOUT, output=out)
+            self.groups = {g for g in self.groups if left_running({g})}
+            return p.returncode, out, time.monotonic() - t0
         except subprocess.TimeoutExpired as e:
             out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
             return None, out, time.monotonic() - t0
@@ -301,6 +330,22 @@ class Docs:
             parts.append(before)
             rest = after
         return rc, parts, out
+
+
+def left_running(groups):
+    """The processes still running in the process groups GROUPS."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) in groups and fields[0] != "Z":   # fields: state, ppid, pgrp
+            pids.append(int(d))
+    return pids
 
 
 def shq(s):
@@ -439,7 +484,7 @@ def run_page(docs, run, blocks):
             if last is None:
                 run.fail(b.where(), "an <!-- output --> block follows no block that ran")
                 continue
-            diff = compare(b.text, last[1], docs.port)
+            diff = compare(b.text, last[1], (docs.port, docs.upstream_port))
             run.compared += 1
             if diff:
                 run.fail(b.where(), "output of %s differs" % last[0].where(), diff)
@@ -451,7 +496,7 @@ def run_page(docs, run, blocks):
             rc, parts, out = docs.run_shell([(mk["output of"],)])
             run.ran += 1
             run.compared += 1
-            diff = compare(b.text, parts[0] if parts else out, docs.port)
+            diff = compare(b.text, parts[0] if parts else out, (docs.port, docs.upstream_port))
             if rc != 0 or diff:
                 run.fail(b.where(), "`%s` (exit %s) differs" % (mk["output of"], rc), diff)
             else:
@@ -472,7 +517,7 @@ def run_page(docs, run, blocks):
                     continue
                 run.compared += 1
                 got = parts[k] if k < len(parts) else ""
-                diff = compare(expected, got, docs.port)
+                diff = compare(expected, got, (docs.port, docs.upstream_port))
                 if diff:
                     bad = True
                     first = code.strip().split("\n")[-1] if code.strip() else ""
