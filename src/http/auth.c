@@ -5,8 +5,10 @@
  * refused key is remembered for AUTH_NEGATIVE_MS in a table of its own (a
  * flood of unknown keys cannot evict the known ones), and at most
  * AUTH_LOOKUPS_PER_SECOND keys not in either table are looked up per
- * second: beyond that the answer is 503 with Retry-After, so one client
- * sending made-up keys cannot turn every request into a database query. A known key is
+ * second, AUTH_LOOKUPS_PER_CLIENT of them for one client address: beyond
+ * that the answer is 503 with Retry-After, so one client sending made-up
+ * keys can neither turn every request into a database query nor take the
+ * lookups a new genuine key needs. A known key is
  * asked about again after AUTH_RECHECK_MS, so a revoked key stops working
  * on every instance within seconds; the per-connection memo keeps the time
  * of its entry's last confirmation and expires with it. */
@@ -43,17 +45,34 @@ static struct {
 	uint8_t an_hash[32];
 	int64_t an_at_ms;
 } auth_refused[AUTH_NEGATIVE_SLOTS];
-/* Lookups of keys in neither table, in the current second. */
-static atomic_llong auth_lookup_second;
-static atomic_int auth_lookups;
+/* Lookups of keys in neither table in one second: all of them, and each
+ * client slot's. */
+struct auth_count {
+	atomic_llong ac_second;
+	atomic_int ac_n;
+};
+static struct auth_count auth_lookups;
+static struct auth_count auth_client_lookups[AUTH_CLIENT_SLOTS];
 
-static int auth_lookup_allowed(int64_t now_ms)
+/* Counts one more lookup in C's current second: 1 while that stays within
+ * LIMIT, else 0. */
+static int auth_count_one(struct auth_count *c, long long sec, int limit)
 {
-	long long sec = now_ms / 1000, cur = atomic_load(&auth_lookup_second);
+	long long cur = atomic_load(&c->ac_second);
 
-	if (cur != sec && atomic_compare_exchange_strong(&auth_lookup_second, &cur, sec))
-		atomic_store(&auth_lookups, 0);
-	return atomic_fetch_add(&auth_lookups, 1) < AUTH_LOOKUPS_PER_SECOND;
+	if (cur != sec && atomic_compare_exchange_strong(&c->ac_second, &cur, sec))
+		atomic_store(&c->ac_n, 0);
+	return atomic_fetch_add(&c->ac_n, 1) < limit;
+}
+
+/* The client's share first: a client past it takes nothing from the rest. */
+static int auth_lookup_allowed(size_t client, int64_t now_ms)
+{
+	long long sec = now_ms / 1000;
+
+	return auth_count_one(&auth_client_lookups[client % AUTH_CLIENT_SLOTS], sec,
+			      AUTH_LOOKUPS_PER_CLIENT) &&
+	       auth_count_one(&auth_lookups, sec, AUTH_LOOKUPS_PER_SECOND);
 }
 
 /* Whether HASH was refused less than AUTH_NEGATIVE_MS ago (SET: remember
@@ -141,7 +160,8 @@ static void auth_cache_drop(size_t slot, const uint8_t hash[32])
 }
 
 /* auth_check(); *CHECKED_MS: when the answer was last confirmed. */
-static int auth_lookup(const char *key, uint32_t *tenant_id, uint32_t *key_id, int64_t *checked_ms)
+static int auth_lookup(const char *key, size_t client, uint32_t *tenant_id, uint32_t *key_id,
+		       int64_t *checked_ms)
 {
 	uint32_t cached_key = 0;
 	uint8_t hash[32];
@@ -175,7 +195,7 @@ static int auth_lookup(const char *key, uint32_t *tenant_id, uint32_t *key_id, i
 	if (!cached) {
 		if (auth_refused_recently(hash, slot, now, 0))
 			return AUTH_DENIED;
-		if (!auth_lookup_allowed(now))
+		if (!auth_lookup_allowed(client, now))
 			return AUTH_UNAVAILABLE;
 	}
 	if (store_tenant_by_key(hash, tenant_id, key_id, &found) < 0) {
@@ -201,22 +221,21 @@ static int auth_lookup(const char *key, uint32_t *tenant_id, uint32_t *key_id, i
 	return AUTH_OK;
 }
 
-int auth_check(const char *key, uint32_t *tenant_id)
+int auth_check(const char *key, size_t client, uint32_t *tenant_id)
 {
 	int64_t checked;
-
 	uint32_t key_id;
 
-	return auth_lookup(key, tenant_id, &key_id, &checked);
+	return auth_lookup(key, client, tenant_id, &key_id, &checked);
 }
 
-int auth_check_memo(const char *key, struct auth_memo *memo, uint32_t *tenant_id)
+int auth_check_memo(const char *key, size_t client, struct auth_memo *memo, uint32_t *tenant_id)
 {
 	unsigned gen = atomic_load(&auth_gen);
 	int64_t checked;
 
 	if (memo == NULL)
-		return auth_check(key, tenant_id);
+		return auth_check(key, client, tenant_id);
 	unsigned char padded[sizeof(memo->am_key)] = { 0 };
 	_Static_assert(AUTH_KEY_CHARS < sizeof(padded), "a key fits the memo");
 
@@ -231,7 +250,7 @@ int auth_check_memo(const char *key, struct auth_memo *memo, uint32_t *tenant_id
 		}
 	}
 	uint32_t key_id = 0;
-	int rc = auth_lookup(key, tenant_id, &key_id, &checked);
+	int rc = auth_lookup(key, client, tenant_id, &key_id, &checked);
 	if (rc == AUTH_OK) {
 		/* auth_check accepts only keys of exactly AUTH_KEY_CHARS */
 		memset(memo->am_key, 0, sizeof(memo->am_key));
@@ -254,7 +273,9 @@ void auth_cache_clear(void)
 	pthread_rwlock_wrlock(&auth_lock);
 	sodium_memzero(auth_cache, sizeof(auth_cache));
 	sodium_memzero(auth_refused, sizeof(auth_refused));
-	atomic_store(&auth_lookup_second, -1);
+	atomic_store(&auth_lookups.ac_second, -1);
+	for (size_t i = 0; i < AUTH_CLIENT_SLOTS; i++)
+		atomic_store(&auth_client_lookups[i].ac_second, -1);
 	atomic_fetch_add(&auth_gen, 1);
 	pthread_rwlock_unlock(&auth_lock);
 }

@@ -30,12 +30,19 @@ void auth_key_hash(const char *key, size_t len, uint8_t out[32]);
 #define AUTH_RECHECK_MS 5000
 /* A key the database refused is refused again without asking for this
  * long; and at most this many keys known to neither cache are looked up
- * per second (beyond: AUTH_UNAVAILABLE, answered 503 with Retry-After). */
+ * per second, of which at most AUTH_LOOKUPS_PER_CLIENT for one client
+ * (beyond either: AUTH_UNAVAILABLE, answered 503 with Retry-After), so
+ * that one address sending made-up keys leaves the rest to the others. */
 #define AUTH_NEGATIVE_MS 1000
 #define AUTH_LOOKUPS_PER_SECOND 1000
+#define AUTH_LOOKUPS_PER_CLIENT 100
+/* Clients are told apart by a slot number below this (a hash of the
+ * address: http_client_slot). */
+#define AUTH_CLIENT_SLOTS 1024
 
-/* Resolves KEY to its tenant: AUTH_OK, AUTH_DENIED or AUTH_UNAVAILABLE. */
-int auth_check(const char *key, uint32_t *tenant_id);
+/* Resolves KEY, sent by the client of slot CLIENT, to its tenant: AUTH_OK,
+ * AUTH_DENIED or AUTH_UNAVAILABLE. */
+int auth_check(const char *key, size_t client, uint32_t *tenant_id);
 
 /*
  * What one connection last authenticated with, so that its next request
@@ -51,7 +58,7 @@ struct auth_memo {
 };
 
 /* auth_check() through MEMO (NULL: none). */
-int auth_check_memo(const char *key, struct auth_memo *memo, uint32_t *tenant_id);
+int auth_check_memo(const char *key, size_t client, struct auth_memo *memo, uint32_t *tenant_id);
 void auth_memo_wipe(struct auth_memo *memo);
 
 /* Forgets every known key (and makes every memo stale). */

@@ -154,7 +154,9 @@ static int http_route(struct request *req, unsigned long long declared)
 		const char *key = http_bearer(req);
 		struct auth_memo alone = { 0 };
 		struct auth_memo *memo = req->req_conn_ctx ? &req->req_conn_ctx->hc_auth : &alone;
-		int rc = key ? auth_check_memo(key, memo, &req->req_tenant_id) : AUTH_DENIED;
+		int rc = key ? auth_check_memo(key, http_client_slot(req->req_conn), memo,
+					       &req->req_tenant_id)
+			     : AUTH_DENIED;
 		char by[24];
 		snprintf(by, sizeof(by), "api_key:%u", memo->am_key_id);
 		http_set_by(req, by);

@@ -15,20 +15,17 @@
 
 #include "config.h"
 
-#define HTTP_BUDGET_SLOTS 1024
-
 static const struct config *_Atomic budget_cfg; /* swapped on a reload */
 static atomic_size_t budget_all;
-static atomic_size_t budget_client[HTTP_BUDGET_SLOTS];
-static atomic_size_t budget_tenant[HTTP_BUDGET_SLOTS];
+static atomic_size_t budget_client[HTTP_CLIENT_SLOTS];
+static atomic_size_t budget_tenant[HTTP_CLIENT_SLOTS];
 
 void http_budget_start(const struct config *cfg)
 {
 	budget_cfg = cfg;
 }
 
-/* The slot of the request's client address (the peer's, never a header). */
-static size_t http_budget_client_slot(struct MHD_Connection *conn)
+size_t http_client_slot(struct MHD_Connection *conn)
 {
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -46,7 +43,7 @@ static size_t http_budget_client_slot(struct MHD_Connection *conn)
 		crypto_shorthash((unsigned char *)&h, (const unsigned char *)&in6->sin6_addr,
 				 sizeof(in6->sin6_addr), (const unsigned char *)"idemd-body-slot!");
 	}
-	return (size_t)(h % HTTP_BUDGET_SLOTS);
+	return (size_t)(h % HTTP_CLIENT_SLOTS);
 }
 
 /* Adds N to *COUNTER unless that passes LIMIT: 1, or 0. */
@@ -72,10 +69,10 @@ int http_budget_take(struct request *req, size_t n)
 	if (per_tenant == 0 || per_tenant > all)
 		per_tenant = per_tenant == 0 ? all / 2 : all;
 	if (req->req_reserved == 0) {
-		req->req_budget_client = http_budget_client_slot(req->req_conn);
+		req->req_budget_client = http_client_slot(req->req_conn);
 		/* 0: no tenant known at the header phase */
 		req->req_budget_tenant =
-			req->req_tenant_id != 0 ? 1 + req->req_tenant_id % HTTP_BUDGET_SLOTS : 0;
+			req->req_tenant_id != 0 ? 1 + req->req_tenant_id % HTTP_CLIENT_SLOTS : 0;
 	}
 	atomic_size_t *client = &budget_client[req->req_budget_client];
 	atomic_size_t *tenant =

@@ -85,6 +85,10 @@ void http_clear_reply(struct request *req);
  * against the whole budget, its client address's share and its tenant's:
  * 1, or 0 when one of them would be passed. Give hands back all REQ holds. */
 void http_budget_start(const struct config *cfg);
+#define HTTP_CLIENT_SLOTS AUTH_CLIENT_SLOTS
+/* The slot (0 .. HTTP_CLIENT_SLOTS - 1) of CONN's client address, the
+ * peer's, never a header's: a keyed hash, so collisions cannot be chosen. */
+size_t http_client_slot(struct MHD_Connection *conn);
 int http_budget_take(struct request *req, size_t n);
 void http_budget_give(struct request *req);
 

@@ -164,16 +164,16 @@ static void test_check_wrong_length(void **state)
 	uint32_t tenant = 0xabcdef;
 
 	(void)state;
-	assert_int_equal(auth_check("", &tenant), AUTH_DENIED);
-	assert_int_equal(auth_check("idk_", &tenant), AUTH_DENIED);
-	assert_int_equal(auth_check("Bearer", &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check("", 0, &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check("idk_", 0, &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check("Bearer", 0, &tenant), AUTH_DENIED);
 	memcpy(key, key_a, sizeof(key_a));
 	key[AUTH_KEY_CHARS - 1] = '\0';
-	assert_int_equal(auth_check(key, &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check(key, 0, &tenant), AUTH_DENIED);
 	memcpy(key, key_a, sizeof(key_a));
 	key[AUTH_KEY_CHARS] = 'A';
 	key[AUTH_KEY_CHARS + 1] = '\0';
-	assert_int_equal(auth_check(key, &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check(key, 0, &tenant), AUTH_DENIED);
 	assert_int_equal(tenant, 0xabcdef);
 }
 
@@ -183,19 +183,19 @@ static void test_check_found_then_cached(void **state)
 
 	(void)state;
 	expect_lookup(key_a, 0, 1, 7);
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_OK);
 	assert_int_equal(tenant, 7);
 	/* second time from the cache: no lookup queued, none may happen */
 	tenant = 0;
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_OK);
 	assert_int_equal(tenant, 7);
 	/* a second key gets its own lookup and entry */
 	expect_lookup(key_b, 0, 1, 9);
-	assert_int_equal(auth_check(key_b, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(key_b, 0, &tenant), AUTH_OK);
 	assert_int_equal(tenant, 9);
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_OK);
 	assert_int_equal(tenant, 7);
-	assert_int_equal(auth_check(key_b, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(key_b, 0, &tenant), AUTH_OK);
 	assert_int_equal(tenant, 9);
 }
 
@@ -207,13 +207,13 @@ static void test_check_unknown_remembered_briefly(void **state)
 
 	(void)state;
 	expect_lookup(key_a, 0, 0, 0);
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_DENIED);
 	assert_int_equal(tenant, 0x55);
 	fake_now_ms += AUTH_NEGATIVE_MS - 1;
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_DENIED); /* no lookup */
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_DENIED); /* no lookup */
 	fake_now_ms += 1;
 	expect_lookup(key_a, 0, 1, 3);
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_OK);
 	assert_int_equal(tenant, 3);
 }
 
@@ -226,18 +226,48 @@ static void test_unknown_lookups_bounded(void **state)
 
 	(void)state;
 	fake_now_ms = (fake_now_ms / 1000 + 1) * 1000;
+	/* from many clients, each within its share: the whole budget */
 	for (int i = 0; i <= AUTH_LOOKUPS_PER_SECOND; i++) {
+		size_t client = (size_t)(i / AUTH_LOOKUPS_PER_CLIENT);
 		snprintf(key, sizeof(key), "idk_%043d", i);
 		if (i < AUTH_LOOKUPS_PER_SECOND) {
 			expect_lookup(key, 0, 0, 0);
-			assert_int_equal(auth_check(key, &tenant), AUTH_DENIED);
+			assert_int_equal(auth_check(key, client, &tenant), AUTH_DENIED);
 		} else {
-			assert_int_equal(auth_check(key, &tenant), AUTH_UNAVAILABLE);
+			assert_int_equal(auth_check(key, client, &tenant), AUTH_UNAVAILABLE);
 		}
 	}
 	fake_now_ms += 1000;
 	expect_lookup(key, 0, 0, 0);
-	assert_int_equal(auth_check(key, &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check(key, 0, &tenant), AUTH_DENIED);
+}
+
+/* One client sending made-up keys as fast as it can gets its share of the
+ * lookups a second and no more: a new genuine key from another client is
+ * still looked up, in the same second. */
+static void test_one_client_takes_only_its_share(void **state)
+{
+	char key[AUTH_KEY_CHARS + 1];
+	uint32_t tenant = 0;
+
+	(void)state;
+	fake_now_ms = (fake_now_ms / 1000 + 1) * 1000;
+	for (int i = 0; i < 3 * AUTH_LOOKUPS_PER_SECOND; i++) {
+		snprintf(key, sizeof(key), "idk_%043d", i);
+		if (i < AUTH_LOOKUPS_PER_CLIENT) {
+			expect_lookup(key, 0, 0, 0);
+			assert_int_equal(auth_check(key, 7, &tenant), AUTH_DENIED);
+		} else {
+			assert_int_equal(auth_check(key, 7, &tenant), AUTH_UNAVAILABLE);
+		}
+	}
+	expect_lookup(key_a, 0, 1, 42);
+	assert_int_equal(auth_check(key_a, 8, &tenant), AUTH_OK);
+	assert_int_equal(tenant, 42);
+	/* the next second, the flooding client has its share again */
+	fake_now_ms += 1000;
+	expect_lookup(key, 0, 0, 0);
+	assert_int_equal(auth_check(key, 7, &tenant), AUTH_DENIED);
 }
 
 /* A store failure is "unavailable", not "denied", and is not cached. */
@@ -247,9 +277,9 @@ static void test_check_unavailable(void **state)
 
 	(void)state;
 	expect_lookup(key_a, -1, 0, 0);
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_UNAVAILABLE);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_UNAVAILABLE);
 	expect_lookup(key_a, 0, 1, 11);
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_OK);
 	assert_int_equal(tenant, 11);
 }
 
@@ -261,11 +291,11 @@ static void test_check_near_miss(void **state)
 
 	(void)state;
 	expect_lookup(key_a, 0, 1, 7);
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_OK);
 	memcpy(other, key_a, sizeof(key_a));
 	other[AUTH_KEY_CHARS - 1] = 'B';
 	expect_lookup(other, 0, 0, 0);
-	assert_int_equal(auth_check(other, &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check(other, 0, &tenant), AUTH_DENIED);
 }
 
 static void test_cache_clear(void **state)
@@ -274,10 +304,10 @@ static void test_cache_clear(void **state)
 
 	(void)state;
 	expect_lookup(key_a, 0, 1, 7);
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_OK);
 	auth_cache_clear();
 	expect_lookup(key_a, 0, 1, 8);
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_OK);
 	assert_int_equal(tenant, 8);
 }
 
@@ -291,29 +321,29 @@ static void test_memo(void **state)
 
 	(void)state;
 	expect_lookup(key_a, 0, 1, 7);
-	assert_int_equal(auth_check_memo(key_a, &memo, &tenant), AUTH_OK);
+	assert_int_equal(auth_check_memo(key_a, 0, &memo, &tenant), AUTH_OK);
 	assert_int_equal(tenant, 7);
 	assert_memory_equal(memo.am_key, key_a, AUTH_KEY_CHARS);
 	/* the next request with the key is answered by the memo itself */
 	memo.am_tenant_id = 99;
 	tenant = 0;
-	assert_int_equal(auth_check_memo(key_a, &memo, &tenant), AUTH_OK);
+	assert_int_equal(auth_check_memo(key_a, 0, &memo, &tenant), AUTH_OK);
 	assert_int_equal(tenant, 99);
 	/* one character off: looked up, denied, memo kept for key_a */
 	memcpy(other, key_a, sizeof(key_a));
 	other[AUTH_KEY_CHARS - 1] = 'B';
 	expect_lookup(other, 0, 0, 0);
-	assert_int_equal(auth_check_memo(other, &memo, &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check_memo(other, 0, &memo, &tenant), AUTH_DENIED);
 	/* a longer text that starts with the key is no match */
 	char longer[AUTH_KEY_CHARS + 2];
 	memcpy(longer, key_a, AUTH_KEY_CHARS);
 	longer[AUTH_KEY_CHARS] = 'x';
 	longer[AUTH_KEY_CHARS + 1] = '\0';
-	assert_int_equal(auth_check_memo(longer, &memo, &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check_memo(longer, 0, &memo, &tenant), AUTH_DENIED);
 	/* clearing the cache makes the memo stale: the database is asked */
 	auth_cache_clear();
 	expect_lookup(key_a, 0, 1, 8);
-	assert_int_equal(auth_check_memo(key_a, &memo, &tenant), AUTH_OK);
+	assert_int_equal(auth_check_memo(key_a, 0, &memo, &tenant), AUTH_OK);
 	assert_int_equal(tenant, 8);
 	auth_memo_wipe(&memo);
 	assert_int_equal(memo.am_gen, 0);
@@ -328,20 +358,20 @@ static void test_recheck_revoked(void **state)
 
 	(void)state;
 	expect_lookup(key_a, 0, 1, 7);
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_OK);
 	fake_now_ms += AUTH_RECHECK_MS - 1;
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK); /* cached, no lookup */
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_OK); /* cached, no lookup */
 	fake_now_ms += 1;
 	expect_lookup(key_a, 0, 1, 7);
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_OK);
 	fake_now_ms += AUTH_RECHECK_MS;
 	expect_lookup(key_a, 0, 0, 0); /* revoked meanwhile */
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_DENIED);
 	/* forgotten, and refused without asking for a second */
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_DENIED);
 	fake_now_ms += AUTH_NEGATIVE_MS;
 	expect_lookup(key_a, 0, 0, 0);
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_DENIED);
 }
 
 /* While the database cannot answer a recheck, a known key stays accepted
@@ -352,17 +382,17 @@ static void test_recheck_unavailable(void **state)
 
 	(void)state;
 	expect_lookup(key_a, 0, 1, 7);
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_OK);
 	fake_now_ms += AUTH_RECHECK_MS;
 	expect_lookup(key_a, -1, 0, 0);
 	tenant = 0;
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_OK);
 	assert_int_equal(tenant, 7);
 	fake_now_ms += 999;
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_OK); /* no lookup */
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_OK); /* no lookup */
 	fake_now_ms += 1;
 	expect_lookup(key_a, 0, 0, 0);
-	assert_int_equal(auth_check(key_a, &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check(key_a, 0, &tenant), AUTH_DENIED);
 }
 
 /* A connection's memo expires with its entry: a key revoked while a
@@ -374,24 +404,24 @@ static void test_memo_recheck(void **state)
 
 	(void)state;
 	expect_lookup(key_a, 0, 1, 7);
-	assert_int_equal(auth_check_memo(key_a, &memo, &tenant), AUTH_OK);
+	assert_int_equal(auth_check_memo(key_a, 0, &memo, &tenant), AUTH_OK);
 	fake_now_ms += AUTH_RECHECK_MS - 1;
-	assert_int_equal(auth_check_memo(key_a, &memo, &tenant), AUTH_OK); /* memo */
+	assert_int_equal(auth_check_memo(key_a, 0, &memo, &tenant), AUTH_OK); /* memo */
 	fake_now_ms += 1;
 	expect_lookup(key_a, 0, 0, 0);
-	assert_int_equal(auth_check_memo(key_a, &memo, &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check_memo(key_a, 0, &memo, &tenant), AUTH_DENIED);
 	/* refused now: refused again without a lookup for a second */
-	assert_int_equal(auth_check_memo(key_a, &memo, &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check_memo(key_a, 0, &memo, &tenant), AUTH_DENIED);
 	/* a memo filled from a cache entry expires when that entry was
 	 * confirmed, not when the memo was filled */
 	struct auth_memo m2 = { 0 };
 	expect_lookup(key_b, 0, 1, 9);
-	assert_int_equal(auth_check(key_b, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(key_b, 0, &tenant), AUTH_OK);
 	fake_now_ms += AUTH_RECHECK_MS - 10;
-	assert_int_equal(auth_check_memo(key_b, &m2, &tenant), AUTH_OK); /* from the cache */
+	assert_int_equal(auth_check_memo(key_b, 0, &m2, &tenant), AUTH_OK); /* from the cache */
 	fake_now_ms += 10;
 	expect_lookup(key_b, 0, 1, 9);
-	assert_int_equal(auth_check_memo(key_b, &m2, &tenant), AUTH_OK);
+	assert_int_equal(auth_check_memo(key_b, 0, &m2, &tenant), AUTH_OK);
 	auth_memo_wipe(&memo);
 	auth_memo_wipe(&m2);
 }
@@ -408,6 +438,7 @@ int main(void)
 		cmocka_unit_test_setup(test_check_found_then_cached, clear_cache),
 		cmocka_unit_test_setup(test_check_unknown_remembered_briefly, clear_cache),
 		cmocka_unit_test_setup(test_unknown_lookups_bounded, clear_cache),
+		cmocka_unit_test_setup(test_one_client_takes_only_its_share, clear_cache),
 		cmocka_unit_test_setup(test_check_unavailable, clear_cache),
 		cmocka_unit_test_setup(test_check_near_miss, clear_cache),
 		cmocka_unit_test_setup(test_cache_clear, clear_cache),
