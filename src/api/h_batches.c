@@ -21,7 +21,6 @@
 #include "log.h"
 #include "metrics.h"
 #include "opcache.h"
-#include "problem.h"
 #include "replaycache.h"
 #include "reqjson.h"
 #include "engine.h"
@@ -115,7 +114,7 @@ static struct h_batch *h_batch_new(struct request *req)
 	int found;
 
 	if (b == NULL) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return NULL;
 	}
 	b->hb_req = req;
@@ -126,22 +125,22 @@ static struct h_batch *h_batch_new(struct request *req)
 	items = json_object_get(b->hb_body, "items");
 	if (!json_is_array(items) || json_array_size(items) == 0 ||
 	    json_array_size(items) > BATCHER_SET_MAX) {
-		problem_reply(req, 400, "invalid_request",
-			      "items must be an array of 1 to %d items", BATCHER_SET_MAX);
+		request_fail(req, 400, "invalid_request", "items must be an array of 1 to %d items",
+			     BATCHER_SET_MAX);
 		goto fail;
 	}
 	if (opcache_by_name(req->req_tenant_id, req->req_params[0], &b->hb_op, &found) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		goto fail;
 	}
 	if (!found || strlen(req->req_params[0]) != req->req_param_lens[0]) {
-		problem_reply(req, 422, "operation_unknown", "no operation of that name");
+		request_fail(req, 422, "operation_unknown", "no operation of that name");
 		goto fail;
 	}
 	b->hb_n = json_array_size(items);
 	b->hb_items = calloc(b->hb_n, sizeof(*b->hb_items));
 	if (b->hb_items == NULL) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		goto fail;
 	}
 	int64_t now = idemd_unix_ms();
@@ -162,8 +161,8 @@ static struct h_batch *h_batch_new(struct request *req)
 		}
 		for (size_t j = 0; j < i; j++) {
 			if (b->hb_items[j].key != NULL && strcmp(b->hb_items[j].key, key) == 0) {
-				problem_reply(req, 400, "invalid_request",
-					      "items %zu and %zu have the same key", j, i);
+				request_fail(req, 400, "invalid_request",
+					     "items %zu and %zu have the same key", j, i);
 				goto fail;
 			}
 		}
@@ -195,7 +194,7 @@ static int h_batch_set(struct h_batch *b, int claims)
 	if (b->hb_rcs == NULL ||
 	    (claims && (b->hb_cargs == NULL || b->hb_cres == NULL || b->hb_vkeys == NULL)) ||
 	    (!claims && (b->hb_pargs == NULL || b->hb_pres == NULL || b->hb_resp == NULL))) {
-		problem_unavailable(b->hb_req);
+		request_unavailable(b->hb_req);
 		return -1;
 	}
 	return 0;
@@ -233,7 +232,7 @@ static int h_batch_drop_body(struct h_batch *b)
 static void h_batch_run(struct h_batch *b, int claims, void (*answer)(struct request *, void *))
 {
 	if (h_batch_drop_body(b) < 0) {
-		problem_unavailable(b->hb_req);
+		request_unavailable(b->hb_req);
 		h_batch_free(b);
 		return;
 	}
@@ -319,7 +318,7 @@ static int h_batch_unavailable(struct request *req, struct h_batch *b)
 	for (size_t k = 0; k < b->hb_m; k++)
 		if (b->hb_rcs[k] < 0) {
 			h_batch_free(b);
-			problem_unavailable(req);
+			request_unavailable(req);
 			return 1;
 		}
 	return 0;

@@ -11,7 +11,6 @@
 #include "fingerprint.h"
 #include "handlers.h"
 #include "opcache.h"
-#include "problem.h"
 #include "reqjson.h"
 #include "store.h"
 #include "engine.h"
@@ -26,19 +25,19 @@ static int h_key_address(struct request *req, struct token *t, struct operation 
 	int found;
 
 	if (strlen(key) != klen || !callerkey_valid(key, klen)) {
-		problem_reply(req, 400, "idempotency_key_invalid",
-			      "a key is 1 to %d characters of visible ASCII (percent-encoded in "
-			      "the path where needed)",
-			      CALLERKEY_MAX);
+		request_fail(req, 400, "idempotency_key_invalid",
+			     "a key is 1 to %d characters of visible ASCII (percent-encoded in "
+			     "the path where needed)",
+			     CALLERKEY_MAX);
 		return -1;
 	}
 	if (strlen(name) != req->req_param_lens[0] ||
 	    opcache_by_name(req->req_tenant_id, name, op, &found) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return -1;
 	}
 	if (!found) {
-		problem_reply(req, 422, "operation_unknown", "no operation of that name");
+		request_fail(req, 422, "operation_unknown", "no operation of that name");
 		return -1;
 	}
 	callerkey_address(req->req_tenant_id, op, key, klen, NULL, idemd_unix_ms(), t);
@@ -108,7 +107,7 @@ void h_key_claim(struct request *req)
 		goto done;
 	id = h_key_id(&t);
 	if (id == NULL) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		goto done;
 	}
 	if (engine_claim(req, &t, has_fp ? fp : NULL, &h_key_replay, h_key_claimed, 0, id) < 0)
@@ -162,12 +161,12 @@ void h_key_get(struct request *req)
 	if (h_key_address(req, &t, &op) < 0)
 		return;
 	if (store_record_get(req->req_tenant_id, t.id, &rv) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return;
 	}
 	if (!rv.rv_found) {
-		problem_reply(req, 404, "record_not_found",
-			      "this key was never claimed (or was forgotten)");
+		request_fail(req, 404, "record_not_found",
+			     "this key was never claimed (or was forgotten)");
 		return;
 	}
 	int64_t now_ms = idemd_unix_ms();

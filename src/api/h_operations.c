@@ -4,7 +4,6 @@
 
 #include "handlers.h"
 #include "opcache.h"
-#include "problem.h"
 #include "reqjson.h"
 #include "store.h"
 
@@ -32,8 +31,8 @@ static const char *h_operation_name(struct request *req)
 	const char *name = req->req_params[0];
 
 	if (strlen(name) != req->req_param_lens[0] || !reqjson_valid_name(name)) {
-		problem_reply(req, 400, "invalid_request",
-			      "operation names match [a-z0-9._-]{1,64}");
+		request_fail(req, 400, "invalid_request",
+			     "operation names match [a-z0-9._-]{1,64}");
 		return NULL;
 	}
 	return name;
@@ -68,19 +67,19 @@ void h_operation_put(struct request *req)
 	op.op_audit_retention = present ? (int)audit : -1;
 	json_t *rv = json_object_get(body, "require_version");
 	if (rv != NULL && !json_is_boolean(rv)) {
-		problem_reply(req, 400, "invalid_request",
-			      "field require_version must be a boolean");
+		request_fail(req, 400, "invalid_request",
+			     "field require_version must be a boolean");
 		goto done;
 	}
 	if (vkey != NULL &&
 	    strspn(vkey, "!\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 			 "[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~") != strlen(vkey)) {
-		problem_reply(req, 400, "invalid_request",
-			      "field version_key must be printable ASCII without spaces");
+		request_fail(req, 400, "invalid_request",
+			     "field version_key must be printable ASCII without spaces");
 		goto done;
 	}
 	if (json_is_true(rv) && vkey == NULL) {
-		problem_reply(req, 400, "invalid_request", "require_version needs a version_key");
+		request_fail(req, 400, "invalid_request", "require_version needs a version_key");
 		goto done;
 	}
 	op.op_tenant_id = req->req_tenant_id;
@@ -93,7 +92,7 @@ void h_operation_put(struct request *req)
 		snprintf(op.op_version_key, sizeof(op.op_version_key), "%s", vkey);
 	op.op_require_version = json_is_true(rv);
 	if (store_operation_put(&op, &created) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		goto done;
 	}
 	opcache_put(&op);
@@ -111,11 +110,11 @@ void h_operation_get(struct request *req)
 	if (name == NULL)
 		return;
 	if (store_operation_get(req->req_tenant_id, name, &op, &found) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return;
 	}
 	if (!found) {
-		problem_reply(req, 404, "not_found", "no operation named %s", name);
+		request_fail(req, 404, "not_found", "no operation named %s", name);
 		return;
 	}
 	http_reply_json(req, 200, h_operation_json(&op));
@@ -127,7 +126,7 @@ void h_operation_list(struct request *req)
 	size_t n;
 
 	if (store_operation_list(req->req_tenant_id, &ops, &n) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return;
 	}
 	json_t *list = json_array();

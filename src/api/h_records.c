@@ -11,7 +11,6 @@
 
 #include "handlers.h"
 #include "opcache.h"
-#include "problem.h"
 #include "reqjson.h"
 #include "router.h"
 #include "store.h"
@@ -25,8 +24,8 @@ static int h_record_id(struct request *req, uint8_t id[TOKEN_ID_BYTES])
 
 	if (req->req_param_lens[0] != 2 * TOKEN_ID_BYTES ||
 	    strspn(hex, "0123456789abcdef") != 2 * TOKEN_ID_BYTES) {
-		problem_reply(req, 400, "invalid_request",
-			      "a record id is 32 lower-case hex digits");
+		request_fail(req, 400, "invalid_request",
+			     "a record id is 32 lower-case hex digits");
 		return -1;
 	}
 	for (int i = 0; i < TOKEN_ID_BYTES; i++) {
@@ -48,16 +47,16 @@ void h_record_get(struct request *req)
 		return;
 	http_note_record(req, id);
 	if (store_record_get(req->req_tenant_id, id, &rv) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return;
 	}
 	if (!rv.rv_found) {
-		problem_reply(req, 404, "record_not_found", "no record with this id");
+		request_fail(req, 404, "record_not_found", "no record with this id");
 		return;
 	}
 	if (opcache_by_id(rv.rv_operation_id, &op, &found) < 0) {
 		store_record_view_free(&rv);
-		problem_unavailable(req);
+		request_unavailable(req);
 		return;
 	}
 	int64_t now_ms = idemd_unix_ms();
@@ -97,18 +96,17 @@ void h_record_events(struct request *req)
 	    h_query_int(req, "cursor", INT64_MAX, &after) < 0)
 		return;
 	if (limit < 1) {
-		problem_reply(req, 400, "invalid_request", "limit must be from 1 to %d",
-			      H_EVENTS_MAX);
+		request_fail(req, 400, "invalid_request", "limit must be from 1 to %d",
+			     H_EVENTS_MAX);
 		return;
 	}
 	if (store_events_get(req->req_tenant_id, id, after, (int)limit, &events, &next) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return;
 	}
 	if (json_array_size(events) == 0 && after == 0) {
 		json_decref(events);
-		problem_reply(req, 404, "record_not_found",
-			      "no record or audit trail with this id");
+		request_fail(req, 404, "record_not_found", "no record or audit trail with this id");
 		return;
 	}
 	char cur[24];
@@ -130,8 +128,8 @@ static int h_query_int(struct request *req, const char *name, int64_t max, int64
 	long long n = strtoll(v, &end, 10);
 	if (*v == '\0' || *end != '\0' || n < 0 || n > max ||
 	    strspn(v, "0123456789") != strlen(v)) {
-		problem_reply(req, 400, "invalid_request",
-			      "%s must be an integer from 0 to %" PRId64, name, max);
+		request_fail(req, 400, "invalid_request",
+			     "%s must be an integer from 0 to %" PRId64, name, max);
 		return -1;
 	}
 	*out = n;
@@ -157,8 +155,8 @@ static int h_record_filter(struct request *req, struct record_filter *f, int64_t
 	    h_query_int(req, "older_than", 315360000, &f->rf_older_than) < 0)
 		return -1;
 	if (*limit < 1) {
-		problem_reply(req, 400, "invalid_request", "limit must be from 1 to %d",
-			      H_RECORDS_MAX);
+		request_fail(req, 400, "invalid_request", "limit must be from 1 to %d",
+			     H_RECORDS_MAX);
 		return -1;
 	}
 	if (st != NULL) {
@@ -166,8 +164,8 @@ static int h_record_filter(struct request *req, struct record_filter *f, int64_t
 		for (i = 0; i < IDEMD_ARRAY_LEN(states) && strcmp(st, states[i]) != 0; i++)
 			;
 		if (i == IDEMD_ARRAY_LEN(states)) {
-			problem_reply(req, 400, "invalid_request",
-				      "state must be issued, in_progress, completed or revoked");
+			request_fail(req, 400, "invalid_request",
+				     "state must be issued, in_progress, completed or revoked");
 			return -1;
 		}
 		f->rf_state = states[i];
@@ -178,8 +176,8 @@ static int h_record_filter(struct request *req, struct record_filter *f, int64_t
 		int used = 0;
 		if (sscanf(cursor, "%lld.%32[0-9a-f]%n", &us, hex, &used) != 2 ||
 		    cursor[used] != '\0' || strlen(hex) != 32 || us < 0) {
-			problem_reply(req, 400, "invalid_request",
-				      "cursor is not one this API gave");
+			request_fail(req, 400, "invalid_request",
+				     "cursor is not one this API gave");
 			return -1;
 		}
 		for (int i = 0; i < 16; i++) {
@@ -195,7 +193,7 @@ static int h_record_filter(struct request *req, struct record_filter *f, int64_t
 		size_t n;
 		*subject = router_decode(subj, strlen(subj), &n);
 		if (*subject == NULL) {
-			problem_unavailable(req);
+			request_unavailable(req);
 			return -1;
 		}
 		/* what a subject can be (1..128 bytes of UTF-8, no NUL): anything
@@ -204,8 +202,8 @@ static int h_record_filter(struct request *req, struct record_filter *f, int64_t
 					? json_stringn(*subject, n)
 					: NULL;
 		if (valid == NULL) {
-			problem_reply(req, 400, "invalid_request",
-				      "subject must be 1 to 128 bytes of UTF-8 without NUL");
+			request_fail(req, 400, "invalid_request",
+				     "subject must be 1 to 128 bytes of UTF-8 without NUL");
 			return -1;
 		}
 		json_decref(valid);
@@ -214,7 +212,7 @@ static int h_record_filter(struct request *req, struct record_filter *f, int64_t
 	*none = 0;
 	if (op != NULL) {
 		if (opcache_by_name(req->req_tenant_id, op, &o, &found) < 0) {
-			problem_unavailable(req);
+			request_unavailable(req);
 			return -1;
 		}
 		*none = !found;
@@ -235,7 +233,7 @@ void h_record_list(struct request *req)
 	if (h_record_filter(req, &f, &limit, &subject, &none) < 0)
 		goto done;
 	if (!none && store_record_list(req->req_tenant_id, &f, (size_t)limit, &rows, &n) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		goto done;
 	}
 	json_t *list = json_array();
@@ -268,7 +266,7 @@ void h_record_list(struct request *req)
 	if (list == NULL || next == NULL) {
 		json_decref(list);
 		json_decref(next);
-		problem_unavailable(req);
+		request_unavailable(req);
 		goto done;
 	}
 	http_reply_json(req, 200, json_pack("{s:o,s:o}", "records", list, "next_cursor", next));

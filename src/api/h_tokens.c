@@ -13,7 +13,6 @@
 #include "keys.h"
 #include "metrics.h"
 #include "opcache.h"
-#include "problem.h"
 #include "randpool.h"
 #include "replaycache.h"
 #include "reqjson.h"
@@ -159,36 +158,36 @@ void h_token_issue(struct request *req)
 	if (engine_rate_check(req, has_count ? (int)count : 1) < 0)
 		goto done;
 	if (opcache_by_name(req->req_tenant_id, opname, &op, &found) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		goto done;
 	}
 	if (!found) {
-		problem_reply(req, 422, "operation_unknown", "no operation named %s", opname);
+		request_fail(req, 422, "operation_unknown", "no operation named %s", opname);
 		goto done;
 	}
 	if (has_ttl && ttl > op.op_token_ttl_seconds) {
-		problem_reply(req, 400, "invalid_request",
-			      "ttl_seconds must not exceed the operation's token_ttl_seconds (%d)",
-			      op.op_token_ttl_seconds);
+		request_fail(req, 400, "invalid_request",
+			     "ttl_seconds must not exceed the operation's token_ttl_seconds (%d)",
+			     op.op_token_ttl_seconds);
 		goto done;
 	}
 	if (!has_ttl)
 		ttl = op.op_token_ttl_seconds;
 	if (op.op_has_version_key) {
 		if (versionkey_expand(op.op_version_key, subject, vkey, sizeof(vkey)) < 0) {
-			problem_reply(req, 400, "invalid_request",
-				      "this subject cannot form the operation's version key");
+			request_fail(req, 400, "invalid_request",
+				     "this subject cannot form the operation's version key");
 			goto done;
 		}
 		if (store_version_get(req->req_tenant_id, vkey, &version) < 0) {
-			problem_unavailable(req);
+			request_unavailable(req);
 			goto done;
 		}
 	}
 	if (!has_count) {
 		size_t n = h_token_make(&op, subject, ttl, op.op_has_version_key, version, one);
 		if (n == 0) {
-			problem_unavailable(req);
+			request_unavailable(req);
 			goto done;
 		}
 		metrics_add(METRIC_TOKENS_ISSUED, 1);
@@ -199,7 +198,7 @@ void h_token_issue(struct request *req)
 	/* {"tokens":[...]} */
 	list = malloc((size_t)count * (H_TOKEN_TEXT_MAX + 1) + 16);
 	if (list == NULL) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		goto done;
 	}
 	char *p = list;
@@ -207,7 +206,7 @@ void h_token_issue(struct request *req)
 	for (int64_t i = 0; i < count; i++) {
 		size_t n = h_token_make(&op, subject, ttl, op.op_has_version_key, version, p);
 		if (n == 0) {
-			problem_unavailable(req);
+			request_unavailable(req);
 			goto done;
 		}
 		p += n;
@@ -233,7 +232,7 @@ void h_token_get(struct request *req)
 		return;
 	if (opcache_by_id(t.operation_id, &op, &found) < 0 ||
 	    store_record_get(req->req_tenant_id, t.id, &rv) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return;
 	}
 	int64_t now = idemd_unix_ms();
@@ -260,12 +259,12 @@ void h_token_revoke(struct request *req)
 		return;
 	if (store_revoke(req->req_tenant_id, t.id, t.operation_id, t.subject, (int64_t)t.expires_at,
 			 req->req_by, &in_use) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return;
 	}
 	if (in_use) {
-		problem_reply(req, 409, "token_in_use",
-			      "the token is in progress or completed and cannot be revoked");
+		request_fail(req, 409, "token_in_use",
+			     "the token is in progress or completed and cannot be revoked");
 		return;
 	}
 	metrics_add(METRIC_REVOCATIONS, 1);

@@ -2,7 +2,6 @@
 #include <string.h>
 
 #include "handlers.h"
-#include "problem.h"
 #include "reqjson.h"
 #include "store.h"
 #include "versionkey.h"
@@ -13,9 +12,8 @@ static const char *h_version_key(struct request *req)
 	const char *key = req->req_params[0];
 
 	if (strlen(key) != req->req_param_lens[0] || !versionkey_valid(key)) {
-		problem_reply(req, 400, "invalid_request",
-			      "version keys are 1 to %d printable ASCII characters",
-			      VERSIONKEY_MAX);
+		request_fail(req, 400, "invalid_request",
+			     "version keys are 1 to %d printable ASCII characters", VERSIONKEY_MAX);
 		return NULL;
 	}
 	return key;
@@ -39,7 +37,7 @@ void h_version_get(struct request *req)
 	if (key == NULL)
 		return;
 	if (store_version_get(req->req_tenant_id, key, &version) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return;
 	}
 	h_version_reply(req, 200, key, version);
@@ -55,24 +53,24 @@ void h_version_bump(struct request *req)
 		return;
 	const char *im = http_header(req, "If-Match");
 	if (im == NULL) {
-		problem_reply(req, 428, "version_required",
-			      "send If-Match with the current ETag to bump a counter");
+		request_fail(req, 428, "version_required",
+			     "send If-Match with the current ETag to bump a counter");
 		return;
 	}
 	if (reqjson_etag(im, &expected) < 0) {
-		problem_reply(req, 400, "invalid_request",
-			      "If-Match must be one strong ETag like \"7\"");
+		request_fail(req, 400, "invalid_request",
+			     "If-Match must be one strong ETag like \"7\"");
 		return;
 	}
 	if (store_version_bump(req->req_tenant_id, key, expected, &ok, &version) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return;
 	}
 	if (!ok) {
 		char etag[32];
 		reqjson_etag_format(version, etag, sizeof(etag));
-		problem_reply(req, 412, "version_mismatch", "the counter is at version %lld",
-			      (long long)version);
+		request_fail(req, 412, "version_mismatch", "the counter is at version %lld",
+			     (long long)version);
 		http_set_header(req, "ETag", etag);
 		return;
 	}

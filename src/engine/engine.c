@@ -24,7 +24,6 @@
 #include "log.h"
 #include "metrics.h"
 #include "opcache.h"
-#include "problem.h"
 #include "replaycache.h"
 #include "replaycount.h"
 #include "reqjson.h"
@@ -52,7 +51,7 @@ static const struct engine_replay engine_replay_direct = { ENGINE_REPLAY_DIRECT,
 static void engine_replay_send(struct request *req, char *reply, size_t len)
 {
 	if (reply == NULL) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return;
 	}
 	http_reply_take(req, 200, "application/json", reply, len);
@@ -170,8 +169,8 @@ int engine_claim_cached(struct request *req, const struct token *t, const uint8_
 	}
 	if (cached == REPLAYCACHE_OTHER_FP) {
 		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_FINGERPRINT_MISMATCH);
-		problem_reply(req, 422, "fingerprint_mismatch",
-			      "the key (or token) was first used with a different request");
+		request_fail(req, 422, "fingerprint_mismatch",
+			     "the key (or token) was first used with a different request");
 		return -1;
 	}
 	return 0;
@@ -242,11 +241,11 @@ static int engine_claim_prepare(struct request *req, struct engine_claim *c)
 	int found;
 
 	if (opcache_by_id(t->operation_id, &op, &found) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return -1;
 	}
 	if (!found || op.op_tenant_id != t->tenant_id) {
-		problem_reply(req, 422, "operation_unknown", "the operation no longer exists");
+		request_fail(req, 422, "operation_unknown", "the operation no longer exists");
 		return -1;
 	}
 	c->tc_wait = engine_wait_seconds(req, &op);
@@ -255,7 +254,7 @@ static int engine_claim_prepare(struct request *req, struct engine_claim *c)
 				  req->req_no_if_match ? NULL : http_header(req, "If-Match"),
 				  c->tc_vkey, &c->tc_args);
 	if (why != NULL) {
-		problem_reply(req, 400, "invalid_request", "%s", why);
+		request_fail(req, 400, "invalid_request", "%s", why);
 		return -1;
 	}
 	c->tc_args.by = req->req_by;
@@ -299,7 +298,7 @@ static int engine_claim_answer(struct request *req, struct engine_claim *c, int 
 	int ret = -1;
 
 	if (rc < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return -1;
 	}
 	switch (res->cr_outcome) {
@@ -322,48 +321,48 @@ static int engine_claim_answer(struct request *req, struct engine_claim *c, int 
 		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_IN_PROGRESS);
 		/* most first submits finish in far less than their lease: ask for a
 		 * retry in a second, and say when the lease would allow a takeover */
-		problem_reply(
+		request_fail(
 			req, 409, "request_in_progress",
 			"the first submit with this key (or token) is still in progress (its lease ends in %d s)",
 			res->cr_retry_after);
 		http_set_header(req, "Retry-After", "1");
 		break;
 	case CLAIM_REVOKED:
-		problem_reply(req, 410, "token_revoked", "the token was revoked");
+		request_fail(req, 410, "token_revoked", "the token was revoked");
 		break;
 	case CLAIM_FINGERPRINT_MISMATCH:
 		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_FINGERPRINT_MISMATCH);
-		problem_reply(req, 422, "fingerprint_mismatch",
-			      "the key (or token) was first used with a different request");
+		request_fail(req, 422, "fingerprint_mismatch",
+			     "the key (or token) was first used with a different request");
 		break;
 	case CLAIM_EXPIRED:
 		if (t->key_id == 0) {
 			/* a caller key's life starts with each claim: this one
 			 * reached the database too late for it; nothing was written */
-			problem_reply(req, 503, "unavailable",
-				      "the claim reached the database too late for the key's life; "
-				      "retry");
+			request_fail(req, 503, "unavailable",
+				     "the claim reached the database too late for the key's life; "
+				     "retry");
 			http_set_header(req, "Retry-After", "1");
 			break;
 		}
-		problem_reply(req, 410, "token_expired", "the token has expired");
+		request_fail(req, 410, "token_expired", "the token has expired");
 		break;
 	case CLAIM_VERSION_MISMATCH:
 		reqjson_etag_format(res->cr_current_version, etag, sizeof(etag));
-		problem_reply(req, 412, "version_mismatch",
-			      "the data changed: the counter is at version %lld",
-			      (long long)res->cr_current_version);
+		request_fail(req, 412, "version_mismatch",
+			     "the data changed: the counter is at version %lld",
+			     (long long)res->cr_current_version);
 		http_set_header(req, "ETag", etag);
 		break;
 	case CLAIM_VERSION_REQUIRED:
-		problem_reply(req, 428, "version_required",
-			      "this operation requires If-Match with the current version");
+		request_fail(req, 428, "version_required",
+			     "this operation requires If-Match with the current version");
 		break;
 	case CLAIM_LEASE_SPENT:
 		metrics_add(METRIC_DB_UNAVAILABLE, 1);
-		problem_reply(req, 503, "unavailable",
-			      "the database took longer than the lease to grant this claim; retry "
-			      "(the lease ends within a second)");
+		request_fail(req, 503, "unavailable",
+			     "the database took longer than the lease to grant this claim; retry "
+			     "(the lease ends within a second)");
 		http_set_header(req, "Retry-After", "1");
 		break;
 	}
@@ -429,7 +428,7 @@ static struct engine_claim *engine_claim_new(struct request *req, const struct t
 	struct engine_claim *c = calloc(1, sizeof(*c));
 
 	if (c == NULL) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return NULL;
 	}
 	c->tc_req = req;

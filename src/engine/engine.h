@@ -22,9 +22,10 @@ void engine_init(const struct config *cfg);
 
 /*
  * Return rule of the engine: 0 carry on (for engine_claim: the request is
- * suspended and will be answered), -1 a reply was sent (an error, a
- * refusal, or an answer from the cache). engine_claimed_fn alone differs: it
- * says who resumes the connection.
+ * suspended and will be answered), -1 the request has its outcome: a
+ * problem recorded with request_fail (an error, a refusal; http.c answers
+ * it), or an answer built (from the cache). "Replying" below means either.
+ * engine_claimed_fn alone differs: it says who resumes the connection.
  */
 
 /* Verifies TEXT as a token of the request's tenant. 0, or -1 after replying

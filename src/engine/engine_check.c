@@ -14,7 +14,6 @@
 #include "fingerprint.h"
 #include "headers.h"
 #include "keys.h"
-#include "problem.h"
 #include "reqjson.h"
 
 #define ENGINE_RATE_SLOTS 4096
@@ -43,21 +42,21 @@ int engine_verify(struct request *req, const char *text, struct token *t)
 	size_t len = strlen(text);
 
 	if (len == 0 || len > TOKEN_MAX_CHARS) {
-		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
+		request_fail(req, 400, "token_malformed", "the token is not a valid idemd token");
 		return -1;
 	}
 	int rc = keys_verify_token(text, len, t);
 	if (rc == TOKEN_MALFORMED) {
-		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
+		request_fail(req, 400, "token_malformed", "the token is not a valid idemd token");
 		return -1;
 	}
 	if (rc != TOKEN_OK) {
-		problem_reply(req, 403, "token_invalid", "the token's signature does not verify");
+		request_fail(req, 403, "token_invalid", "the token's signature does not verify");
 		return -1;
 	}
 	if (t->tenant_id != req->req_tenant_id) {
-		problem_reply(req, 403, "token_scope_mismatch",
-			      "the token belongs to another tenant");
+		request_fail(req, 403, "token_scope_mismatch",
+			     "the token belongs to another tenant");
 		return -1;
 	}
 	return 0;
@@ -66,7 +65,7 @@ int engine_verify(struct request *req, const char *text, struct token *t)
 int engine_from_path(struct request *req, struct token *t)
 {
 	if (strlen(req->req_params[0]) != req->req_param_lens[0]) {
-		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
+		request_fail(req, 400, "token_malformed", "the token is not a valid idemd token");
 		return -1;
 	}
 	if (engine_verify(req, req->req_params[0], t) < 0)
@@ -129,8 +128,8 @@ static int engine_quota(struct request *req, struct engine_bucket *table, double
 		return 0;
 	char after[16];
 	snprintf(after, sizeof(after), "%d", (int)ceil(wait));
-	problem_reply(req, 429, "rate_limited", "%s is limited to %g per second for this tenant",
-		      what, rate);
+	request_fail(req, 429, "rate_limited", "%s is limited to %g per second for this tenant",
+		     what, rate);
 	http_set_header(req, "Retry-After", after);
 	return -1;
 }
@@ -163,7 +162,7 @@ int engine_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_
 		*has_fp = 1;
 	} else if (json_object_get(body, "request") != NULL) {
 		if (fingerprint_of_json(json_object_get(body, "request"), fp) < 0) {
-			problem_unavailable(req);
+			request_unavailable(req);
 			return -1;
 		}
 		*has_fp = 1;
@@ -177,8 +176,8 @@ int engine_check_headers(struct request *req, json_t *headers, size_t max)
 	json_t *value;
 
 	if (!json_is_object(headers) || json_object_size(headers) > max) {
-		problem_reply(req, 400, "invalid_request",
-			      "headers must be an object of at most %zu string values", max);
+		request_fail(req, 400, "invalid_request",
+			     "headers must be an object of at most %zu string values", max);
 		return -1;
 	}
 	json_object_foreach(headers, name, value)
@@ -187,12 +186,12 @@ int engine_check_headers(struct request *req, json_t *headers, size_t max)
 		if (n == 0 || n > 128 ||
 		    strspn(name, "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 				 "abcdefghijklmnopqrstuvwxyz") != n) {
-			problem_reply(req, 400, "invalid_request",
-				      "a header name is not a valid token");
+			request_fail(req, 400, "invalid_request",
+				     "a header name is not a valid token");
 			return -1;
 		}
 		if (headers_never_stored(name)) {
-			problem_reply(
+			request_fail(
 				req, 400, "invalid_request",
 				"header %s cannot be stored: hop-by-hop, framing, "
 				"Access-Control-*, Set-Cookie and idemd's own headers never are",
@@ -202,9 +201,9 @@ int engine_check_headers(struct request *req, json_t *headers, size_t max)
 		const char *v = json_string_value(value);
 		if (v == NULL || json_string_length(value) > 8192 ||
 		    !headers_value_ok(v, json_string_length(value))) {
-			problem_reply(req, 400, "invalid_request",
-				      "header values must be strings without control characters "
-				      "(at most 8192 bytes)");
+			request_fail(req, 400, "invalid_request",
+				     "header values must be strings without control characters "
+				     "(at most 8192 bytes)");
 			return -1;
 		}
 	}

@@ -15,7 +15,6 @@
 #include "log.h"
 #include "metrics.h"
 #include "opcache.h"
-#include "problem.h"
 #include "replaycache.h"
 #include "reqjson.h"
 
@@ -29,8 +28,7 @@ static int engine_not_found(struct request *req, int is_key, int no_record)
 {
 	if (!is_key || !no_record)
 		return 0;
-	problem_reply(req, 404, "record_not_found",
-		      "this key was never claimed (or was forgotten)");
+	request_fail(req, 404, "record_not_found", "this key was never claimed (or was forgotten)");
 	return -1;
 }
 
@@ -56,7 +54,7 @@ int engine_complete_parse(struct request *req, json_t *body, const char *extra, 
 		return -1;
 	json_t *jbody = json_object_get(body, "body");
 	if (jbody != NULL && b64 != NULL) {
-		problem_reply(req, 400, "invalid_request", "send body or body_base64, not both");
+		request_fail(req, 400, "invalid_request", "send body or body_base64, not both");
 		return -1;
 	}
 	resp->sr_headers = headers ? json_dumps(headers, JSON_COMPACT | JSON_SORT_KEYS)
@@ -68,8 +66,8 @@ int engine_complete_parse(struct request *req, json_t *body, const char *extra, 
 		    sodium_base642bin(resp->sr_body, max, b64, strlen(b64), NULL,
 				      &resp->sr_body_len, NULL,
 				      sodium_base64_VARIANT_ORIGINAL) != 0) {
-			problem_reply(req, 400, "invalid_request",
-				      "body_base64 is not valid base64");
+			request_fail(req, 400, "invalid_request",
+				     "body_base64 is not valid base64");
 			return -1;
 		}
 	} else if (jbody != NULL) {
@@ -78,7 +76,7 @@ int engine_complete_parse(struct request *req, json_t *body, const char *extra, 
 		resp->sr_is_json = 1;
 	}
 	if (resp->sr_headers == NULL || (jbody != NULL && resp->sr_body == NULL)) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return -1;
 	}
 	return 0;
@@ -125,14 +123,14 @@ static void engine_complete_answer(struct request *req, void *arg)
 	struct complete_result *res = &c->hc_res;
 
 	if (c->hc_job.bj_rc < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		goto done;
 	}
 	if (res->cpr_outcome == COMPLETE_ALREADY &&
 	    !engine_same_response(&c->hc_resp, &res->cpr_stored)) {
-		problem_reply(req, 409, "completion_conflict",
-			      "attempt %" PRId64 " was already completed with another response",
-			      c->hc_attempt);
+		request_fail(req, 409, "completion_conflict",
+			     "attempt %" PRId64 " was already completed with another response",
+			     c->hc_attempt);
 		goto done;
 	}
 	switch (res->cpr_outcome) {
@@ -150,16 +148,15 @@ static void engine_complete_answer(struct request *req, void *arg)
 					  rfc3339_json(res->cpr_expires_at)));
 		break;
 	case COMPLETE_LEASE_LOST:
-		problem_reply(req, 409, "lease_lost",
-			      "attempt %" PRId64 " is no longer the current attempt",
-			      c->hc_attempt);
+		request_fail(req, 409, "lease_lost",
+			     "attempt %" PRId64 " is no longer the current attempt", c->hc_attempt);
 		break;
 	case COMPLETE_NOT_IN_PROGRESS:
 	case COMPLETE_NO_RECORD:
 		if (engine_not_found(req, c->hc_is_key, res->cpr_outcome == COMPLETE_NO_RECORD) < 0)
 			break;
-		problem_reply(req, 409, "not_in_progress",
-			      "the record is not claimed by attempt %" PRId64, c->hc_attempt);
+		request_fail(req, 409, "not_in_progress",
+			     "the record is not claimed by attempt %" PRId64, c->hc_attempt);
 		break;
 	}
 done:
@@ -188,17 +185,17 @@ void engine_complete(struct request *req, const struct token *tok, int is_key)
 		return;
 	c = calloc(1, sizeof(*c));
 	if (c == NULL) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		goto done;
 	}
 	if (engine_complete_parse(req, body, NULL, &c->hc_attempt, &c->hc_resp) < 0)
 		goto done;
 	if (opcache_by_id(t.operation_id, &op, &found) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		goto done;
 	}
 	if (!found) {
-		problem_reply(req, 422, "operation_unknown", "the operation no longer exists");
+		request_fail(req, 422, "operation_unknown", "the operation no longer exists");
 		goto done;
 	}
 	c->hc_req = req;
@@ -233,11 +230,11 @@ static int engine_fenced(struct request *req, int is_key, enum release_outcome o
 	if (outcome == RELEASE_DONE)
 		return 0;
 	if (outcome == RELEASE_LEASE_LOST)
-		problem_reply(req, 409, "lease_lost",
-			      "attempt %" PRId64 " is no longer the current attempt", attempt);
+		request_fail(req, 409, "lease_lost",
+			     "attempt %" PRId64 " is no longer the current attempt", attempt);
 	else if (engine_not_found(req, is_key, outcome == RELEASE_NO_RECORD) == 0)
-		problem_reply(req, 409, "not_in_progress",
-			      "the record is not claimed by attempt %" PRId64, attempt);
+		request_fail(req, 409, "not_in_progress",
+			     "the record is not claimed by attempt %" PRId64, attempt);
 	return -1;
 }
 
@@ -268,7 +265,7 @@ void engine_release(struct request *req, const struct token *t, int is_key)
 	if (body == NULL)
 		return;
 	if (store_release(req->req_tenant_id, t->id, (int)attempt, req->req_by, &outcome) < 0)
-		problem_unavailable(req);
+		request_unavailable(req);
 	else if (engine_fenced(req, is_key, outcome, attempt) == 0) {
 		metrics_add(METRIC_RELEASES, 1);
 		http_reply_json(req, 200,
@@ -291,7 +288,7 @@ void engine_extend(struct request *req, const struct token *t, int is_key)
 	if (body == NULL)
 		return;
 	if (opcache_by_id(t->operation_id, &op, &found) < 0 || !found) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		goto done;
 	}
 	if (reqjson_int(req, body, "lease_seconds", 0, 1, op.op_lease_seconds, &lease, &present) <
@@ -301,7 +298,7 @@ void engine_extend(struct request *req, const struct token *t, int is_key)
 		lease = op.op_lease_seconds;
 	if (store_extend(req->req_tenant_id, t->id, (int)attempt, (int)lease, req->req_by, &outcome,
 			 &until) < 0)
-		problem_unavailable(req);
+		request_unavailable(req);
 	else if (engine_fenced(req, is_key, outcome, attempt) == 0)
 		http_reply_json(req, 200,
 				json_pack("{s:s,s:I,s:o}", "state", "in_progress", "attempt",
@@ -334,26 +331,26 @@ void engine_checkpoint(struct request *req, const struct token *t, int is_key)
 	if (reqjson_string(req, body, "phase", 1, 1, 64, &phase) < 0)
 		goto done;
 	if (!engine_phase_ok(phase)) {
-		problem_reply(req, 400, "invalid_request", "phase must be 1 to 64 of [a-z0-9._-]");
+		request_fail(req, 400, "invalid_request", "phase must be 1 to 64 of [a-z0-9._-]");
 		goto done;
 	}
 	json_t *jdata = json_object_get(body, "data");
 	if (jdata != NULL) {
 		data = json_dumps(jdata, JSON_COMPACT | JSON_ENCODE_ANY);
 		if (data == NULL) {
-			problem_unavailable(req);
+			request_unavailable(req);
 			goto done;
 		}
 		if (strlen(data) > ENGINE_CHECKPOINT_MAX) {
-			problem_reply(req, 400, "invalid_request",
-				      "checkpoint data is at most %d bytes of JSON",
-				      ENGINE_CHECKPOINT_MAX);
+			request_fail(req, 400, "invalid_request",
+				     "checkpoint data is at most %d bytes of JSON",
+				     ENGINE_CHECKPOINT_MAX);
 			goto done;
 		}
 	}
 	if (store_checkpoint(req->req_tenant_id, t->id, (int)attempt, phase, data, req->req_by,
 			     &outcome) < 0)
-		problem_unavailable(req);
+		request_unavailable(req);
 	else if (engine_fenced(req, is_key, outcome, attempt) == 0)
 		http_reply_json(req, 200,
 				json_pack("{s:s,s:{s:s,s:o,s:I}}", "state", "in_progress",

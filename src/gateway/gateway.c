@@ -30,7 +30,6 @@
 #include "jsonmem.h"
 #include "log.h"
 #include "opcache.h"
-#include "problem.h"
 #include "reqjson.h"
 #include "engine.h"
 
@@ -107,7 +106,7 @@ static int gateway_claimed(struct request *req, const struct claim_result *res, 
 							gw.cfg->max_body_bytes);
 		if (j == NULL) {
 			gateway_release(p->gp_route, p->gp_token.id, res->cr_attempt, req->req_id);
-			problem_unavailable(req);
+			request_unavailable(req);
 		} else {
 			keep = 1;
 			clock_gettime(CLOCK_MONOTONIC, &j->gj_sent);
@@ -174,25 +173,24 @@ static int gateway_check_headers(struct request *req)
 	}
 	if (gr->gr_key == GATEWAY_KEY_TOKEN || gr->gr_key == GATEWAY_KEY_HEADER) {
 		if (n == 0) {
-			problem_reply(req, 400, "idempotency_key_missing",
-				      "send the %s as %s: <%s>",
-				      gr->gr_key == GATEWAY_KEY_TOKEN ? "token" : "key", name,
-				      gr->gr_key == GATEWAY_KEY_TOKEN ? "token" : "key");
+			request_fail(req, 400, "idempotency_key_missing", "send the %s as %s: <%s>",
+				     gr->gr_key == GATEWAY_KEY_TOKEN ? "token" : "key", name,
+				     gr->gr_key == GATEWAY_KEY_TOKEN ? "token" : "key");
 			return -1;
 		}
 		if (n > 1) {
-			problem_reply(req, 400, "invalid_request", "send exactly one %s header",
-				      name);
+			request_fail(req, 400, "invalid_request", "send exactly one %s header",
+				     name);
 			return -1;
 		}
 	}
 	if (req->req_has_underscore) {
 		MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_alias_cb, &alias);
 		if (alias != NULL) {
-			problem_reply(req, 400, "invalid_request",
-				      "header %s is refused: idemd's own headers cannot be spelt "
-				      "with '_'",
-				      alias);
+			request_fail(req, 400, "invalid_request",
+				     "header %s is refused: idemd's own headers cannot be spelt "
+				     "with '_'",
+				     alias);
 			return -1;
 		}
 	}
@@ -219,24 +217,24 @@ static int gateway_token_address(struct request *req, const struct gateway_route
 
 	/* gateway_check_headers() has seen exactly one Idempotency-Key */
 	if (token_from_header(req->req_h_idempotency_key, text, sizeof(text)) < 0) {
-		problem_reply(req, 400, "token_malformed", "the token is not a valid idemd token");
+		request_fail(req, 400, "token_malformed", "the token is not a valid idemd token");
 		return -1;
 	}
 	if (engine_verify(req, text, t) < 0)
 		return -1;
 	if (opcache_by_id(t->operation_id, op, &found) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return -1;
 	}
 	if (!found || op->op_tenant_id != gr->gr_tenant_id ||
 	    strcmp(op->op_name, gr->gr_cfg->operation) != 0) {
-		problem_reply(req, 403, "token_scope_mismatch",
-			      "the token is for another operation than this route's");
+		request_fail(req, 403, "token_scope_mismatch",
+			     "the token is for another operation than this route's");
 		return -1;
 	}
 	if (!headers_arg_ok(t->subject)) {
-		problem_reply(req, 400, "invalid_request",
-			      "the token's subject cannot be forwarded as a header value");
+		request_fail(req, 400, "invalid_request",
+			     "the token's subject cannot be forwarded as a header value");
 		return -1;
 	}
 	return 0;
@@ -261,12 +259,12 @@ static int gateway_route_fingerprint(struct request *req, const struct gateway_r
 	if (gateway_body_doc(req, doc) < 0)
 		return -1;
 	if (*doc == NULL) {
-		problem_reply(req, 400, "invalid_request",
-			      "this route fingerprints a JSON body: send one");
+		request_fail(req, 400, "invalid_request",
+			     "this route fingerprints a JSON body: send one");
 		return -1;
 	}
 	if (fingerprint_of_json(*doc, out) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return -1;
 	}
 	*fp = out;
@@ -289,7 +287,7 @@ static void gateway_submit(struct request *req)
 	req->req_tenant_id = gr->gr_tenant_id;
 	http_set_by(req, gr->gr_by);
 	if (gateway_query(req, &query) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return;
 	}
 	gateway_fingerprint(req, query, bytes_fp);
@@ -302,7 +300,7 @@ static void gateway_submit(struct request *req)
 		goto done;
 	p = calloc(1, sizeof(*p));
 	if (p == NULL) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		goto done;
 	}
 	p->gp_route = gr;
@@ -312,7 +310,7 @@ static void gateway_submit(struct request *req)
 	query = NULL;
 	p->gp_headers = gateway_request_headers(req, gr, &t);
 	if (p->gp_headers == NULL) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		goto done;
 	}
 	/* the claim runs in a batch; gateway_claimed() goes on from there */

@@ -148,7 +148,7 @@ static void gateway_store_answer(struct request *req, void *arg)
 		log_warn("gateway: request %s: the upstream answered %ld but the outcome could "
 			 "not be stored (database unavailable)",
 			 req->req_id, j->gj_call.uc_status);
-		problem_unavailable(req);
+		request_unavailable(req);
 		goto done;
 	}
 	switch (res->cpr_outcome) {
@@ -162,13 +162,13 @@ static void gateway_store_answer(struct request *req, void *arg)
 		gateway_reply_response(req, &res->cpr_stored, "false");
 		break;
 	case COMPLETE_LEASE_LOST:
-		problem_reply(req, 409, "lease_lost",
-			      "the lease ran out and a newer attempt took the record over");
+		request_fail(req, 409, "lease_lost",
+			     "the lease ran out and a newer attempt took the record over");
 		break;
 	case COMPLETE_NOT_IN_PROGRESS:
 	case COMPLETE_NO_RECORD:
-		problem_reply(req, 409, "not_in_progress",
-			      "the record is no longer claimed by attempt %d", j->gj_attempt);
+		request_fail(req, 409, "not_in_progress",
+			     "the record is no longer claimed by attempt %d", j->gj_attempt);
 		break;
 	}
 done:
@@ -237,7 +237,7 @@ static int gateway_store(struct gateway_job *j)
 
 	if (c->uc_result != UPSTREAM_ANSWERED && gateway_unstorable(j) < 0) {
 		/* out of memory: nothing to store, and nothing safe to say */
-		problem_unavailable(j->gj_req);
+		request_unavailable(j->gj_req);
 		return -1;
 	}
 	j->gj_resp.sr_status = (int)c->uc_status;
@@ -249,7 +249,7 @@ static int gateway_store(struct gateway_job *j)
 	j->gj_resp.sr_body_len = c->uc_resp.b_len;
 	if (j->gj_resp.sr_headers == NULL) {
 		gateway_job_release(j);
-		problem_unavailable(j->gj_req);
+		request_unavailable(j->gj_req);
 		return -1;
 	}
 	j->gj_cargs.tenant_id = j->gj_route->gr_tenant_id;
@@ -281,7 +281,7 @@ static void gateway_not_final(struct gateway_job *j)
 
 	gateway_job_release(j);
 	if (j->gj_stopped) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return;
 	}
 	switch (c->uc_result) {
@@ -296,28 +296,27 @@ static void gateway_not_final(struct gateway_job *j)
 			free(pass.sr_headers);
 			return;
 		}
-		problem_reply(req, 502, "upstream_invalid", "the upstream answered with status %ld",
-			      c->uc_status);
+		request_fail(req, 502, "upstream_invalid", "the upstream answered with status %ld",
+			     c->uc_status);
 		break;
 	case UPSTREAM_INVALID:
-		problem_reply(req, 502, "upstream_invalid",
-			      "the upstream's answer has a malformed header line");
+		request_fail(req, 502, "upstream_invalid",
+			     "the upstream's answer has a malformed header line");
 		break;
 	case UPSTREAM_TOO_LARGE:
-		problem_reply(req, 502, "upstream_invalid",
-			      "the upstream's answer exceeds %zu bytes", c->uc_max_body);
+		request_fail(req, 502, "upstream_invalid",
+			     "the upstream's answer exceeds %zu bytes", c->uc_max_body);
 		break;
 	case UPSTREAM_UNREACHABLE:
-		problem_reply(req, 502, "upstream_unavailable",
-			      "the upstream could not be reached");
+		request_fail(req, 502, "upstream_unavailable", "the upstream could not be reached");
 		break;
 	case UPSTREAM_FAILED:
-		problem_reply(req, 502, "upstream_unavailable",
-			      "the connection to the upstream failed before it answered");
+		request_fail(req, 502, "upstream_unavailable",
+			     "the connection to the upstream failed before it answered");
 		break;
 	case UPSTREAM_TIMEOUT:
-		problem_reply(req, 504, "upstream_timeout",
-			      "the upstream did not answer within %ld ms", c->uc_timeout_ms);
+		request_fail(req, 504, "upstream_timeout",
+			     "the upstream did not answer within %ld ms", c->uc_timeout_ms);
 		break;
 	}
 	/* the claim is given back: the same token may be submitted again */

@@ -12,7 +12,6 @@
 #include "config.h"
 #include "fingerprint.h"
 #include "opcache.h"
-#include "problem.h"
 #include "reqjson.h"
 
 /* *DOC: the body parsed as JSON, once (NULL when it is empty or not
@@ -76,12 +75,12 @@ int gateway_derived_address(struct request *req, const struct gateway_route *gr,
 	int found, n = -1;
 
 	if (opcache_by_name(gr->gr_tenant_id, gr->gr_cfg->operation, op, &found) < 0) {
-		problem_unavailable(req);
+		request_unavailable(req);
 		return -1;
 	}
 	if (!found) {
-		problem_reply(req, 422, "operation_unknown",
-			      "the route's operation does not exist yet");
+		request_fail(req, 422, "operation_unknown",
+			     "the route's operation does not exist yet");
 		return -1;
 	}
 	switch (gr->gr_key) {
@@ -90,7 +89,7 @@ int gateway_derived_address(struct request *req, const struct gateway_route *gr,
 		const char *value = req->req_h_route_key;
 		n = value != NULL ? callerkey_from_header(value, key, sizeof(key)) : -1;
 		if (n == -1 && value != NULL) {
-			problem_reply(
+			request_fail(
 				req, 400, "idempotency_key_invalid",
 				"%s must be a key of 1 to %d visible ASCII characters, bare or "
 				"as a quoted string",
@@ -113,13 +112,13 @@ int gateway_derived_address(struct request *req, const struct gateway_route *gr,
 		break;
 	}
 	if (n == -1) {
-		problem_reply(req, 400, "idempotency_key_missing",
-			      "the request carries no key at %s", gr->gr_cfg->key);
+		request_fail(req, 400, "idempotency_key_missing",
+			     "the request carries no key at %s", gr->gr_cfg->key);
 		return -1;
 	}
 	if (n < 0 || !callerkey_valid(key, (size_t)n) || strlen(key) != (size_t)n) {
-		problem_reply(req, 400, "idempotency_key_invalid",
-			      "a key is 1 to %d characters of visible ASCII", CALLERKEY_MAX);
+		request_fail(req, 400, "idempotency_key_invalid",
+			     "a key is 1 to %d characters of visible ASCII", CALLERKEY_MAX);
 		return -1;
 	}
 	gateway_scope(req, gr, scope);

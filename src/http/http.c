@@ -93,8 +93,8 @@ static int http_preflight(struct request *req)
 	struct cors_header h[CORS_MAX_HEADERS];
 	size_t n = cors_preflight_headers(req->req_h_origin, allow, h);
 	if (n == 0) {
-		problem_reply(req, 403, "cors_origin_denied",
-			      "this origin is not listed in cors_origins");
+		request_fail(req, 403, "cors_origin_denied",
+			     "this origin is not listed in cors_origins");
 		return 1;
 	}
 	http_reply_empty(req, 204);
@@ -137,16 +137,16 @@ static int http_route(struct request *req, unsigned long long declared)
 	/* gateway bodies are opaque; the API's are JSON */
 	if (req->req_route != NULL && !req->req_route->opaque_body &&
 	    http_has_body(req, declared) && !http_is_json_type(req->req_h_content_type)) {
-		problem_reply(req, 415, "unsupported_media_type",
-			      "send the body as application/json");
+		request_fail(req, 415, "unsupported_media_type",
+			     "send the body as application/json");
 		return 1;
 	}
 	if (req->req_route == NULL) {
 		if (status == 405) {
-			problem_reply(req, 405, "method_not_allowed", "use one of: %s", allow);
+			request_fail(req, 405, "method_not_allowed", "use one of: %s", allow);
 			http_set_header(req, "Allow", allow);
 		} else {
-			problem_reply(req, 404, "not_found", "no such resource");
+			request_fail(req, 404, "not_found", "no such resource");
 		}
 		return 1;
 	}
@@ -162,12 +162,12 @@ static int http_route(struct request *req, unsigned long long declared)
 		http_set_by(req, by);
 		auth_memo_wipe(&alone);
 		if (rc == AUTH_UNAVAILABLE) {
-			problem_unavailable(req);
+			request_unavailable(req);
 			return 1;
 		}
 		if (rc != AUTH_OK) {
-			problem_reply(req, 401, "unauthorized",
-				      "send a valid API key as Authorization: Bearer <key>");
+			request_fail(req, 401, "unauthorized",
+				     "send a valid API key as Authorization: Bearer <key>");
 			http_set_header(req, "WWW-Authenticate", "Bearer");
 			return 1;
 		}
@@ -177,8 +177,8 @@ static int http_route(struct request *req, unsigned long long declared)
 
 static void http_busy(struct request *req)
 {
-	problem_reply(req, 503, "unavailable",
-		      "too many request bodies are being received; retry shortly");
+	request_fail(req, 503, "unavailable",
+		     "too many request bodies are being received; retry shortly");
 	http_set_header(req, "Retry-After", "1");
 }
 
@@ -191,8 +191,8 @@ static void http_busy(struct request *req)
 static void http_dispatch(struct request *req)
 {
 	if (req->req_body_too_large) {
-		problem_reply(req, 413, "payload_too_large", "the body exceeds %zu bytes",
-			      http_cfg->max_body_bytes);
+		request_fail(req, 413, "payload_too_large", "the body exceeds %zu bytes",
+			     http_cfg->max_body_bytes);
 		return;
 	}
 	if (req->req_over_budget) {
@@ -200,12 +200,15 @@ static void http_dispatch(struct request *req)
 		return;
 	}
 	req->req_route->handler(req);
-	if (req->rep_response == NULL && !req->req_suspended)
-		problem_reply(req, 500, "internal", "the request could not be answered");
+	if (req->rep_response == NULL && req->rep_problem.rp_status == 0 && !req->req_suspended)
+		request_fail(req, 500, "internal", "the request could not be answered");
 }
 
+/* Sends what the request ended with: the one place where a problem a check
+ * recorded becomes its answer (problem_answer). */
 static enum MHD_Result http_send(struct request *req)
 {
+	problem_answer(req);
 	if (req->rep_response == NULL)
 		return MHD_NO;
 	/* the request's body has served: its bytes go back, the answer's
@@ -215,9 +218,12 @@ static enum MHD_Result http_send(struct request *req)
 	req->req_body_len = 0;
 	http_budget_give(req);
 	if (req->rep_len >= HTTP_ANSWER_BUDGET_MIN && !http_budget_take(req, req->rep_len)) {
-		problem_reply(req, 503, "unavailable",
-			      "too many large answers are being sent; retry shortly");
+		request_fail(req, 503, "unavailable",
+			     "too many large answers are being sent; retry shortly");
 		http_set_header(req, "Retry-After", "1");
+		problem_answer(req);
+		if (req->rep_response == NULL)
+			return MHD_NO;
 	}
 	/* the answer must be taken within request_timeout_seconds too: the
 	 * reaper cuts a connection that does not read it (http_conn.c) */
@@ -249,41 +255,41 @@ static enum MHD_Result http_headers_in(struct request *req)
 	if (atomic_load(&http_stopping)) {
 		/* a keep-alive client's next request while stopping: no new work
 		 * starts, the connection closes, so the stop is not outrun */
-		problem_reply(req, 503, "unavailable", "idemd is stopping; retry");
+		request_fail(req, 503, "unavailable", "idemd is stopping; retry");
 		http_set_header(req, "Retry-After", "1");
 		goto close;
 	}
 	if (req->req_bad_header != NULL) {
 		/* never echoed: it may hold control bytes */
-		problem_reply(req, 400, "invalid_request",
-			      "a request header has a malformed name or a control character in "
-			      "its value");
+		request_fail(req, 400, "invalid_request",
+			     "a request header has a malformed name or a control character in "
+			     "its value");
 		goto close;
 	}
 	/* two lengths, or a length beside chunked framing, make the end of the
 	 * body ambiguous (request smuggling): refuse and close */
 	if (req->req_n_content_length > 1 || req->req_n_transfer_encoding > 1 ||
 	    (cl != NULL && req->req_h_transfer_encoding != NULL)) {
-		problem_reply(req, 400, "invalid_request",
-			      "conflicting Content-Length or Transfer-Encoding headers");
+		request_fail(req, 400, "invalid_request",
+			     "conflicting Content-Length or Transfer-Encoding headers");
 		goto close;
 	}
 	if (req->req_n_if_match > 1) {
-		problem_reply(req, 400, "invalid_request", "send one If-Match header");
+		request_fail(req, 400, "invalid_request", "send one If-Match header");
 		goto answer;
 	}
 	/* chunked is the only coding idemd reads; any other (gzip, chunked)
 	 * would leave the body's end to the connection's close */
 	if (req->req_h_transfer_encoding != NULL &&
 	    strcasecmp(req->req_h_transfer_encoding, "chunked") != 0) {
-		problem_reply(req, 400, "invalid_request",
-			      "Transfer-Encoding must be chunked, alone");
+		request_fail(req, 400, "invalid_request",
+			     "Transfer-Encoding must be chunked, alone");
 		goto close;
 	}
 	/* a fragment is never sent in a request target (RFC 9110 7.1): one
 	 * would count in a gateway fingerprint but not reach the upstream */
 	if (strchr(req->req_path, '#') != NULL) {
-		problem_reply(req, 400, "invalid_request", "a request target has no fragment (#)");
+		request_fail(req, 400, "invalid_request", "a request target has no fragment (#)");
 		goto close;
 	}
 	if (cl != NULL) {
@@ -292,8 +298,8 @@ static enum MHD_Result http_headers_in(struct request *req)
 		declared = strtoull(cl, &end, 10);
 		if (errno != 0 || *end != '\0' || end == cl ||
 		    declared > http_cfg->max_body_bytes) {
-			problem_reply(req, 413, "payload_too_large", "the body exceeds %zu bytes",
-				      http_cfg->max_body_bytes);
+			request_fail(req, 413, "payload_too_large", "the body exceeds %zu bytes",
+				     http_cfg->max_body_bytes);
 			goto answer;
 		}
 	}
@@ -398,7 +404,8 @@ void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		atomic_fetch_sub(&http_suspended, 1);
 	}
 	double ms = http_elapsed_ms(&req->req_start);
-	unsigned status = req->rep_response != NULL ? req->rep_status : 0;
+	unsigned status =
+		req->rep_response != NULL || req->rep_problem.rp_status != 0 ? req->rep_status : 0;
 	metrics_request(req->req_route ? req->req_route->method : NULL,
 			req->req_route ? req->req_route->pattern : NULL, status, ms);
 	log_access(req->req_id, req->req_trace.tc_trace_id, req->req_method,

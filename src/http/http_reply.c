@@ -1,17 +1,51 @@
 /* HTTP replies: the reply a request carries until http.c sends it (status,
- * body, headers). Unit tests replace this file (and the request-thread
- * calls of http.c) with tests/unit/fake_http.c. */
+ * body, headers), or the problem a check recorded instead (request_fail),
+ * which http.c answers through problem_answer. Unit tests replace this
+ * file (and the request-thread calls of http.c) with
+ * tests/unit/fake_http.c. */
 #include "http_int.h"
 
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "metrics.h"
+#include "utf8.h"
 
 void http_clear_reply(struct request *req)
 {
 	if (req->rep_response != NULL)
 		MHD_destroy_response(req->rep_response);
 	req->rep_response = NULL;
+	req->rep_problem.rp_status = 0;
+	req->rep_problem.rp_n_headers = 0;
+}
+
+void request_fail(struct request *req, unsigned status, const char *code, const char *fmt, ...)
+{
+	struct request_problem *p = &req->rep_problem;
+	va_list ap;
+
+	http_clear_reply(req);
+	va_start(ap, fmt);
+	int full = vsnprintf(p->rp_detail, sizeof(p->rp_detail), fmt, ap);
+	va_end(ap);
+	if (full >= (int)sizeof(p->rp_detail))
+		utf8_cut_tail(p->rp_detail);
+	p->rp_status = status;
+	p->rp_code = code;
+	req->rep_status = status;
+	req->rep_code = code;
+	req->rep_len = 0;
+}
+
+void request_unavailable(struct request *req)
+{
+	metrics_add(METRIC_DB_UNAVAILABLE, 1);
+	request_fail(req, 503, "unavailable", "the database is unavailable; retry shortly");
+	http_set_header(req, "Retry-After", "1");
 }
 
 void http_reply_discard(struct request *req)
@@ -68,6 +102,13 @@ void http_reply_json(struct request *req, unsigned status, json_t *body)
 
 void http_set_header(struct request *req, const char *name, const char *value)
 {
-	if (req->rep_response != NULL)
+	struct request_problem *p = &req->rep_problem;
+
+	if (req->rep_response != NULL) {
 		MHD_add_response_header(req->rep_response, name, value);
+	} else if (p->rp_status != 0 && p->rp_n_headers < REQUEST_PROBLEM_HEADERS) {
+		snprintf(p->rp_name[p->rp_n_headers], sizeof(p->rp_name[0]), "%s", name);
+		snprintf(p->rp_value[p->rp_n_headers], sizeof(p->rp_value[0]), "%s", value);
+		p->rp_n_headers++;
+	}
 }

@@ -1,7 +1,6 @@
-/* Problem replies: every error idemd sends is built here. */
+/* Problem answers: every error idemd sends is built here, once per
+ * request, from the problem a check recorded (request_fail). */
 #include "problem.h"
-
-#include "metrics.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,27 +60,17 @@ json_t *problem_document(unsigned status, const char *code, const char *detail)
 			 "status", (int)status, "detail", detail, "code", code);
 }
 
-void problem_reply(struct request *req, unsigned status, const char *code, const char *fmt, ...)
+void problem_answer(struct request *req)
 {
-	char detail[512];
-	va_list ap;
+	const struct request_problem *p = &req->rep_problem;
 
-	req->rep_code = code;
-	va_start(ap, fmt);
-	int full = vsnprintf(detail, sizeof(detail), fmt, ap);
-	va_end(ap);
-	if (full >= (int)sizeof(detail)) {
-		/* cut back to the start of a character that was cut in half */
-		size_t n = strlen(detail), k = n;
-		while (k > 0 && ((unsigned char)detail[k - 1] & 0xC0) == 0x80)
-			k--;
-		if (k > 0 && ((unsigned char)detail[k - 1] & 0x80) != 0)
-			detail[k - 1] = '\0';
-	}
-	json_t *doc = problem_document(status, code, detail);
+	if (req->rep_response != NULL || p->rp_status == 0)
+		return;
+	struct request_problem found = *p;
+	json_t *doc = problem_document(found.rp_status, found.rp_code, found.rp_detail);
 	if (doc == NULL) {
 		/* detail was not valid UTF-8: fall back to a fixed text */
-		doc = problem_document(status, code, "invalid input");
+		doc = problem_document(found.rp_status, found.rp_code, "invalid input");
 	}
 	/* ends with a newline, like every JSON answer (http_json_text) */
 	char *text = doc ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
@@ -94,15 +83,8 @@ void problem_reply(struct request *req, unsigned status, const char *code, const
 		return;
 	}
 	line[len++] = '\n';
-	http_reply_bytes(req, status, "application/problem+json", line, len);
-	free(line);
-}
-
-/* Every 503 unavailable idemd answers is counted here, once
- * (idemd_db_unavailable_total), whichever path found the database away. */
-void problem_unavailable(struct request *req)
-{
-	metrics_add(METRIC_DB_UNAVAILABLE, 1);
-	problem_reply(req, 503, "unavailable", "the database is unavailable; retry shortly");
-	http_set_header(req, "Retry-After", "1");
+	http_reply_take(req, found.rp_status, "application/problem+json", line, len);
+	req->rep_code = found.rp_code;
+	for (int i = 0; i < found.rp_n_headers; i++)
+		http_set_header(req, found.rp_name[i], found.rp_value[i]);
 }

@@ -1,15 +1,15 @@
-/* Problem replies: RFC 9457 application/problem+json with a stable code. */
+/* Problem answers: RFC 9457 application/problem+json with a stable code.
+ * Checks record a problem with request_fail() (request.h); http.c turns it
+ * into the answer here, in one place. */
 #ifndef IDEMD_PROBLEM_H
 #define IDEMD_PROBLEM_H
 
 #include "request.h"
 
-/* Replies STATUS with CODE (snake_case) and a formatted detail. */
-void problem_reply(struct request *req, unsigned status, const char *code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-/* 503 unavailable with Retry-After: 1. */
-void problem_unavailable(struct request *req);
+/* Turns the problem REQ recorded (request_fail) into its problem+json
+ * answer, with the headers set on it; nothing when no problem is recorded
+ * or an answer is already built. */
+void problem_answer(struct request *req);
 
 /* Builds the problem document (new reference), for unit tests and replays. */
 json_t *problem_document(unsigned status, const char *code, const char *detail);

@@ -10,7 +10,6 @@
 #include <time.h>
 
 #include "jsonmem.h"
-#include "problem.h"
 
 int reqjson_only(struct request *req, json_t *obj, const char *const *allowed)
 {
@@ -25,8 +24,8 @@ int reqjson_only(struct request *req, json_t *obj, const char *const *allowed)
 				break;
 		if (allowed[i] == NULL) {
 			json_t *name = json_string(key);
-			problem_reply(req, 400, "invalid_request", "unknown field %s",
-				      name ? key : "(not UTF-8)");
+			request_fail(req, 400, "invalid_request", "unknown field %s",
+				     name ? key : "(not UTF-8)");
 			json_decref(name);
 			return -1;
 		}
@@ -43,13 +42,13 @@ int reqjson_int(struct request *req, json_t *obj, const char *name, int required
 	if (v == NULL) {
 		if (!required)
 			return 0;
-		problem_reply(req, 400, "invalid_request", "field %s is required", name);
+		request_fail(req, 400, "invalid_request", "field %s is required", name);
 		return -1;
 	}
 	if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
-		problem_reply(req, 400, "invalid_request",
-			      "field %s must be an integer from %" PRId64 " to %" PRId64, name, min,
-			      max);
+		request_fail(req, 400, "invalid_request",
+			     "field %s must be an integer from %" PRId64 " to %" PRId64, name, min,
+			     max);
 		return -1;
 	}
 	*out = json_integer_value(v);
@@ -65,15 +64,15 @@ int reqjson_string(struct request *req, json_t *obj, const char *name, int requi
 	if (v == NULL) {
 		if (!required)
 			return 0;
-		problem_reply(req, 400, "invalid_request", "field %s is required", name);
+		request_fail(req, 400, "invalid_request", "field %s is required", name);
 		return -1;
 	}
 	if (!json_is_string(v) || json_string_length(v) < minlen ||
 	    json_string_length(v) > maxlen ||
 	    strlen(json_string_value(v)) != json_string_length(v)) {
-		problem_reply(req, 400, "invalid_request",
-			      "field %s must be a string of %zu to %zu bytes without NUL", name,
-			      minlen, maxlen);
+		request_fail(req, 400, "invalid_request",
+			     "field %s must be a string of %zu to %zu bytes without NUL", name,
+			     minlen, maxlen);
 		return -1;
 	}
 	*out = json_string_value(v);
@@ -316,9 +315,9 @@ json_t *reqjson_load_body(struct request *req, json_error_t *err, int *over)
 	json_t *v =
 		jsonmem_load(req->req_body, req->req_body_len, JSON_REJECT_DUPLICATES, err, over);
 	if (*over)
-		problem_reply(req, 413, "payload_too_large",
-			      "the body's JSON takes more than %zu bytes to hold",
-			      jsonmem_budget(req->req_body_len));
+		request_fail(req, 413, "payload_too_large",
+			     "the body's JSON takes more than %zu bytes to hold",
+			     jsonmem_budget(req->req_body_len));
 	return v;
 }
 
@@ -333,13 +332,13 @@ json_t *http_body_object(struct request *req)
 	if (over)
 		return NULL;
 	if (v == NULL) {
-		problem_reply(req, 400, "invalid_request", "malformed JSON at position %d",
-			      err.position);
+		request_fail(req, 400, "invalid_request", "malformed JSON at position %d",
+			     err.position);
 		return NULL;
 	}
 	if (!json_is_object(v)) {
 		json_decref(v);
-		problem_reply(req, 400, "invalid_request", "the body must be a JSON object");
+		request_fail(req, 400, "invalid_request", "the body must be a JSON object");
 		return NULL;
 	}
 	return v;

@@ -20,6 +20,22 @@ struct route;
  * small so that thousands of open connections stay cheap. */
 #define HTTP_CONNECTION_MEMORY ((size_t)16 * 1024)
 
+#define REQUEST_PROBLEM_HEADERS 3
+
+/* A problem found while handling a request (request_fail): the status, a
+ * stable code, the detail, and the headers its answer carries (Retry-After,
+ * Allow, WWW-Authenticate, Connection). Nothing is answered yet: checks
+ * compute, and http.c turns this into the one problem+json answer
+ * (problem_answer) as it sends. rp_status 0: none. */
+struct request_problem {
+	unsigned rp_status;
+	const char *rp_code; /* a literal */
+	char rp_detail[512];
+	int rp_n_headers;
+	char rp_name[REQUEST_PROBLEM_HEADERS][32];
+	char rp_value[REQUEST_PROBLEM_HEADERS][128];
+};
+
 /* One per request: created on the first callback, freed in the completion
  * callback (http.c), nowhere else. Strings are owned unless noted. */
 struct request {
@@ -67,7 +83,9 @@ struct request {
 	void (*req_on_resume)(struct request *req, void *arg);
 	void *req_on_resume_arg;
 
-	/* the reply being built */
+	/* the reply being built: a problem a check found (request_fail), which
+	 * http.c turns into the answer when it sends, or an answer built */
+	struct request_problem rep_problem;
 	const char *rep_code; /* a problem reply's code (a literal), else NULL */
 	unsigned rep_status;
 	size_t rep_len; /* its body's bytes */
@@ -90,8 +108,21 @@ const char *http_query(const struct request *req, const char *name);
  * length in *LEN (may be NULL); NULL when out of memory. */
 char *http_json_text(const json_t *v, size_t flags, size_t *len);
 
-/* Replies. BODY is stolen. Each replaces any earlier reply. JSON bodies
- * end with a newline. */
+/* The request fails with STATUS, CODE (snake_case, a literal) and a
+ * formatted detail (cut to 511 bytes at a character boundary): recorded in
+ * rep_problem, replacing any earlier reply; answered as problem+json when
+ * the request is sent. A check calls it and returns -1; nothing else
+ * replies for it. */
+void request_fail(struct request *req, unsigned status, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* request_fail() with 503 unavailable and Retry-After: 1: the database is
+ * away. Counted here, once (idemd_db_unavailable_total), whichever path
+ * found it away. */
+void request_unavailable(struct request *req);
+
+/* Replies. BODY is stolen. Each replaces any earlier reply (and a recorded
+ * problem). JSON bodies end with a newline. */
 void http_reply_json(struct request *req, unsigned status, json_t *body);
 void http_reply_bytes(struct request *req, unsigned status, const char *content_type,
 		      const void *data, size_t len);
@@ -105,8 +136,9 @@ void http_reply_take(struct request *req, unsigned status, const char *content_t
  * rep_status and rep_code. */
 void http_reply_discard(struct request *req);
 
-/* Adds a header to the reply built so far (copied); a later reply replaces
- * it and its headers. Without a reply there is nothing to add it to. */
+/* Adds a header to the reply built so far, or to the problem recorded
+ * (copied); a later reply replaces it and its headers. Without either
+ * there is nothing to add it to. */
 void http_set_header(struct request *req, const char *name, const char *value);
 
 /*

@@ -13,6 +13,9 @@
 #include <cmocka.h>
 
 #include "http_int.h"
+#include "metrics.h"
+#include "problem.h"
+#include "utf8.h"
 
 struct fake_http fake_http;
 
@@ -64,12 +67,40 @@ void fake_http_run_then(struct request *req)
 
 void http_clear_reply(struct request *req)
 {
-	(void)req;
+	req->rep_problem.rp_status = 0;
+	req->rep_problem.rp_n_headers = 0;
+}
+
+/* As http_reply.c's, then answered at once (problem_answer): the fake has
+ * no send, where http.c answers it. */
+void request_fail(struct request *req, unsigned status, const char *code, const char *fmt, ...)
+{
+	struct request_problem *p = &req->rep_problem;
+	va_list ap;
+
+	http_clear_reply(req);
+	va_start(ap, fmt);
+	int full = vsnprintf(p->rp_detail, sizeof(p->rp_detail), fmt, ap);
+	va_end(ap);
+	if (full >= (int)sizeof(p->rp_detail))
+		utf8_cut_tail(p->rp_detail);
+	p->rp_status = status;
+	p->rp_code = code;
+	req->rep_status = status;
+	req->rep_code = code;
+	problem_answer(req);
+}
+
+void request_unavailable(struct request *req)
+{
+	metrics_add(METRIC_DB_UNAVAILABLE, 1);
+	request_fail(req, 503, "unavailable", "the database is unavailable; retry shortly");
+	http_set_header(req, "Retry-After", "1");
 }
 
 void http_reply_discard(struct request *req)
 {
-	(void)req;
+	http_clear_reply(req);
 	free(fake_http.fh_body);
 	fake_http.fh_body = NULL;
 	fake_http.fh_body_len = 0;
@@ -80,6 +111,7 @@ void http_reply_discard(struct request *req)
 void http_reply_bytes(struct request *req, unsigned status, const char *content_type,
 		      const void *data, size_t len)
 {
+	http_clear_reply(req);
 	if (status < 400)
 		req->rep_code = NULL;
 	req->rep_status = status;

@@ -20,7 +20,7 @@
 
 static void req_init(struct request *req, const char *body, size_t len);
 static void req_done(struct request *req);
-static const char *content_type(const struct request *req);
+static const char *content_type(struct request *req);
 static void assert_body_refused(const char *body, size_t len);
 
 static void req_init(struct request *req, const char *body, size_t len)
@@ -45,8 +45,11 @@ static void req_done(struct request *req)
 	memset(req, 0, sizeof(*req));
 }
 
-static const char *content_type(const struct request *req)
+/* The Content-Type REQ is answered with (its problem answered first, as
+ * http.c does when it sends). */
+static const char *content_type(struct request *req)
 {
+	problem_answer(req);
 	assert_non_null(req->rep_response);
 	return MHD_get_response_header(req->rep_response, "Content-Type");
 }
@@ -212,9 +215,16 @@ static void test_headers(void **state)
 	name[0] = value[1] = '#';
 	assert_string_equal(MHD_get_response_header(req.rep_response, "ETag"), "\"7\"");
 	/* a new reply drops the headers set for the one it replaces */
-	problem_reply(&req, 409, "lease_lost", "a newer attempt holds the lease");
+	request_fail(&req, 409, "lease_lost", "a newer attempt holds the lease");
 	assert_int_equal(req.rep_status, 409);
+	/* a failure is recorded, not answered: http.c answers it as it sends */
+	assert_null(req.rep_response);
+	http_set_header(&req, "Retry-After", "2");
+	problem_answer(&req);
+	assert_non_null(req.rep_response);
 	assert_null(MHD_get_response_header(req.rep_response, "ETag"));
+	assert_string_equal(MHD_get_response_header(req.rep_response, "Retry-After"), "2");
+	assert_string_equal(req.rep_code, "lease_lost");
 	req_done(&req);
 	/* without a reply there is nothing to add to, and nothing breaks */
 	req_init(&req, NULL, 0);
@@ -230,13 +240,15 @@ static void test_problem_fallback(void **state)
 
 	(void)state;
 	req_init(&req, NULL, 0);
-	problem_reply(&req, 422, "operation_unknown", "no operation named %s", "\xc3\x28");
+	request_fail(&req, 422, "operation_unknown", "no operation named %s", "\xc3\x28");
+	problem_answer(&req);
 	assert_int_equal(req.rep_status, 422);
 	assert_string_equal(content_type(&req), "application/problem+json");
 	req_done(&req);
 
 	req_init(&req, NULL, 0);
-	problem_unavailable(&req);
+	request_unavailable(&req);
+	problem_answer(&req);
 	assert_int_equal(req.rep_status, 503);
 	assert_string_equal(content_type(&req), "application/problem+json");
 	assert_string_equal(MHD_get_response_header(req.rep_response, "Retry-After"), "1");

@@ -1,7 +1,7 @@
 /* Unit tests for problem documents and replies (RFC 9457).
  *
  * The reply helpers are replaced at link time by the shared capturing
- * fake (tests/unit/fake_http.c), so the exact body problem_reply sends can
+ * fake (tests/unit/fake_http.c), so the exact body request_fail records and problem_answer sends can
  * be checked. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -141,7 +141,7 @@ static void test_reply(void **state)
 	struct request req = { 0 };
 
 	(void)state;
-	problem_reply(&req, 404, "not_found", "no such resource");
+	request_fail(&req, 404, "not_found", "no such resource");
 	assert_problem(404, "not_found", "no such resource");
 	assert_int_equal(fake_http.fh_n_headers, 0);
 }
@@ -151,8 +151,8 @@ static void test_reply_format(void **state)
 	struct request req = { 0 };
 
 	(void)state;
-	problem_reply(&req, 400, "invalid_request", "field %s must be from %d to %lld", "count", 1,
-		      100LL);
+	request_fail(&req, 400, "invalid_request", "field %s must be from %d to %lld", "count", 1,
+		     100LL);
 	assert_problem(400, "invalid_request", "field count must be from 1 to 100");
 }
 
@@ -163,7 +163,7 @@ static void test_reply_invalid_utf8(void **state)
 	struct request req = { 0 };
 
 	(void)state;
-	problem_reply(&req, 422, "operation_unknown", "no operation named %s", "x\xff\xfey");
+	request_fail(&req, 422, "operation_unknown", "no operation named %s", "x\xff\xfey");
 	assert_problem(422, "operation_unknown", "invalid input");
 }
 
@@ -178,7 +178,7 @@ static void test_reply_long_detail(void **state)
 	longer[sizeof(longer) - 1] = '\0';
 	memset(expected, 'd', sizeof(expected) - 1);
 	expected[sizeof(expected) - 1] = '\0';
-	problem_reply(&req, 400, "invalid_request", "%s", longer);
+	request_fail(&req, 400, "invalid_request", "%s", longer);
 	assert_problem(400, "invalid_request", expected);
 }
 
@@ -187,7 +187,7 @@ static void test_unavailable(void **state)
 	struct request req = { 0 };
 
 	(void)state;
-	problem_unavailable(&req);
+	request_unavailable(&req);
 	assert_problem(503, "unavailable", "the database is unavailable; retry shortly");
 	assert_int_equal(fake_http.fh_n_headers, 1);
 	assert_string_equal(fake_http.fh_headers[0][0], "Retry-After");
@@ -223,7 +223,7 @@ static void test_api_codes(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
 		fake_http_reset(NULL);
-		problem_reply(&req, codes[i].status, codes[i].code, "detail %zu", i);
+		request_fail(&req, codes[i].status, codes[i].code, "detail %zu", i);
 		char detail[32];
 		snprintf(detail, sizeof(detail), "detail %zu", i);
 		assert_problem(codes[i].status, codes[i].code, detail);
