@@ -255,7 +255,7 @@ def cmd_report(path, out, scale=False):
                      ("libsodium", "libsodium"), ("jansson", "jansson"), ("wrk", "wrk"),
                      ("pgbench", "pgbench"), ("idemd_threads", "idemd threads / pool_size"),
                      ("gateway", "gateway"), ("peer", "peer"), ("redis", "Redis"),
-                     ("durable_peer", "durable peer"),
+                     ("durable_peer", "durable peer"), ("pinning", "pinned cores"),
                      ("waiters", "waiter bench")):
         if k in info:
             w("| %s | %s |" % (label, info[k]))

@@ -46,6 +46,11 @@
 #              two (results in latest.md with the rest)
 #   --waiters-only  the waiter bench alone (writes results/waiters.md)
 #   --keep     keep the temporary folder (cluster, logs, token files)
+#   --pin      the database on cores of its own: PostgreSQL and both peers'
+#              Redis on the upper half of the cores, idemd, the peers'
+#              Node, the baselines' servers and the load generators on the
+#              lower half (taskset); writes results/pinned.md instead of
+#              latest.md
 # Environment: BENCH_THREADS / BENCH_POOL_SIZE set idemd's threads /
 # pool_size (default: idemd's own defaults; the baseline follows them).
 # BENCH_WAITERS (default 10000) / BENCH_WAITER_ROUNDS (default 3) size the
@@ -58,12 +63,13 @@ RAW=$BENCH/results/raw
 BUILD=$ROOT/build-bench
 PGBIN=/usr/lib/postgresql/15/bin
 
-SCALE=0 PROFILE=0 KEEP=0 DUR=10 RUNS=3 WAITERS=0
+SCALE=0 PROFILE=0 KEEP=0 DUR=10 RUNS=3 WAITERS=0 PIN=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --scale) SCALE=1 ;;
     --profile) PROFILE=1 ;;
     --keep) KEEP=1 ;;
+    --pin) PIN=1 ;;
     --waiters) WAITERS=1 ;;
     --waiters-only) WAITERS=2 ;;
     --duration) DUR=$2; shift ;;
@@ -74,6 +80,15 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$DUR$RUNS" in *[!0-9]*) echo "run.sh: --duration and --runs take integers" >&2; exit 2 ;; esac
+# --pin: DB_CPU runs a database, APP_CPU everything else (empty: no pinning)
+DB_CPU=() APP_CPU=() PIN_NOTE="none: every process on every core"
+if [ "$PIN" = 1 ]; then
+  NCPU=$(nproc)
+  [ "$NCPU" -ge 2 ] || { echo "run.sh: --pin needs 2 cores or more" >&2; exit 2; }
+  HALF=$(( NCPU / 2 ))
+  DB_CPU=(taskset -c "$HALF-$(( NCPU - 1 ))") APP_CPU=(taskset -c "0-$(( HALF - 1 ))")
+  PIN_NOTE="PostgreSQL and Redis on cores $HALF-$(( NCPU - 1 )); idemd, Node, the baselines and the load generators on cores 0-$(( HALF - 1 ))"
+fi
 
 say() { printf '\n==> %s\n' "$*"; }
 note() { printf '    %s\n' "$*"; }
@@ -177,7 +192,7 @@ PEERD_URL=http://127.0.0.1:$PEERD_PORT
 
 say "starting PostgreSQL (private cluster, defaults, synchronous_commit on)"
 pg init "$PGDIR"
-pg start "$PGDIR"
+"${DB_CPU[@]}" bash "$ROOT/deploy/pg.sh" start "$PGDIR"
 pg createdb "$PGDIR" idemd
 CONNINFO=$(pg conninfo "$PGDIR" idemd)
 
@@ -213,7 +228,7 @@ EOF
 }
 
 start_idemd() {
-  "$IDEMD_BIN" --config "$CONF" serve 2>>"$WORK/idemd.log" &
+  "${APP_CPU[@]}" "$IDEMD_BIN" --config "$CONF" serve 2>>"$WORK/idemd.log" &
   IDEMD_PID=$!
   for _ in $(seq 100); do
     curl -fs "$URL/healthz" >/dev/null 2>&1 && return 0
@@ -258,13 +273,13 @@ pg psql "$PGDIR" -d idemd -q -f "$BENCH/pgbench_db_setup.sql" >"$WORK/diag.log" 
 
 THREADS=$(sed -n 's/.*listening on .* with \([0-9]*\) threads.*/\1/p' "$WORK/idemd.log" | tail -n 1)
 THREADS=${THREADS:-${BENCH_THREADS:-8}}
-"$BUILD/baseline_mhd" --port "$BPORT" --threads "$THREADS" --connections 4096 --timeout 30 \
+"${APP_CPU[@]}" "$BUILD/baseline_mhd" --port "$BPORT" --threads "$THREADS" --connections 4096 --timeout 30 \
   2>>"$WORK/baseline.log" &
 BASE_PID=$!
 
 GATEWAY_NOTE="not yet available (no gateway in this source)"
 if [ "$GATEWAY" = 1 ]; then
-  "$BUILD/baseline_mhd" --port "$UPORT" --threads 1 --status 201 2>>"$WORK/upstream.log" &
+  "${APP_CPU[@]}" "$BUILD/baseline_mhd" --port "$UPORT" --threads 1 --status 201 2>>"$WORK/upstream.log" &
   UP_PID=$!
   write_config 1
   if "$IDEMD_BIN" --config "$CONF" check-config >"$WORK/check.log" 2>&1; then
@@ -292,7 +307,7 @@ start_peer() {
   mkdir -p "$WORK/$name"
   local rconf=()
   [ -r /etc/redis/redis.conf ] && rconf=(/etc/redis/redis.conf)
-  redis-server "${rconf[@]}" --port "$rport" --bind 127.0.0.1 --dir "$WORK/$name" \
+  "${DB_CPU[@]}" redis-server "${rconf[@]}" --port "$rport" --bind 127.0.0.1 --dir "$WORK/$name" \
     --daemonize no --supervised no --logfile "$WORK/$name/redis.log" \
     --pidfile "$WORK/$name/redis.pid" "$@" &
   STARTED_REDIS=$! STARTED=0
@@ -300,7 +315,7 @@ start_peer() {
     redis-cli -p "$rport" ping >/dev/null 2>&1 && break
     sleep 0.1
   done
-  NODE_PATH=$PEER_DIR/node_modules node "$BENCH/peer/server.js" "$pport" "$rport" \
+  NODE_PATH=$PEER_DIR/node_modules "${APP_CPU[@]}" node "$BENCH/peer/server.js" "$pport" "$rport" \
     2>>"$WORK/$name.log" &
   STARTED_PEER=$!
   for _ in $(seq 100); do
@@ -340,7 +355,7 @@ wrk_run() {
   local out=$RAW/$name.$round.txt lsn0
   lsn0=$(sql "SELECT pg_current_wal_insert_lsn()")
   BENCH_DIR=$BENCH BENCH_API_KEY=$API_KEY BENCH_OPERATION=order.create \
-    wrk -t"$(( conns < 2 ? conns : 2 ))" -c"$conns" -d"${dur}s" --timeout 5s --latency -s "$BENCH/$script" "$url" \
+    "${APP_CPU[@]}" wrk -t"$(( conns < 2 ? conns : 2 ))" -c"$conns" -d"${dur}s" --timeout 5s --latency -s "$BENCH/$script" "$url" \
     -- "$@" >"$out" 2>&1 || true
   local line
   line=$(sed -n 's/^BENCH_RESULT //p' "$out" | tail -n 1)
@@ -381,7 +396,7 @@ pgbench_run() {
   local name=$1 round=$2 script=$3 dur=$4 optional=${5:-}
   local out=$RAW/$name.$round.txt lsn0
   lsn0=$(sql "SELECT pg_current_wal_insert_lsn()")
-  if ! "$PGBIN/pgbench" -h "$PSOCK" -U "$PROLE" -M prepared -n -c 8 -j 2 -T "$dur" \
+  if ! "${APP_CPU[@]}" "$PGBIN/pgbench" -h "$PSOCK" -U "$PROLE" -M prepared -n -c 8 -j 2 -T "$dur" \
        -f "$(case $script in /*) echo "$script" ;; *) echo "$BENCH/$script" ;; esac)" idemd \
        >"$out" 2>&1 || grep -q 'aborted' "$out"; then
     [ -n "$optional" ] || { cat "$out" >&2; die "pgbench $name failed"; }
@@ -688,9 +703,11 @@ say "writing the report"
   echo "runs=$RUNS"
   [ "$WAITERS" = 2 ] && echo "mode=waiters-only"
   echo "duration=$DUR"
+  echo "pinning=$PIN_NOTE"
   echo "notes=idemd writes its access log (one JSON line per request) to a file, as in production | the first-submit scripts rely on idemd echoing X-Request-Id | total time of this run: $(( $(date +%s) - T0 )) s"
 } >"$INFO"
 OUT=$BENCH/results/latest.md
+[ "$PIN" = 1 ] && OUT=$BENCH/results/pinned.md
 [ "$WAITERS" = 2 ] && OUT=$BENCH/results/waiters.md
 python3 "$BENCH/benchlib.py" report "$RESULTS" "$OUT" >/dev/null
 if [ "$SCALE" = 1 ]; then
