@@ -19,7 +19,7 @@ sent, so a key it has seen makes no second order.
   execution (through the API and through a gateway route). A token's
   record is kept until the token itself expires, so the token's expiry is
   what refuses it; a caller key carries no expiry of its own, and once its
-  record is swept it is new again (docs/http-api.md, "Caller keys").
+  record is swept it is new again (docs/service-calls.md).
 
 Lease ends with a late complete on a single instance, and a completion
 write refused by the database (a trigger), are in test_claims.py and
