@@ -25,27 +25,57 @@
 # 2. A property-based test generated from the document (schemathesis, a
 #    few examples per operation) against a real idemd: no 5xx other than a
 #    documented one, every status, Content-Type and body documented.
+# 3. Stoplight Prism (@stoplight/prism-cli, pinned, in build/node like the
+#    OpenAPI linter), a second reader of the document independent of
+#    openapi-core, in its error mode (`prism proxy --errors`) on the
+#    exchanges of 1 and 2: the relays record each request and idemd's
+#    answer byte for byte (in 2 a relay that only records, so that
+#    schemathesis keeps its pace), and tests/contract/prism_replay.py puts
+#    Prism in front of a replay upstream that gives back the recorded
+#    answers, sends every recorded request through it and counts Prism's
+#    verdicts. Replayed, not live: in front of the suite Prism would change
+#    what the tests see (it answers requests with malformed bodies, without
+#    `Authorization: Bearer` or on paths outside the document itself, and
+#    re-serialises answers), and one Prism per idemd the suite starts
+#    costs 2-4 s each. Any Prism violation fails the stage: an Error (its
+#    500 VIOLATIONS) or a Warning (`sl-violations`: a non-2xx status the
+#    operation does not list). What Prism cannot check is counted by
+#    reason and left to 1 (see prism_replay.py): paths and methods outside
+#    the document (idemd's 404 and 405 there, gateway routes' OPTIONS),
+#    gateway routes except through the stand-in path of their kind
+#    (/orders, /payments, /webhooks/{source}: Prism matches requests to
+#    the document's paths only, so a route on another path is checked
+#    as the relay maps it), the any-path answers of `x-any-path-responses`
+#    (an extension Prism does not read), and a recorded 501 (Prism mocks
+#    instead). Before that, Prism must find violations in the wrong
+#    document's exchanges of 1. About 40 s for the whole suite's
+#    exchanges; --no-prism leaves it out.
 #
 # Needs IDEMD_BIN (default build/idemd) and a PostgreSQL as tests/run.sh
 # provides it (IDEMD_TEST_PGHOST, IDEMD_TEST_PGUSER, ...); without one it
 # starts its own with deploy/pg.sh. openapi-core and schemathesis are
-# installed, pinned, in build/contract-venv. Exits non-zero on any
-# violation or failure; the last line is
-#   contract: N exchanges validated, N violations; schemathesis: N cases, N failures
-# Options: --proxy-only, --schemathesis-only; IDEMD_CONTRACT_TESTS="a b"
-# runs only those integration modules (names without .py).
+# installed, pinned, in build/contract-venv; Prism in build/node (npm).
+# Exits non-zero on any violation or failure; the last line is
+#   contract: N exchanges validated, N violations; schemathesis: N cases,
+#   N failures; prism: N exchanges checked, N violations
+# Options: --proxy-only, --schemathesis-only, --no-prism;
+# IDEMD_CONTRACT_TESTS="a b" runs only those integration modules (names
+# without .py).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 
 OPENAPI_CORE_VERSION=0.23.1
 SCHEMATHESIS_VERSION=4.32.5
-run_proxy=1 run_st=1
+# 5.14.2: the newest 5.x that runs on Node 18 and 20 (5.15 asks for 24)
+PRISM_VERSION=5.14.2
+run_proxy=1 run_st=1 run_prism=1
 for arg in "$@"; do
   case "$arg" in
     --proxy-only) run_st=0 ;;
     --schemathesis-only) run_proxy=0 ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    --no-prism) run_prism=0 ;;
+    -h|--help) sed -n '2,63p' "$0"; exit 0 ;;
     *) echo "contract.sh: unknown option: $arg" >&2; exit 2 ;;
   esac
 done
@@ -64,6 +94,15 @@ sys.exit(not (openapi_core.__version__ == '$OPENAPI_CORE_VERSION' and
     "$VENV/bin/pip" install -q --disable-pip-version-check \
       "openapi-core==$OPENAPI_CORE_VERSION" "schemathesis==$SCHEMATHESIS_VERSION" "pyyaml==6.0.4" ||
     { echo "contract.sh: could not install the validators" >&2; exit 1; }
+fi
+
+PRISM=$ROOT/build/node/node_modules/.bin/prism
+if [ "$run_prism" = 1 ] &&
+   ! grep -qs "\"version\": \"$PRISM_VERSION\"" build/node/node_modules/@stoplight/prism-cli/package.json; then
+  echo "contract.sh: installing @stoplight/prism-cli $PRISM_VERSION in build/node"
+  npm install --prefix build/node --no-audit --no-fund --loglevel=error --save-exact \
+    "@stoplight/prism-cli@$PRISM_VERSION" ||
+    { echo "contract.sh: could not install Prism" >&2; exit 1; }
 fi
 
 TMP=$(mktemp -d /tmp/idemd-contract.XXXXXX) || exit 1
@@ -95,13 +134,15 @@ if [ -z "${IDEMD_TEST_PGHOST:-}" ] || [ -z "${IDEMD_TEST_PGUSER:-}" ]; then
 fi
 
 status=0
-exchanges=0 violations=0 cases=0 failures=0
+exchanges=0 violations=0 cases=0 failures=0 prism_checked=0 prism_violations=0
 
 # ---------------------------------------------------------------- 1. proxy
-# start_proxy SPEC NAME: a proxy validating against SPEC; sets IDEMD_TEST_PROXY
+# start_proxy SPEC NAME [--no-check]: a proxy validating against SPEC (or
+# not) and recording every exchange in $TMP/NAME.rec for Prism; sets
+# IDEMD_TEST_PROXY
 start_proxy() {
   "$PY" tests/contract/proxy.py --spec "$1" --report "$TMP/$2.jsonl" \
-    --port-file "$TMP/$2.port" 2>"$TMP/$2.log" &
+    --port-file "$TMP/$2.port" --record "$TMP/$2.rec" ${3:+"$3"} 2>"$TMP/$2.log" &
   pids+=($!)
   for _ in $(seq 100); do [ -s "$TMP/$2.port" ] && break; sleep 0.1; done
   if [ ! -s "$TMP/$2.port" ]; then
@@ -113,6 +154,20 @@ proxy_stat() {  # FIELD: from the running proxy's /stats
   python3 -c "import json,sys,urllib.request
 print(json.loads(urllib.request.urlopen('http://%s/stats' % sys.argv[1]).read())[sys.argv[2]])" \
     "$IDEMD_TEST_PROXY" "$1"
+}
+# prism SPEC NAME...: Prism's verdict on the exchanges recorded as NAME...
+# (tests/contract/prism_replay.py); its counts in $TMP/prism-NAME.stats
+prism() {
+  local spec=$1 name=$2; shift 2
+  local n
+  for n in "$name" "$@"; do [ -e "$TMP/$n.rec" ] && cat "$TMP/$n.rec"; done >"$TMP/prism-$name.rec"
+  timeout -k 10 300 "$PY" tests/contract/prism_replay.py --prism "$PRISM" --spec "$spec" \
+    --record "$TMP/prism-$name.rec" --report "$TMP/prism-$name.jsonl" \
+    --stats "$TMP/prism-$name.stats" --log "$TMP/prism-$name.log"
+}
+prism_stat() {  # NAME FIELD
+  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" \
+    "$TMP/prism-$1.stats" "$2" 2>/dev/null || echo 0
 }
 
 if [ "$run_proxy" = 1 ]; then
@@ -131,6 +186,15 @@ if [ "$run_proxy" = 1 ]; then
   echo "  wrong document: $caught violations in $seen exchanges"
   if [ "$caught" = 0 ] || [ "$seen" = 0 ]; then
     echo "contract.sh: the proxy did not catch a wrong document" >&2; status=1
+  fi
+  if [ "$run_prism" = 1 ]; then
+    echo "==> Prism catches the wrong document (the same exchanges)"
+    prism "$TMP/wrong.yaml" wrong >"$TMP/prism-wrong.out" 2>&1
+    tail -n 1 "$TMP/prism-wrong.out" | sed 's/^/  /'
+    if [ "$(prism_stat wrong errors)" = 0 ] || [ "$(prism_stat wrong checked)" = 0 ]; then
+      cat "$TMP/prism-wrong.out"
+      echo "contract.sh: Prism did not catch a wrong document" >&2; status=1
+    fi
   fi
 
   echo "==> integration traffic through the validating proxy"
@@ -212,13 +276,26 @@ fi
 if [ "$run_st" = 1 ]; then
   echo "==> schemathesis $SCHEMATHESIS_VERSION against a real idemd"
   python3 tests/contract/target.py "$TMP/target.json" 2>"$TMP/target.log" &
-  pids+=($!)
+  target_pid=$!
+  pids+=("$target_pid")
   for _ in $(seq 300); do [ -s "$TMP/target.json" ] && break; sleep 0.1; done
   if [ ! -s "$TMP/target.json" ]; then
     cat "$TMP/target.log" >&2; echo "contract.sh: idemd for schemathesis did not start" >&2; exit 1
   fi
   url=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['url'])" "$TMP/target.json")
   key=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['api_key'])" "$TMP/target.json")
+  if [ "$run_prism" = 1 ]; then
+    # through a relay of the proxy that only records the exchanges for
+    # Prism (it passes the bytes as they are; validating them with
+    # openapi-core as well cost a third of the cases on two cores)
+    start_proxy api/openapi.yaml st --no-check
+    url=$(python3 -c "import http.client,json,sys
+t = json.load(open(sys.argv[1]))
+host, _, port = sys.argv[2].rpartition(':')
+c = http.client.HTTPConnection(host, int(port), timeout=10)
+c.request('POST', '/register', json.dumps({'upstream': t['port'], 'config': t['config']}))
+print('http://127.0.0.1:%d' % json.loads(c.getresponse().read())['port'])" "$TMP/target.json" "$IDEMD_TEST_PROXY")
+  fi
   t0=$SECONDS
   # run in $TMP: schemathesis keeps its example database in ./.schemathesis
   (cd "$TMP" && SCHEMATHESIS_TELEMETRY=false timeout -k 10 "$(( ${ST_MAX_TIME:-90} + 240 ))" \
@@ -236,12 +313,29 @@ if [ "$run_st" = 1 ]; then
   errored=$(sed -nE 's/.* ([0-9]+) errored.*/\1/p' "$TMP/st.log" | tail -n 1)
   cases=${cases:-0} failures=$(( ${failures:-0} + ${errored:-0} ))
   echo "  schemathesis: $cases cases, $failures failures ($((SECONDS - t0)) s, exit $st_rc)"
+  if [ "$run_prism" = 1 ]; then
+    sleep 1
+    echo "  recorded for Prism: $(proxy_stat recorded) exchanges"
+    kill "${pids[-1]}" 2>/dev/null
+    unset IDEMD_TEST_PROXY
+  fi
   if [ "$st_rc" != 0 ] || [ "$failures" != 0 ] || [ "$cases" = 0 ]; then status=1; fi
-  kill "${pids[-1]}" 2>/dev/null; wait "${pids[-1]}" 2>/dev/null
+  kill "$target_pid" 2>/dev/null; wait "$target_pid" 2>/dev/null
   if grep -q "did not exit 0\|idemd exited" "$TMP/target.log"; then
     cat "$TMP/target.log"; status=1
   fi
 fi
 
-echo "contract: $exchanges exchanges validated, $violations violations; schemathesis: $cases cases, $failures failures"
+# ---------------------------------------------------------------- 3. Prism
+# Stoplight Prism (`prism proxy --errors`), a second reader of the
+# document, on every exchange recorded above: see tests/contract/prism_replay.py.
+if [ "$run_prism" = 1 ] && [ -e "$TMP/proxy.rec" -o -e "$TMP/st.rec" ]; then
+  echo "==> Prism $PRISM_VERSION (prism proxy --errors) on the recorded exchanges"
+  prism api/openapi.yaml proxy st
+  rc=$?
+  prism_checked=$(prism_stat proxy checked) prism_violations=$(prism_stat proxy violations)
+  if [ "$rc" != 0 ] || [ "$prism_violations" != 0 ] || [ "$prism_checked" = 0 ]; then status=1; fi
+fi
+
+echo "contract: $exchanges exchanges validated, $violations violations; schemathesis: $cases cases, $failures failures; prism: $prism_checked exchanges checked, $prism_violations violations"
 exit $status

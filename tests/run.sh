@@ -2,7 +2,7 @@
 # Runs the whole test suite: unit, integration and browser tests (ctest)
 # against a throwaway PostgreSQL cluster, the mutants of the safety
 # mechanisms, the history checker, the contract (every exchange against
-# api/openapi.yaml, schemathesis), the OpenAPI lint, the client
+# api/openapi.yaml, schemathesis, Prism), the OpenAPI lint, the client
 # libraries, queue consumers against RabbitMQ, the examples of README.md
 # and docs/ (run, their output compared with the page), the layering of
 # src/, the Markdown link check, and, with --sanitize or when CI=true, the
@@ -104,8 +104,9 @@ else
   results+=("history checker: FAILED"); problems+=("history checker")
 fi
 
-say "the published contract (tests/contract.sh: the suite through a validating relay, schemathesis)"
-# Bounded: its idemd servers and relays are stopped on exit.
+say "the published contract (tests/contract.sh: the suite through a validating relay, schemathesis, Prism)"
+# Bounded: its idemd servers, relays and Prism are stopped on exit.
+# Installs Prism (@stoplight/prism-cli, pinned) in build/node.
 if IDEMD_BIN="$ROOT/build/idemd" timeout -k 60 900 bash tests/contract.sh; then
   results+=("contract: ok")
 else

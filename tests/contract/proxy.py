@@ -29,9 +29,16 @@ document's conventions), as a Problem.
 GET /stats gives the counts; every violation is appended to the report file
 (one JSON object per line). Requests are not validated: the tests send
 invalid ones on purpose, and what is checked is what idemd answers.
+
+With --record FILE every exchange is also appended to FILE (one JSON
+object per line: the request's method, path or a gateway route's
+stand-in, query and headers, and the answer's bytes as idemd sent them)
+for Stoplight Prism (tests/contract/prism_replay.py); --no-check only
+relays and records.
 """
 
 import argparse
+import base64
 import json
 import os
 import re
@@ -51,6 +58,7 @@ HOST_URL = "http://127.0.0.1:8080"  # the document's server
 # Headers that belong to the transport, not to the API: never "undeclared".
 TRANSPORT_HEADERS = {"content-type", "content-length", "connection", "date",
                      "transfer-encoding", "keep-alive", "server"}
+RECORD_MAX = 1 << 20  # answers larger than this are not recorded (--record)
 STAND_INS = {"token": "/orders", "ietf": "/payments", "derived": "/webhooks/{source}"}
 
 
@@ -209,8 +217,11 @@ def parse_requests(buf):
 
 
 def parse_responses(buf, methods):
+    """(status, headers, body, raw) of each final answer; raw is its bytes
+    as sent (head and body, without the 1xx answers before it)."""
     out, pos, i = [], 0, 0
     while pos < len(buf) and i < len(methods):
+        start = pos
         try:
             line, headers, pos = parse_head(buf, pos)
             status = int(line.split(" ", 2)[1])
@@ -225,7 +236,7 @@ def parse_responses(buf, methods):
                 body, pos = read_body(buf, pos, headers, True)
         except (ParseError, ValueError):
             break
-        out.append((status, headers, body))
+        out.append((status, headers, body, bytes(buf[start:pos])))
         i += 1
     return out
 
@@ -233,14 +244,18 @@ def parse_responses(buf, methods):
 # ---------------------------------------------------------------- checking
 
 class Checker:
-    def __init__(self, contract, report_path):
+    def __init__(self, contract, report_path, record_path=None, check=True):
         self.contract = contract
+        self.check_answers = check
         self.routes = Routes()
         self.report = open(report_path, "a", encoding="utf-8")
+        self.recording = open(record_path, "a", encoding="utf-8", buffering=1) if record_path else None
         self.lock = threading.Lock()
         self.exchanges = 0
         self.violations = 0
         self.by_kind = {}
+        self.recorded = 0
+        self.unrecorded = 0
 
     def record(self, kind, violation=None, exchange=None):
         with self.lock:
@@ -253,7 +268,7 @@ class Checker:
 
     def check(self, config, req, resp):
         method, target, qheaders, qbody = req
-        status, headers, body = resp
+        status, headers, body, raw = resp
         path, _, query = target.partition("?")
         exchange = {"request": "%s %s" % (method, target[:300]), "status": status,
                     "headers": headers, "body": body[:1500].decode("utf-8", "replace")}
@@ -268,10 +283,27 @@ class Checker:
                 spec_method = "POST"  # the stand-ins model every method as POST
         try:
             violation = self.validate(spec_path, spec_method, query, qheaders, status,
-                                      headers, body)
+                                      headers, body) if self.check_answers else None
         except Exception as e:  # a crash of the checker is a violation too
             violation = "checker error: %r" % (e,)
         self.record(kind, violation, exchange)
+        if self.recording is not None:
+            self.keep(kind, spec_path, spec_method, query, qheaders, status, raw)
+
+    def keep(self, kind, path, method, query, qheaders, status, raw):
+        """One exchange for tests/contract/prism_replay.py: the request's
+        method, path (a gateway route's stand-in), query and headers, and
+        the answer's bytes as idemd sent them."""
+        if len(raw) > RECORD_MAX:
+            with self.lock:
+                self.unrecorded += 1
+            return
+        line = json.dumps({"kind": kind, "method": method, "path": path, "query": query,
+                           "headers": qheaders, "status": status,
+                           "raw": base64.b64encode(raw).decode()})
+        with self.lock:
+            self.recorded += 1
+            self.recording.write(line + "\n")
 
     def validate(self, path, method, query, qheaders, status, headers, body):
         c = self.contract
@@ -482,7 +514,8 @@ class Control(BaseHTTPRequestHandler):
         c = self.checker
         with c.lock:
             self.reply({"exchanges": c.exchanges, "violations": c.violations,
-                        "by_kind": c.by_kind, "relays": len(self.relays)})
+                        "by_kind": c.by_kind, "relays": len(self.relays),
+                        "recorded": c.recorded, "unrecorded": c.unrecorded})
 
 
 def main():
@@ -490,8 +523,12 @@ def main():
     ap.add_argument("--spec", required=True)
     ap.add_argument("--report", required=True)
     ap.add_argument("--port-file", required=True)
+    ap.add_argument("--record", help="append every exchange to this file (JSON lines) "
+                    "for tests/contract/prism_replay.py")
+    ap.add_argument("--no-check", action="store_true",
+                    help="only relay and record (--record), validating nothing")
     a = ap.parse_args()
-    Control.checker = Checker(Contract(a.spec), a.report)
+    Control.checker = Checker(Contract(a.spec), a.report, a.record, not a.no_check)
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Control)
     srv.daemon_threads = True
     with open(a.port_file + ".tmp", "w") as f:

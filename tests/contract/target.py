@@ -10,7 +10,7 @@ answers 201 with a JSON body:
   POST /orders    key token                    (operation order.create)
   POST /payments  key header:Idempotency-Key   (operation payment.create)
 
-Writes {"url": ..., "api_key": ...} to the file named by its argument when
+Writes {"url": ..., "api_key": ..., "port": ..., "config": ...} to the file named by its argument when
 idemd is ready, then serves until SIGTERM or SIGINT, and cleans up (idemd
 stopped, database dropped).
 """
@@ -77,7 +77,8 @@ def main():
                 raise SystemExit("target: PUT operation failed: %s" % r.describe())
         with open(out + ".tmp", "w") as f:
             json.dump({"url": "http://127.0.0.1:%d" % srv.port, "api_key": key,
-                       "log": srv.log_path}, f)
+                       "log": srv.log_path, "port": srv.port,
+                       "config": idemd.config_path}, f)
         os.rename(out + ".tmp", out)
         while not stop.wait(0.5):
             if srv.proc.poll() is not None:
