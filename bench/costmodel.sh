@@ -22,8 +22,10 @@
 # entry for a row in progress); an update of a completed record's
 # unindexed column (HOT) and of its expires_at (not HOT: three index
 # entries); the first submit as idemd sends it (two statements, two
-# transactions, with their audit events: bench/pgbench_db_first_submit.sql)
-# and through the PL/pgSQL functions (..._functions.sql).
+# transactions, their audit events told by the record's columns:
+# bench/pgbench_db_first_submit.sql), as it sent it before migration 0013
+# (each event a row of its own: cost/first_submit_rows.sql) and through the
+# PL/pgSQL functions (..._functions.sql).
 # Writes bench/results/costmodel.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,7 +73,8 @@ printf '{"database_url": "%s", "master_key_file": "%s"}\n' "$(pg conninfo "$PGDI
 # NAME@C: C clients (pgbench -j 2), the CPU of one of them per its share of
 # the transactions: what group commit (one flush for several) leaves
 STEPS=(statement insert_bare insert_bare_twice insert_pk insert_records update_hot
-       update_nonhot first_submit first_submit_fn insert_bare@8 first_submit@8)
+       update_nonhot first_submit first_submit_rows first_submit_fn insert_bare@8
+       first_submit@8 first_submit_rows@8)
 script_of() {  # the first submits are the bench's own database diagnostics
   case "$1" in
     first_submit) echo "$BENCH/pgbench_db_first_submit.sql" ;;

@@ -1,11 +1,12 @@
 -- pgbench_db_first_submit.sql: diagnostic, the database half of a direct
 -- first submit without idemd: the claim and the completion of a fresh
 -- random token as idemd sends them when a batch holds one request (the
--- plain-SQL statements claim_fresh and complete_current of src/store.c
--- over one-element arrays, each with its audit event), two transactions
--- (tenant 0). Throughput here is the ceiling idemd's first submit can
--- reach with the current SQL and no batching; the gap between it and
--- bench's first_submit is idemd's own (or, above it, what batching buys).
+-- plain-SQL statements claim_fresh and complete_current of
+-- src/store/store.c over one-element arrays, their audit events told by
+-- the record's own columns: migrations/0013), two transactions (tenant 0).
+-- Throughput here is the ceiling idemd's first submit can reach with the
+-- current SQL and no batching; the gap between it and bench's
+-- first_submit is idemd's own (or, above it, what batching buys).
 \set k random(1000000, 9000000000000000)
 WITH x AS (SELECT * FROM unnest(ARRAY[0], ARRAY[decode(lpad(to_hex(:k::bigint), 32, '0'), 'hex')],
        ARRAY[1], ARRAY['user-42'],
@@ -14,21 +15,16 @@ WITH x AS (SELECT * FROM unnest(ARRAY[0], ARRAY[decode(lpad(to_hex(:k::bigint), 
        AS x(tenant, id, op, subject, fp, expires, lease, i)),
      ins AS (INSERT INTO records AS rec (tenant_id, token_id, operation_id, subject, state,
                  fingerprint, attempt, lease_expires_at, version_claimed, token_expires_at,
-                 expires_at, created_at, updated_at)
+                 expires_at, created_at, updated_at, claimed_seq, claimed_by, claimed_trace)
              SELECT x.tenant, x.id, x.op, x.subject, 'in_progress', x.fp, 1,
                     now() + make_interval(secs => x.lease), NULL, to_timestamp(x.expires),
                     greatest(to_timestamp(x.expires), now() + make_interval(secs => x.lease)),
-                    now(), now()
+                    now(), now(), nextval('record_events_seq_seq'), 'api_key:1', NULL
                FROM x WHERE x.lease > 0 AND to_timestamp(x.expires) > now() ORDER BY x.i
              ON CONFLICT (tenant_id, token_id) DO NOTHING
              RETURNING rec.tenant_id, rec.token_id, rec.lease_expires_at),
      got AS (SELECT x.i, ins.lease_expires_at FROM ins
                JOIN x ON x.tenant = ins.tenant_id AND x.id = ins.token_id),
-     ev AS (INSERT INTO record_events (tenant_id, token_id, event, attempt, status, phase, by,
-                                       expires_at)
-            SELECT 0, decode(lpad(to_hex(:k::bigint), 32, '0'), 'hex'), 'claimed', 1, NULL,
-                   NULL, 'api_key:1', now() + make_interval(secs => 86400)
-              FROM got g),
      old AS (SELECT x.i, 'replay' AS outcome, rec.attempt, rec.expires_at AS until,
                     rec.response_status, rec.response_headers, rec.response_body,
                     rec.response_is_json
@@ -56,17 +52,14 @@ WITH u AS (SELECT * FROM unnest(ARRAY[0], ARRAY[decode(lpad(to_hex(:k::bigint), 
                     response_is_json = coalesce(u.is_json, false),
                     expires_at = greatest(now() + make_interval(secs => u.retention),
                                           rec.token_expires_at),
-                    updated_at = now()
+                    updated_at = now(), completed_at = clock_timestamp(),
+                    completed_seq = nextval('record_events_seq_seq'),
+                    completed_by = 'api_key:1', completed_trace = NULL
                FROM u JOIN locked l ON l.tenant_id = u.tenant AND l.token_id = u.id
               WHERE rec.tenant_id = u.tenant AND rec.token_id = u.id
                 AND rec.state = 'in_progress' AND rec.attempt = u.attempt
                 AND u.status BETWEEN 100 AND 599 AND u.retention >= 0
              RETURNING u.i, rec.response_status, rec.response_headers, rec.response_body,
-                       rec.response_is_json, rec.expires_at, rec.fingerprint),
-     ev AS (INSERT INTO record_events (tenant_id, token_id, event, attempt, status, phase, by,
-                                       expires_at)
-            SELECT 0, decode(lpad(to_hex(:k::bigint), 32, '0'), 'hex'), 'completed', 1, 201,
-                   NULL, 'api_key:1', now() + make_interval(secs => 86400)
-              FROM upd)
+                       rec.response_is_json, rec.expires_at, rec.fingerprint)
 SELECT 'completed', response_status, response_headers, response_body, response_is_json,
        (extract(epoch from expires_at) * 1000)::bigint, fingerprint, i FROM upd ORDER BY i;

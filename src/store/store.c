@@ -63,44 +63,43 @@ static const struct db_stmt st_complete_many = {
  * a claim that makes a fresh record or finds it completed, and a complete
  * of the current attempt of a record in progress. Each settles only those
  * elements and returns their rows; the rest then go through idemd.claim /
- * idemd.complete. They follow the functions' rules: the same INSERT and
- * audit event, a replay for a completed record with the same fingerprint
+ * idemd.complete. They follow the functions' rules: the same INSERT, a
+ * replay for a completed record with the same fingerprint
  * (read without a lock: completed is final), the same UPDATE with the
  * records locked in record order. A record this statement makes is not in
  * its snapshot and one it finds completed is not inserted, so no element
- * comes back twice. */
+ * comes back twice. Their audit events ('claimed' of a fresh record,
+ * 'completed') are told by the record's own columns (TOLD_EVENT,
+ * migrations/0013) instead of a row each. */
 static const struct db_stmt st_claim_fresh = {
 	ST_CLAIM_FRESH, "claim_fresh",
 	"WITH x AS (SELECT *, " GRANT_CLOCK " AS t FROM unnest($1::int[], $2::bytea[], $3::int[], "
-	"$4::text[], $5::bytea[], $6::bigint[], $7::int[]) WITH ORDINALITY "
-	"AS x(tenant, id, op, subject, fp, expires, lease, i)), "
+	"$4::text[], $5::bytea[], $6::bigint[], $7::int[], $8::text[]) WITH ORDINALITY "
+	"AS x(tenant, id, op, subject, fp, expires, lease, by, i)), "
 	"ins AS (INSERT INTO records AS rec (tenant_id, token_id, operation_id, subject, state, "
 	"fingerprint, attempt, lease_expires_at, version_claimed, token_expires_at, expires_at, "
-	"created_at, updated_at) "
+	"created_at, updated_at, claimed_seq, claimed_by, claimed_trace) "
 	"SELECT x.tenant, x.id, x.op, x.subject, 'in_progress', x.fp, 1, "
 	"x.t + make_interval(secs => x.lease), NULL, to_timestamp(x.expires), "
-	"greatest(to_timestamp(x.expires), x.t + make_interval(secs => x.lease)), x.t, x.t "
-	"FROM x WHERE x.lease > 0 AND to_timestamp(x.expires) > x.t ORDER BY x.i "
-	"ON CONFLICT (tenant_id, token_id) DO NOTHING "
-	"RETURNING rec.tenant_id, rec.token_id, rec.lease_expires_at), "
-	"got AS (SELECT x.i, ins.lease_expires_at FROM ins "
-	"JOIN x ON x.tenant = ins.tenant_id AND x.id = ins.token_id), "
-	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[g.i], ($2::bytea[])[g.i], 'claimed', 1, NULL, "
-	"NULL, " EVENT_BY("($8::text[])[g.i]") ", " EVENT_UNTIL(
-		"($9::int[])[g.i]") " FROM got g), "
-				    "old AS (SELECT x.i, 'replay' AS outcome, rec.attempt, rec.expires_at AS until, "
-				    "rec.response_status, rec.response_headers, rec.response_body, rec.response_is_json "
-				    "FROM x JOIN records rec ON rec.tenant_id = x.tenant AND rec.token_id = x.id "
-				    "WHERE rec.state = 'completed' AND rec.fingerprint IS NOT DISTINCT FROM x.fp "
-				    "AND rec.expires_at > x.t) "
-				    "SELECT outcome, attempt, " MS(
-					    "until") ", NULL::int, response_status, response_headers, "
-						     "response_body, response_is_json, NULL::bigint, i FROM ("
-						     "SELECT g.i, 'claimed' AS outcome, 1 AS attempt, g.lease_expires_at AS until, "
-						     "NULL::int AS response_status, NULL::jsonb AS response_headers, "
-						     "NULL::bytea AS response_body, NULL::boolean AS response_is_json FROM got g "
-						     "UNION ALL SELECT * FROM old) r ORDER BY i",
-	9
+	"greatest(to_timestamp(x.expires), x.t + make_interval(secs => x.lease)), x.t, x.t, " TOLD_EVENT(
+		"x.by") " FROM x WHERE x.lease > 0 AND to_timestamp(x.expires) > x.t ORDER BY x.i "
+			"ON CONFLICT (tenant_id, token_id) DO NOTHING "
+			"RETURNING rec.tenant_id, rec.token_id, rec.lease_expires_at), "
+			"got AS (SELECT x.i, ins.lease_expires_at FROM ins "
+			"JOIN x ON x.tenant = ins.tenant_id AND x.id = ins.token_id), "
+			"old AS (SELECT x.i, 'replay' AS outcome, rec.attempt, rec.expires_at AS until, "
+			"rec.response_status, rec.response_headers, rec.response_body, rec.response_is_json "
+			"FROM x JOIN records rec ON rec.tenant_id = x.tenant AND rec.token_id = x.id "
+			"WHERE rec.state = 'completed' AND rec.fingerprint IS NOT DISTINCT FROM x.fp "
+			"AND rec.expires_at > x.t) "
+			"SELECT outcome, attempt, " MS(
+				"until") ", NULL::int, response_status, response_headers, "
+					 "response_body, response_is_json, NULL::bigint, i FROM ("
+					 "SELECT g.i, 'claimed' AS outcome, 1 AS attempt, g.lease_expires_at AS until, "
+					 "NULL::int AS response_status, NULL::jsonb AS response_headers, "
+					 "NULL::bytea AS response_body, NULL::boolean AS response_is_json FROM got g "
+					 "UNION ALL SELECT * FROM old) r ORDER BY i",
+	8
 };
 /* Its first array passes through a volatile expression, so that the
  * planner cannot see how long the arrays are when it plans a call either:
@@ -112,8 +111,8 @@ static const struct db_stmt st_complete_current = {
 	ST_COMPLETE_CURRENT, "complete_current",
 	"WITH u AS (SELECT * FROM unnest(CASE WHEN random() >= 0 THEN $1::int[] END, $2::bytea[], "
 	"$3::int[], $4::int[], "
-	"$5::jsonb[], $6::bytea[], $7::boolean[], $8::int[]) WITH ORDINALITY "
-	"AS x(tenant, id, attempt, status, headers, body, is_json, retention, i)), "
+	"$5::jsonb[], $6::bytea[], $7::boolean[], $8::int[], $9::text[]) WITH ORDINALITY "
+	"AS x(tenant, id, attempt, status, headers, body, is_json, retention, by, i)), "
 	"locked AS (SELECT rec.tenant_id, rec.token_id FROM records rec "
 	"WHERE (rec.tenant_id, rec.token_id) IN (SELECT u.tenant, u.id FROM u) "
 	"AND rec.state = 'in_progress' ORDER BY rec.tenant_id, rec.token_id FOR UPDATE), "
@@ -122,20 +121,19 @@ static const struct db_stmt st_complete_current = {
 	"response_is_json = coalesce(u.is_json, false), "
 	"expires_at = CASE WHEN u.retention < 0 THEN now() + make_interval(secs => -1 - u.retention) "
 	"ELSE greatest(now() + make_interval(secs => u.retention), rec.token_expires_at) END, "
-	"updated_at = now() "
-	"FROM u JOIN locked l ON l.tenant_id = u.tenant AND l.token_id = u.id "
-	"WHERE rec.tenant_id = u.tenant AND rec.token_id = u.id AND rec.state = 'in_progress' "
-	"AND rec.expires_at > clock_timestamp() AND " FENCE_ATTEMPT " "
-	"AND u.status BETWEEN 100 AND 599 "
-	"RETURNING u.i, rec.response_status, rec.response_headers, rec.response_body, "
-	"rec.response_is_json, rec.expires_at, rec.fingerprint), "
-	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[upd.i], ($2::bytea[])[upd.i], 'completed', "
-	"($3::int[])[upd.i], ($4::int[])[upd.i], NULL, " EVENT_BY("($9::text[])[upd.i]") ", " EVENT_UNTIL(
-		"($10::int[])[upd.i]") " FROM upd) "
-				       "SELECT 'completed', response_status, response_headers, response_body, "
-				       "response_is_json, " MS(
-					       "expires_at") ", fingerprint, i FROM upd ORDER BY i",
-	10
+	"updated_at = now(), completed_at = clock_timestamp(), "
+	"(completed_seq, completed_by, completed_trace) = (SELECT " TOLD_EVENT(
+		"u.by") ") "
+			"FROM u JOIN locked l ON l.tenant_id = u.tenant AND l.token_id = u.id "
+			"WHERE rec.tenant_id = u.tenant AND rec.token_id = u.id AND rec.state = 'in_progress' "
+			"AND rec.expires_at > clock_timestamp() AND " FENCE_ATTEMPT " "
+			"AND u.status BETWEEN 100 AND 599 "
+			"RETURNING u.i, rec.response_status, rec.response_headers, rec.response_body, "
+			"rec.response_is_json, rec.expires_at, rec.fingerprint) "
+			"SELECT 'completed', response_status, response_headers, response_body, "
+			"response_is_json, " MS(
+				"expires_at") ", fingerprint, i FROM upd ORDER BY i",
+	9
 };
 
 /* Runs STMT on a pooled connection; the connection goes back at once. */
@@ -448,9 +446,8 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 
 	if (ra == NULL || rr == NULL || done == NULL || store_claim_arrays(arrs, a, n) < 0)
 		goto out;
-	const char *v[9] = { arrs[0].sa_buf, arrs[1].sa_buf,  arrs[2].sa_buf,
-			     arrs[3].sa_buf, arrs[4].sa_buf,  arrs[5].sa_buf,
-			     arrs[6].sa_buf, arrs[11].sa_buf, arrs[12].sa_buf };
+	const char *v[8] = { arrs[0].sa_buf, arrs[1].sa_buf, arrs[2].sa_buf, arrs[3].sa_buf,
+			     arrs[4].sa_buf, arrs[5].sa_buf, arrs[6].sa_buf, arrs[11].sa_buf };
 	if ((r = store_run(&st_claim_fresh, v, NULL, NULL)) == NULL ||
 	    store_claim_fresh_rows(r, res, done, n) < 0)
 		goto out;
@@ -495,8 +492,9 @@ static int store_complete_arrays(struct store_array *arrs, const struct complete
 	return store_arrays_close(arrs, 10);
 }
 
-/* Runs STMT (st_complete_many or st_complete_current: same parameters,
- * same columns) over A and fills RES[i] and DONE[i] for each row; with
+/* Runs STMT (st_complete_many, or st_complete_current: the same
+ * parameters but the audit retention, which its told event does not need;
+ * the same columns) over A and fills RES[i] and DONE[i] for each row; with
  * ALL, every element must come back. 0, or -1 (then RES holds nothing). */
 static int store_complete_run(const struct db_stmt *stmt, const struct complete_args *const *a,
 			      struct complete_result *const *res, char *done, size_t n, int all)

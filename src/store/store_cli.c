@@ -25,7 +25,7 @@ static const struct db_stmt st_cli[] = {
 			       "SELECT encode(e.token_id, 'hex') AS id, t.name AS tenant, "
 			       "to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS at, "
 			       "e.event, e.attempt, e.status, e.phase, e.by, e.trace_id "
-			       "FROM record_events e JOIN tenants t ON t.id = e.tenant_id "
+			       "FROM idemd.events e JOIN tenants t ON t.id = e.tenant_id "
 			       "WHERE e.token_id = decode($1, 'hex') ORDER BY t.name, e.seq LIMIT 100000",
 			       1 },
 	[STORE_CLI_LIST] = { ST_CLI_LIST, "cli_list",

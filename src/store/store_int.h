@@ -70,7 +70,10 @@ enum {
 /*
  * Every state change writes its audit event in the same statement, so in
  * the same transaction (migrations/0007): an INSERT into record_events
- * over the change's own result, naming who did it (the last parameter).
+ * over the change's own result, naming who did it (the last parameter);
+ * or, for a fresh claim and a completion on the plain-SQL paths, in the
+ * record's own columns (TOLD_EVENT). Readers read idemd.events, which has
+ * both.
  */
 #define EVENT_COLUMNS \
 	"INSERT INTO record_events (tenant_id, token_id, event, attempt, status, " \
@@ -79,6 +82,10 @@ enum {
  * trace id after a unit separator (STORE_TRACE_SEP) when the request had
  * one (http.c http_set_by). */
 #define EVENT_BY(p) "split_part(" p ", chr(31), 1), nullif(split_part(" p ", chr(31), 2), '')"
+/* An event a record tells in its own columns (migrations/0013): its seq,
+ * drawn from the events' sequence so that it sorts among their rows, then
+ * the by and trace_id of EVENT_BY. */
+#define TOLD_EVENT(p) "nextval('record_events_seq_seq'), " EVENT_BY(p)
 /* When an event written now may be swept: now + the operation's audit
  * retention, which the caller sends per element (store_audit_seconds). */
 #define EVENT_UNTIL(secs) "now() + make_interval(secs => " secs ")"

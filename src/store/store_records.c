@@ -79,7 +79,7 @@ static const struct db_stmt st_checkpoint = {
 static const struct db_stmt st_events_get = {
 	ST_EVENTS_GET, "events_get",
 	"SELECT " MS(
-		"at") ", event, attempt, status, phase, by, seq, trace_id FROM record_events "
+		"at") ", event, attempt, status, phase, by, seq, trace_id FROM idemd.events "
 		      "WHERE tenant_id = $1 AND token_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
 	4
 };
