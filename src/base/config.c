@@ -1,11 +1,12 @@
 /*
  * Configuration loading and validation. Every key is one row of a table
- * (name, setter, field, default, bounds, extra check): config_keys for the
- * top level, route_keys (config_routes.c) for each element of "routes". One generic walker,
- * load_object(), rejects unknown keys, applies the file value or the default
- * (written as JSON text and run through the same setter, so defaults obey the
- * same rules) and reports missing required keys. Environment overrides are
- * applied by config_load() after the file.
+ * (name, type, field, default, bounds, flags, extra check): config_keys for
+ * the top level, route_keys (config_routes.c) for each element of "routes".
+ * One walker, config_load_object() (config_set.c), rejects unknown keys,
+ * applies the file value or the default (written as JSON text and run
+ * through the same setter, so defaults obey the same rules) and reports
+ * missing required keys; config_free_object() frees by the same table.
+ * Environment overrides are applied by config_load() after the file.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1 /* strdup, strndup, explicit_bzero */
@@ -30,187 +31,47 @@
 static int load_root(struct config *cfg, json_t *root, char *err, size_t errlen);
 static void secret_free(char *s);
 
-#define CFG_FIELD(f) offsetof(struct config, f)
+#define KEY(...) CFG_KEY(struct config, __VA_ARGS__)
+#define LIST(...) CFG_LIST(struct config, __VA_ARGS__)
+#define ADDRESS(...) CFG_ADDRESS_KEY(struct config, __VA_ARGS__)
+#define GIB 1073741824LL
 
+/* name (= field), type, default, min, max, flags (CFG_RELOAD: SIGHUP may
+ * change it), check; in this order they are read, and named by
+ * config_reload */
 static const struct cfg_key config_keys[] = {
-	{ .name = "listen", .set = config_set_listen, .def = "\"127.0.0.1:8080\"" },
-	{ .name = "database_url",
-	  .set = config_set_string,
-	  .off = CFG_FIELD(database_url),
-	  .flags = CFG_NONEMPTY },
-	{ .name = "pool_size",
-	  .set = config_set_int,
-	  .off = CFG_FIELD(pool_size),
-	  .def = "8",
-	  .min = 1,
-	  .max = 256 },
-	/* no default here: one thread per core, see load_root() */
-	{ .name = "threads",
-	  .set = config_set_int,
-	  .off = CFG_FIELD(threads),
-	  .min = 1,
-	  .max = 256 },
-	{ .name = "max_body_bytes",
-	  .set = config_set_size,
-	  .off = CFG_FIELD(max_body_bytes),
-	  .def = "1048576",
-	  .min = 1024,
-	  .max = 67108864,
-	  .flags = CFG_RELOAD },
-	{ .name = "sweep_interval_seconds",
-	  .set = config_set_int,
-	  .off = CFG_FIELD(sweep_interval_seconds),
-	  .def = "60",
-	  .min = 1,
-	  .max = 86400 },
-	{ .name = "database_wait_seconds",
-	  .set = config_set_int,
-	  .off = CFG_FIELD(database_wait_seconds),
-	  .def = "60",
-	  .min = 0,
-	  .max = 3600 },
-	{ .name = "fence_retention_seconds",
-	  .set = config_set_int,
-	  .off = CFG_FIELD(fence_retention_seconds),
-	  .def = "604800",
-	  .min = 0,
-	  .max = 315360000 },
-	{ .name = "master_key_file",
-	  .set = config_set_string,
-	  .off = CFG_FIELD(master_key_file),
-	  .def = "\"idemd.key\"",
-	  .flags = CFG_NONEMPTY },
-	{ .name = "cors_origins",
-	  .set = config_set_strlist,
-	  .off = CFG_FIELD(cors_origins),
-	  .count_off = CFG_FIELD(n_cors_origins),
-	  .def = "[]",
-	  .max = 256,
-	  .check = config_check_origin,
-	  .flags = CFG_RELOAD },
-	{ .name = "routes",
-	  .set = config_set_routes,
-	  .def = "[]",
-	  .max = 1024,
-	  .flags = CFG_RELOAD },
-	{ .name = "max_connections",
-	  .set = config_set_int,
-	  .off = CFG_FIELD(max_connections),
-	  .def = "4096",
-	  .min = 1,
-	  .max = 100000 },
-	{ .name = "connection_timeout_seconds",
-	  .set = config_set_int,
-	  .off = CFG_FIELD(connection_timeout_seconds),
-	  .def = "30",
-	  .min = 1,
-	  .max = 3600 },
-	{ .name = "max_connections_per_ip",
-	  .set = config_set_int,
-	  .off = CFG_FIELD(max_connections_per_ip),
-	  .def = "1024",
-	  .min = 0,
-	  .max = 100000 },
-	{ .name = "max_inflight_body_bytes",
-	  .set = config_set_size,
-	  .off = CFG_FIELD(max_inflight_body_bytes),
-	  .def = "67108864",
-	  .min = 1048576,
-	  .max = 68719476736LL,
-	  .flags = CFG_RELOAD },
-	{ .name = "max_inflight_body_bytes_per_client",
-	  .set = config_set_size,
-	  .off = CFG_FIELD(max_inflight_body_bytes_per_client),
-	  .def = "0",
-	  .min = 0,
-	  .max = 68719476736LL,
-	  .flags = CFG_RELOAD },
-	{ .name = "max_inflight_body_bytes_per_tenant",
-	  .set = config_set_size,
-	  .off = CFG_FIELD(max_inflight_body_bytes_per_tenant),
-	  .def = "0",
-	  .min = 0,
-	  .max = 68719476736LL,
-	  .flags = CFG_RELOAD },
-	{ .name = "request_timeout_seconds",
-	  .set = config_set_int,
-	  .off = CFG_FIELD(request_timeout_seconds),
-	  .def = "30",
-	  .min = 1,
-	  .max = 3600 },
-	{ .name = "issue_rate_per_second",
-	  .set = config_set_double,
-	  .off = CFG_FIELD(issue_rate_per_second),
-	  .def = "0",
-	  .min = 0,
-	  .max = 1000000,
-	  .flags = CFG_RELOAD },
-	{ .name = "issue_burst",
-	  .set = config_set_int,
-	  .off = CFG_FIELD(issue_burst),
-	  .def = "100",
-	  .min = 1,
-	  .max = 1000000,
-	  .flags = CFG_RELOAD },
-	{ .name = "claim_rate_per_second",
-	  .set = config_set_double,
-	  .off = CFG_FIELD(claim_rate_per_second),
-	  .def = "0",
-	  .min = 0,
-	  .max = 1000000,
-	  .flags = CFG_RELOAD },
-	{ .name = "claim_burst",
-	  .set = config_set_int,
-	  .off = CFG_FIELD(claim_burst),
-	  .def = "1000",
-	  .min = 1,
-	  .max = 1000000,
-	  .flags = CFG_RELOAD },
-	{ .name = "max_waiters",
-	  .set = config_set_int,
-	  .off = CFG_FIELD(max_waiters),
-	  .def = "10000",
-	  .min = 0,
-	  .max = 1000000 },
-	{ .name = "database_timeout_ms",
-	  .set = config_set_long,
-	  .off = CFG_FIELD(database_timeout_ms),
-	  .def = "10000",
-	  .min = 100,
-	  .max = 600000 },
-	{ .name = "prepared_statements",
-	  .set = config_set_bool,
-	  .off = CFG_FIELD(prepared_statements),
-	  .def = "true" },
-	{ .name = "log_level",
-	  .set = config_set_string,
-	  .off = CFG_FIELD(log_level),
-	  .def = "\"info\"",
-	  .check = config_check_log_level,
-	  .flags = CFG_RELOAD },
-	{ .name = "tls_cert_file",
-	  .set = config_set_string,
-	  .off = CFG_FIELD(tls_cert_file),
-	  .def = "null",
-	  .flags = CFG_NONEMPTY | CFG_NULLABLE },
-	{ .name = "tls_key_file",
-	  .set = config_set_string,
-	  .off = CFG_FIELD(tls_key_file),
-	  .def = "null",
-	  .flags = CFG_NONEMPTY | CFG_NULLABLE },
-	{ .name = "listen_database_url",
-	  .set = config_set_string,
-	  .off = CFG_FIELD(listen_database_url),
-	  .def = "null",
-	  .flags = CFG_NONEMPTY | CFG_NULLABLE },
-	{ .name = "admin_listen", .set = config_set_admin_listen, .def = "null" },
-	{ .name = "metrics_operations",
-	  .set = config_set_strlist,
-	  .off = CFG_FIELD(metrics_operations),
-	  .count_off = CFG_FIELD(n_metrics_operations),
-	  .def = "[]",
-	  .max = 64,
-	  .check = config_check_metrics_operation },
+	ADDRESS("listen", listen, "\"127.0.0.1:8080\"", 0),
+	KEY(database_url, STRING, NULL, 0, 0, CFG_NONEMPTY | CFG_SECRET, NULL),
+	KEY(pool_size, INT, "8", 1, 256, 0, NULL),
+	KEY(threads, INT, NULL, 1, 256, 0, NULL), /* no default: one per core, load_root() */
+	KEY(max_body_bytes, SIZE, "1048576", 1024, 64 * 1048576, CFG_RELOAD, NULL),
+	KEY(sweep_interval_seconds, INT, "60", 1, 86400, 0, NULL),
+	KEY(database_wait_seconds, INT, "60", 0, 3600, 0, NULL),
+	KEY(fence_retention_seconds, INT, "604800", 0, 315360000, 0, NULL),
+	KEY(master_key_file, STRING, "\"idemd.key\"", 0, 0, CFG_NONEMPTY, NULL),
+	LIST(cors_origins, STRLIST, "[]", 256, CFG_RELOAD, config_check_origin),
+	LIST(routes, ROUTES, "[]", 1024, CFG_RELOAD, NULL),
+	KEY(max_connections, INT, "4096", 1, 100000, 0, NULL),
+	KEY(connection_timeout_seconds, INT, "30", 1, 3600, 0, NULL),
+	KEY(max_connections_per_ip, INT, "1024", 0, 100000, 0, NULL),
+	KEY(max_inflight_body_bytes, SIZE, "67108864", 1048576, 64 * GIB, CFG_RELOAD, NULL),
+	KEY(max_inflight_body_bytes_per_client, SIZE, "0", 0, 64 * GIB, CFG_RELOAD, NULL),
+	KEY(max_inflight_body_bytes_per_tenant, SIZE, "0", 0, 64 * GIB, CFG_RELOAD, NULL),
+	KEY(request_timeout_seconds, INT, "30", 1, 3600, 0, NULL),
+	KEY(issue_rate_per_second, DOUBLE, "0", 0, 1000000, CFG_RELOAD, NULL),
+	KEY(issue_burst, INT, "100", 1, 1000000, CFG_RELOAD, NULL),
+	KEY(claim_rate_per_second, DOUBLE, "0", 0, 1000000, CFG_RELOAD, NULL),
+	KEY(claim_burst, INT, "1000", 1, 1000000, CFG_RELOAD, NULL),
+	KEY(max_waiters, INT, "10000", 0, 1000000, 0, NULL),
+	KEY(database_timeout_ms, LONG, "10000", 100, 600000, 0, NULL),
+	KEY(prepared_statements, BOOL, "true", 0, 0, 0, NULL),
+	KEY(log_level, STRING, "\"info\"", 0, 0, CFG_RELOAD, config_check_log_level),
+	KEY(tls_cert_file, STRING, "null", 0, 0, CFG_NONEMPTY | CFG_NULLABLE, NULL),
+	KEY(tls_key_file, STRING, "null", 0, 0, CFG_NONEMPTY | CFG_NULLABLE, NULL),
+	KEY(listen_database_url, STRING, "null", 0, 0, CFG_NONEMPTY | CFG_NULLABLE | CFG_SECRET,
+	    NULL),
+	ADDRESS("admin_listen", admin_listen, "null", CFG_NULLABLE),
+	LIST(metrics_operations, STRLIST, "[]", 64, 0, config_check_metrics_operation),
 };
 
 /* Jansson's error text without the " near '...'" part, which quotes raw
@@ -309,27 +170,78 @@ done:
 	return ret;
 }
 
-int config_parse(struct config *cfg, const char *text, char *err, size_t errlen)
+/* The environment's overrides of "listen" and "database_url" (config_load). */
+static int env_overrides(struct config *tmp, const struct config *old, char *err, size_t errlen)
+{
+	const char *env;
+	char *copy;
+
+	(void)old;
+	if ((env = getenv("IDEMD_LISTEN")) != NULL && env[0] != '\0' &&
+	    config_store_address(&tmp->listen_host, &tmp->listen_port, env, "IDEMD_LISTEN", err,
+				 errlen) == -1)
+		return -1;
+	if ((env = getenv("IDEMD_DATABASE_URL")) == NULL || env[0] == '\0')
+		return 0;
+	if ((copy = strdup(env)) == NULL)
+		return config_fail(err, errlen, "out of memory");
+	secret_free(tmp->database_url);
+	tmp->database_url = copy;
+	return 0;
+}
+
+/* The environment's overrides are not reloaded: OLD's running values of
+ * what they set (config_reload). */
+static int running_overrides(struct config *tmp, const struct config *old, char *err, size_t errlen)
+{
+	free(tmp->listen_host);
+	tmp->listen_host = old->listen_host ? strdup(old->listen_host) : NULL;
+	tmp->listen_port = old->listen_port;
+	secret_free(tmp->database_url);
+	tmp->database_url = old->database_url ? strdup(old->database_url) : NULL;
+	if ((old->listen_host != NULL && tmp->listen_host == NULL) ||
+	    (old->database_url != NULL && tmp->database_url == NULL))
+		return config_fail(err, errlen, "out of memory");
+	return 0;
+}
+
+/*
+ * Zeroes *CFG, then fills it from ROOT (a reference this takes; NULL: it
+ * could not be read, ERR is set): its keys, OVERRIDES (NULL: none) with
+ * OLD, then what must hold as a whole; CFG keeps ROOT as its source. 0, or
+ * -1 with ERR set and *CFG zeroed.
+ */
+static int config_build(struct config *cfg, json_t *root,
+			int (*overrides)(struct config *, const struct config *, char *, size_t),
+			const struct config *old, char *err, size_t errlen)
 {
 	struct config tmp = { 0 };
-	json_error_t jerr;
-	char etext[JSON_ERROR_TEXT_LENGTH];
-	json_t *root;
 	int ret = -1;
 
 	memset(cfg, 0, sizeof(*cfg));
-	if ((root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr)) == NULL)
-		return config_fail(err, errlen, "invalid JSON at line %d, column %d: %s", jerr.line,
-				   jerr.column, json_error_text(jerr.text, etext, sizeof(etext)));
-	if (load_root(&tmp, root, err, errlen) == -1 || check_required(&tmp, err, errlen) == -1)
-		goto done;
-	*cfg = tmp;
-	memset(&tmp, 0, sizeof(tmp));
-	ret = 0;
-done:
+	if (root != NULL && load_root(&tmp, root, err, errlen) == 0 &&
+	    (overrides == NULL || overrides(&tmp, old, err, errlen) == 0) &&
+	    check_required(&tmp, err, errlen) == 0) {
+		tmp.source = json_incref(root);
+		*cfg = tmp;
+		memset(&tmp, 0, sizeof(tmp));
+		ret = 0;
+	}
 	config_free(&tmp);
 	json_decref(root);
 	return ret;
+}
+
+int config_parse(struct config *cfg, const char *text, char *err, size_t errlen)
+{
+	json_error_t jerr;
+	char etext[JSON_ERROR_TEXT_LENGTH];
+	json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+
+	if (root == NULL)
+		config_fail(err, errlen, "invalid JSON at line %d, column %d: %s", jerr.line,
+			    jerr.column, json_error_text(jerr.text, etext, sizeof(etext)));
+	return config_build(cfg, root, NULL, NULL, err, errlen);
 }
 
 /* PATH's JSON (a new reference), or NULL with ERR set; the file's text is
@@ -356,45 +268,11 @@ static json_t *config_parse_file(const char *path, char *err, size_t errlen)
 
 int config_load(struct config *cfg, const char *path, char *err, size_t errlen)
 {
-	struct config tmp = { 0 };
-	json_t *root = NULL;
-	const char *env;
-	int ret = -1;
+	json_t *root = path != NULL ? config_parse_file(path, err, errlen) : json_object();
 
-	memset(cfg, 0, sizeof(*cfg));
-	if (path != NULL) {
-		if ((root = config_parse_file(path, err, errlen)) == NULL)
-			goto done;
-	} else if ((root = json_object()) == NULL) {
+	if (path == NULL && root == NULL)
 		config_fail(err, errlen, "out of memory");
-		goto done;
-	}
-	if (load_root(&tmp, root, err, errlen) == -1)
-		goto done;
-	if ((env = getenv("IDEMD_LISTEN")) != NULL && env[0] != '\0' &&
-	    config_store_listen(&tmp, env, "IDEMD_LISTEN", err, errlen) == -1)
-		goto done;
-	if ((env = getenv("IDEMD_DATABASE_URL")) != NULL && env[0] != '\0') {
-		char *copy = strdup(env);
-
-		if (copy == NULL) {
-			config_fail(err, errlen, "out of memory");
-			goto done;
-		}
-		secret_free(tmp.database_url);
-		tmp.database_url = copy;
-	}
-	if (check_required(&tmp, err, errlen) == -1)
-		goto done;
-	json_incref(root);
-	tmp.source = root;
-	*cfg = tmp;
-	memset(&tmp, 0, sizeof(tmp));
-	ret = 0;
-done:
-	config_free(&tmp);
-	json_decref(root);
-	return ret;
+	return config_build(cfg, root, env_overrides, NULL, err, errlen);
 }
 
 /* Frees a string that may hold a password, wiping it first. */
@@ -408,44 +286,19 @@ static void secret_free(char *s)
 
 void config_free(struct config *cfg)
 {
-	size_t i;
-
 	if (cfg == NULL)
 		return;
 	json_decref(cfg->source);
-	free(cfg->listen_host);
-	secret_free(cfg->database_url);
-	secret_free(cfg->listen_database_url);
-	free(cfg->master_key_file);
-	config_strlist_free(cfg->cors_origins, cfg->n_cors_origins);
-	for (i = 0; i < cfg->n_routes; i++)
-		config_route_free(&cfg->routes[i]);
-	free(cfg->routes);
-	free(cfg->log_level);
-	free(cfg->tls_cert_file);
-	free(cfg->tls_key_file);
-	free(cfg->admin_listen_host);
-	config_strlist_free(cfg->metrics_operations, cfg->n_metrics_operations);
+	config_free_object(cfg, config_keys, IDEMD_ARRAY_LEN(config_keys));
 	memset(cfg, 0, sizeof(*cfg));
 }
 
-int config_reload(struct config *cfg, const struct config *old, const char *path, char *changed,
-		  size_t changed_len, char *err, size_t errlen)
+/* Sets in ROOT every key only a restart changes as it is in OLD's source;
+ * lists in CHANGED those whose value in ROOT differed. */
+static void keep_running(json_t *root, const struct config *old, char *changed, size_t changed_len)
 {
-	struct config tmp = { 0 };
-	json_t *root = NULL;
 	size_t used = 0;
-	int ret = -1;
 
-	memset(cfg, 0, sizeof(*cfg));
-	changed[0] = '\0';
-	if ((root = config_parse_file(path, err, errlen)) == NULL)
-		goto done;
-	if (!json_is_object(root)) {
-		config_fail(err, errlen, "top level must be a JSON object");
-		goto done;
-	}
-	/* what only a restart changes keeps its value from the running config */
 	for (size_t i = 0; i < IDEMD_ARRAY_LEN(config_keys); i++) {
 		const struct cfg_key *k = &config_keys[i];
 		json_t *was = old->source ? json_object_get(old->source, k->name) : NULL;
@@ -463,28 +316,20 @@ int config_reload(struct config *cfg, const struct config *old, const char *path
 		else
 			json_object_del(root, k->name);
 	}
-	if (load_root(&tmp, root, err, errlen) == -1)
-		goto done;
-	/* the environment's overrides are not reloaded: the running values */
-	free(tmp.listen_host);
-	tmp.listen_host = old->listen_host ? strdup(old->listen_host) : NULL;
-	tmp.listen_port = old->listen_port;
-	secret_free(tmp.database_url);
-	tmp.database_url = old->database_url ? strdup(old->database_url) : NULL;
-	if ((old->listen_host != NULL && tmp.listen_host == NULL) ||
-	    (old->database_url != NULL && tmp.database_url == NULL)) {
-		config_fail(err, errlen, "out of memory");
-		goto done;
+}
+
+int config_reload(struct config *cfg, const struct config *old, const char *path, char *changed,
+		  size_t changed_len, char *err, size_t errlen)
+{
+	json_t *root = config_parse_file(path, err, errlen);
+
+	changed[0] = '\0';
+	if (root != NULL && !json_is_object(root)) {
+		config_fail(err, errlen, "top level must be a JSON object");
+		json_decref(root);
+		root = NULL;
 	}
-	if (check_required(&tmp, err, errlen) == -1)
-		goto done;
-	json_incref(root);
-	tmp.source = root;
-	*cfg = tmp;
-	memset(&tmp, 0, sizeof(tmp));
-	ret = 0;
-done:
-	config_free(&tmp);
-	json_decref(root);
-	return ret;
+	if (root != NULL)
+		keep_running(root, old, changed, changed_len);
+	return config_build(cfg, root, running_overrides, old, err, errlen);
 }

@@ -1,7 +1,7 @@
 /*
  * Config checks: the per-string rules of the key tables (methods, paths,
  * operation names, upstream URLs, header names, route keys, fingerprint
- * modes, CORS origins) and the listen addresses (their forms and setters).
+ * modes, CORS origins) and the listen addresses (their forms).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1 /* strdup, strndup, explicit_bzero */
@@ -123,60 +123,21 @@ static const char *parse_listen(const char *s, const char **host, size_t *hostle
 	return NULL;
 }
 
-/* Parses S into cfg->listen_host and listen_port; LABEL names the source. */
-int config_store_listen(struct config *cfg, const char *s, const char *label, char *err,
-			size_t errlen)
+int config_store_address(char **host, uint16_t *port, const char *s, const char *label, char *err,
+			 size_t errlen)
 {
-	const char *host, *why;
+	const char *h, *why;
 	size_t hostlen;
-	uint16_t port;
+	uint16_t p;
 	char *copy;
 
-	if ((why = parse_listen(s, &host, &hostlen, &port)) != NULL)
+	if ((why = parse_listen(s, &h, &hostlen, &p)) != NULL)
 		return config_fail(err, errlen, "%s %s", label, why);
-	if ((copy = strndup(host, hostlen)) == NULL)
+	if ((copy = strndup(h, hostlen)) == NULL)
 		return config_fail(err, errlen, "out of memory");
-	free(cfg->listen_host);
-	cfg->listen_host = copy;
-	cfg->listen_port = port;
-	return 0;
-}
-
-/* "listen": an address (parse_listen). */
-int config_set_listen(const struct cfg_key *k, void *base, json_t *v, const char *name, char *err,
-		      size_t errlen)
-{
-	char label[64];
-
-	(void)k;
-	if (!json_is_string(v))
-		return config_fail(err, errlen, "\"%s\" must be a string", name);
-	snprintf(label, sizeof(label), "\"%s\"", name);
-	return config_store_listen(base, json_string_value(v), label, err, errlen);
-}
-
-/* "admin_listen": null, or an address in the form of "listen". */
-int config_set_admin_listen(const struct cfg_key *k, void *base, json_t *v, const char *name,
-			    char *err, size_t errlen)
-{
-	struct config *cfg = base;
-	const char *host, *why;
-	size_t hostlen;
-	uint16_t port;
-	char *copy;
-
-	(void)k;
-	if (json_is_null(v))
-		return 0;
-	if (!json_is_string(v))
-		return config_fail(err, errlen, "\"%s\" must be a string or null", name);
-	if ((why = parse_listen(json_string_value(v), &host, &hostlen, &port)) != NULL)
-		return config_fail(err, errlen, "\"%s\" %s", name, why);
-	if ((copy = strndup(host, hostlen)) == NULL)
-		return config_fail(err, errlen, "out of memory");
-	free(cfg->admin_listen_host);
-	cfg->admin_listen_host = copy;
-	cfg->admin_listen_port = port;
+	free(*host);
+	*host = copy;
+	*port = p;
 	return 0;
 }
 

@@ -1,73 +1,106 @@
 /*
- * Config internals shared by config.c (the key tables, the walker, load
- * and free), config_set.c (one setter per value type) and config_check.c
- * (string checks and the listen address). Not for other modules.
+ * Config internals shared by config.c (the top-level key table, load and
+ * free), config_routes.c (the routes' key table), config_set.c (the table
+ * walker: one setter and one free per value type) and config_check.c
+ * (string checks and listen addresses). Not for other modules.
  */
 #ifndef IDEMD_CONFIG_INT_H
 #define IDEMD_CONFIG_INT_H
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 
-struct cfg_key;
-
-/* Stores V into the field K describes in BASE; NAME is the key as shown in errors. */
-typedef int (*cfg_setter)(const struct cfg_key *k, void *base, json_t *v, const char *name,
-			  char *err, size_t errlen);
+/* What a key holds, so how its value is checked, stored and freed. */
+enum cfg_type {
+	CFG_INT,	/* int, an integer within [min, max] */
+	CFG_LONG,	/* long, likewise */
+	CFG_SIZE,	/* size_t, likewise */
+	CFG_DOUBLE,	/* double, any number within [min, max] */
+	CFG_BOOL,	/* int, 0 or 1 */
+	CFG_STRING,	/* char *, through check */
+	CFG_STRLIST,	/* char **, at most max distinct non-empty strings; count at off2 */
+	CFG_ADDRESS,	/* a listen address: host (char *) at off, port (uint16_t) at off2 */
+	CFG_ROUTES,	/* struct config's routes (config_routes.c) */
+	CFG_RELEASE_ON, /* unsigned char[600], statuses and classes */
+};
 
 /* Validates (and may normalise in place) a string; returns NULL or the reason. */
 typedef const char *(*cfg_check)(char *s);
 
 enum {
 	CFG_NONEMPTY = 1 << 0, /* strings: "" refused */
-	CFG_NULLABLE = 1 << 1, /* strings: null stores NULL */
+	CFG_NULLABLE = 1 << 1, /* strings and addresses: null stores NULL */
 	CFG_REQUIRED = 1 << 2, /* must be present in the object */
-	CFG_RELOAD = 1 << 3    /* top level: may change on SIGHUP (config_reload) */
+	CFG_RELOAD = 1 << 3,   /* top level: may change on SIGHUP (config_reload) */
+	CFG_SECRET = 1 << 4    /* strings: wiped before they are freed */
 };
 
+/* One row of a key table: one key, its value's type, where it goes, its
+ * default (JSON text, run through the same rules; NULL: none), its bounds
+ * (lists: max = most entries), flags and per-string check. */
 struct cfg_key {
 	const char *name;
-	cfg_setter set;
-	size_t off;	  /* the field in the target struct */
-	size_t count_off; /* lists: the element count field */
-	const char *def;  /* default as JSON text; NULL: none */
-	long long min;	  /* numbers: bounds; lists: max = most entries */
+	enum cfg_type type;
+	size_t off;  /* the field in the target struct */
+	size_t off2; /* lists: the element count field; addresses: the port */
+	const char *def;
+	long long min;
 	long long max;
 	unsigned flags;
-	cfg_check check; /* strings and string lists: per-value check */
+	cfg_check check;
 };
+
+/*
+ * A row for field F of struct S, whose key is named as the field: type T,
+ * default D, bounds LO and HI, flags FL, check CK. A list's (CFG_STRLIST,
+ * CFG_ROUTES) count is the field n_F; the address NAME is stored in the
+ * fields F_host and F_port.
+ */
+/* clang-format off */
+#define CFG_KEY(S, f, t, d, lo, hi, fl, ck) { #f, CFG_##t, offsetof(S, f), 0, d, lo, hi, fl, ck }
+#define CFG_LIST(S, f, t, d, hi, fl, ck) \
+	{ #f, CFG_##t, offsetof(S, f), offsetof(S, n_##f), d, 0, hi, fl, ck }
+#define CFG_ADDRESS_KEY(S, name, f, d, fl) \
+	{ name, CFG_ADDRESS, offsetof(S, f##_host), offsetof(S, f##_port), d, 0, 0, fl, NULL }
+/* clang-format on */
+
+/* The field at OFF in the struct BASE. */
+static inline void *cfg_field(void *base, size_t off)
+{
+	return (char *)base + off;
+}
 
 /* Writes "config: " and the message into ERR; returns -1. */
 int config_fail(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-/* Copies at most 64 bytes of SRC for an error line into DST (N bytes). */
-void config_copy_printable(char *dst, size_t n, const char *src);
-void config_strlist_free(char **list, size_t n);
-/* Fills BASE from OBJ by the table KEYS (config.c). */
+/* Fills BASE from OBJ by the table KEYS: unknown keys are errors, absent
+ * keys take their default, absent CFG_REQUIRED keys are errors. PREFIX is
+ * put before key names in messages ("routes[0]."). (config_set.c) */
 int config_load_object(void *base, const struct cfg_key *keys, size_t nkeys, json_t *obj,
 		       const char *prefix, char *err, size_t errlen);
-/* Parses S into cfg->listen_host and listen_port (config_check.c). */
-int config_store_listen(struct config *cfg, const char *s, const char *label, char *err,
-			size_t errlen);
+/* Frees what BASE holds by the table KEYS (not BASE itself). */
+void config_free_object(void *base, const struct cfg_key *keys, size_t nkeys);
+/* Parses S into *HOST (a new string) and *PORT; LABEL names the source in
+ * errors (config_check.c). */
+int config_store_address(char **host, uint16_t *port, const char *s, const char *label, char *err,
+			 size_t errlen);
 
-/* Frees what a route holds (config_routes.c). */
-void config_route_free(struct config_route *r);
-
-/* Setters (config_set.c; config_set_routes in config_routes.c,
- * config_set_listen and config_set_admin_listen in config_check.c). */
-int config_set_int(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
-int config_set_long(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
-int config_set_size(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
-int config_set_double(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
-int config_set_bool(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
-int config_set_string(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
-int config_set_strlist(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
-int config_set_listen(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
-int config_set_admin_listen(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
-int config_set_routes(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
-int config_set_release_on(const struct cfg_key *, void *, json_t *, const char *, char *, size_t);
+/* The elements of a list (CFG_STRLIST, CFG_ROUTES): what it holds (for
+ * "must be an array of WHAT"), the size of one, how element I of the new
+ * array ARR is loaded from E (NAME: the list's key; ERR set on failure),
+ * and how N of them with their array are freed. */
+struct cfg_list {
+	const char *what;
+	size_t size;
+	int (*load)(const struct cfg_key *k, void *arr, size_t i, json_t *e, const char *name,
+		    char *err, size_t errlen);
+	void (*free)(void *arr, size_t n);
+};
+/* The routes' (config_routes.c). */
+extern const struct cfg_list config_route_list;
 
 /* String checks (config_check.c): NULL, or the reason S is refused. */
 const char *config_check_route_key(char *s);

@@ -976,6 +976,57 @@ static void test_files(void **state)
 	drop_file(path);
 }
 
+/* SIGHUP: keys marked reloadable take the file's value; every other key,
+ * and the environment's overrides, keep the running one, and CHANGED names
+ * those whose value in the file differs, in the table's order. */
+static void test_reload(void **state)
+{
+	struct config old, cfg;
+	char err[512] = "", changed[256] = "x", *path;
+
+	(void)state;
+	setenv("IDEMD_DATABASE_URL", "env-url", 1);
+	path = write_text("reload.json", "{\"listen\":\":1\",\"pool_size\":4,\"issue_burst\":7,"
+					 "\"admin_listen\":\"127.0.0.1:2\"}");
+	assert_int_equal(config_load(&old, path, err, sizeof(err)), 0);
+	drop_file(path);
+	path = write_text("reload.json", "{\"listen\":\":3\",\"pool_size\":5,\"issue_burst\":9,"
+					 "\"threads\":3,\"log_level\":\"warn\","
+					 "\"cors_origins\":[\"http://A.example:80\"]}");
+	assert_int_equal(
+		config_reload(&cfg, &old, path, changed, sizeof(changed), err, sizeof(err)), 0);
+	assert_string_equal(changed, "listen, pool_size, threads, admin_listen");
+	assert_string_equal(cfg.listen_host, "0.0.0.0");
+	assert_int_equal(cfg.listen_port, 1);
+	assert_int_equal(cfg.pool_size, 4);
+	assert_int_equal(cfg.threads, old.threads);
+	assert_string_equal(cfg.admin_listen_host, "127.0.0.1");
+	assert_int_equal(cfg.admin_listen_port, 2);
+	assert_string_equal(cfg.database_url, "env-url");
+	assert_int_equal(cfg.issue_burst, 9);
+	assert_string_equal(cfg.log_level, "warn");
+	assert_int_equal(cfg.n_cors_origins, 1);
+	assert_string_equal(cfg.cors_origins[0], "http://a.example");
+	config_free(&cfg);
+
+	/* A file that fails as a whole changes nothing: CFG stays empty. */
+	drop_file(path);
+	path = write_text("reload.json", "{\"issue_burst\":0}");
+	memset(&cfg, 0xa5, sizeof(cfg));
+	assert_int_equal(
+		config_reload(&cfg, &old, path, changed, sizeof(changed), err, sizeof(err)), -1);
+	assert_string_equal(err, "config: \"issue_burst\" must be between 1 and 1000000");
+	assert_null(cfg.listen_host);
+	drop_file(path);
+	path = write_text("reload.json", "[]");
+	assert_int_equal(
+		config_reload(&cfg, &old, path, changed, sizeof(changed), err, sizeof(err)), -1);
+	assert_string_equal(err, "config: top level must be a JSON object");
+	assert_string_equal(changed, "");
+	drop_file(path);
+	config_free(&old);
+}
+
 static void test_free_twice(void **state)
 {
 	struct config cfg;
@@ -1010,6 +1061,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_routes_limits, clear_env),
 		cmocka_unit_test_teardown(test_cors_origins, clear_env),
 		cmocka_unit_test_teardown(test_files, clear_env),
+		cmocka_unit_test_teardown(test_reload, clear_env),
 		cmocka_unit_test_teardown(test_free_twice, clear_env),
 	};
 
