@@ -100,89 +100,68 @@ static const struct db_stmt st_keys_prune = {
 	"DELETE FROM signing_keys WHERE retired_at < now() - make_interval(secs => $1)", 1
 };
 
+#define OP(f) STORE_FIELD(struct operation, f)
+#define TENANT(f) STORE_FIELD(struct tenant_info, f)
+#define KEY(f) STORE_FIELD(struct sealed_key, f)
+
+/* The columns of OP_COLUMNS, of st_tenant_list and of st_keys_load. */
+static const struct store_col op_cols[] = { { 0, SC_U32, OP(op_id) },
+					    { 1, SC_U32, OP(op_tenant_id) },
+					    { 2, SC_TEXT, STORE_TEXT(struct operation, op_name) },
+					    { 3, SC_INT, OP(op_token_ttl_seconds) },
+					    { 4, SC_INT, OP(op_retention_seconds) },
+					    { 5, SC_INT, OP(op_lease_seconds) },
+					    { 6, SC_HAS, OP(op_has_version_key) },
+					    { 6, SC_TEXT,
+					      STORE_TEXT(struct operation, op_version_key) },
+					    { 7, SC_BOOL, OP(op_require_version) },
+					    { 8, SC_INT, OP(op_wait_seconds) },
+					    { 9, SC_INT, OP(op_audit_retention) } };
+static const struct store_col tenant_cols[] = {
+	{ 0, SC_TEXT, STORE_TEXT(struct tenant_info, ti_name) },
+	{ 1, SC_I64, TENANT(ti_created_at) },
+	{ 2, SC_IDS, STORE_COUNTED(struct tenant_info, ti_key_ids, ti_nkeys) }
+};
+static const struct store_col key_cols[] = {
+	{ 0, SC_U32, KEY(sk_id) },
+	{ 1, SC_BYTEA, STORE_COUNTED(struct sealed_key, sk_sealed, sk_len) },
+	{ 2, SC_I64, KEY(sk_created_at) },
+	{ 3, SC_I64, KEY(sk_retired_at) }
+};
+
 int store_tenant_create(const char *name, const uint8_t key_hash[STORE_HASH_BYTES],
 			uint32_t *tenant_id, uint32_t *key_id, int *exists)
 {
 	const char *v[] = { name, (const char *)key_hash };
 	const int len[] = { 0, STORE_HASH_BYTES }, fmt[] = { 0, 1 };
-	PGresult *r = store_run(&st_tenant_create, v, len, fmt);
+	int64_t o[2];
+	int rows = store_ints(&st_tenant_create, v, len, fmt, o, 2);
 
-	if (r == NULL)
-		return -1;
-	*exists = PQntuples(r) == 0;
-	*tenant_id = *exists ? 0 : (uint32_t)store_i64(r, 0, 0);
-	*key_id = *exists ? 0 : (uint32_t)store_i64(r, 0, 1);
-	PQclear(r);
-	return 0;
-}
-
-void store_tenants_free(struct tenant_info *t, size_t n)
-{
-	for (size_t i = 0; t != NULL && i < n; i++)
-		free(t[i].ti_key_ids);
-	free(t);
-}
-
-/* Parses "1,3,7" into a new array (free()); 0 or -1. */
-static int store_id_list(const char *s, uint32_t **ids, size_t *n)
-{
-	size_t cap = 1;
-
-	for (const char *p = s; *p != '\0'; p++)
-		cap += *p == ',';
-	*n = 0;
-	*ids = calloc(cap, sizeof(**ids));
-	if (*ids == NULL)
-		return -1;
-	while (*s != '\0') {
-		char *end;
-		unsigned long v = strtoul(s, &end, 10);
-		if (end == s || (*end != ',' && *end != '\0') || *n == cap)
-			return -1;
-		(*ids)[(*n)++] = (uint32_t)v;
-		s = *end == ',' ? end + 1 : end;
-	}
-	return 0;
+	*exists = rows == 0;
+	*tenant_id = (uint32_t)o[0];
+	*key_id = (uint32_t)o[1];
+	return rows < 0 ? -1 : 0;
 }
 
 int store_tenant_list(struct tenant_info **tenants, size_t *n)
 {
-	PGresult *r = store_run(&st_tenant_list, NULL, NULL, NULL);
+	return store_read_rows(store_run(&st_tenant_list, NULL, NULL, NULL), tenant_cols,
+			       IDEMD_ARRAY_LEN(tenant_cols), sizeof(**tenants), tenants, n);
+}
 
-	if (r == NULL)
-		return -1;
-	int rows = PQntuples(r);
-	*tenants = calloc(rows > 0 ? (size_t)rows : 1, sizeof(**tenants));
-	if (*tenants == NULL) {
-		PQclear(r);
-		return -1;
-	}
-	for (int i = 0; i < rows; i++) {
-		struct tenant_info *t = &(*tenants)[i];
-		snprintf(t->ti_name, sizeof(t->ti_name), "%s", PQgetvalue(r, i, 0));
-		t->ti_created_at = store_i64(r, i, 1);
-		if (store_id_list(PQgetvalue(r, i, 2), &t->ti_key_ids, &t->ti_nkeys) < 0) {
-			store_tenants_free(*tenants, (size_t)i + 1);
-			*tenants = NULL;
-			PQclear(r);
-			return -1;
-		}
-	}
-	*n = (size_t)rows;
-	PQclear(r);
-	return 0;
+void store_tenants_free(struct tenant_info *t, size_t n)
+{
+	store_free_rows(t, n, tenant_cols, IDEMD_ARRAY_LEN(tenant_cols), sizeof(*t));
 }
 
 int store_tenant_delete(const char *name, int *found)
 {
 	const char *v[] = { name };
-	PGresult *r = store_run(&st_tenant_delete, v, NULL, NULL);
+	int64_t deleted;
+	int rows = store_ints(&st_tenant_delete, v, NULL, NULL, &deleted, 1);
 
-	if (r == NULL)
-		return -1;
-	*found = PQntuples(r) == 1 && store_bool(r, 0, 0);
-	PQclear(r);
-	return 0;
+	*found = rows == 1 && deleted;
+	return rows < 0 ? -1 : 0;
 }
 
 int store_api_key_add(const char *tenant, const uint8_t key_hash[STORE_HASH_BYTES],
@@ -190,32 +169,26 @@ int store_api_key_add(const char *tenant, const uint8_t key_hash[STORE_HASH_BYTE
 {
 	const char *v[] = { tenant, (const char *)key_hash };
 	const int len[] = { 0, STORE_HASH_BYTES }, fmt[] = { 0, 1 };
-	PGresult *r = store_run(&st_apikey_add, v, len, fmt);
+	int64_t id;
+	int rows = store_ints(&st_apikey_add, v, len, fmt, &id, 1);
 
-	if (r == NULL)
-		return -1;
-	*found = PQntuples(r) == 1;
-	*key_id = *found ? (uint32_t)store_i64(r, 0, 0) : 0;
-	PQclear(r);
-	return 0;
+	*found = rows == 1;
+	*key_id = *found ? (uint32_t)id : 0;
+	return rows < 0 ? -1 : 0;
 }
 
 int store_api_key_revoke(const char *tenant, uint32_t key_id, int *tenant_found, int *key_found)
 {
 	char id[16];
+	int64_t o[2];
 
 	snprintf(id, sizeof(id), "%" PRIu32, key_id);
 	const char *v[] = { tenant, id };
-	PGresult *r = store_run(&st_apikey_revoke, v, NULL, NULL);
-	if (r == NULL)
+	if (store_ints(&st_apikey_revoke, v, NULL, NULL, o, 2) != 1)
 		return -1;
-	int rc = PQntuples(r) == 1 ? 0 : -1;
-	if (rc == 0) {
-		*tenant_found = store_i64(r, 0, 0) > 0;
-		*key_found = store_i64(r, 0, 1) > 0;
-	}
-	PQclear(r);
-	return rc;
+	*tenant_found = o[0] > 0;
+	*key_found = o[1] > 0;
+	return 0;
 }
 
 int store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tenant_id,
@@ -223,51 +196,30 @@ int store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tena
 {
 	const char *v[] = { (const char *)key_hash };
 	const int len[] = { STORE_HASH_BYTES }, fmt[] = { 1 };
-	PGresult *r = store_run(&st_tenant_by_key, v, len, fmt);
+	int64_t o[2];
+	int rows = store_ints(&st_tenant_by_key, v, len, fmt, o, 2);
 
-	if (r == NULL)
-		return -1;
-	*found = PQntuples(r) == 1;
-	*tenant_id = *found ? (uint32_t)store_i64(r, 0, 0) : 0;
-	*key_id = *found ? (uint32_t)store_i64(r, 0, 1) : 0;
-	PQclear(r);
-	return 0;
+	*found = rows == 1;
+	*tenant_id = *found ? (uint32_t)o[0] : 0;
+	*key_id = *found ? (uint32_t)o[1] : 0;
+	return rows < 0 ? -1 : 0;
 }
 
 int store_tenant_by_name(const char *name, uint32_t *tenant_id, int *found)
 {
 	const char *v[] = { name };
-	PGresult *r = store_run(&st_tenant_by_name, v, NULL, NULL);
+	int64_t id;
+	int rows = store_ints(&st_tenant_by_name, v, NULL, NULL, &id, 1);
 
-	if (r == NULL)
-		return -1;
-	*found = PQntuples(r) == 1;
-	*tenant_id = *found ? (uint32_t)store_i64(r, 0, 0) : 0;
-	PQclear(r);
-	return 0;
-}
-
-static void store_read_operation(const PGresult *r, int row, struct operation *op)
-{
-	memset(op, 0, sizeof(*op));
-	op->op_id = (uint32_t)store_i64(r, row, 0);
-	op->op_tenant_id = (uint32_t)store_i64(r, row, 1);
-	snprintf(op->op_name, sizeof(op->op_name), "%s", PQgetvalue(r, row, 2));
-	op->op_token_ttl_seconds = (int)store_i64(r, row, 3);
-	op->op_retention_seconds = (int)store_i64(r, row, 4);
-	op->op_lease_seconds = (int)store_i64(r, row, 5);
-	op->op_has_version_key = !PQgetisnull(r, row, 6);
-	if (op->op_has_version_key)
-		snprintf(op->op_version_key, sizeof(op->op_version_key), "%s",
-			 PQgetvalue(r, row, 6));
-	op->op_require_version = store_bool(r, row, 7);
-	op->op_wait_seconds = (int)store_i64(r, row, 8);
-	op->op_audit_retention = (int)store_i64(r, row, 9);
+	*found = rows == 1;
+	*tenant_id = *found ? (uint32_t)id : 0;
+	return rows < 0 ? -1 : 0;
 }
 
 int store_operation_put(struct operation *op, int *created)
 {
 	char tenant[16], ttl[16], ret[16], lease[16], wait[16], audit[16];
+	int64_t o[2];
 
 	snprintf(wait, sizeof(wait), "%d", op->op_wait_seconds);
 	snprintf(audit, sizeof(audit), "%d", op->op_audit_retention);
@@ -284,13 +236,27 @@ int store_operation_put(struct operation *op, int *created)
 			    op->op_require_version ? "true" : "false",
 			    wait,
 			    audit };
-	PGresult *r = store_run(&st_op_put, v, NULL, NULL);
+	if (store_ints(&st_op_put, v, NULL, NULL, o, 2) < 0)
+		return -1;
+	op->op_id = (uint32_t)o[0];
+	*created = (int)o[1];
+	return 0;
+}
+
+/* The operation ST finds with V into *OP (zeroed first), if one. */
+static int store_operation_read(const struct db_stmt *st, const char *const *v,
+				struct operation *op, int *found)
+{
+	PGresult *r = store_run(st, v, NULL, NULL);
+
 	if (r == NULL)
 		return -1;
-	op->op_id = (uint32_t)store_i64(r, 0, 0);
-	*created = store_bool(r, 0, 1);
+	*found = PQntuples(r) == 1;
+	if (*found)
+		memset(op, 0, sizeof(*op));
+	int rc = *found ? store_read_row(r, 0, op_cols, IDEMD_ARRAY_LEN(op_cols), op) : 0;
 	PQclear(r);
-	return 0;
+	return rc;
 }
 
 int store_operation_get(uint32_t tenant_id, const char *name, struct operation *op, int *found)
@@ -299,14 +265,7 @@ int store_operation_get(uint32_t tenant_id, const char *name, struct operation *
 
 	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
 	const char *v[] = { tenant, name };
-	PGresult *r = store_run(&st_op_get, v, NULL, NULL);
-	if (r == NULL)
-		return -1;
-	*found = PQntuples(r) == 1;
-	if (*found)
-		store_read_operation(r, 0, op);
-	PQclear(r);
-	return 0;
+	return store_operation_read(&st_op_get, v, op, found);
 }
 
 int store_operation_by_id(uint32_t op_id, struct operation *op, int *found)
@@ -315,14 +274,7 @@ int store_operation_by_id(uint32_t op_id, struct operation *op, int *found)
 
 	snprintf(id, sizeof(id), "%" PRIu32, op_id);
 	const char *v[] = { id };
-	PGresult *r = store_run(&st_op_by_id, v, NULL, NULL);
-	if (r == NULL)
-		return -1;
-	*found = PQntuples(r) == 1;
-	if (*found)
-		store_read_operation(r, 0, op);
-	PQclear(r);
-	return 0;
+	return store_operation_read(&st_op_by_id, v, op, found);
 }
 
 int store_operation_list(uint32_t tenant_id, struct operation **ops, size_t *n)
@@ -331,99 +283,52 @@ int store_operation_list(uint32_t tenant_id, struct operation **ops, size_t *n)
 
 	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
 	const char *v[] = { tenant };
-	PGresult *r = store_run(&st_op_list, v, NULL, NULL);
-	if (r == NULL)
-		return -1;
-	int rows = PQntuples(r);
-	*ops = calloc(rows > 0 ? (size_t)rows : 1, sizeof(**ops));
-	if (*ops == NULL) {
-		PQclear(r);
-		return -1;
-	}
-	for (int i = 0; i < rows; i++)
-		store_read_operation(r, i, &(*ops)[i]);
-	*n = (size_t)rows;
-	PQclear(r);
-	return 0;
+	return store_read_rows(store_run(&st_op_list, v, NULL, NULL), op_cols,
+			       IDEMD_ARRAY_LEN(op_cols), sizeof(**ops), ops, n);
 }
 
 int store_keys_load(struct sealed_key **keys, size_t *n)
 {
-	PGresult *r = store_run(&st_keys_load, NULL, NULL, NULL);
-
-	if (r == NULL)
-		return -1;
-	int rows = PQntuples(r);
-	*keys = calloc(rows > 0 ? (size_t)rows : 1, sizeof(**keys));
-	if (*keys == NULL) {
-		PQclear(r);
-		return -1;
-	}
-	for (int i = 0; i < rows; i++) {
-		struct sealed_key *k = &(*keys)[i];
-		k->sk_id = (uint32_t)store_i64(r, i, 0);
-		k->sk_sealed = store_bytea(r, i, 1, &k->sk_len);
-		k->sk_created_at = store_i64(r, i, 2);
-		k->sk_retired_at = store_i64(r, i, 3);
-		if (k->sk_sealed == NULL) {
-			store_keys_free(*keys, (size_t)i);
-			PQclear(r);
-			return -1;
-		}
-	}
-	*n = (size_t)rows;
-	PQclear(r);
-	return 0;
+	return store_read_rows(store_run(&st_keys_load, NULL, NULL, NULL), key_cols,
+			       IDEMD_ARRAY_LEN(key_cols), sizeof(**keys), keys, n);
 }
 
 void store_keys_free(struct sealed_key *keys, size_t n)
 {
-	for (size_t i = 0; keys != NULL && i < n; i++)
-		free(keys[i].sk_sealed);
-	free(keys);
+	store_free_rows(keys, n, key_cols, IDEMD_ARRAY_LEN(key_cols), sizeof(*keys));
 }
 
 int store_keys_newest(uint32_t *id)
 {
-	PGresult *r = store_run(&st_keys_newest, NULL, NULL, NULL);
+	int64_t newest;
+	int rows = store_ints(&st_keys_newest, NULL, NULL, NULL, &newest, 1);
 
-	if (r == NULL)
-		return -1;
-	*id = (uint32_t)store_i64(r, 0, 0);
-	PQclear(r);
-	return 0;
+	*id = (uint32_t)newest;
+	return rows < 0 ? -1 : 0;
 }
 
 int store_key_insert(const unsigned char *sealed, size_t len, int first_only, uint32_t *id)
 {
 	const char *v[] = { (const char *)sealed };
 	const int lens[] = { (int)len }, fmt[] = { 1 };
-	PGresult *r = store_run(first_only ? &st_key_first : &st_key_insert, v, lens, fmt);
+	int64_t inserted;
+	int rows =
+		store_ints(first_only ? &st_key_first : &st_key_insert, v, lens, fmt, &inserted, 1);
 
-	if (r == NULL)
-		return -1;
-	*id = (uint32_t)store_i64(r, 0, 0);
-	PQclear(r);
-	return 0;
+	*id = (uint32_t)inserted;
+	return rows < 0 ? -1 : 0;
 }
 
 int store_keys_count(int64_t *n)
 {
-	PGresult *r = store_run(&st_keys_table, NULL, NULL, NULL);
+	int64_t present;
 
-	if (r == NULL)
-		return -1;
-	int present = store_bool(r, 0, 0);
-	PQclear(r);
 	*n = 0;
+	if (store_ints(&st_keys_table, NULL, NULL, NULL, &present, 1) < 0)
+		return -1;
 	if (!present)
 		return 0;
-	r = store_run(&st_keys_count, NULL, NULL, NULL);
-	if (r == NULL)
-		return -1;
-	*n = store_i64(r, 0, 0);
-	PQclear(r);
-	return 0;
+	return store_ints(&st_keys_count, NULL, NULL, NULL, n, 1) < 0 ? -1 : 0;
 }
 
 int store_keys_prune(int64_t max_age_seconds)
@@ -432,11 +337,7 @@ int store_keys_prune(int64_t max_age_seconds)
 
 	snprintf(age, sizeof(age), "%" PRId64, max_age_seconds);
 	const char *v[] = { age };
-	PGresult *r = store_run(&st_keys_prune, v, NULL, NULL);
-	if (r == NULL)
-		return -1;
-	PQclear(r);
-	return 0;
+	return store_ints(&st_keys_prune, v, NULL, NULL, NULL, 0) < 0 ? -1 : 0;
 }
 
 /* Re-seals every signing key in one statement, over array literals. */
@@ -444,7 +345,6 @@ int store_keys_reseal(const struct sealed_key *old, const unsigned char *const *
 		      const size_t *lens, size_t n, int *ok)
 {
 	struct store_array arrs[3] = { { 0 } };
-	PGresult *r = NULL;
 	int rc = -1;
 
 	*ok = 1;
@@ -458,13 +358,12 @@ int store_keys_reseal(const struct sealed_key *old, const unsigned char *const *
 	if (store_arrays_close(arrs, 3) < 0)
 		goto done;
 	const char *v[] = { arrs[0].sa_buf, arrs[1].sa_buf, arrs[2].sa_buf };
-	r = store_run(&st_keys_reseal, v, NULL, NULL);
-	if (r == NULL || PQntuples(r) != 1)
+	int64_t resealed;
+	if (store_ints(&st_keys_reseal, v, NULL, NULL, &resealed, 1) != 1)
 		goto done;
-	*ok = store_bool(r, 0, 0);
+	*ok = (int)resealed;
 	rc = 0;
 done:
-	PQclear(r);
 	store_arrays_free(arrs, 3);
 	return rc;
 }

@@ -1,8 +1,9 @@
 /* Store: the statements of `idemd records` (cli_records.c). The operator
  * holds the database, so these read across tenants, by record id, and
  * name tenants and operations by name. Rows come back as JSON objects, one
- * member per non-NULL column, named and typed by the column (a table-driven
- * reader: integers and booleans as such, everything else as text). */
+ * member per non-NULL column, named and typed by the column (store_rows.c's
+ * reader over a table made from the result: integers and booleans as
+ * such, everything else as text). */
 #include "store_int.h"
 
 #include <jansson.h>
@@ -62,29 +63,19 @@ int store_cli_rows(enum store_cli_query q, const char *const *values, json_t **r
 	*rows = NULL;
 	if (r == NULL)
 		return -1;
-	json_t *a = json_array();
-	for (int i = 0; a != NULL && i < PQntuples(r); i++) {
-		json_t *o = json_object();
-		for (int c = 0; o != NULL && c < PQnfields(r); c++) {
-			if (PQgetisnull(r, i, c))
-				continue;
-			const char *v = PQgetvalue(r, i, c);
-			Oid type = PQftype(r, c);
-			json_t *j = type == 20 || type == 21 || type == 23 /* int8, int2, int4 */
-					    ? json_integer(strtoll(v, NULL, 10))
-					    : type == 16 /* bool */ ? json_boolean(v[0] == 't')
-								    : json_string(v);
-			if (json_object_set_new(o, PQfname(r, c), j) < 0) {
-				json_decref(o);
-				o = NULL;
-			}
-		}
-		if (o == NULL || json_array_append_new(a, o) < 0) {
-			json_decref(a);
-			a = NULL;
-		}
+	/* the columns as the statement names and types them */
+	int n = PQnfields(r);
+	struct store_col *cols = calloc(n > 0 ? (size_t)n : 1, sizeof(*cols));
+	for (int c = 0; cols != NULL && c < n; c++) {
+		Oid type = PQftype(r, c);
+		cols[c].col = c;
+		cols[c].type = type == 20 || type == 21 || type == 23 /* int8, int2, int4 */
+				       ? SC_I64
+				       : type == 16 /* bool */ ? SC_BOOL : SC_TEXT;
+		cols[c].name = PQfname(r, c);
 	}
+	*rows = cols != NULL ? store_rows_json(r, PQntuples(r), cols, (size_t)n) : NULL;
+	free(cols);
 	PQclear(r);
-	*rows = a;
-	return a != NULL ? 0 : -1;
+	return *rows != NULL ? 0 : -1;
 }

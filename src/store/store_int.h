@@ -1,10 +1,11 @@
 /*
- * Store internals shared by its three parts: store.c (pool and row
- * helpers, array literals, claims and completions), store_records.c (the
- * other record statements: release, extend, checkpoint, revoke, reads,
- * audit events, versions, sweeps, replay counts) and store_admin.c
- * (tenants, API keys, operations, signing keys). Not for other modules:
- * they see store.h.
+ * Store internals shared by its parts: store.c (pool and row helpers,
+ * claims and completions), store_arrays.c (array literals),
+ * store_records.c (the other record statements: release, extend,
+ * checkpoint, revoke, reads, audit events, versions, sweeps, replay
+ * counts), store_admin.c (tenants, API keys, operations, signing keys),
+ * store_cli.c (the records CLI's) and store_rows.c (the table-driven row
+ * reader). Not for other modules: they see store.h.
  */
 #ifndef IDEMD_STORE_INT_H
 #define IDEMD_STORE_INT_H
@@ -16,7 +17,7 @@
 #include "db.h"
 #include "store.h"
 
-/* Statement ids, one per statement of all three files (db.c prepares each
+/* Statement ids, one per statement of all the files (db.c prepares each
  * once per connection under its id). */
 enum {
 	ST_TENANT_CREATE = 1,
@@ -100,6 +101,62 @@ int store_bool(const PGresult *r, int row, int col);
 unsigned char *store_bytea(const PGresult *r, int row, int col, size_t *len);
 /* Reads status, headers, body, is_json of ROW starting at column COL. */
 int store_read_response(const PGresult *r, int row, int col, struct stored_response *out);
+
+/* How a column is read (store_rows.c). */
+enum store_type {
+	SC_I64,	     /* int64_t (NULL: 0); JSON: an integer */
+	SC_U32,	     /* uint32_t (NULL: 0) */
+	SC_INT,	     /* int (NULL: 0) */
+	SC_BOOL,     /* int, 1 for true (NULL: 0); JSON: true or false */
+	SC_HAS,	     /* int, 1 when the column is not NULL */
+	SC_TEXT,     /* char[aux], cut to fit ("" for NULL); JSON: a string */
+	SC_STR,	     /* char *, a copy (NULL for NULL) */
+	SC_BYTEA,    /* unsigned char *, decoded; its length in the size_t at aux */
+	SC_ID,	     /* uint8_t[16], from a bytea of exactly 16 bytes */
+	SC_IDS,	     /* uint32_t *, from "1,3,7"; how many in the size_t at aux */
+	SC_RESPONSE, /* struct stored_response, from this column and the 3 after */
+	SC_TIME,     /* JSON only: unix ms as an RFC 3339 string */
+};
+
+/* One column mapping: column COL of a result, read as TYPE into the field
+ * at OFF of a struct (AUX as the type says), or into the member NAME of a
+ * JSON object, which a NULL column leaves out. */
+struct store_col {
+	int col;
+	enum store_type type;
+	size_t off;
+	size_t aux;
+	const char *name;
+};
+
+/* The rest of a struct's store_col after its column and type: field F of
+ * struct T; STORE_TEXT with its size (SC_TEXT), STORE_COUNTED with the
+ * field N (SC_BYTEA, SC_IDS). */
+#define STORE_FIELD(T, f) offsetof(T, f), 0, NULL
+#define STORE_TEXT(T, f) offsetof(T, f), sizeof(((T *)0)->f), NULL
+#define STORE_COUNTED(T, f, n) offsetof(T, f), offsetof(T, n), NULL
+
+/* Fills the struct BASE from ROW of R by COLS; 0, or -1 (then what it
+ * allocated is freed). store_free_row frees what BASE holds by COLS. */
+int store_read_row(const PGresult *r, int row, const struct store_col *cols, size_t ncols,
+		   void *base);
+void store_free_row(void *base, const struct store_col *cols, size_t ncols);
+/* Every row of R (which this clears; NULL: the statement failed) into a
+ * new array *ROWS of *N structs of SIZE bytes (store_free_rows); 0 or -1. */
+int store_read_rows(PGresult *r, const struct store_col *cols, size_t ncols, size_t size,
+		    void *rows, size_t *n);
+void store_free_rows(void *rows, size_t n, const struct store_col *cols, size_t ncols, size_t size);
+/* ROW of R as a new JSON object by COLS; the first NROWS rows as a new
+ * array of them. NULL when out of memory. */
+struct json_t *store_row_json(const PGresult *r, int row, const struct store_col *cols,
+			      size_t ncols);
+struct json_t *store_rows_json(const PGresult *r, int nrows, const struct store_col *cols,
+			       size_t ncols);
+/* Runs STMT; its first row's first N columns as integers (booleans 1 or
+ * 0; 0 for NULL, no row or a failed statement) into OUT. How many rows it
+ * returned, or -1 when it failed. */
+int store_ints(const struct db_stmt *stmt, const char *const *values, const int *lengths,
+	       const int *formats, int64_t *out, int n);
 
 /* A PostgreSQL array literal being built: {e1,e2,...} (store_arrays.c). */
 struct store_array {

@@ -4,12 +4,11 @@
 #include "store_int.h"
 
 #include <inttypes.h>
+#include <jansson.h>
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "rfc3339.h"
 
 /* The fenced writes of one record: release, extend, checkpoint. */
 #define FENCED_EVENT(what, attempt, phase, by) \
@@ -117,6 +116,48 @@ static const struct db_stmt st_fences_sweep = { ST_FENCES_SWEEP, "fences_sweep",
 						"SELECT idemd.sweep_fences($1, $2)", 2 };
 static const struct db_stmt st_clock = { ST_CLOCK, "clock", "SELECT " MS("clock_timestamp()"), 0 };
 
+#define RV(f) STORE_FIELD(struct record_view, f)
+#define RR(f) STORE_FIELD(struct record_row, f)
+#define STUCK(f) STORE_FIELD(struct metrics_stuck, f)
+
+/* The columns of st_record_get (the checkpoint's when it has one), of
+ * st_events_get (a JSON object each), of st_record_list and of
+ * st_records_stuck. */
+static const struct store_col record_cols[] = {
+	{ 0, SC_TEXT, STORE_TEXT(struct record_view, rv_state) },
+	{ 1, SC_INT, RV(rv_attempt) },
+	{ 2, SC_I64, RV(rv_lease_expires_at) },
+	{ 3, SC_I64, RV(rv_expires_at) },
+	{ 4, SC_RESPONSE, RV(rv_response) },
+	{ 8, SC_HAS, RV(rv_has_subject) },
+	{ 8, SC_TEXT, STORE_TEXT(struct record_view, rv_subject) },
+	{ 9, SC_U32, RV(rv_operation_id) },
+	{ 13, SC_I64, RV(rv_replays) }
+};
+static const struct store_col checkpoint_cols[] = { { 10, SC_STR, RV(rv_checkpoint_phase) },
+						    { 11, SC_STR, RV(rv_checkpoint_data) },
+						    { 12, SC_INT, RV(rv_checkpoint_attempt) } };
+static const struct store_col event_cols[] = {
+	{ 0, SC_TIME, .name = "at" },	   { 1, SC_TEXT, .name = "event" },
+	{ 2, SC_I64, .name = "attempt" },  { 3, SC_I64, .name = "status" },
+	{ 4, SC_TEXT, .name = "phase" },   { 5, SC_TEXT, .name = "by" },
+	{ 7, SC_TEXT, .name = "trace_id" }
+};
+static const struct store_col row_cols[] = {
+	{ 0, SC_ID, RR(rr_id) },
+	{ 1, SC_U32, RR(rr_operation_id) },
+	{ 2, SC_TEXT, STORE_TEXT(struct record_row, rr_state) },
+	{ 3, SC_HAS, RR(rr_has_subject) },
+	{ 3, SC_TEXT, STORE_TEXT(struct record_row, rr_subject) },
+	{ 4, SC_INT, RR(rr_attempt) },
+	{ 5, SC_I64, RR(rr_lease_expires_at) },
+	{ 6, SC_I64, RR(rr_expires_at) },
+	{ 7, SC_I64, RR(rr_created_us) }
+};
+static const struct store_col stuck_cols[] = { { 0, SC_U32, STUCK(ms_tenant_id) },
+					       { 1, SC_U32, STUCK(ms_operation_id) },
+					       { 2, SC_I64, STUCK(ms_count) } };
+
 void store_record_view_free(struct record_view *v)
 {
 	store_response_free(&v->rv_response);
@@ -125,75 +166,65 @@ void store_record_view_free(struct record_view *v)
 	v->rv_checkpoint_phase = v->rv_checkpoint_data = NULL;
 }
 
-/* The outcome text of extend and checkpoint as a release outcome. */
-static enum release_outcome store_fence_outcome(const char *o, const char *done)
+/* A fenced write of one record (release, extend, checkpoint): $1 tenant,
+ * $2 record id, $3 attempt, then the N values of EXTRA, then who. Its
+ * answer's first column is the outcome (DONE: its word for done), its
+ * second the new lease (*LEASE, unless NULL). */
+static int store_fenced(const struct db_stmt *stmt, uint32_t tenant_id, const uint8_t *token_id,
+			int attempt, const char *const *extra, int n, const char *by,
+			const char *done, enum release_outcome *outcome, int64_t *lease)
 {
+	char tenant[16], att[16];
+	const char *v[6] = { tenant, (const char *)token_id, att };
+	const int len[6] = { 0, 16 }, fmt[6] = { 0, 1 };
+
+	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
+	snprintf(att, sizeof(att), "%d", attempt);
+	for (int i = 0; i < n; i++)
+		v[3 + i] = extra[i];
+	v[3 + n] = STORE_BY(by);
+	PGresult *r = store_run(stmt, v, len, fmt);
+	if (r == NULL)
+		return -1;
+	const char *o = PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "";
 	if (strcmp(o, done) == 0)
-		return RELEASE_DONE;
-	if (strcmp(o, "no_record") == 0)
-		return RELEASE_NO_RECORD;
-	return strcmp(o, "lease_lost") == 0 ? RELEASE_LEASE_LOST : RELEASE_NOT_IN_PROGRESS;
+		*outcome = RELEASE_DONE;
+	else if (strcmp(o, "no_record") == 0)
+		*outcome = RELEASE_NO_RECORD;
+	else
+		*outcome = strcmp(o, "lease_lost") == 0 ? RELEASE_LEASE_LOST
+							: RELEASE_NOT_IN_PROGRESS;
+	if (lease != NULL)
+		*lease = PQntuples(r) == 1 ? store_i64(r, 0, 1) : 0;
+	PQclear(r);
+	return 0;
 }
 
 int store_extend(uint32_t tenant_id, const uint8_t *token_id, int attempt, int lease_seconds,
 		 const char *by, enum release_outcome *outcome, int64_t *lease_expires_at)
 {
-	char tenant[16], att[16], lease[16];
+	char lease[16];
 
-	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
-	snprintf(att, sizeof(att), "%d", attempt);
 	snprintf(lease, sizeof(lease), "%d", lease_seconds);
-	const char *v[] = { tenant, (const char *)token_id, att, lease, STORE_BY(by) };
-	const int len[] = { 0, 16, 0, 0, 0 }, fmt[] = { 0, 1, 0, 0, 0 };
-	PGresult *r = store_run(&st_extend, v, len, fmt);
-	if (r == NULL)
-		return -1;
-	*outcome = store_fence_outcome(PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "", "extended");
-	*lease_expires_at = PQntuples(r) == 1 ? store_i64(r, 0, 1) : 0;
-	PQclear(r);
-	return 0;
+	const char *extra[] = { lease };
+	return store_fenced(&st_extend, tenant_id, token_id, attempt, extra, 1, by, "extended",
+			    outcome, lease_expires_at);
 }
 
 int store_checkpoint(uint32_t tenant_id, const uint8_t *token_id, int attempt, const char *phase,
 		     const char *data, const char *by, enum release_outcome *outcome)
 {
-	char tenant[16], att[16];
+	const char *extra[] = { phase, data };
 
-	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
-	snprintf(att, sizeof(att), "%d", attempt);
-	const char *v[] = { tenant, (const char *)token_id, att, phase, data, STORE_BY(by) };
-	const int len[] = { 0, 16, 0, 0, 0, 0 }, fmt[] = { 0, 1, 0, 0, 0, 0 };
-	PGresult *r = store_run(&st_checkpoint, v, len, fmt);
-	if (r == NULL)
-		return -1;
-	*outcome = store_fence_outcome(PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "", "saved");
-	PQclear(r);
-	return 0;
+	return store_fenced(&st_checkpoint, tenant_id, token_id, attempt, extra, 2, by, "saved",
+			    outcome, NULL);
 }
 
 int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt, const char *by,
 		  enum release_outcome *outcome)
 {
-	char tenant[16], att[16];
-
-	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
-	snprintf(att, sizeof(att), "%d", attempt);
-	const char *v[] = { tenant, (const char *)token_id, att, STORE_BY(by) };
-	const int len[] = { 0, 16, 0, 0 }, fmt[] = { 0, 1, 0, 0 };
-	PGresult *r = store_run(&st_release, v, len, fmt);
-	if (r == NULL)
-		return -1;
-	const char *o = PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "";
-	if (strcmp(o, "released") == 0)
-		*outcome = RELEASE_DONE;
-	else if (strcmp(o, "lease_lost") == 0)
-		*outcome = RELEASE_LEASE_LOST;
-	else if (strcmp(o, "no_record") == 0)
-		*outcome = RELEASE_NO_RECORD;
-	else
-		*outcome = RELEASE_NOT_IN_PROGRESS;
-	PQclear(r);
-	return 0;
+	return store_fenced(&st_release, tenant_id, token_id, attempt, NULL, 0, by, "released",
+			    outcome, NULL);
 }
 
 int store_revoke(uint32_t tenant_id, const uint8_t *token_id, uint32_t operation_id,
@@ -217,6 +248,7 @@ int store_revoke(uint32_t tenant_id, const uint8_t *token_id, uint32_t operation
 int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_view *rv)
 {
 	char tenant[16];
+	int rc = 0;
 
 	memset(rv, 0, sizeof(*rv));
 	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
@@ -225,29 +257,13 @@ int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_
 	PGresult *r = store_run(&st_record_get, v, len, fmt);
 	if (r == NULL)
 		return -1;
-	int rc = 0;
 	rv->rv_found = PQntuples(r) == 1;
-	if (rv->rv_found) {
-		snprintf(rv->rv_state, sizeof(rv->rv_state), "%s", PQgetvalue(r, 0, 0));
-		rv->rv_attempt = (int)store_i64(r, 0, 1);
-		rv->rv_lease_expires_at = store_i64(r, 0, 2);
-		rv->rv_expires_at = store_i64(r, 0, 3);
-		rv->rv_has_subject = !PQgetisnull(r, 0, 8);
-		snprintf(rv->rv_subject, sizeof(rv->rv_subject), "%s", PQgetvalue(r, 0, 8));
-		rv->rv_operation_id = (uint32_t)store_i64(r, 0, 9);
-		rv->rv_replays = store_i64(r, 0, 13);
-		rc = store_read_response(r, 0, 4, &rv->rv_response);
-		if (rc == 0 && !PQgetisnull(r, 0, 10)) {
-			rv->rv_checkpoint_phase = strdup(PQgetvalue(r, 0, 10));
-			rv->rv_checkpoint_data =
-				PQgetisnull(r, 0, 11) ? NULL : strdup(PQgetvalue(r, 0, 11));
-			rv->rv_checkpoint_attempt = (int)store_i64(r, 0, 12);
-			if (rv->rv_checkpoint_phase == NULL ||
-			    (!PQgetisnull(r, 0, 11) && rv->rv_checkpoint_data == NULL)) {
-				store_record_view_free(rv);
-				rc = -1;
-			}
-		}
+	if (rv->rv_found)
+		rc = store_read_row(r, 0, record_cols, IDEMD_ARRAY_LEN(record_cols), rv);
+	if (rc == 0 && rv->rv_found && !PQgetisnull(r, 0, 10) &&
+	    store_read_row(r, 0, checkpoint_cols, IDEMD_ARRAY_LEN(checkpoint_cols), rv) < 0) {
+		store_record_view_free(rv);
+		rc = -1;
 	}
 	PQclear(r);
 	return rc;
@@ -268,28 +284,9 @@ int store_events_get(uint32_t tenant_id, const uint8_t *token_id, int64_t after,
 		return -1;
 	int rows = PQntuples(r) > limit ? limit : PQntuples(r);
 	*next = PQntuples(r) > limit ? store_i64(r, rows - 1, 6) : 0;
-	json_t *a = json_array();
-	for (int i = 0; a != NULL && i < rows; i++) {
-		json_t *e = json_pack("{s:o,s:s}", "at", rfc3339_json(store_i64(r, i, 0)), "event",
-				      PQgetvalue(r, i, 1));
-		if (e != NULL && !PQgetisnull(r, i, 2))
-			json_object_set_new(e, "attempt", json_integer(store_i64(r, i, 2)));
-		if (e != NULL && !PQgetisnull(r, i, 3))
-			json_object_set_new(e, "status", json_integer(store_i64(r, i, 3)));
-		if (e != NULL && !PQgetisnull(r, i, 4))
-			json_object_set_new(e, "phase", json_string(PQgetvalue(r, i, 4)));
-		if (e != NULL)
-			json_object_set_new(e, "by", json_string(PQgetvalue(r, i, 5)));
-		if (e != NULL && !PQgetisnull(r, i, 7))
-			json_object_set_new(e, "trace_id", json_string(PQgetvalue(r, i, 7)));
-		if (e == NULL || json_array_append_new(a, e) < 0) {
-			json_decref(a);
-			a = NULL;
-		}
-	}
+	*events = store_rows_json(r, rows, event_cols, IDEMD_ARRAY_LEN(event_cols));
 	PQclear(r);
-	*events = a;
-	return a != NULL ? 0 : -1;
+	return *events != NULL ? 0 : -1;
 }
 
 int store_record_list(uint32_t tenant_id, const struct record_filter *f, size_t limit,
@@ -297,8 +294,6 @@ int store_record_list(uint32_t tenant_id, const struct record_filter *f, size_t 
 {
 	char tenant[16], op[16], older[24], after[24], lim[16];
 
-	*rows = NULL;
-	*n = 0;
 	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
 	snprintf(op, sizeof(op), "%" PRIu32, f->rf_operation_id);
 	snprintf(older, sizeof(older), "%" PRId64, f->rf_older_than);
@@ -313,67 +308,34 @@ int store_record_list(uint32_t tenant_id, const struct record_filter *f, size_t 
 			    f->rf_has_after ? (const char *)f->rf_after_id : NULL,
 			    lim };
 	const int len[] = { 0, 0, 0, 0, 0, 0, 16, 0 }, fmt[] = { 0, 0, 0, 0, 0, 0, 1, 0 };
-	PGresult *r = store_run(&st_record_list, v, len, fmt);
-	if (r == NULL)
-		return -1;
-	size_t m = (size_t)PQntuples(r);
-	struct record_row *out = m > 0 ? calloc(m, sizeof(*out)) : NULL;
-	if (m > 0 && out == NULL) {
-		PQclear(r);
-		return -1;
-	}
-	for (size_t i = 0; i < m; i++) {
-		int row = (int)i;
-		size_t idlen;
-		unsigned char *id = store_bytea(r, row, 0, &idlen);
-		if (id == NULL || idlen != 16) {
-			free(id);
-			free(out);
-			PQclear(r);
-			return -1;
-		}
-		memcpy(out[i].rr_id, id, 16);
-		free(id);
-		out[i].rr_operation_id = (uint32_t)store_i64(r, row, 1);
-		snprintf(out[i].rr_state, sizeof(out[i].rr_state), "%s", PQgetvalue(r, row, 2));
-		out[i].rr_has_subject = !PQgetisnull(r, row, 3);
-		snprintf(out[i].rr_subject, sizeof(out[i].rr_subject), "%s", PQgetvalue(r, row, 3));
-		out[i].rr_attempt = (int)store_i64(r, row, 4);
-		out[i].rr_lease_expires_at = store_i64(r, row, 5);
-		out[i].rr_expires_at = store_i64(r, row, 6);
-		out[i].rr_created_us = store_i64(r, row, 7);
-	}
-	PQclear(r);
-	*rows = out;
-	*n = m;
-	return 0;
+	return store_read_rows(store_run(&st_record_list, v, len, fmt), row_cols,
+			       IDEMD_ARRAY_LEN(row_cols), sizeof(**rows), rows, n);
 }
 
 int store_events_sweep(int limit, int *deleted)
 {
 	char lim[16];
+	int64_t o;
 
 	snprintf(lim, sizeof(lim), "%d", limit);
 	const char *v[] = { lim };
-	PGresult *r = store_run(&st_events_sweep, v, NULL, NULL);
-	if (r == NULL)
+	if (store_ints(&st_events_sweep, v, NULL, NULL, &o, 1) < 0)
 		return -1;
-	*deleted = (int)store_i64(r, 0, 0);
-	PQclear(r);
+	*deleted = (int)o;
 	return 0;
 }
 
 int store_version_get(uint32_t tenant_id, const char *key, int64_t *version)
 {
 	char tenant[16];
+	int64_t o;
 
 	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
 	const char *v[] = { tenant, key };
-	PGresult *r = store_run(&st_version_get, v, NULL, NULL);
-	if (r == NULL)
+	int rows = store_ints(&st_version_get, v, NULL, NULL, &o, 1);
+	if (rows < 0)
 		return -1;
-	*version = PQntuples(r) == 1 ? store_i64(r, 0, 0) : 0;
-	PQclear(r);
+	*version = rows == 1 ? o : 0;
 	return 0;
 }
 
@@ -381,35 +343,30 @@ int store_version_bump(uint32_t tenant_id, const char *key, int64_t expected, in
 		       int64_t *version)
 {
 	char tenant[16], exp[24];
+	int64_t o[2];
 
 	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
 	snprintf(exp, sizeof(exp), "%" PRId64, expected);
 	const char *v[] = { tenant, key, exp };
-	PGresult *r = store_run(&st_version_bump, v, NULL, NULL);
-	if (r == NULL)
+	if (store_ints(&st_version_bump, v, NULL, NULL, o, 2) != 1)
 		return -1;
-	int rc = PQntuples(r) == 1 ? 0 : -1;
-	if (rc == 0) {
-		*ok = store_bool(r, 0, 0);
-		*version = store_i64(r, 0, 1);
-	}
-	PQclear(r);
-	return rc;
+	*ok = (int)o[0];
+	*version = o[1];
+	return 0;
 }
 
 int store_sweep(int limit, int64_t *after_ms, int *deleted)
 {
 	char lim[16], after[24];
+	int64_t o[2];
 
 	snprintf(lim, sizeof(lim), "%d", limit);
 	snprintf(after, sizeof(after), "%" PRId64, *after_ms);
 	const char *v[] = { lim, after };
-	PGresult *r = store_run(&st_sweep, v, NULL, NULL);
-	if (r == NULL)
+	if (store_ints(&st_sweep, v, NULL, NULL, o, 2) < 0)
 		return -1;
-	*deleted = (int)store_i64(r, 0, 0);
-	*after_ms = store_i64(r, 0, 1);
-	PQclear(r);
+	*deleted = (int)o[0];
+	*after_ms = o[1];
 	return 0;
 }
 
@@ -438,51 +395,25 @@ int store_replays_add(size_t n, const uint32_t *tenant_ids, const uint8_t (*ids)
 
 int store_records_stuck(struct metrics_stuck **rows, size_t *n)
 {
-	PGresult *r = store_run(&st_records_stuck, NULL, NULL, NULL);
-
-	*rows = NULL;
-	*n = 0;
-	if (r == NULL)
-		return -1;
-	size_t m = (size_t)PQntuples(r);
-	struct metrics_stuck *out = calloc(m ? m : 1, sizeof(*out));
-	if (out == NULL) {
-		PQclear(r);
-		return -1;
-	}
-	for (size_t i = 0; i < m; i++) {
-		out[i].ms_tenant_id = (uint32_t)store_i64(r, (int)i, 0);
-		out[i].ms_operation_id = (uint32_t)store_i64(r, (int)i, 1);
-		out[i].ms_count = store_i64(r, (int)i, 2);
-	}
-	PQclear(r);
-	*rows = out;
-	*n = m;
-	return 0;
+	return store_read_rows(store_run(&st_records_stuck, NULL, NULL, NULL), stuck_cols,
+			       IDEMD_ARRAY_LEN(stuck_cols), sizeof(**rows), rows, n);
 }
 
 int store_fences_sweep(int limit, int keep_seconds, int *deleted)
 {
 	char lim[16], keep[16];
+	int64_t o;
 
 	snprintf(lim, sizeof(lim), "%d", limit);
 	snprintf(keep, sizeof(keep), "%d", keep_seconds);
 	const char *v[] = { lim, keep };
-	PGresult *r = store_run(&st_fences_sweep, v, NULL, NULL);
-	if (r == NULL)
+	if (store_ints(&st_fences_sweep, v, NULL, NULL, &o, 1) < 0)
 		return -1;
-	*deleted = (int)store_i64(r, 0, 0);
-	PQclear(r);
+	*deleted = (int)o;
 	return 0;
 }
 
 int store_clock(int64_t *db_ms)
 {
-	PGresult *r = store_run(&st_clock, NULL, NULL, NULL);
-
-	if (r == NULL)
-		return -1;
-	*db_ms = store_i64(r, 0, 0);
-	PQclear(r);
-	return 0;
+	return store_ints(&st_clock, NULL, NULL, NULL, db_ms, 1) < 0 ? -1 : 0;
 }
