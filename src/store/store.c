@@ -1,9 +1,7 @@
-/* Store: all SQL lives here, in three files sharing store_int.h. This one
- * has the pool and row helpers, the array literals and the record engine's
- * claims and completions; store_records.c the record's other statements,
- * store_admin.c tenants, API keys, operations and signing keys. Statements
- * are prepared once per pooled connection; bytea parameters go in binary,
- * everything else as text. */
+/* Store: all SQL lives in src/store/, in files sharing store_int.h (which
+ * lists them). This one has the pool and value helpers and the record
+ * engine's claims and completions. Statements are prepared once per pooled
+ * connection; bytea parameters go in binary, everything else as text. */
 #include "store_int.h"
 
 #include <inttypes.h>
