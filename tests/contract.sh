@@ -48,8 +48,8 @@
 #    as the relay maps it), the any-path answers of `x-any-path-responses`
 #    (an extension Prism does not read), and a recorded 501 (Prism mocks
 #    instead). Before that, Prism must find violations in the wrong
-#    document's exchanges of 1. About 40 s for the whole suite's
-#    exchanges; --no-prism leaves it out.
+#    document's exchanges of 1. 30-70 s for the 23,000 exchanges of the
+#    suite and schemathesis on two cores; --no-prism leaves it out.
 #
 # Needs IDEMD_BIN (default build/idemd) and a PostgreSQL as tests/run.sh
 # provides it (IDEMD_TEST_PGHOST, IDEMD_TEST_PGUSER, ...); without one it
