@@ -22,9 +22,10 @@ static PGresult *result(int nf, const char *const *names, const Oid *types, int 
 			const char *const *values)
 {
 	PGresult *r = PQmakeEmptyPGresult(NULL, PGRES_TUPLES_OK);
-	PGresAttDesc attrs[8];
+	PGresAttDesc attrs[16];
 
 	assert_non_null(r);
+	assert_true(nf <= (int)(sizeof(attrs) / sizeof(attrs[0])));
 	memset(attrs, 0, sizeof(attrs));
 	for (int c = 0; c < nf; c++) {
 		attrs[c].name = (char *)(uintptr_t)names[c];
