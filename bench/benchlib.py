@@ -220,6 +220,53 @@ def verdict(ok):
     return "**met**" if ok else "**NOT met**"
 
 
+CPU_PARTS = (("idemd", "idemd"), ("pg", "PostgreSQL"), ("up", "upstream"),
+             ("node", "Node"), ("redis", "Redis"), ("wrk", "wrk"))
+
+
+def cpu_per_op(rep, scen, part):
+    """Median over the rounds of PART's CPU µs per operation of SCEN."""
+    vals = []
+    for r in rep.of(scen):
+        n = r.get("ops") or (r.get("requests", 0) - r.get("err_status", 0))
+        if "cpu_%s_us" % part in r and n:
+            vals.append(r["cpu_%s_us" % part] / n)
+    return median(vals)
+
+
+def cpu_table(w, rep, kinds, conns):
+    """Where each first submit's CPU went, by process, and the cores idemd
+    and PostgreSQL would need for the durable peer's rate."""
+    rows = []
+    for c, sfx in conns:
+        for base, label in kinds:
+            scen = base + sfx
+            if not rep.have(scen) or cpu_per_op(rep, scen, "wrk") is None:
+                continue
+            parts = [cpu_per_op(rep, scen, k) or 0.0 for k, _ in CPU_PARTS]
+            rows.append((c, base, label, parts))
+    if not rows:
+        return
+    w("CPU per first submit, µs (user + system from `/proc` of each process the bench "
+      "started, over the run, divided by its operations; medians of the rounds). The "
+      "last column: the cores that idemd, PostgreSQL and the upstream together would keep "
+      "busy at the durable peer's rate of the same connection count, where the durable "
+      "peer's own Node and Redis used the cores it names.")
+    w("")
+    w("| connections | scenario | " + " | ".join(n for _, n in CPU_PARTS) +
+      " | all | cores at the durable peer's rate |")
+    w("|---:|---|" + "---:|" * (len(CPU_PARTS) + 2))
+    for c, base, label, parts in rows:
+        sfx = dict(conns)[c]
+        peer_rate = rep.rate("peerd_first" + sfx) if rep.have("peerd_first" + sfx) else None
+        server = parts[3] + parts[4] if base.startswith("peer") else \
+            parts[0] + parts[1] + parts[2]
+        w("| %d | %s | %s | %.0f | %s |" % (
+            c, label, " | ".join("%.0f" % v if v else "—" for v in parts), sum(parts),
+            "%.2f" % (peer_rate * server / 1e6) if peer_rate else "—"))
+    w("")
+
+
 def cmd_report(path, out, scale=False):
     runs = load_results(path)
     rep = Report(runs)
@@ -497,6 +544,7 @@ def cmd_report(path, out, scale=False):
                     if rep.have(base + sfx) and rep.have(peer + sfx) else "—"
                     for _, sfx in conns)))
         w("")
+        cpu_table(w, rep, kinds, conns)
 
     # --------------------------------------------------------- all figures
     w("## Every scenario")
@@ -750,7 +798,8 @@ def cmd_costmodel(path, out, machine):
     w("|---|---:|---|")
     for k in ("statement", "insert_bare", "insert_bare_twice", "insert_pk", "insert_records",
               "update_hot", "update_nonhot", "first_submit", "first_submit_rows",
-              "first_submit_fn", "insert_bare@8", "first_submit@8", "first_submit_rows@8"):
+              "first_submit_fn", "insert_bare@8", "first_submit@8", "first_submit_rows@8",
+              "first_submit_batch@2", "first_submit_batch_hot@2"):
         if k in per:
             w("| %s | %.1f | %s |" % (k, m[k], ", ".join("%.1f" % x for x in per[k])))
     w("")
@@ -808,10 +857,9 @@ def cmd_costmodel(path, out, machine):
         w("")
     if real:
         floor = fs8 if fs8 is not None else real
-        w("Floor of this design on this machine: with PostgreSQL alone on both cores and "
-          "8 clients, %s first submits/s (2 cores / %.0f µs; one client alone: %.0f µs); "
-          "idemd's own CPU per submit and the load generator's share the same two cores, so "
-          "the ceiling with everything on them is lower still." % (
+        w("Unbatched (each first submit its own two statements and commits, 8 clients): "
+          "PostgreSQL alone on both cores could take %s first submits/s (2 cores / %.0f µs; "
+          "one client alone: %.0f µs). Under load idemd batches, below." % (
               fmt_rate(2e6 / floor), floor, real))
         w("")
         w("What the ways open to a lighter submit would take off, by these units:")
@@ -823,6 +871,23 @@ def cmd_costmodel(path, out, machine):
         w("- one transaction instead of two (claim and completion in one commit, possible "
           "only where the work is done inside it): %.0f µs (%.0f%%)" % (
               commit + S, 100 * (commit + S) / real))
+        w("")
+    b, bh = m.get("first_submit_batch@2"), m.get("first_submit_batch_hot@2")
+    if b is not None:
+        # a transaction of these steps is 32 first submits' claims, then
+        # their completions
+        w("Floor of this design on this machine, batched as idemd batches under load "
+          "(first_submit_batch: the claims of 32 requests in one statement and one commit, "
+          "then their completions; 2 clients): %.0f µs of PostgreSQL CPU per first submit, "
+          "so PostgreSQL alone on both cores could take %s first submits/s with this schema "
+          "and these statements, before idemd, the upstream and the load generator take any "
+          "CPU." % (b / 32, fmt_rate(2e6 * 32 / b)))
+        if bh is not None:
+            w("With a completion that is a HOT update (first_submit_batch_hot: no index on "
+              "`state`, `lease_expires_at` or `expires_at`, fillfactor 70): %.0f µs, %s "
+              "first submits/s (%.0f%% less CPU). Keeping that would need the sweeper to find "
+              "expired records and expired leases without those indexes." % (
+                  bh / 32, fmt_rate(2e6 * 32 / bh), 100 * (b - bh) / b))
         w("")
     with open(out, "w") as f:
         f.write("\n".join(lines))

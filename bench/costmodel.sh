@@ -74,7 +74,7 @@ printf '{"database_url": "%s", "master_key_file": "%s"}\n' "$(pg conninfo "$PGDI
 # the transactions: what group commit (one flush for several) leaves
 STEPS=(statement insert_bare insert_bare_twice insert_pk insert_records update_hot
        update_nonhot first_submit first_submit_rows first_submit_fn insert_bare@8
-       first_submit@8 first_submit_rows@8)
+       first_submit@8 first_submit_rows@8 first_submit_batch@2 first_submit_batch_hot@2)
 script_of() {  # the first submits are the bench's own database diagnostics
   case "$1" in
     first_submit) echo "$BENCH/pgbench_db_first_submit.sql" ;;
@@ -116,6 +116,10 @@ measure() {
 }
 SECS_MEASURED=$SECS SECS=2
 for s in "${STEPS[@]}"; do measure "$s" warmup; done
+# statistics of the tables the warm-ups filled: a plan made while a table
+# was empty (a sequential scan) would otherwise stay until autovacuum's
+# next ANALYZE
+sql "ANALYZE" >/dev/null
 SECS=$SECS_MEASURED
 for r in $(seq "$ROUNDS"); do
   for s in "${STEPS[@]}"; do

@@ -348,20 +348,60 @@ fi
 PSOCK=$(pg socket "$PGDIR")
 PROLE=$(pg role "$PGDIR")
 
+# CPU used so far (user + system, µs) by each process the bench started:
+# idemd, every process of the PostgreSQL cluster, the gateway's upstream,
+# both peers' Node and Redis; NAME=µs pairs
+TICK_US=$(( 1000000 / $(getconf CLK_TCK) ))
+cpu_of() {  # cpu_of PID...: their CPU in µs (processes gone count nothing)
+  local t=0 line f p
+  for p in "$@"; do
+    [ -n "$p" ] && read -r line 2>/dev/null <"/proc/$p/stat" || continue
+    line=${line##*) }   # past the command name, which may hold spaces
+    read -r -a f <<<"$line"
+    t=$(( t + f[11] + f[12] ))
+  done
+  echo $(( t * TICK_US ))
+}
+cpu_now() {
+  local pm
+  pm=$(head -n 1 "$PGDIR/data/postmaster.pid" 2>/dev/null)
+  # shellcheck disable=SC2046
+  echo "idemd=$(cpu_of "$IDEMD_PID") pg=$(cpu_of "$pm" $(pgrep -P "$pm")) up=$(cpu_of "$UP_PID")" \
+    "node=$(cpu_of "$PEER_PID" "$PEERD_PID") redis=$(cpu_of "$REDIS_PID" "$REDISD_PID")"
+}
+cpu_diff() {  # cpu_diff BEFORE AFTER TIMES_FILE: cpu_NAME_us=... of the run
+  python3 - "$1" "$2" "$3" <<'EOF'
+import re, sys
+a = dict(kv.split("=") for kv in sys.argv[1].split())
+b = dict(kv.split("=") for kv in sys.argv[2].split())
+out = ["cpu_%s_us=%d" % (k, max(0, int(b[k]) - int(a.get(k, 0)))) for k in b]
+# `times`: the shell's own, then its children's (wrk's): user and system
+t = open(sys.argv[3]).read().split("\n")[1]
+us = sum(float(m) * 60e6 + float(s) * 1e6 for m, s in re.findall(r"(\d+)m([\d.]+)s", t))
+out.append("cpu_wrk_us=%d" % us)
+print(" ".join(out))
+EOF
+}
+
 # wrk_run NAME ROUND URL SCRIPT DURATION CONNECTIONS [SCRIPT ARGS...]
 wrk_run() {
   local name=$1 round=$2 url=$3 script=$4 dur=$5 conns=$6
   shift 6
   local out=$RAW/$name.$round.txt lsn0
   lsn0=$(sql "SELECT pg_current_wal_insert_lsn()")
-  BENCH_DIR=$BENCH BENCH_API_KEY=$API_KEY BENCH_OPERATION=order.create \
+  local cpu0
+  cpu0=$(cpu_now)
+  # wrk in a subshell of its own, whose children's CPU (wrk's) `times` tells
+  ( BENCH_DIR=$BENCH BENCH_API_KEY=$API_KEY BENCH_OPERATION=order.create \
     "${APP_CPU[@]}" wrk -t"$(( conns < 2 ? conns : 2 ))" -c"$conns" -d"${dur}s" --timeout 5s --latency -s "$BENCH/$script" "$url" \
-    -- "$@" >"$out" 2>&1 || true
-  local line
+    -- "$@" >"$out" 2>&1 || true; times >"$out.times" )
+  local cpu1 line
+  cpu1=$(cpu_now)
   line=$(sed -n 's/^BENCH_RESULT //p' "$out" | tail -n 1)
   [ -n "$line" ] || { tail -n 5 "$out" >&2; die "wrk $name gave no result (see $out)"; }
   # WAL written meanwhile: what the database had to make durable
   line="$line wal_bytes=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$lsn0')::bigint")"
+  line="$line $(cpu_diff "$cpu0" "$cpu1" "$out.times")"
   # warm-ups and the perf-sampled --profile runs are not measurements
   case "$round" in warmup|profile*) ;; *) echo "$name $round $line" >>"$RESULTS" ;; esac
   LAST=$line

@@ -1,6 +1,8 @@
 -- setup.sql: the tables of the cost model's steps (bench/costmodel.sh):
 -- copies of records without indexes, with its primary key only, with all
 -- its indexes, and one filled with 100,000 completed records to update;
+-- cost_hot, with only the indexes no claim or completion changes (for
+-- first_submit_batch_hot.sql);
 -- plus an operation (id 1, of the tenant costmodel.sh creates) for the
 -- first submit.
 SET client_min_messages = warning;
@@ -8,6 +10,9 @@ CREATE TABLE cost_bare (LIKE records INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
 CREATE TABLE cost_pk (LIKE records INCLUDING DEFAULTS INCLUDING CONSTRAINTS,
                       PRIMARY KEY (tenant_id, token_id));
 CREATE TABLE cost_records (LIKE records INCLUDING ALL) WITH (fillfactor = 80);
+CREATE TABLE cost_hot (LIKE records INCLUDING DEFAULTS INCLUDING CONSTRAINTS,
+                       PRIMARY KEY (tenant_id, token_id)) WITH (fillfactor = 70);
+CREATE INDEX cost_hot_tenant_created_idx ON cost_hot (tenant_id, created_at DESC, token_id DESC);
 CREATE TABLE cost_upd (LIKE records INCLUDING ALL) WITH (fillfactor = 80);
 INSERT INTO cost_upd (tenant_id, token_id, operation_id, subject, state, fingerprint,
                       attempt, response_status, response_headers, response_body,
