@@ -164,6 +164,20 @@ static void janitor_count_stuck(void)
 	free(rows);
 }
 
+/* Statistics autovacuum has left far behind (a new deployment's records in
+ * its first minutes, or autovacuum busy elsewhere) brought up to date, so
+ * that every connection's plans are made again for the tables as they are
+ * (store_refresh_statistics). */
+static void janitor_refresh_statistics(void)
+{
+	int n;
+
+	if (store_refresh_statistics(&n) == 0 && n > 0)
+		log_info("janitor: analyzed %d table%s whose statistics autovacuum had left "
+			 "behind",
+			 n, n == 1 ? "" : "s");
+}
+
 static void *janitor_main(void *arg)
 {
 	time_t last_keys = time(NULL), last_sweep = time(NULL), last_trim = time(NULL);
@@ -198,6 +212,7 @@ static void *janitor_main(void *arg)
 		if (now - last_stuck >= JANITOR_STUCK_INTERVAL_SECONDS) {
 			last_stuck = now;
 			janitor_count_stuck();
+			janitor_refresh_statistics();
 		}
 		if (now - last_sweep >= janitor.sweep_interval) {
 			last_sweep = now;

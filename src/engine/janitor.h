@@ -12,8 +12,9 @@ struct config;
 #define JANITOR_KEYS_INTERVAL_SECONDS 5
 #define JANITOR_SWEEP_BATCH 500
 #define JANITOR_TRIM_INTERVAL_SECONDS 30
-/* idemd_records_stuck: one GROUP BY over the partial index of records in
- * progress (migration 0010), this often */
+/* idemd_records_stuck (one GROUP BY over the partial index of records in
+ * progress, migration 0010) and the check of the hot tables' statistics,
+ * this often */
 #define JANITOR_STUCK_INTERVAL_SECONDS 15
 
 int janitor_start(const struct config *cfg) IDEMD_WUR;

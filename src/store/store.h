@@ -316,4 +316,11 @@ int store_replays_add(size_t n, const uint32_t *tenant_ids, const uint8_t (*ids)
  * array of *N rows (free()). */
 int store_records_stuck(struct metrics_stuck **rows, size_t *n) IDEMD_WUR;
 
+/* ANALYZEs records and record_events where autovacuum has fallen far
+ * behind: changed by more rows since their last statistics than they held
+ * then. Each connection keeps its plans until a table's statistics change,
+ * and a plan made while records was empty reads all of it once it is
+ * large. *ANALYZED: how many tables. 0 or -1. */
+int store_refresh_statistics(int *analyzed) IDEMD_WUR;
+
 #endif

@@ -62,6 +62,9 @@ enum {
 	ST_CLI_EVENTS,
 	ST_CLI_LIST,
 	ST_CLI_RELEASE,
+	ST_STATS_STALE,
+	ST_ANALYZE_RECORDS,
+	ST_ANALYZE_EVENTS,
 };
 
 /* Who did it, for the audit trail; never NULL in a statement. */

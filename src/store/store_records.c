@@ -1,6 +1,7 @@
 /* Store: the record statements other than claims and completions (see
  * store.c): release, extend, checkpoint, revoke, record get and list,
- * audit events, versions, sweeps, replay counts, stuck records. */
+ * audit events, versions, sweeps, replay counts, stuck records, the hot
+ * tables' statistics. */
 #include "store_int.h"
 
 #include <inttypes.h>
@@ -115,6 +116,26 @@ static const struct db_stmt st_sweep = {
 static const struct db_stmt st_fences_sweep = { ST_FENCES_SWEEP, "fences_sweep",
 						"SELECT idemd.sweep_fences($1, $2)", 2 };
 static const struct db_stmt st_clock = { ST_CLOCK, "clock", "SELECT " MS("clock_timestamp()"), 0 };
+/* Whether records (then record_events) changed by more rows since their
+ * statistics were made than the tables held then, and by STORE_STALE_ROWS
+ * at least: far past autovacuum's own threshold (a tenth), so autovacuum
+ * is behind. */
+#define STORE_STALE_ROWS "1000"
+static const struct db_stmt st_stats_stale = {
+	ST_STATS_STALE, "stats_stale",
+	"SELECT coalesce(bool_or(s.relname = 'records'), false), "
+	"coalesce(bool_or(s.relname = 'record_events'), false) "
+	"FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
+	"WHERE s.relid IN ('records'::regclass, 'record_events'::regclass) "
+	"AND s.n_mod_since_analyze >= " STORE_STALE_ROWS " "
+	"AND s.n_mod_since_analyze > greatest(c.reltuples, 0)",
+	0
+};
+/* SKIP_LOCKED: another instance analyzing the table already is enough. */
+static const struct db_stmt st_analyze_records = { ST_ANALYZE_RECORDS, "analyze_records",
+						   "ANALYZE (SKIP_LOCKED) records", 0 };
+static const struct db_stmt st_analyze_events = { ST_ANALYZE_EVENTS, "analyze_events",
+						  "ANALYZE (SKIP_LOCKED) record_events", 0 };
 
 #define RV(f) STORE_FIELD(struct record_view, f)
 #define RR(f) STORE_FIELD(struct record_row, f)
@@ -410,6 +431,26 @@ int store_fences_sweep(int limit, int keep_seconds, int *deleted)
 	if (store_ints(&st_fences_sweep, v, NULL, NULL, &o, 1) < 0)
 		return -1;
 	*deleted = (int)o;
+	return 0;
+}
+
+int store_refresh_statistics(int *analyzed)
+{
+	const struct db_stmt *analyze[2] = { &st_analyze_records, &st_analyze_events };
+	int64_t stale[2];
+
+	*analyzed = 0;
+	if (store_ints(&st_stats_stale, NULL, NULL, NULL, stale, 2) < 0)
+		return -1;
+	for (int i = 0; i < 2; i++) {
+		if (!stale[i])
+			continue;
+		PGresult *r = store_run(analyze[i], NULL, NULL, NULL);
+		if (r == NULL)
+			return -1;
+		PQclear(r);
+		(*analyzed)++;
+	}
 	return 0;
 }
 
