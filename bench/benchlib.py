@@ -16,6 +16,8 @@
       print the best ops/s (or req/s) of SCENARIO so far (0 if none)
   benchlib.py report RESULTS OUT [--scale]
       write the markdown report from the results file of run.sh
+  benchlib.py batch-script SRC TABLE
+      print SRC's first submit over batches of 32 on TABLE (costmodel.sh)
   benchlib.py costmodel RESULTS OUT MACHINE
       write the cost model (bench/costmodel.sh) from its "STEP ROUND
       CPU_US TRANSACTIONS" lines
@@ -759,6 +761,31 @@ def cmd_report(path, out, scale=False):
     print("\n".join(lines))
 
 
+def cmd_batch_script(src, table):
+    """Prints the first submit of SRC (pgbench_db_first_submit.sql: the two
+    statements over one-element arrays) over arrays of 32 fresh records, as
+    idemd sends a batch of 32 requests, on TABLE (records, or cost_hot):
+    the cost model's first_submit_batch and first_submit_batch_hot."""
+    text = open(src).read()
+    body = text[text.index("\\set"):]
+    body = body.replace("\\set k random(1000000, 9000000000000000)",
+                        "\\set k random(1000000, 90000000000000)")
+    # ids k * 64 + 1..32: two transactions practically never meet
+    body = body.replace(
+        "ARRAY[decode(lpad(to_hex(:k::bigint), 32, '0'), 'hex')]",
+        "ARRAY(SELECT decode(lpad(to_hex(:k::bigint * 64 + g), 32, '0'), 'hex') "
+        "FROM generate_series(1, 32) g)")
+
+    def fill(m):
+        v = m.group(1)
+        return "array_fill(%s, ARRAY[32])" % (v + "::text" if v == "'user-42'" else v)
+    body = re.sub(r"ARRAY\[((?:'[^']*'(?:::\w+)?|[^\[\]]+))\]", fill, body)
+    for verb in ("INSERT INTO", "FROM", "JOIN", "UPDATE"):
+        body = body.replace("%s records rec" % verb, "%s %s rec" % (verb, table))
+        body = body.replace("%s records AS rec" % verb, "%s %s AS rec" % (verb, table))
+    sys.stdout.write(body)
+
+
 def cmd_costmodel(path, out, machine):
     per = {}
     with open(path) as f:
@@ -907,6 +934,8 @@ def main(argv):
         cmd_free_ports(args[0])
     elif cmd == "rate" and len(args) == 2:
         cmd_rate(*args)
+    elif cmd == "batch-script" and len(args) == 2:
+        cmd_batch_script(*args)
     elif cmd == "costmodel" and len(args) == 3:
         cmd_costmodel(*args)
     elif cmd == "report" and len(args) >= 2:

@@ -79,9 +79,16 @@ script_of() {  # the first submits are the bench's own database diagnostics
   case "$1" in
     first_submit) echo "$BENCH/pgbench_db_first_submit.sql" ;;
     first_submit_fn) echo "$BENCH/pgbench_db_first_submit_functions.sql" ;;
+    first_submit_batch|first_submit_batch_hot) echo "$WORK/$1.sql" ;;
     *) echo "$BENCH/cost/$1.sql" ;;
   esac
 }
+# the first submit over batches of 32, on records and on cost_hot
+# (setup.sql), made from the bench's own one-element script
+python3 "$BENCH/benchlib.py" batch-script "$BENCH/pgbench_db_first_submit.sql" records \
+  >"$WORK/first_submit_batch.sql"
+python3 "$BENCH/benchlib.py" batch-script "$BENCH/pgbench_db_first_submit.sql" cost_hot \
+  >"$WORK/first_submit_batch_hot.sql"
 RESULTS=$WORK/results.txt
 : >"$RESULTS"
 # measure STEP ROUND: the CPU of a client's backend over its whole life

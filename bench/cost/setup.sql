@@ -2,7 +2,7 @@
 -- copies of records without indexes, with its primary key only, with all
 -- its indexes, and one filled with 100,000 completed records to update;
 -- cost_hot, with only the indexes no claim or completion changes (for
--- first_submit_batch_hot.sql);
+-- costmodel.sh's first_submit_batch_hot);
 -- plus an operation (id 1, of the tenant costmodel.sh creates) for the
 -- first submit.
 SET client_min_messages = warning;
