@@ -89,8 +89,8 @@ static const char *const metrics_dup_names[METRICS_DUP_COUNT] = {
 	"waited",
 };
 static const char *const metrics_upstream_outcomes[N_UPSTREAM_OUTCOMES] = {
-	"1xx",	       "2xx",	  "3xx",    "4xx",	 "5xx",
-	"unreachable", "timeout", "failed", "too_large", "invalid", "broken",
+	"1xx",	   "2xx",    "3xx",	  "4xx",     "5xx",    "unreachable",
+	"timeout", "failed", "too_large", "invalid", "broken",
 };
 static const char *const metrics_class_names[N_CLASSES] = {
 	"none", "1xx", "2xx", "3xx", "4xx", "5xx",

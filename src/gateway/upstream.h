@@ -59,8 +59,8 @@ struct upstream_call {
 
 	/* results */
 	enum upstream_result uc_result;
-	int uc_sent;			/* the request left for the upstream */
-	long uc_final_status;		/* the status line of the final answer read (2xx-5xx), or 0 */
+	int uc_sent;	      /* the request left for the upstream */
+	long uc_final_status; /* the status line of the final answer read (2xx-5xx), or 0 */
 	char uc_error[CURL_ERROR_SIZE]; /* what went wrong, for logs */
 	long uc_status;
 	json_t *uc_resp_headers; /* kept headers, lower-cased names */
