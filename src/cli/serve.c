@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "auth.h"
 #include "cli.h"
 #include "batcher.h"
 #include "config.h"
@@ -227,6 +228,11 @@ int serve(const struct config *cfg, const char *config_path)
 		log_error("serve: cannot start the replay count thread");
 		goto gateway;
 	}
+	/* every API key in memory before the first request: a genuine key
+	 * never waits on the rate-limited lookup of unknown ones */
+	if (auth_refresh() < 0)
+		log_warn("serve: could not read the API keys; each is looked up on its first "
+			 "use until the janitor reads them");
 	if (http_start(cfg) < 0)
 		goto gateway;
 	if (janitor_start(cfg) < 0) {

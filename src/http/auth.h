@@ -1,5 +1,7 @@
-/* Authentication: API keys (generation, hashing) and an in-process cache
- * from key hash to tenant so most requests need no database round trip. */
+/* Authentication: API keys (generation, hashing), every key the database
+ * holds kept in memory (the known set) and a cache from key hash to tenant,
+ * so that requests need no database round trip and a genuine key never
+ * waits on the rate-limited lookup of unknown keys. */
 #ifndef IDEMD_AUTH_H
 #define IDEMD_AUTH_H
 
@@ -61,7 +63,16 @@ struct auth_memo {
 int auth_check_memo(const char *key, size_t client, struct auth_memo *memo, uint32_t *tenant_id);
 void auth_memo_wipe(struct auth_memo *memo);
 
-/* Forgets every known key (and makes every memo stale). */
+/* Reads the keys the database holds into the known set, which answers for
+ * them without the rate-limited lookup: at once when their count or id sum
+ * changed since the last read, else only notes that the set was confirmed
+ * now. serve calls it before the listener opens, the janitor once a
+ * second. 0, or -1 (database or memory; the set stays as it was). */
+int auth_refresh(void) IDEMD_WUR;
+/* How many keys the known set holds. */
+size_t auth_known_count(void);
+
+/* Forgets every known key, the known set too (and makes every memo stale). */
 void auth_cache_clear(void);
 
 /* For tests: the clock of AUTH_RECHECK_MS, in ms (NULL: CLOCK_MONOTONIC_COARSE). */
