@@ -418,6 +418,7 @@ void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		free(req->req_params[i]);
 	free(req->req_path);
 	free(req->req_body);
+	http_epoch_leave(req); /* nothing of a configuration is read after this */
 	free(req);
 	*con_cls = NULL;
 	atomic_fetch_sub(&http_active, 1);

@@ -28,6 +28,8 @@ extern atomic_int http_suspended;
 /* A request's context from its connection, URL and method (its headers
  * scanned, its id and trace set), or NULL when out of memory. */
 struct request *http_request_new(struct MHD_Connection *conn, const char *url, const char *method);
+/* The last thing done with REQ before it is freed (http_grace_done). */
+void http_epoch_leave(const struct request *req);
 
 struct http_conn {
 	struct auth_memo hc_auth; /* the API key it last authenticated with */

@@ -76,12 +76,42 @@ static int http_valid_request_id(const char *id)
 	return strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n;
 }
 
+/* Requests alive per grace epoch (0 or 1), and the epoch new ones join. */
+static atomic_long http_epoch_requests[2];
+static atomic_uint http_epoch_now;
+static unsigned http_epoch_waited; /* the epoch a grace period waits for */
+
+void http_grace_begin(void)
+{
+	http_epoch_waited = atomic_fetch_xor(&http_epoch_now, 1u) & 1u;
+}
+
+int http_grace_done(void)
+{
+	return atomic_load(&http_epoch_requests[http_epoch_waited]) == 0;
+}
+
+void http_epoch_leave(const struct request *req)
+{
+	atomic_fetch_sub(&http_epoch_requests[req->req_epoch], 1);
+}
+
 struct request *http_request_new(struct MHD_Connection *conn, const char *url, const char *method)
 {
 	struct request *req = calloc(1, sizeof(*req));
 
 	if (req == NULL)
 		return NULL;
+	/* counted before it reads any configuration (http_grace_begin); the
+	 * epoch read again after the count, so that a grace period that
+	 * began meanwhile either saw the count or began before every read */
+	for (;;) {
+		req->req_epoch = atomic_load(&http_epoch_now) & 1u;
+		atomic_fetch_add(&http_epoch_requests[req->req_epoch], 1);
+		if ((atomic_load(&http_epoch_now) & 1u) == req->req_epoch)
+			break;
+		atomic_fetch_sub(&http_epoch_requests[req->req_epoch], 1);
+	}
 	req->req_conn = conn;
 	req->req_method = method;
 	req->req_path = strdup(url);
