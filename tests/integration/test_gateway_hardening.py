@@ -205,6 +205,10 @@ class GatewayHardening(IdemdCase):
             "excess": lambda q: (b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\n"
                                  b"Content-Length: 2\r\n\r\n{}"
                                  b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"),
+            "trailers": lambda q: (b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\n"
+                                   b"Transfer-Encoding: chunked\r\nTrailer: Location, X-Order\r\n"
+                                   b"\r\nc\r\n{\"order\":88}\r\n0\r\n"
+                                   b"Location: /from-trailer\r\nX-Order: 9\r\n\r\n"),
             "cookies": lambda q: response(201, '{"order":77}', [
                 ("Content-Type", "application/json"),
                 ("Set-Cookie", "sid=one; Path=/"),
@@ -565,6 +569,23 @@ class GatewayHardening(IdemdCase):
             self.assertNotIn(h, stored, j)
         self.assertEqual(len(self.up.requests(tid)), 1)
         self.assertEqual(len(self.up.since(mark)), 1)
+
+    def test_upstream_trailers_are_never_promoted_to_headers(self):
+        """Issue 38: libcurl's header callback receives trailer fields
+        too; `Location: /from-trailer` was stored and replayed as a header
+        of the answer. Trailers are dropped."""
+        tok, tid, _ = self.token()
+        for n in range(2):
+            r = self.submit(tok, headers={"X-Raw-Mode": "trailers"})
+            self.assertEqual(r.status, 201, r.describe())
+            self.assertEqual(r.header("idempotent-replayed"), ("false", "true")[n])
+            self.assertEqual(r.json, {"order": 88}, r.describe())
+            self.assertIsNone(r.header("location"), "a trailer became a header" + r.describe())
+            self.assertIsNone(r.header("x-order"), "a trailer became a header" + r.describe())
+        j = assert_status(self, self.introspect(tok), 200)
+        stored = {k.lower() for k in (j.get("response") or {}).get("headers", {})}
+        self.assertFalse(stored & {"location", "x-order"}, j)
+        self.assertEqual(len(self.up.requests(tid)), 1)
 
     def test_rule10_check_config_refuses_never_stored_headers(self):
         tmp = tempfile.mkdtemp(prefix="idemd-it-hard-")
