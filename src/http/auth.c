@@ -14,7 +14,7 @@
  * AUTH_NEGATIVE_MS in a table of its own (a flood of unknown keys cannot
  * evict the known ones), and at most AUTH_LOOKUPS_PER_SECOND keys not in
  * either table are looked up per second, AUTH_LOOKUPS_PER_CLIENT of them for
- * one client address: beyond that the answer is 503 with Retry-After, so one
+ * one client (an IPv4 address, an IPv6 prefix: http_client_slot): beyond that the answer is 503 with Retry-After, so one
  * client sending made-up keys can neither turn every request into a
  * database query nor take the lookups a new genuine key needs. A key is
  * believed for AUTH_RECHECK_MS after the database last confirmed it (the

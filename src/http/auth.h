@@ -38,8 +38,9 @@ void auth_key_hash(const char *key, size_t len, uint8_t out[32]);
 #define AUTH_NEGATIVE_MS 1000
 #define AUTH_LOOKUPS_PER_SECOND 1000
 #define AUTH_LOOKUPS_PER_CLIENT 100
-/* Clients are told apart by a slot number below this (a hash of the
- * address: http_client_slot). */
+/* Clients are told apart by a slot number below this (a keyed hash of
+ * the IPv4 address or of the IPv6 prefix of ipv6_client_prefix bits:
+ * http_client_slot). */
 #define AUTH_CLIENT_SLOTS 1024
 
 /* Resolves KEY, sent by the client of slot CLIENT, to its tenant: AUTH_OK,

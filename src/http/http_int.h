@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "auth.h"
 #include "http.h"
@@ -88,9 +89,16 @@ void http_clear_reply(struct request *req);
  * 1, or 0 when one of them would be passed. Give hands back all REQ holds. */
 void http_budget_start(const struct config *cfg);
 #define HTTP_CLIENT_SLOTS AUTH_CLIENT_SLOTS
-/* The slot (0 .. HTTP_CLIENT_SLOTS - 1) of CONN's client address, the
- * peer's, never a header's: a keyed hash, so collisions cannot be chosen. */
+/* The slot (0 .. HTTP_CLIENT_SLOTS - 1) of CONN's client, the peer's
+ * address, never a header's (http_client_slot_of with the configured
+ * ipv6_client_prefix). */
 size_t http_client_slot(struct MHD_Connection *conn);
+/* The slot of client address SA (borrowed; NULL or neither IPv4 nor IPv6:
+ * slot 0): an IPv4 address whole, an IPv4-mapped IPv6 address as that IPv4
+ * address, any other IPv6 address by its first V6_PREFIX bits (1..128), so
+ * that the addresses of one prefix are one client. A hash keyed with random
+ * bytes drawn once per process, so collisions cannot be chosen. */
+size_t http_client_slot_of(const struct sockaddr *sa, int v6_prefix);
 int http_budget_take(struct request *req, size_t n);
 void http_budget_give(struct request *req);
 
