@@ -26,9 +26,16 @@ struct config;
 extern atomic_int http_active;
 extern atomic_int http_suspended;
 
-/* A request's context from its connection, URL and method (its headers
- * scanned, its id and trace set), or NULL when out of memory. */
-struct request *http_request_new(struct MHD_Connection *conn, const char *url, const char *method);
+/* A request's context from its connection, URL, method and version as
+ * libmicrohttpd hands them to the access handler (its headers scanned and
+ * their raw section checked, its id and trace set), or NULL when out of
+ * memory. */
+struct request *http_request_new(struct MHD_Connection *conn, const char *url, const char *method,
+				 const char *version);
+/* 1 when the libmicrohttpd running is the one whose header section
+ * http_request_new can check byte for byte (0.9.75: a NUL in a value, an
+ * obs-fold line refused); with another the check is off. */
+int http_raw_supported(void);
 /* The last thing done with REQ before it is freed (http_grace_done). */
 void http_epoch_leave(const struct request *req);
 
