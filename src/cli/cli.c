@@ -18,6 +18,7 @@
 #include "log.h"
 #include "migrate.h"
 #include "store.h"
+#include "utf8.h"
 
 int cli_migrate(const struct config *cfg, int status)
 {
@@ -164,7 +165,10 @@ int cli_tenant_list(const struct config *cfg)
 			json_array_append_new(ids, json_integer(t[i].ti_key_ids[k]));
 		json_t *o = json_pack("{s:s, s:s, s:o}", "tenant", t[i].ti_name, "created_at", at,
 				      "key_ids", ids);
-		char *line = o != NULL ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+		char *raw = o != NULL ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+		/* no control character of a name reaches the terminal */
+		char *line = raw != NULL ? utf8_escape_controls(raw, UTF8_ESCAPE_JSON) : NULL;
+		free(raw);
 		json_decref(o);
 		if (line == NULL)
 			goto out;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "auth.h"
 #include "config.h"
 #include "keys.h"
 #include "log.h"
@@ -185,7 +186,7 @@ static void *janitor_main(void *arg)
 {
 	time_t last_keys = time(NULL), last_sweep = time(NULL), last_trim = time(NULL);
 	time_t last_stuck = 0;
-	int ops_reloaded = 1;
+	int ops_reloaded = 1, api_keys_read = 1;
 
 	(void)arg;
 	pthread_mutex_lock(&janitor.lock);
@@ -207,6 +208,12 @@ static void *janitor_main(void *arg)
 			log_warn("janitor: could not reload the operations in use; request "
 				 "threads read them themselves meanwhile");
 		ops_reloaded = reloaded;
+		/* API keys added or revoked on any instance (auth.c) */
+		int keys_read = auth_refresh() == 0;
+		if (!keys_read && api_keys_read)
+			log_warn("janitor: could not read the API keys; keys not read yet are "
+				 "looked up one by one meanwhile");
+		api_keys_read = keys_read;
 		if (now - last_keys >= JANITOR_KEYS_INTERVAL_SECONDS) {
 			last_keys = now;
 			if (keys_refresh() < 0)

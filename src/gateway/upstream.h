@@ -71,6 +71,8 @@ struct upstream_call {
 	int uc_resend_refused;
 	int uc_too_large;
 	int uc_invalid;
+	int uc_interim;		 /* the answer being read is a 1xx */
+	int uc_in_trailers;	 /* the final answer's header block has ended */
 	char uc_connection[256]; /* names listed in the answer's Connection headers */
 };
 
