@@ -79,12 +79,15 @@ static void serve_reload(const struct config **live)
 		log_min_level = level;
 	serve_reloaded[serve_n_reloaded++] = next;
 	*live = next;
+	/* written whatever log_level says: an operator who sent SIGHUP must
+	 * see that it took effect */
 	if (changed[0] != '\0')
-		log_warn("serve: reloaded %s; these change only with a restart and keep their "
-			 "running values: %s",
-			 serve_config_path, changed);
+		log_always(LOG_LEVEL_WARN,
+			   "serve: reloaded %s; these change only with a restart and keep their "
+			   "running values: %s",
+			   serve_config_path, changed);
 	else
-		log_info("serve: reloaded %s", serve_config_path);
+		log_always(LOG_LEVEL_INFO, "serve: reloaded %s", serve_config_path);
 }
 
 /* Reads the schema's state into CHK, waiting for an unreachable database
