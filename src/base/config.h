@@ -32,7 +32,7 @@ struct config_route {
 	char *key;
 	char **scope_headers; /* lower-cased; default ["authorization", "cookie"] */
 	size_t n_scope_headers;
-	char *fingerprint;	       /* "bytes" (default), "json" or "none" */
+	char *fingerprint;	       /* "auto" (default), "bytes", "json" or "none" */
 	unsigned char release_on[600]; /* 1: that status releases the claim (default 5xx) */
 	int trust_forwarded;	       /* default false: Forwarded, X-Real-IP, X-Forwarded-Host/
 				  * -Proto/-Port from clients are dropped */

@@ -324,3 +324,33 @@ out:
 	keys_shutdown();
 	return ret;
 }
+
+int cli_check_routes(const struct config *cfg)
+{
+	int ret = 0;
+
+	if (cfg->n_routes == 0)
+		return 0;
+	if (db_pool_init(cfg->database_url, 1) < 0)
+		return 1;
+	for (size_t i = 0; i < cfg->n_routes; i++) {
+		const struct config_route *r = &cfg->routes[i];
+		uint32_t tenant_id;
+		int found;
+		if (store_tenant_by_name(r->tenant, &tenant_id, &found) < 0) {
+			fprintf(stderr,
+				"idemd: the database could not be read (unreachable or not migrated): the routes' "
+				"tenants were not checked (serve checks them at start)\n");
+			break;
+		}
+		if (!found) {
+			fprintf(stderr,
+				"idemd: routes[%zu] (%s %s) names tenant \"%s\", which does not "
+				"exist; create it with 'idemd tenant create %s' or fix the config\n",
+				i, r->method, r->path, r->tenant, r->tenant);
+			ret = EXIT_USAGE;
+		}
+	}
+	db_pool_close();
+	return ret;
+}

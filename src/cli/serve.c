@@ -131,13 +131,16 @@ static void serve_reload(const struct config **live)
 	serve_retire(next);
 	*live = next;
 	metrics_config_reloaded(++serve_generation, 1, time(NULL));
+	/* written whatever log_level says: an operator who sent SIGHUP must
+	 * see that it took effect */
 	if (changed[0] != '\0')
-		log_warn("serve: reloaded %s (generation %ld); these change only with a restart "
-			 "and keep their running values: %s",
-			 serve_config_path, serve_generation, changed);
+		log_always(LOG_LEVEL_WARN,
+			   "serve: reloaded %s (generation %ld); these change only with a restart "
+			   "and keep their running values: %s",
+			   serve_config_path, serve_generation, changed);
 	else
-		log_info("serve: reloaded %s (generation %ld)", serve_config_path,
-			 serve_generation);
+		log_always(LOG_LEVEL_INFO, "serve: reloaded %s (generation %ld)", serve_config_path,
+			   serve_generation);
 }
 
 /* Reads the schema's state into CHK, waiting for an unreachable database

@@ -243,8 +243,10 @@ static int gateway_token_address(struct request *req, const struct gateway_route
 }
 
 /* The submit's fingerprint as the route's "fingerprint" says: BYTES_FP,
- * the canonical JSON of the body, or none (*FP NULL). 0, or -1 after
- * replying. */
+ * the canonical JSON of the body, or none (*FP NULL); "auto" (the default,
+ * the rule of the API and the clients: the same JSON meaning is the same
+ * request) the canonical JSON of a JSON body, else BYTES_FP. 0, or -1
+ * after replying. */
 static int gateway_route_fingerprint(struct request *req, const struct gateway_route *gr,
 				     const uint8_t *bytes_fp, json_t **doc, uint8_t *out,
 				     const uint8_t **fp)
@@ -254,12 +256,16 @@ static int gateway_route_fingerprint(struct request *req, const struct gateway_r
 	*fp = NULL;
 	if (strcmp(mode, "none") == 0)
 		return 0;
-	if (strcmp(mode, "json") != 0) {
+	if (strcmp(mode, "json") != 0 && strcmp(mode, "auto") != 0) {
 		*fp = bytes_fp;
 		return 0;
 	}
 	if (gateway_body_doc(req, doc) < 0)
 		return -1;
+	if (*doc == NULL && strcmp(mode, "auto") == 0) {
+		*fp = bytes_fp;
+		return 0;
+	}
 	if (*doc == NULL) {
 		request_fail(req, 400, "invalid_request",
 			     "this route fingerprints a JSON body: send one");

@@ -583,7 +583,7 @@ static void test_routes_valid(void **state)
 	assert_int_equal(r->n_scope_headers, 2);
 	assert_string_equal(r->scope_headers[0], "authorization");
 	assert_string_equal(r->scope_headers[1], "cookie");
-	assert_string_equal(r->fingerprint, "bytes");
+	assert_string_equal(r->fingerprint, "auto");
 	assert_true(r->release_on[500] && r->release_on[599]);
 	assert_false(r->release_on[499] || r->release_on[429] || r->release_on[200]);
 	assert_string_equal(r->method, "PUT");
@@ -730,7 +730,7 @@ static void test_routes_invalid(void **state)
 		{ "scope_headers", "['bad name']",
 		  "config: \"routes[0].scope_headers[0]\" must be a header name" },
 		{ "fingerprint", "'md5'",
-		  "config: \"routes[0].fingerprint\" must be \"bytes\", \"json\" or \"none\"" },
+		  "config: \"routes[0].fingerprint\" must be \"auto\", \"bytes\", \"json\" or \"none\"" },
 		{ "release_on", "'5xx'",
 		  "config: \"routes[0].release_on\" must be an array of statuses and classes like [\"5xx\", 429]" },
 		{ "release_on", "[99]",
