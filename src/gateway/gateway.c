@@ -248,8 +248,8 @@ static int gateway_token_address(struct request *req, const struct gateway_route
  * request) the canonical JSON of a JSON body, else BYTES_FP. 0, or -1
  * after replying. */
 static int gateway_route_fingerprint(struct request *req, const struct gateway_route *gr,
-				     const uint8_t *bytes_fp, json_t **doc, uint8_t *out,
-				     const uint8_t **fp)
+				     const char *query, const uint8_t *bytes_fp, json_t **doc,
+				     uint8_t *out, const uint8_t **fp)
 {
 	const char *mode = gr->gr_cfg->fingerprint;
 
@@ -274,6 +274,17 @@ static int gateway_route_fingerprint(struct request *req, const struct gateway_r
 	if (fingerprint_of_json(*doc, out) < 0) {
 		request_unavailable(req);
 		return -1;
+	}
+	if (strcmp(mode, "auto") == 0) {
+		/* the query is part of the request too (the method and the path
+		 * are the route's own) */
+		crypto_generichash_state st;
+		crypto_generichash_init(&st, NULL, 0, FINGERPRINT_BYTES);
+		crypto_generichash_update(&st, (const unsigned char *)"a:", 2);
+		crypto_generichash_update(&st, (const unsigned char *)query, strlen(query));
+		crypto_generichash_update(&st, (const unsigned char *)"\n", 1);
+		crypto_generichash_update(&st, out, FINGERPRINT_BYTES);
+		crypto_generichash_final(&st, out, FINGERPRINT_BYTES);
 	}
 	*fp = out;
 	return 0;
@@ -302,7 +313,7 @@ static void gateway_submit(struct request *req)
 	if ((gr->gr_key == GATEWAY_KEY_TOKEN
 		     ? gateway_token_address(req, gr, &t, &op)
 		     : gateway_derived_address(req, gr, bytes_fp, &doc, &t, &op)) < 0 ||
-	    gateway_route_fingerprint(req, gr, bytes_fp, &doc, json_fp, &fp) < 0)
+	    gateway_route_fingerprint(req, gr, query, bytes_fp, &doc, json_fp, &fp) < 0)
 		goto done;
 	if (engine_claim_cached(req, &t, fp, &gateway_replay) < 0)
 		goto done;

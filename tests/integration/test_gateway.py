@@ -282,6 +282,10 @@ class Gateway(IdemdCase):
                               "true")
         assert_problem(self, self.submit(tok, body=b'{"amount":4201,"cart":"c-1"}'), 422,
                        "fingerprint_mismatch")
+        # the query is part of the request: another one is another request
+        assert_problem(self, self.submit(tok, path="/orders?coupon=1",
+                                         body=b'{"amount":4200,"cart":"c-1"}'), 422,
+                       "fingerprint_mismatch")
         self.assertEqual(len(self.up.requests(tid)), 1)
 
     # ---- in flight, upstream failures
