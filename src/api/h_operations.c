@@ -103,6 +103,16 @@ void h_operation_put(struct request *req)
 			     op.op_lease_seconds, longest, (longest + 999) / 1000);
 		goto done;
 	}
+	const char *derived = vkey != NULL ? gateway_derived_route(op.op_tenant_id, op.op_name)
+					   : NULL;
+	if (derived != NULL) {
+		request_fail(req, 400, "invalid_request",
+			     "field version_key needs each submit's subject, and the gateway route "
+			     "%s takes its keys from requests, which carry none; give that route "
+			     "\"key\": \"token\" or leave version_key out",
+			     derived);
+		goto done;
+	}
 	if (store_operation_put(&op, &created) < 0) {
 		request_unavailable(req);
 		goto done;

@@ -427,6 +427,18 @@ long gateway_longest_forward(uint32_t tenant_id, const char *operation)
 	return longest;
 }
 
+const char *gateway_derived_route(uint32_t tenant_id, const char *operation)
+{
+	const struct gateway_table *t = atomic_load(&gw.current);
+	for (size_t i = 0; t != NULL && i < t->n_routes; i++) {
+		const struct gateway_route *gr = &t->routes[i];
+		if (gr->gr_tenant_id == tenant_id && gr->gr_key != GATEWAY_KEY_TOKEN &&
+		    strcmp(gr->gr_cfg->operation, operation) == 0)
+			return gr->gr_by + 6; /* "route:" */
+	}
+	return NULL;
+}
+
 /* Builds CFG's routes (tenants resolved, operations checked) and makes
  * them the ones requests match, in one swap; on failure nothing changes.
  * 0 or -1. */
@@ -497,6 +509,15 @@ static int gateway_load_routes(const struct config *cfg)
 				  "lower timeout_ms or raise lease_seconds (PUT /v1/operations/%s)",
 				  i, r->method, r->path, r->timeout_ms, GATEWAY_LEASE_MARGIN_MS,
 				  r->operation, op.op_lease_seconds, r->operation);
+			goto fail;
+		} else if (gr->gr_key != GATEWAY_KEY_TOKEN && op.op_has_version_key) {
+			/* a derived key carries no subject: every submit would be 400 */
+			log_error("gateway: routes[%zu] (%s %s): operation \"%s\" guards the "
+				  "version counter \"%s\", which needs each submit's subject, and a "
+				  "route with \"key\": \"%s\" has none; give the route \"key\": "
+				  "\"token\" (a token carries its subject) or use an operation "
+				  "without version_key",
+				  i, r->method, r->path, r->operation, op.op_version_key, r->key);
 			goto fail;
 		}
 		gateway_url_for_log(gr->gr_target, shown, sizeof(shown));

@@ -59,6 +59,13 @@ int gateway_reload(const struct config *cfg) IDEMD_WUR;
  * (PUT /v1/operations refuses a shorter one). Callable from any thread. */
 long gateway_longest_forward(uint32_t tenant_id, const char *operation);
 
+/* "METHOD path" of a running route of TENANT_ID's OPERATION whose keys
+ * come from requests (a derived key: no subject), or NULL: an operation
+ * guarding a version counter cannot serve one (PUT /v1/operations
+ * refuses, as start and reload refuse such a route). Callable from any
+ * thread; the text lives until gateway_stop(). */
+const char *gateway_derived_route(uint32_t tenant_id, const char *operation);
+
 /* gateway_drain(), then frees the route table and libcurl's state: call it
  * once no HTTP thread runs any more. Safe when not started and twice. */
 void gateway_stop(void);

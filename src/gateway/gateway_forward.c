@@ -92,14 +92,8 @@ struct curl_slist *gateway_request_headers(struct request *req, const struct gat
 	char hex[2 * TOKEN_ID_BYTES + 3], ip[INET6_ADDRSTRLEN + 1];
 
 	MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_field_cb, &g);
-	if (gr->gr_key == GATEWAY_KEY_TOKEN) {
-		token_id_hex(t->id, hex);
-	} else {
-		/* a derived key's record id travels as an RFC 8941 sf-string */
-		hex[0] = '"';
-		token_id_hex(t->id, hex + 1);
-		memcpy(hex + 1 + 2 * TOKEN_ID_BYTES, "\"", 2);
-	}
+	/* one form on every route: the record id, 32 hex digits, bare */
+	token_id_hex(t->id, hex);
 	gateway_client_ip(req->req_conn, ip, sizeof(ip));
 	char traceparent[TRACECTX_HEADER_LEN + 1];
 	tracectx_format(&req->req_trace, traceparent);

@@ -7,6 +7,7 @@ the test upstream (upstream.py), which records every request it gets."""
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -58,7 +59,8 @@ class DerivedKeys(IdemdCase):
         return (client or self.anon).request("POST", path, body=body, headers=h)
 
     def upstream_calls(self, rid):
-        return [q for q in self.up.requests() if q["key"] == '"%s"' % rid]
+        # one form on every route: the bare 32-hex record id
+        return [q for q in self.up.requests() if q["key"] == rid]
 
     def test_ietf_header_route(self):
         key = uniq("ietf")
@@ -219,6 +221,55 @@ class DerivedKeys(IdemdCase):
         self.assertEqual(r.body, first["r"].body)
         fwd = json.loads(r.body)["key"]
         self.assertEqual(len([q for q in self.up.requests() if q["key"] == fwd]), 1)
+
+
+class GuardedOperation(IdemdCase):
+    """A derived-key route cannot fill a version counter's subject: refused
+    at start, at reload and by PUT /v1/operations, naming the fix."""
+
+    start_server = False
+
+    def route(self, key):
+        return {"method": "POST", "path": "/hook", "tenant": "acme", "operation": "order.guarded",
+                "upstream": "http://127.0.0.1:9/hook", "key": key, "timeout_ms": 1000}
+
+    def test_refused_at_start_reload_and_put(self):
+        plain = self.idemd.start()
+        c = Client(plain.port, self.api_key)
+        r = c.put("/v1/operations/order.guarded",
+                  dict(harness.DEFAULT_POLICY, version_key="orders:{subject}"))
+        self.assertIn(r.status, (200, 201), r.describe())
+        self.assertEqual(plain.stop(), 0)
+        self.idemd.write_config(routes=[self.route("header:Idempotency-Key")])
+        srv = self.idemd.start(wait=False)
+        try:
+            rc = srv.proc.wait(15)
+        except Exception:
+            srv.kill()
+            raise
+        self.assertNotEqual(rc, 0, "a derived-key route on a guarded operation started")
+        self.assertIn('give the route \\"key\\": \\"token\\"', srv.stderr_text())
+        # a token route serves it; a reload to a derived key is refused
+        self.idemd.write_config(routes=[self.route("token")])
+        srv = self.idemd.start()
+        self.idemd.write_config(routes=[self.route("json:/id")])
+        srv.proc.send_signal(signal.SIGHUP)
+        deadline = time.time() + 10
+        while time.time() < deadline and "guards the version counter" not in srv.stderr_text():
+            time.sleep(0.1)
+        self.assertIn("guards the version counter", srv.stderr_text())
+        self.assertEqual(srv.stop(), 0)
+        # and an operation a running derived-key route uses cannot start guarding
+        self.idemd.write_config(routes=[dict(self.route("header:Idempotency-Key"),
+                                             operation="order.plain")])
+        srv = self.idemd.start()
+        c = Client(srv.port, self.api_key)
+        r = c.put("/v1/operations/order.plain",
+                  dict(harness.DEFAULT_POLICY, version_key="orders:{subject}"))
+        assert_problem(self, r, 400, "invalid_request")
+        self.assertIn("POST /hook", r.json["detail"])
+        self.assertEqual(srv.stop(), 0)
+
 
 if __name__ == "__main__":
     harness.main()
