@@ -310,6 +310,18 @@ int reqjson_valid_name(const char *s)
 	       strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789._-") == n;
 }
 
+const char *reqjson_name_param(struct request *req, unsigned i)
+{
+	const char *name = req->req_params[i];
+
+	if (name == NULL || strlen(name) != req->req_param_lens[i] || !reqjson_valid_name(name)) {
+		request_fail(req, 400, "invalid_request",
+			     "operation names match [a-z0-9._-]{1,64}");
+		return NULL;
+	}
+	return name;
+}
+
 json_t *reqjson_load_body(struct request *req, json_error_t *err, int *over)
 {
 	json_t *v =

@@ -137,6 +137,36 @@ class CallerKeys(IdemdCase):
         assert_problem(self, self.kclaim(uniq("nope"), "k1"), 422, "operation_unknown")
         assert_problem(self, self.kclaim("a", "k1", client=self.anon), 401, "unauthorized")
 
+    def test_invalid_operation_name(self):
+        # One rule on every path that names an operation: a name outside
+        # [a-z0-9._-]{1,64} is 400 invalid_request (the OperationNamePath
+        # parameter), before anything else about it; 422 operation_unknown is
+        # for a well-formed name the tenant has not registered.
+        bad = ["Bad", "a" * 65, "a%20b", "a%00b", "%C3%A9"]
+        for name in bad:
+            for method, p, body in (
+                    ("POST", path(name, "k1", "claim"), {}),
+                    ("POST", path(name, "k1", "complete"), {"attempt": 1, "status": 200}),
+                    ("POST", path(name, "k1", "release"), {"attempt": 1}),
+                    ("POST", path(name, "k1", "extend"), {"attempt": 1}),
+                    ("POST", path(name, "k1", "checkpoint"), {"attempt": 1, "phase": "p"}),
+                    ("GET", path(name, "k1"), None),
+                    ("POST", "/v1/operations/%s/claims" % name, {"items": [{"key": "a"}]}),
+                    ("POST", "/v1/operations/%s/completions" % name,
+                     {"items": [{"key": "a", "attempt": 1, "status": 200}]}),
+                    ("GET", "/v1/operations/" + name, None),
+                    ("PUT", "/v1/operations/" + name, dict(harness.DEFAULT_POLICY))):
+                with self.subTest(name=name, method=method, path=p):
+                    r = self.client.request(method, p, body)
+                    assert_problem(self, r, 400, "invalid_request")
+            # the invalid key comes second: the name is judged first
+            assert_problem(self, self.kclaim(name, " "), 400, "invalid_request")
+        # and a token's operation: the IssueRequest schema's pattern
+        for name in ("Bad", "a b", "a" * 65):
+            with self.subTest(issue=name):
+                r = self.client.post("/v1/tokens", {"operation": name, "subject": "u"})
+                assert_problem(self, r, 400, "invalid_request")
+
     def test_release_then_takeover(self):
         op = self.put_operation()
         key = uniq("k")
