@@ -174,6 +174,23 @@ class CallerKeys(IdemdCase):
         r = self.client.post(path(op, k2, "checkpoint"), '{"attempt":1.0,"phase":"p","data":[2.0]}')
         assert_status(self, r, 200)
 
+    def test_malformed_if_match_without_a_counter(self):
+        # the IfMatch parameter's pattern holds on every claim, whether or
+        # not the operation guards a counter (it was ignored without one)
+        op = self.put_operation()
+        for im in ("YN4#9xJ@o}]", '"00"', "7"):
+            with self.subTest(if_match=im):
+                assert_problem(self, self.kclaim(op, uniq("m"), headers={"If-Match": im}), 400,
+                               "invalid_request")
+        key = uniq("m")
+        assert_status(self, self.kclaim(op, key, headers={"If-Match": '"3"'}), 201)
+        # a replay wins over a version check, not over a malformed header
+        assert_status(self, self.kcomplete(op, key, 1), 200)
+        assert_status(self, self.kclaim(op, key), 200)
+        assert_problem(self, self.kclaim(op, key, headers={"If-Match": "u"}), 400,
+                       "invalid_request")
+        assert_status(self, self.kclaim(op, key, headers={"If-Match": '"9"'}), 200)
+
     def test_invalid_operation_name(self):
         # One rule on every path that names an operation: a name outside
         # [a-z0-9._-]{1,64} is 400 invalid_request (the OperationNamePath
