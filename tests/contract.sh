@@ -22,9 +22,20 @@
 #    schemathesis, about 5 minutes.
 #    Before that, the proxy must catch a copy of the document with one
 #    wrong entry, so a proxy that validates nothing cannot pass.
+#    After the suite, tests/contract/test_edges.py (the contract's
+#    corners: limits from both sides, JSON edge values, HEAD, cursors on
+#    a full last page, libmicrohttpd's own 414 and 431) goes through the
+#    same proxy, and judges each request the other way round: the
+#    document's verdict on it (openapi-core's request validator) must be
+#    idemd's.
 # 2. A property-based test generated from the document (schemathesis, a
-#    few examples per operation) against a real idemd: no 5xx other than a
-#    documented one, every status, Content-Type and body documented.
+#    few examples per operation, valid and invalid data, and the stateful
+#    phase along the document's links) against a real idemd: no 5xx other
+#    than a documented one, every status, Content-Type and body
+#    documented, and data the document calls invalid refused. The formats
+#    the document names beyond JSON Schema's (idemd-subject: bytes, not
+#    characters) are taught to both validators and to the generator
+#    (tests/contract/formats.py, st_hooks.py).
 # 3. Stoplight Prism (@stoplight/prism-cli, pinned, in build/node like the
 #    OpenAPI linter), a second reader of the document independent of
 #    openapi-core, in its error mode (`prism proxy --errors`) on the
@@ -75,7 +86,7 @@ for arg in "$@"; do
     --proxy-only) run_st=0 ;;
     --schemathesis-only) run_proxy=0 ;;
     --no-prism) run_prism=0 ;;
-    -h|--help) sed -n '2,63p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,74p' "$0"; exit 0 ;;
     *) echo "contract.sh: unknown option: $arg" >&2; exit 2 ;;
   esac
 done
@@ -235,6 +246,16 @@ if [ "$run_proxy" = 1 ]; then
   export TMP
   printf '%s\n' "${parallel_list[@]}" | xargs -r -P "${IDEMD_CONTRACT_JOBS:-3}" -I{} bash -c 'run_one {}'
   for n in "${serial_list[@]}"; do run_one "$n"; done
+  # the contract's corners (tests/contract/test_edges.py): limits from
+  # both sides, JSON edge values, HEAD, cursors, libmicrohttpd's own
+  # answers; the document's verdict on each request is idemd's
+  if [ -z "${IDEMD_CONTRACT_TESTS:-}" ]; then
+    if timeout -k 10 300 "$PY" tests/contract/test_edges.py >"$TMP/test_edges.log" 2>&1; then
+      echo "  test_edges: ok"
+    else
+      echo "  test_edges: FAILED"; touch "$TMP/failed.test_edges"
+    fi
+  fi
   sleep 1  # let the relays finish the last connections
   exchanges=$(proxy_stat exchanges) violations=$(proxy_stat violations)
   echo "  proxy: $exchanges exchanges, $violations violations, by kind $(proxy_stat by_kind) ($((SECONDS - t0)) s)"
@@ -302,9 +323,11 @@ print('http://127.0.0.1:%d' % json.loads(c.getresponse().read())['port'])" "$TMP
   # parsing their source with ast in both threads at once, which CPython
   # 3.11 does not allow ("AST constructor recursion depth mismatch", a
   # Runtime Error of the tool, 3 of them in one CI run, none of idemd's)
-  (cd "$TMP" && SCHEMATHESIS_TELEMETRY=false timeout -k 10 "$(( ${ST_MAX_TIME:-90} + 240 ))" \
+  (cd "$TMP" && SCHEMATHESIS_TELEMETRY=false SCHEMATHESIS_HOOKS=st_hooks \
+    PYTHONPATH="$ROOT/tests/contract${PYTHONPATH:+:$PYTHONPATH}" timeout -k 10 "$(( ${ST_MAX_TIME:-90} + 240 ))" \
     "$VENV/bin/st" run "$ROOT/api/openapi.yaml" --url "$url" -H "Authorization: Bearer $key" \
-      --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance \
+      --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance,negative_data_rejection \
+      --mode all --phases examples,coverage,fuzzing,stateful \
       --exclude-path '/webhooks/{source}' \
       --max-examples "${ST_EXAMPLES:-10}" --max-time "${ST_MAX_TIME:-90}" --seed "${ST_SEED:-1}" \
       --workers 1 --request-timeout 65 --no-color --warnings off \

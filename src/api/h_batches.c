@@ -119,7 +119,7 @@ static struct h_batch *h_batch_new(struct request *req)
 	}
 	b->hb_req = req;
 	b->hb_job.bj_rc = 0;
-	if ((b->hb_body = http_body_object(req)) == NULL ||
+	if (reqjson_name_param(req, 0) == NULL || (b->hb_body = http_body_object(req)) == NULL ||
 	    reqjson_only(req, b->hb_body, allowed) < 0)
 		goto fail;
 	items = json_object_get(b->hb_body, "items");
@@ -133,7 +133,7 @@ static struct h_batch *h_batch_new(struct request *req)
 		request_unavailable(req);
 		goto fail;
 	}
-	if (!found || strlen(req->req_params[0]) != req->req_param_lens[0]) {
+	if (!found) {
 		request_fail(req, 422, "operation_unknown", "no operation of that name");
 		goto fail;
 	}

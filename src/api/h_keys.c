@@ -16,14 +16,17 @@
 #include "engine.h"
 
 /* The record address of the {op}/keys/{key} path (callerkey_address); OP
- * receives the policy. 0, or -1 after replying (400
- * idempotency_key_invalid, 422 operation_unknown, 503). */
+ * receives the policy. 0, or -1 after replying (400 invalid_request for a
+ * name outside [a-z0-9._-]{1,64}, 400 idempotency_key_invalid, 422
+ * operation_unknown, 503). */
 static int h_key_address(struct request *req, struct token *t, struct operation *op)
 {
-	const char *name = req->req_params[0], *key = req->req_params[1];
+	const char *name = reqjson_name_param(req, 0), *key = req->req_params[1];
 	size_t klen = req->req_param_lens[1];
 	int found;
 
+	if (name == NULL)
+		return -1;
 	if (strlen(key) != klen || !callerkey_valid(key, klen)) {
 		request_fail(req, 400, "idempotency_key_invalid",
 			     "a key is 1 to %d characters of visible ASCII (percent-encoded in "
@@ -31,8 +34,7 @@ static int h_key_address(struct request *req, struct token *t, struct operation 
 			     CALLERKEY_MAX);
 		return -1;
 	}
-	if (strlen(name) != req->req_param_lens[0] ||
-	    opcache_by_name(req->req_tenant_id, name, op, &found) < 0) {
+	if (opcache_by_name(req->req_tenant_id, name, op, &found) < 0) {
 		request_unavailable(req);
 		return -1;
 	}

@@ -26,19 +26,6 @@ static json_t *h_operation_json(const struct operation *op)
 	return o;
 }
 
-/* The {name} path segment, or NULL after replying. */
-static const char *h_operation_name(struct request *req)
-{
-	const char *name = req->req_params[0];
-
-	if (strlen(name) != req->req_param_lens[0] || !reqjson_valid_name(name)) {
-		request_fail(req, 400, "invalid_request",
-			     "operation names match [a-z0-9._-]{1,64}");
-		return NULL;
-	}
-	return name;
-}
-
 void h_operation_put(struct request *req)
 {
 	static const char *const allowed[] = { "token_ttl_seconds",	  "retention_seconds",
@@ -49,7 +36,7 @@ void h_operation_put(struct request *req)
 	int64_t ttl, retention, lease, wait, audit;
 	int present, created;
 	const char *vkey;
-	const char *name = h_operation_name(req);
+	const char *name = reqjson_name_param(req, 0);
 	json_t *body = name ? http_body_object(req) : NULL;
 
 	if (body == NULL)
@@ -127,7 +114,7 @@ void h_operation_get(struct request *req)
 {
 	struct operation op;
 	int found;
-	const char *name = h_operation_name(req);
+	const char *name = reqjson_name_param(req, 0);
 
 	if (name == NULL)
 		return;

@@ -232,10 +232,15 @@ void h_record_list(struct request *req)
 
 	if (h_record_filter(req, &f, &limit, &subject, &none) < 0)
 		goto done;
-	if (!none && store_record_list(req->req_tenant_id, &f, (size_t)limit, &rows, &n) < 0) {
+	/* one row more than the page: next_cursor is null exactly when
+	 * nothing follows, a full last page included */
+	if (!none && store_record_list(req->req_tenant_id, &f, (size_t)limit + 1, &rows, &n) < 0) {
 		request_unavailable(req);
 		goto done;
 	}
+	int more = n > (size_t)limit;
+	if (more)
+		n = (size_t)limit;
 	json_t *list = json_array();
 	char hex[2 * TOKEN_ID_BYTES + 1], cursor[64];
 	for (size_t i = 0; list != NULL && i < n; i++) {
@@ -258,7 +263,7 @@ void h_record_list(struct request *req)
 		json_array_append_new(list, o);
 	}
 	json_t *next = json_null();
-	if (n == (size_t)limit && n > 0) {
+	if (more) {
 		token_id_hex(rows[n - 1].rr_id, hex);
 		snprintf(cursor, sizeof(cursor), "%" PRId64 ".%s", rows[n - 1].rr_created_us, hex);
 		next = json_string(cursor);

@@ -105,6 +105,8 @@ static int h_issue_fast(const struct request *req, struct h_issue *a)
 		return 0;
 	memcpy(a->opname, f[0].rf_str, f[0].rf_len);
 	a->opname[f[0].rf_len] = '\0';
+	if (!reqjson_valid_name(a->opname))
+		return 0;
 	memcpy(a->subject, f[1].rf_str, f[1].rf_len);
 	a->subject[f[1].rf_len] = '\0';
 	a->has_ttl = f[2].rf_present;
@@ -132,6 +134,11 @@ static int h_issue_parse(struct request *req, struct h_issue *a)
 			&a->has_ttl) < 0 ||
 	    reqjson_int(req, body, "count", 0, 1, H_TOKENS_MAX_COUNT, &a->count, &a->has_count) < 0)
 		goto done;
+	if (!reqjson_valid_name(opname)) {
+		request_fail(req, 400, "invalid_request",
+			     "field operation must match [a-z0-9._-]{1,64}");
+		goto done;
+	}
 	snprintf(a->opname, sizeof(a->opname), "%s", opname);
 	snprintf(a->subject, sizeof(a->subject), "%s", subject);
 	rc = 0;

@@ -47,10 +47,18 @@ void h_version_bump(struct request *req)
 {
 	int64_t expected, version;
 	int ok;
+	static const char *const none[] = { NULL };
 	const char *key = h_version_key(req);
+	json_t *body;
 
 	if (key == NULL)
 		return;
+	/* no body, or an empty object: any member is an unknown field */
+	if ((body = http_body_object(req)) == NULL || reqjson_only(req, body, none) < 0) {
+		json_decref(body);
+		return;
+	}
+	json_decref(body);
 	const char *im = http_header(req, "If-Match");
 	if (im == NULL) {
 		request_fail(req, 428, "version_required",

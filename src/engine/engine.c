@@ -152,9 +152,18 @@ int engine_claim_cached(struct request *req, const struct token *t, const uint8_
 			const struct engine_replay *replay)
 {
 	const struct engine_replay *rp = replay != NULL ? replay : &engine_replay_direct;
+	const char *im = req->req_no_if_match ? NULL : http_header(req, "If-Match");
 	struct stored_response r;
 	char *reply = NULL;
 	size_t reply_len = 0;
+	int64_t v;
+
+	/* a replay wins over a version check, not over a malformed header */
+	if (im != NULL && reqjson_etag(im, &v) < 0) {
+		request_fail(req, 400, "invalid_request",
+			     "If-Match must be one strong ETag like \"7\"");
+		return -1;
+	}
 	enum replaycache_hit cached = replaycache_lookup(t->tenant_id, t->id, fp, rp->er_kind, &r,
 							 rp->er_render != NULL ? &reply : NULL,
 							 &reply_len);
@@ -191,6 +200,10 @@ const char *engine_claim_args(const struct token *t, const struct operation *op,
 	a->token_expires_at = t->expires_at;
 	a->lease_seconds = op->op_lease_seconds;
 	a->audit_seconds = store_audit_seconds(op);
+	/* a malformed If-Match is refused whether or not a counter is guarded */
+	if (if_match != NULL && reqjson_etag(if_match, &a->expected) < 0)
+		return "If-Match must be one strong ETag like \"7\"";
+	a->expected = 0;
 	if (!op->op_has_version_key)
 		return NULL;
 	if (t->subject_len == 0)

@@ -45,13 +45,19 @@ int reqjson_int(struct request *req, json_t *obj, const char *name, int required
 		request_fail(req, 400, "invalid_request", "field %s is required", name);
 		return -1;
 	}
-	if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+	/* JSON Schema (OpenAPI 3.1) counts 30.0 as an integer: so does idemd */
+	double r = json_is_real(v) ? json_real_value(v) : 0;
+	int integral = json_is_real(v) && r >= (double)min && r <= (double)max &&
+		       r >= -9223372036854775808.0 && r < 9223372036854775808.0 &&
+		       r == (double)(int64_t)r;
+	if (!integral &&
+	    (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)) {
 		request_fail(req, 400, "invalid_request",
 			     "field %s must be an integer from %" PRId64 " to %" PRId64, name, min,
 			     max);
 		return -1;
 	}
-	*out = json_integer_value(v);
+	*out = integral ? (int64_t)r : json_integer_value(v);
 	return 0;
 }
 
@@ -246,8 +252,8 @@ json_t *reqjson_response(const struct stored_response *r)
 	if (out == NULL)
 		return NULL;
 	if (r->sr_is_json) {
-		json_t *body =
-			json_loadb((const char *)r->sr_body, r->sr_body_len, JSON_DECODE_ANY, NULL);
+		json_t *body = json_loadb((const char *)r->sr_body, r->sr_body_len,
+					  JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
 		json_object_set_new(out, "body", body ? body : json_null());
 	} else if (r->sr_body_len > 0) {
 		size_t n =
@@ -310,6 +316,18 @@ int reqjson_valid_name(const char *s)
 	       strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789._-") == n;
 }
 
+const char *reqjson_name_param(struct request *req, unsigned i)
+{
+	const char *name = req->req_params[i];
+
+	if (name == NULL || strlen(name) != req->req_param_lens[i] || !reqjson_valid_name(name)) {
+		request_fail(req, 400, "invalid_request",
+			     "operation names match [a-z0-9._-]{1,64}");
+		return NULL;
+	}
+	return name;
+}
+
 json_t *reqjson_load_body(struct request *req, json_error_t *err, int *over)
 {
 	json_t *v =
@@ -321,6 +339,49 @@ json_t *reqjson_load_body(struct request *req, json_error_t *err, int *over)
 	return v;
 }
 
+/* 1 when V, or a string anywhere inside it, holds a NUL. */
+static int reqjson_has_nul(json_t *v)
+{
+	const char *key;
+	json_t *m;
+	size_t i;
+
+	if (json_is_string(v))
+		return memchr(json_string_value(v), '\0', json_string_length(v)) != NULL;
+	if (json_is_array(v)) {
+		json_array_foreach(v, i, m) if (reqjson_has_nul(m)) return 1;
+	}
+	if (json_is_object(v)) {
+		json_object_foreach(v, key, m) if (reqjson_has_nul(m)) return 1;
+	}
+	return 0;
+}
+
+/* 1 when a string of OBJ holds a NUL outside the members that are any
+ * JSON (request, body), in OBJ or in the objects of its "items". */
+static int reqjson_nul_outside(json_t *obj, int depth)
+{
+	const char *key;
+	json_t *m;
+	size_t i;
+
+	json_object_foreach(obj, key, m)
+	{
+		if (strcmp(key, "request") == 0 || strcmp(key, "body") == 0)
+			continue;
+		if (depth == 0 && strcmp(key, "items") == 0 && json_is_array(m)) {
+			json_t *it;
+			json_array_foreach(m, i, it) if (json_is_object(it)
+								 ? reqjson_nul_outside(it, 1)
+								 : reqjson_has_nul(it)) return 1;
+			continue;
+		}
+		if (reqjson_has_nul(m))
+			return 1;
+	}
+	return 0;
+}
+
 json_t *http_body_object(struct request *req)
 {
 	json_error_t err;
@@ -328,9 +389,16 @@ json_t *http_body_object(struct request *req)
 
 	if (req->req_body_len == 0)
 		return json_object();
-	json_t *v = reqjson_load_body(req, &err, &over);
-	if (over)
+	/* "\u0000" is JSON: taken inside request and body (any JSON, and
+	 * never read as C text), refused elsewhere below */
+	json_t *v = jsonmem_load(req->req_body, req->req_body_len,
+				 JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err, &over);
+	if (over) {
+		request_fail(req, 413, "payload_too_large",
+			     "the body's JSON takes more than %zu bytes to hold",
+			     jsonmem_budget(req->req_body_len));
 		return NULL;
+	}
 	if (v == NULL) {
 		request_fail(req, 400, "invalid_request", "malformed JSON at position %d",
 			     err.position);
@@ -339,6 +407,12 @@ json_t *http_body_object(struct request *req)
 	if (!json_is_object(v)) {
 		json_decref(v);
 		request_fail(req, 400, "invalid_request", "the body must be a JSON object");
+		return NULL;
+	}
+	if (reqjson_nul_outside(v, 0)) {
+		json_decref(v);
+		request_fail(req, 400, "invalid_request",
+			     "\\u0000 is taken only inside request and body");
 		return NULL;
 	}
 	return v;

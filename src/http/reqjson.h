@@ -88,6 +88,11 @@ void reqjson_etag_format(int64_t version, char *out, size_t outlen);
 /* 1 when S matches [a-z0-9._-]{1,64}. */
 int reqjson_valid_name(const char *s);
 
+/* The operation name of path segment I (borrowed from REQ), or NULL after
+ * recording 400 invalid_request: one rule for every {name} and {op} path
+ * segment, checked before anything else about the operation. */
+const char *reqjson_name_param(struct request *req, unsigned i) IDEMD_WUR;
+
 /* The request body parsed as JSON within its memory budget (jsonmem.h):
  * a new reference, or NULL when it is not JSON (ERR says where; may be
  * NULL) or, *OVER 1, after replying 413 payload_too_large. */

@@ -207,6 +207,9 @@ const struct route *router_match(const char *method, const char *path,
 			return r;
 		}
 		router_allow(allow, allowlen, &used, r->method);
+		/* HEAD is served on every GET route of the table (above) */
+		if (strcmp(r->method, "GET") == 0)
+			router_allow(allow, allowlen, &used, "HEAD");
 	}
 	*status = used > 0 ? 405 : 404;
 	return NULL;

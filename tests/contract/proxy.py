@@ -54,6 +54,9 @@ from openapi_core import Config, OpenAPI
 from openapi_core.testing import MockRequest, MockResponse
 from openapi_schema_validator import OAS31Validator
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from formats import OPENAPI_FORMATS  # noqa: E402
+
 HOST_URL = "http://127.0.0.1:8080"  # the document's server
 # Headers that belong to the transport, not to the API: never "undeclared".
 TRANSPORT_HEADERS = {"content-type", "content-length", "connection", "date",
@@ -68,7 +71,8 @@ class Contract:
             self.spec = yaml.safe_load(f)
         # problem+json is JSON; the body text/plain of /metrics is a string
         self.openapi = OpenAPI.from_dict(self.spec, config=Config(
-            extra_media_type_deserializers={"application/problem+json": json.loads}))
+            extra_media_type_deserializers={"application/problem+json": json.loads},
+            extra_format_validators=OPENAPI_FORMATS))
         self.paths = []
         for tmpl in self.spec["paths"]:
             rx = "^" + re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(tmpl)) + "$"
@@ -322,6 +326,8 @@ class Checker:
                 return "%s %s is not in the document but answered %d" % (method, path, status)
             if ctype.split(";")[0].strip() != "application/problem+json":
                 return "a %d outside the document is %r, not a problem" % (status, ctype)
+            if method == "HEAD":  # the problem's headers, without its body
+                return "405 without Allow" if status == 405 and "allow" not in hmap else None
             try:
                 problem = json.loads(body)
             except ValueError:

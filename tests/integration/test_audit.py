@@ -174,6 +174,28 @@ class Listing(IdemdCase):
         stamps = [x["claimed_at"] for x in claimed]
         self.assertEqual(stamps, sorted(stamps, reverse=True))
 
+    def test_cursor_null_on_a_full_last_page(self):
+        # next_cursor is null exactly when nothing follows: 20 records in
+        # pages of 10 are two pages, the second full and without a cursor
+        # (no third, empty request); 21 are three, the last holding one
+        op = self.put_operation()
+        assert_status(self, self.client.post("/v1/operations/%s/claims" % op, {
+            "items": [{"key": uniq("f")} for _ in range(20)]}), 200)
+        first = self.page("operation=%s&limit=10" % op)
+        self.assertEqual(len(first["records"]), 10)
+        self.assertIsInstance(first["next_cursor"], str)
+        last = self.page("operation=%s&limit=10&cursor=%s" % (op, first["next_cursor"]))
+        self.assertEqual(len(last["records"]), 10)
+        self.assertIsNone(last["next_cursor"], "a cursor on the full last page")
+        whole = self.page("operation=%s&limit=20" % op)
+        self.assertEqual((len(whole["records"]), whole["next_cursor"]), (20, None))
+        assert_status(self, self.client.post("/v1/operations/%s/keys/%s/claim"
+                                             % (op, uniq("g")), {}), 201)
+        j = self.page("operation=%s&limit=20" % op)
+        self.assertEqual(len(j["records"]), 20)
+        j = self.page("operation=%s&limit=20&cursor=%s" % (op, j["next_cursor"]))
+        self.assertEqual((len(j["records"]), j["next_cursor"]), (1, None))
+
     def test_filters_and_stuck_work(self):
         op = self.put_operation(lease_seconds=1)
         other_op = self.put_operation()

@@ -13,8 +13,11 @@ import harness  # noqa: E402
 from harness import IdemdCase, assert_problem, assert_status, uniq  # noqa: E402
 
 
+ORIGIN = "https://shop.example"
+
+
 class HttpCore(IdemdCase):
-    extra_config = {"max_body_bytes": 1024}
+    extra_config = {"max_body_bytes": 1024, "cors_origins": [ORIGIN]}
 
     def test_unknown_path_404(self):
         assert_problem(self, self.client.get("/v1/nothing-here"), 404, "not_found")
@@ -29,8 +32,40 @@ class HttpCore(IdemdCase):
 
         r = self.anon.delete("/healthz")
         assert_problem(self, r, 405, "method_not_allowed")
-        self.assertIn("GET", [m.strip() for m in (r.header("allow") or "").split(",")],
-                      r.describe())
+        self.assertEqual(r.header("allow"), "GET, HEAD", r.describe())
+        r = self.client.delete("/v1/operations/x")
+        self.assertEqual(r.header("allow"), "GET, HEAD, PUT", r.describe())
+
+    def test_head_on_get_paths(self):
+        # HEAD is the GET without its body, on every GET path (documented
+        # as such), and nowhere else
+        for client, p in ((self.anon, "/healthz"), (self.anon, "/readyz"),
+                          (self.anon, "/metrics"), (self.client, "/v1/operations"),
+                          (self.client, "/v1/versions/a:b"), (self.client, "/v1/records")):
+            with self.subTest(path=p):
+                g, h = client.get(p), client.request("HEAD", p)
+                self.assertEqual((h.status, h.body), (g.status, b""), h.describe())
+                self.assertEqual(h.header("content-type"), g.header("content-type"))
+                self.assertIsNotNone(h.header("x-request-id"), h.describe())
+        h = self.anon.request("HEAD", "/v1/operations")
+        self.assertEqual((h.status, h.body), (401, b""), h.describe())
+        h = self.client.request("HEAD", "/v1/tokens")
+        self.assertEqual((h.status, h.header("allow")), (405, "POST"), h.describe())
+
+    def test_preflight_on_every_path(self):
+        # a preflight is answered on every path idemd serves (the health
+        # paths too, as documented); an OPTIONS without Origin and
+        # Access-Control-Request-Method is no preflight: 405
+        pre = {"Origin": ORIGIN, "Access-Control-Request-Method": "GET"}
+        for p in ("/healthz", "/readyz", "/metrics", "/v1/operations"):
+            with self.subTest(path=p):
+                r = self.anon.request("OPTIONS", p, headers=pre)
+                self.assertEqual(r.status, 204, r.describe())
+                self.assertEqual(r.header("access-control-allow-methods"), "GET, HEAD",
+                                 r.describe())
+                for h in ({"Origin": ORIGIN}, {"Access-Control-Request-Method": "GET"}, {}):
+                    r = self.anon.request("OPTIONS", p, headers=h)
+                    assert_problem(self, r, 405, "method_not_allowed")
 
     def test_body_over_limit_413(self):
         op = self.put_operation()

@@ -137,6 +137,90 @@ class CallerKeys(IdemdCase):
         assert_problem(self, self.kclaim(uniq("nope"), "k1"), 422, "operation_unknown")
         assert_problem(self, self.kclaim("a", "k1", client=self.anon), 401, "unauthorized")
 
+    def test_json_edge_values(self):
+        # what the document's schemas accept, idemd accepts: "\u0000" in
+        # request and body (AnyJson), 30.0 as an integer; what they bound
+        # (numbers past 64 bits, NUL elsewhere) is 400, never a 5xx
+        op = self.put_operation()
+        key = uniq("nul")
+        req = '{"request":{"note":"a\\u0000b","n":[1.5,-0.0,1e-400]}}'
+        j = assert_status(self, self.kclaim(op, key, req), 201)
+        self.assertEqual(j["attempt"], 1)
+        done = '{"attempt":1.0,"status":201.0,"body":{"n":"x\\u0000y"}}'
+        j = assert_status(self, self.client.post(path(op, key, "complete"), done), 200)
+        self.assertEqual(j["response"]["body"], {"n": "x\u0000y"})
+        r = self.kclaim(op, key, req)
+        self.assertEqual(assert_status(self, r, 200)["response"]["body"], {"n": "x\u0000y"})
+        assert_problem(self, self.kclaim(op, key, '{"request":{"note":"a"}}'), 422,
+                       "fingerprint_mismatch")
+        j = assert_status(self, self.client.post("/v1/tokens", '{"operation":"%s","subject":"u",'
+                                                 '"ttl_seconds":30.0,"count":2.0}' % op), 201)
+        self.assertEqual(len(j["tokens"]), 2)
+        refused = ['{"request":1e400}', '{"request":[18446744073709551616]}',
+                   '{"request":{"n":-1e400}}', '{"fingerprint":"a\\u0000"}',
+                   '{"subject":"u\\u0000"}', '{"request":1,"x\\u0000":2}']
+        for body in refused:
+            with self.subTest(body=body):
+                assert_problem(self, self.kclaim(op, uniq("r"), body), 400, "invalid_request")
+        for body in ('{"attempt":1.5,"status":200}', '{"attempt":1,"status":200.5}'):
+            with self.subTest(body=body):
+                assert_problem(self, self.client.post(path(op, uniq("c"), "complete"), body),
+                               400, "invalid_request")
+        k2 = uniq("cp")
+        assert_status(self, self.kclaim(op, k2), 201)
+        r = self.client.post(path(op, k2, "checkpoint"),
+                             '{"attempt":1,"phase":"p","data":{"s":"\\u0000"}}')
+        assert_problem(self, r, 400, "invalid_request")
+        r = self.client.post(path(op, k2, "checkpoint"), '{"attempt":1.0,"phase":"p","data":[2.0]}')
+        assert_status(self, r, 200)
+
+    def test_malformed_if_match_without_a_counter(self):
+        # the IfMatch parameter's pattern holds on every claim, whether or
+        # not the operation guards a counter (it was ignored without one)
+        op = self.put_operation()
+        for im in ("YN4#9xJ@o}]", '"00"', "7"):
+            with self.subTest(if_match=im):
+                assert_problem(self, self.kclaim(op, uniq("m"), headers={"If-Match": im}), 400,
+                               "invalid_request")
+        key = uniq("m")
+        assert_status(self, self.kclaim(op, key, headers={"If-Match": '"3"'}), 201)
+        # a replay wins over a version check, not over a malformed header
+        assert_status(self, self.kcomplete(op, key, 1), 200)
+        assert_status(self, self.kclaim(op, key), 200)
+        assert_problem(self, self.kclaim(op, key, headers={"If-Match": "u"}), 400,
+                       "invalid_request")
+        assert_status(self, self.kclaim(op, key, headers={"If-Match": '"9"'}), 200)
+
+    def test_invalid_operation_name(self):
+        # One rule on every path that names an operation: a name outside
+        # [a-z0-9._-]{1,64} is 400 invalid_request (the OperationNamePath
+        # parameter), before anything else about it; 422 operation_unknown is
+        # for a well-formed name the tenant has not registered.
+        bad = ["Bad", "a" * 65, "a%20b", "a%00b", "%C3%A9"]
+        for name in bad:
+            for method, p, body in (
+                    ("POST", path(name, "k1", "claim"), {}),
+                    ("POST", path(name, "k1", "complete"), {"attempt": 1, "status": 200}),
+                    ("POST", path(name, "k1", "release"), {"attempt": 1}),
+                    ("POST", path(name, "k1", "extend"), {"attempt": 1}),
+                    ("POST", path(name, "k1", "checkpoint"), {"attempt": 1, "phase": "p"}),
+                    ("GET", path(name, "k1"), None),
+                    ("POST", "/v1/operations/%s/claims" % name, {"items": [{"key": "a"}]}),
+                    ("POST", "/v1/operations/%s/completions" % name,
+                     {"items": [{"key": "a", "attempt": 1, "status": 200}]}),
+                    ("GET", "/v1/operations/" + name, None),
+                    ("PUT", "/v1/operations/" + name, dict(harness.DEFAULT_POLICY))):
+                with self.subTest(name=name, method=method, path=p):
+                    r = self.client.request(method, p, body)
+                    assert_problem(self, r, 400, "invalid_request")
+            # the invalid key comes second: the name is judged first
+            assert_problem(self, self.kclaim(name, " "), 400, "invalid_request")
+        # and a token's operation: the IssueRequest schema's pattern
+        for name in ("Bad", "a b", "a" * 65):
+            with self.subTest(issue=name):
+                r = self.client.post("/v1/tokens", {"operation": name, "subject": "u"})
+                assert_problem(self, r, 400, "invalid_request")
+
     def test_release_then_takeover(self):
         op = self.put_operation()
         key = uniq("k")

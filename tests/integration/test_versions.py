@@ -51,6 +51,30 @@ class Versions(IdemdCase):
         assert_problem(self, self.bump(key), 428, "version_required")
         self.assertEqual(self.version(key), 0)
 
+    def test_bump_body_is_empty_or_nothing(self):
+        # the bump takes no body; one sent is an empty object (the
+        # document's requestBody), a member is an unknown field
+        key = uniq("orders") + ":u5"
+        r = self.client.post("/v1/versions/" + key, {"version": 7}, headers={"If-Match": '"0"'})
+        assert_problem(self, r, 400, "invalid_request")
+        self.assertIn("version", r.json["detail"], r.describe())
+        assert_problem(self, self.client.post("/v1/versions/" + key, [],
+                                              headers={"If-Match": '"0"'}), 400, "invalid_request")
+        self.assertEqual(self.version(key), 0)
+        r = self.client.post("/v1/versions/" + key, {}, headers={"If-Match": '"0"'})
+        self.assertEqual(assert_status(self, r, 200)["version"], 1)
+
+    def test_if_match_limits(self):
+        # exactly the IfMatch pattern: no leading zeros, at most 2^63-1
+        key = uniq("orders") + ":u6"
+        for im in ('"00"', '"01"', '"9223372036854775808"', '"99999999999999999999"'):
+            with self.subTest(if_match=im):
+                assert_problem(self, self.bump(key, im), 400, "invalid_request")
+        for im in ('"9223372036854775807"', 'W/"0"', 'W/"9223372036854775807"'):
+            with self.subTest(if_match=im):
+                assert_problem(self, self.bump(key, im), 412, "version_mismatch")
+        assert_status(self, self.bump(key, '"0"'), 200)
+
     def test_malformed_if_match(self):
         key = uniq("orders") + ":u4"
         for im in ("0", '"abc"', '"-1"', 'w/"0"', 'W/"x"'):

@@ -265,27 +265,28 @@ static void test_unknown_paths(void **state)
 static void test_wrong_method(void **state)
 {
 	(void)state;
-	assert_not_allowed("POST", "/healthz", "GET");
-	assert_not_allowed("DELETE", "/readyz", "GET");
-	assert_not_allowed("PUT", "/metrics", "GET");
+	/* HEAD is served on every GET route (the GET without its body) */
+	assert_not_allowed("POST", "/healthz", "GET, HEAD");
+	assert_not_allowed("DELETE", "/readyz", "GET, HEAD");
+	assert_not_allowed("PUT", "/metrics", "GET, HEAD");
 	assert_not_allowed("GET", "/v1/tokens", "POST");
 	assert_not_allowed("DELETE", "/v1/tokens", "POST");
-	assert_not_allowed("POST", "/v1/tokens/abc", "GET, DELETE");
-	assert_not_allowed("PUT", "/v1/tokens/abc", "GET, DELETE");
+	assert_not_allowed("POST", "/v1/tokens/abc", "GET, HEAD, DELETE");
+	assert_not_allowed("PUT", "/v1/tokens/abc", "GET, HEAD, DELETE");
 	assert_not_allowed("GET", "/v1/tokens/abc/claim", "POST");
 	assert_not_allowed("DELETE", "/v1/tokens/abc/complete", "POST");
 	assert_not_allowed("PUT", "/v1/tokens/abc/release", "POST");
-	assert_not_allowed("PUT", "/v1/versions/k", "GET, POST");
-	assert_not_allowed("DELETE", "/v1/versions/k", "GET, POST");
-	assert_not_allowed("POST", "/v1/operations", "GET");
-	assert_not_allowed("PUT", "/v1/operations", "GET");
-	assert_not_allowed("POST", "/v1/operations/op", "GET, PUT");
-	assert_not_allowed("DELETE", "/v1/operations/op", "GET, PUT");
+	assert_not_allowed("PUT", "/v1/versions/k", "GET, HEAD, POST");
+	assert_not_allowed("DELETE", "/v1/versions/k", "GET, HEAD, POST");
+	assert_not_allowed("POST", "/v1/operations", "GET, HEAD");
+	assert_not_allowed("PUT", "/v1/operations", "GET, HEAD");
+	assert_not_allowed("POST", "/v1/operations/op", "GET, HEAD, PUT");
+	assert_not_allowed("DELETE", "/v1/operations/op", "GET, HEAD, PUT");
 	/* methods are case-sensitive (RFC 9110 section 9.1) */
-	assert_not_allowed("get", "/healthz", "GET");
+	assert_not_allowed("get", "/healthz", "GET, HEAD");
 	assert_not_allowed("post", "/v1/tokens", "POST");
-	assert_not_allowed("", "/v1/tokens/abc", "GET, DELETE");
-	assert_not_allowed("PATCH", "/v1/tokens/abc", "GET, DELETE");
+	assert_not_allowed("", "/v1/tokens/abc", "GET, HEAD, DELETE");
+	assert_not_allowed("PATCH", "/v1/tokens/abc", "GET, HEAD, DELETE");
 }
 
 /* The pattern text "{}" in a path is an ordinary segment, not a wildcard. */
@@ -309,7 +310,7 @@ static void test_allow_reset(void **state)
 	assert_null(router_match("PATCH", "/v1/tokens/abc", params, lens, &status, allow,
 				 sizeof(allow)));
 	assert_int_equal(status, 405);
-	assert_string_equal(allow, "GET, DELETE");
+	assert_string_equal(allow, "GET, HEAD, DELETE");
 	assert_null(router_match("PATCH", "/nowhere", params, lens, &status, allow, sizeof(allow)));
 	assert_int_equal(status, 404);
 	assert_string_equal(allow, "");

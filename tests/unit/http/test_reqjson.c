@@ -112,7 +112,7 @@ static void test_int(void **state)
 
 	(void)state;
 	json_t *o = load("{\"n\":5,\"lo\":1,\"hi\":100,\"zero\":0,\"neg\":-1,"
-			 "\"s\":\"5\",\"f\":5.0,\"b\":true,\"z\":null,\"a\":[5],\"o\":{},"
+			 "\"s\":\"5\",\"f\":5.5,\"g\":5.0,\"b\":true,\"z\":null,\"a\":[5],\"o\":{},"
 			 "\"max\":9223372036854775807,\"min\":-9223372036854775808}");
 
 	assert_int_equal(reqjson_int(&req, o, "n", 1, 1, 100, &v, &present), 0);
@@ -122,6 +122,9 @@ static void test_int(void **state)
 	assert_int_equal(v, 1);
 	assert_int_equal(reqjson_int(&req, o, "hi", 1, 1, 100, &v, &present), 0);
 	assert_int_equal(v, 100);
+	/* a zero fraction is an integer, as JSON Schema counts it */
+	assert_int_equal(reqjson_int(&req, o, "g", 1, 1, 100, &v, &present), 0);
+	assert_int_equal(v, 5);
 	assert_no_reply();
 
 	/* absent: fine when optional, *out untouched */
