@@ -12,6 +12,10 @@ Faults (one every 2.5-5 s, in turn over the kinds, random parameters):
   pgstall    a transaction holding LOCK TABLE records IN EXCLUSIVE MODE for
              2-4 s: every write waits inside PostgreSQL longer than a lease
 
+Beside the faults: ck.short's audit_retention_seconds switches between
+AUDIT_SHORT and AUDIT_LONG every 5-12 s, and idemd1 runs with its clock
+CHECKER_SKEW seconds off (libfaketime; default +3 or -3 by the seed).
+
 Environment (tests/checker.sh sets it): IDEMD_BIN, IDEMD_TEST_PGHOST,
 IDEMD_TEST_PGUSER, IDEMD_TEST_PSQL, IDEMD_TEST_PGCTL, IDEMD_TEST_PGDATA,
 CHECKER_DURATION (seconds of workload, default 150), CHECKER_SEED,
@@ -45,7 +49,8 @@ GW_TIMEOUT = 1.5      # seconds: the routes' timeout_ms
 MAX_BODY = 65536      # idemd's max_body_bytes: the upstream's big answers pass it
 AUDIT_LONG = 900      # seconds: the audit retention of most operations (longer than a run)
 AUDIT_SHORT = 5       # ck.short's audit retention switches between this and AUDIT_LONG
-SKEW = os.environ.get("CHECKER_SKEW", "+3")   # idemd1's clock offset (libfaketime), s
+# idemd1's clock offset in seconds (libfaketime); default +3 or -3 by the seed
+SKEW = os.environ.get("CHECKER_SKEW", "")
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 SPECS = [
     # the direct API: caller keys whose lives are short (the sweep runs
@@ -72,7 +77,7 @@ def free_port():
 
 
 class Bed:
-    def __init__(self, out, binary):
+    def __init__(self, out, binary, skew=0.0):
         self.out = out
         self.bin = binary
         self.pghost = os.environ["IDEMD_TEST_PGHOST"]
@@ -89,9 +94,9 @@ class Bed:
         self.upstream_log = os.path.join(out, "upstream.jsonl")
         self.api_key = None
         self.skew = 0.0
-        if SKEW and float(SKEW) != 0:
+        if skew != 0:
             if os.path.exists(FAKETIME_LIB):
-                self.skew = float(SKEW)
+                self.skew = skew
             else:
                 print("no %s (libfaketime): both clocks agree" % FAKETIME_LIB, flush=True)
 
@@ -183,6 +188,19 @@ class Bed:
                     raise RuntimeError("PUT operation %s: %d" % (s.name, r.status))
         # the other instance's operation cache reloads every second
         time.sleep(1.5)
+
+    def date_offset(self):
+        """idemd1's Date header minus idemd0's, in seconds."""
+        import email.utils
+        d = []
+        try:
+            for i in (0, 1):
+                with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % self.ports[i],
+                                            timeout=5) as r:
+                    d.append(email.utils.parsedate_to_datetime(r.headers["Date"]).timestamp())
+        except (OSError, TypeError, ValueError):
+            return float("nan")
+        return d[1] - d[0]
 
     def stop(self):
         for i, p in enumerate(self.procs):
@@ -332,7 +350,8 @@ def main():
     else:
         log("no IDEMD_TEST_PGCTL/IDEMD_TEST_PGDATA: PostgreSQL crash-restarts left out")
     log("idemd %s, workload %.0f s, seed %d, output in %s" % (binary, duration, seed, out))
-    bed = Bed(out, binary)
+    skew = float(SKEW) if SKEW else (3.0 if seed % 2 else -3.0)
+    bed = Bed(out, binary, skew)
     hpath = os.path.join(out, "history.jsonl")
     h = History(hpath)
     ok = False
@@ -345,7 +364,8 @@ def main():
                ops={s.name: s.meta() for s in SPECS}, sweep_interval_seconds=1,
                skew={"node": 1, "seconds": bed.skew})
         if bed.skew:
-            log("idemd1 runs with its clock %+g s off (libfaketime)" % bed.skew)
+            log("idemd1 runs with its clock %+g s off (libfaketime): its Date header is %+.0f s "
+                "from idemd0's" % (bed.skew, bed.date_offset()))
         log("two idemd on one database (ports %d, %d), upstream on %d"
             % (bed.ports[0], bed.ports[1], bed.upstream_port))
         wl = Workload(h, bed.ports, bed.api_key, SPECS, duration, seed, slots=6, clients=3,

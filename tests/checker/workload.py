@@ -249,8 +249,8 @@ class Workload:
     # ------------------------------------------------------------ gateway
 
     # how gateway submits ask the upstream to behave (upstream.py, X-Mode)
-    GW_MODES = (("ok", 0.62), ("ignore", 0.04), ("outlive", 0.04), ("cl_short", 0.06),
-                ("chunk_cut", 0.06), ("stall_past", 0.06), ("stall_ok", 0.12))
+    GW_MODES = (("ok", 0.45), ("ignore", 0.05), ("outlive", 0.05), ("cl_short", 0.1),
+                ("chunk_cut", 0.1), ("stall_past", 0.1), ("stall_ok", 0.15))
 
     def _gateway_client(self, name, rng, spec, key, hkey, end, big):
         c = self._client(name)
