@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gateway.h"
 #include "handlers.h"
 #include "opcache.h"
 #include "reqjson.h"
@@ -91,6 +92,17 @@ void h_operation_put(struct request *req)
 	if (vkey != NULL)
 		snprintf(op.op_version_key, sizeof(op.op_version_key), "%s", vkey);
 	op.op_require_version = json_is_true(rv);
+	/* a forward of this instance's routes must fit in the lease (gateway.h) */
+	long longest = gateway_longest_forward(op.op_tenant_id, op.op_name);
+	if (longest > (long)op.op_lease_seconds * 1000) {
+		request_fail(req, 400, "invalid_request",
+			     "field lease_seconds (%d) is shorter than a gateway route of this "
+			     "operation waits for its upstream: its timeout_ms and the 500 ms "
+			     "margin take %ld ms; raise lease_seconds to at least %ld or lower the "
+			     "route's timeout_ms",
+			     op.op_lease_seconds, longest, (longest + 999) / 1000);
+		goto done;
+	}
 	if (store_operation_put(&op, &created) < 0) {
 		request_unavailable(req);
 		goto done;

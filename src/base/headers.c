@@ -39,7 +39,8 @@ int headers_value_ok(const char *value, size_t len)
 /* Headers idemd sets, strips or frames by: a client may not send them
  * under a '_' spelling on a gateway route. */
 static const char *const headers_own[] = {
-	"idempotency-key",  "idempotency-subject", "x-request-id",	"x-forwarded-for",
+	"idempotency-key",  "idempotency-subject", "idempotency-timeout-ms", "x-request-id",
+	"x-forwarded-for",
 	"x-forwarded-host", "x-forwarded-proto",   "x-forwarded-port",	"x-real-ip",
 	"forwarded",	    "content-length",	   "transfer-encoding", "host",
 	"connection",
@@ -102,6 +103,7 @@ static const char *const headers_dropped[] = {
 	"accept-encoding",
 	"idempotency-key",
 	"idempotency-subject",
+	"idempotency-timeout-ms",
 	"x-request-id",
 	"x-forwarded-for",
 	"traceparent",

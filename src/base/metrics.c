@@ -53,7 +53,7 @@ static const struct metrics_layout ml_upstream = LAYOUT(metrics_le_upstream, 1e6
 #define SLOT_OTHER (METRICS_ROUTES + 1)
 #define N_SLOTS (METRICS_ROUTES + 2)
 #define N_CLASSES 6 /* no reply, 1xx .. 5xx */
-#define N_UPSTREAM_OUTCOMES 10
+#define N_UPSTREAM_OUTCOMES 11
 
 /* Pair slots: the named pairs, then "other". */
 struct metrics_pair {
@@ -90,7 +90,7 @@ static const char *const metrics_dup_names[METRICS_DUP_COUNT] = {
 };
 static const char *const metrics_upstream_outcomes[N_UPSTREAM_OUTCOMES] = {
 	"1xx",	       "2xx",	  "3xx",    "4xx",	 "5xx",
-	"unreachable", "timeout", "failed", "too_large", "invalid",
+	"unreachable", "timeout", "failed", "too_large", "invalid", "broken",
 };
 static const char *const metrics_class_names[N_CLASSES] = {
 	"none", "1xx", "2xx", "3xx", "4xx", "5xx",
@@ -300,7 +300,7 @@ void metrics_upstream(const char *method, const char *pattern, enum metrics_upst
 
 	if (o == METRICS_UPSTREAM_ANSWERED)
 		k = status >= 100 && status < 600 ? (int)(status / 100) - 1 : 9;
-	else if (k < 5 || k > 9)
+	else if (k < 5 || k >= N_UPSTREAM_OUTCOMES)
 		k = 9;
 	atomic_fetch_add_explicit(&metrics_upstream_calls[slot][k], 1, memory_order_relaxed);
 	metrics_observe(&metrics_upstream_hist[slot], &ml_upstream, seconds);

@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <sodium.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -45,6 +46,7 @@ struct gateway_table {
 static struct {
 	const struct config *_Atomic cfg;
 	struct gateway_table *tables; /* the newest first; the main thread's */
+	struct gateway_table *_Atomic current; /* the newest, for any thread */
 	int started;		      /* the upstream thread and the finishers */
 } gw;
 
@@ -371,11 +373,38 @@ static void gateway_table_free(struct gateway_table *t)
 static void gateway_free_routes(void)
 {
 	router_clear_added();
+	atomic_store(&gw.current, NULL);
 	while (gw.tables != NULL) {
 		struct gateway_table *prev = gw.tables->prev;
 		gateway_table_free(gw.tables);
 		gw.tables = prev;
 	}
+}
+
+/* Whether a forward of TIMEOUT_MS, with its margin, does not fit in a
+ * lease of LEASE_SECONDS. */
+static int gateway_route_outlives(long timeout_ms, int lease_seconds)
+{
+#ifdef IDEMD_MUTANT_ROUTE_OUTLIVES_LEASE
+	return 0;
+#endif
+	return timeout_ms + GATEWAY_LEASE_MARGIN_MS > (long)lease_seconds * 1000;
+}
+
+long gateway_longest_forward(uint32_t tenant_id, const char *operation)
+{
+	long longest = 0;
+
+	/* tables are kept until gateway_stop(): the one read stays valid */
+	const struct gateway_table *t = atomic_load(&gw.current);
+	for (size_t i = 0; t != NULL && i < t->n_routes; i++) {
+		const struct gateway_route *gr = &t->routes[i];
+		if (gr->gr_tenant_id == tenant_id &&
+		    strcmp(gr->gr_cfg->operation, operation) == 0 &&
+		    gr->gr_cfg->timeout_ms + GATEWAY_LEASE_MARGIN_MS > longest)
+			longest = gr->gr_cfg->timeout_ms + GATEWAY_LEASE_MARGIN_MS;
+	}
+	return longest;
 }
 
 /* Builds CFG's routes (tenants resolved, operations checked) and makes
@@ -441,10 +470,15 @@ static int gateway_load_routes(const struct config *cfg)
 				"yet; submits are refused until it is created with PUT "
 				"/v1/operations/%s",
 				i, r->method, r->path, r->tenant, r->operation, r->operation);
-		else if ((long)op.op_lease_seconds * 1000 < r->connect_timeout_ms + r->timeout_ms)
-			log_warn("gateway: routes[%zu] (%s %s): operation \"%s\" has a %d s lease, "
-				 "shorter than the route's timeouts; forwards are cut at the lease",
-				 i, r->method, r->path, r->operation, op.op_lease_seconds);
+		else if (gateway_route_outlives(r->timeout_ms, op.op_lease_seconds)) {
+			log_error("gateway: routes[%zu] (%s %s): its timeout_ms %ld and a %d ms "
+				  "margin do not fit in operation \"%s\"'s lease_seconds %d: a "
+				  "forward could outlive its claim and run beside the next one; "
+				  "lower timeout_ms or raise lease_seconds (PUT /v1/operations/%s)",
+				  i, r->method, r->path, r->timeout_ms, GATEWAY_LEASE_MARGIN_MS,
+				  r->operation, op.op_lease_seconds, r->operation);
+			goto fail;
+		}
 		gateway_url_for_log(gr->gr_target, shown, sizeof(shown));
 		log_info("gateway: %s %s -> %s (tenant %s, operation %s)", r->method, r->path,
 			 shown, r->tenant, r->operation);
@@ -453,6 +487,7 @@ static int gateway_load_routes(const struct config *cfg)
 		goto fail;
 	t->prev = gw.tables;
 	gw.tables = t;
+	atomic_store(&gw.current, t);
 	return 0;
 fail:
 	router_discard();

@@ -20,6 +20,7 @@
 #define IDEMD_GATEWAY_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common.h"
 
@@ -29,9 +30,10 @@ struct route;
 /*
  * Resolves each route's tenant name (the database must be reachable) and
  * starts the forwarder and finisher threads. Returns -1 after logging when a
- * route names an unknown tenant or a thread cannot start. An operation that
- * does not exist yet is only warned about: operations are created through
- * the running API, and a submit for it is refused 403 until then.
+ * route names an unknown tenant, when its timeout_ms (and a margin) does not
+ * fit in its operation's lease, or when a thread cannot start. An operation
+ * that does not exist yet is only warned about: operations are created
+ * through the running API, and a submit for it is refused until then.
  * Does nothing when the config has no routes.
  */
 int gateway_start(const struct config *cfg) IDEMD_WUR;
@@ -51,6 +53,11 @@ void gateway_drain(void);
  * gateway_stop); CFG must outlive the process's serving. 0, or -1 after
  * logging: the old routes keep serving. */
 int gateway_reload(const struct config *cfg) IDEMD_WUR;
+
+/* The longest forward, in ms with its margin, of the running routes of
+ * TENANT_ID's OPERATION (0: none): an operation's lease must cover it
+ * (PUT /v1/operations refuses a shorter one). Callable from any thread. */
+long gateway_longest_forward(uint32_t tenant_id, const char *operation);
 
 /* gateway_drain(), then frees the route table and libcurl's state: call it
  * once no HTTP thread runs any more. Safe when not started and twice. */

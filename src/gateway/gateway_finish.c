@@ -186,7 +186,8 @@ static void gateway_stored(struct batcher_job *bj)
 }
 
 /* The upstream answered with a final status, but the answer cannot be
- * stored (too large, a malformed header line): the upstream acted, so
+ * stored (too large, a malformed header line, or it broke off after its
+ * status line: cut, stalled past the timeout, reset): the upstream acted, so
  * what is stored instead, and replayed to every duplicate, is a 502
  * upstream_answer_unstorable problem; the key is never forwarded again.
  * Turns the call's answer into that problem. 0, or -1 out of memory. */
@@ -195,11 +196,13 @@ static int gateway_unstorable(struct gateway_job *j)
 	struct upstream_call *c = &j->gj_call;
 	char detail[160];
 
+	const char *why = c->uc_result == UPSTREAM_TOO_LARGE ? "too large"
+			  : c->uc_result == UPSTREAM_INVALID ? "a malformed header line"
+							      : "it broke off before its end";
 	snprintf(detail, sizeof(detail),
 		 "the upstream answered %ld, but its answer could not be stored (%s); the "
 		 "request is not forwarded again",
-		 c->uc_status,
-		 c->uc_result == UPSTREAM_TOO_LARGE ? "too large" : "a malformed header line");
+		 c->uc_status, why);
 	json_t *doc = problem_document(502, "upstream_answer_unstorable", detail);
 	char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 	json_decref(doc);
@@ -272,13 +275,62 @@ static int gateway_store(struct gateway_job *j)
 	return 0;
 }
 
-/* Every outcome but a final answer gives the claim back, so the client may
- * retry with the same token; a 5xx is passed through unstored. */
+/* Whether the upstream may still be acting on J's forward: the request
+ * was sent and no answer came back (a timeout, a connection that broke or
+ * closed before a status line). idemd cannot stop it, so the claim is not
+ * given back: the key stays held until the lease ends, by which time the
+ * forward's own deadline (Idempotency-Timeout-Ms, gateway_forward.c) has
+ * passed, and only then may a retry take over and forward again. */
+static int gateway_outcome_unknown(const struct gateway_job *j)
+{
+	const struct upstream_call *c = &j->gj_call;
+
+#ifdef IDEMD_MUTANT_RELEASE_UNKNOWN_OUTCOME
+	return 0;
+#endif
+	return !j->gj_stopped && c->uc_sent &&
+	       (c->uc_result == UPSTREAM_TIMEOUT || c->uc_result == UPSTREAM_FAILED);
+}
+
+/* Answers a forward whose outcome is unknown: the claim stays held until
+ * its lease ends (Retry-After says when). */
+static void gateway_held(struct gateway_job *j)
+{
+	const struct upstream_call *c = &j->gj_call;
+	struct request *req = j->gj_req;
+	int64_t left_ms = j->gj_lease_expires_at - idemd_unix_ms();
+	long secs = left_ms > 0 ? (long)((left_ms + 999) / 1000) : 1;
+	char retry[24];
+
+	if (c->uc_result == UPSTREAM_TIMEOUT)
+		request_fail(req, 504, "upstream_timeout",
+			     "the upstream did not answer within %ld ms; it may still act on the "
+			     "request, so the key is held until its lease ends (in %ld s)",
+			     c->uc_timeout_ms, secs);
+	else
+		request_fail(req, 502, "upstream_unavailable",
+			     "the connection to the upstream broke after the request was sent and "
+			     "before it answered; it may still act on the request, so the key is "
+			     "held until its lease ends (in %ld s)",
+			     secs);
+	snprintf(retry, sizeof(retry), "%ld", secs);
+	http_set_header(req, "Retry-After", retry);
+	log_warn("gateway: request %s: %s %s: %s (request sent, outcome unknown): attempt %d "
+		 "keeps the key until its lease ends in %ld s",
+		 req->req_id, req->req_method, req->req_path, c->uc_error, j->gj_attempt, secs);
+}
+
+/* Every other outcome but a final answer gives the claim back, so the
+ * client may retry with the same token; a 5xx is passed through unstored. */
 static void gateway_not_final(struct gateway_job *j)
 {
 	const struct upstream_call *c = &j->gj_call;
 	struct request *req = j->gj_req;
 
+	if (gateway_outcome_unknown(j)) {
+		gateway_held(j);
+		return;
+	}
 	gateway_job_release(j);
 	if (j->gj_stopped) {
 		request_unavailable(req);
@@ -307,6 +359,12 @@ static void gateway_not_final(struct gateway_job *j)
 		request_fail(req, 502, "upstream_invalid",
 			     "the upstream's answer exceeds %zu bytes", c->uc_max_body);
 		break;
+	case UPSTREAM_BROKEN:
+		/* a status release_on names (or a refusal on a derived-key
+		 * route), then the answer broke off: given back like it */
+		request_fail(req, 502, "upstream_unavailable",
+			     "the upstream answered %ld, then its answer broke off", c->uc_status);
+		break;
 	case UPSTREAM_UNREACHABLE:
 		request_fail(req, 502, "upstream_unavailable", "the upstream could not be reached");
 		break;
@@ -333,11 +391,14 @@ static int gateway_final(const struct gateway_job *j)
 	const struct upstream_call *c = &j->gj_call;
 
 #ifdef IDEMD_MUTANT_RELEASE_AFTER_2XX
-	int answered = c->uc_result == UPSTREAM_ANSWERED;
+	int answered = c->uc_result == UPSTREAM_ANSWERED || c->uc_result == UPSTREAM_BROKEN;
 #else
 	/* an answer too large or malformed still says the upstream acted */
 	int answered = c->uc_result == UPSTREAM_ANSWERED || c->uc_result == UPSTREAM_TOO_LARGE ||
-		       c->uc_result == UPSTREAM_INVALID;
+		       c->uc_result == UPSTREAM_INVALID || c->uc_result == UPSTREAM_BROKEN;
+#endif
+#ifdef IDEMD_MUTANT_RELEASE_AFTER_BROKEN_ANSWER
+	answered = answered && c->uc_result != UPSTREAM_BROKEN;
 #endif
 	/* on a derived-key route anyone may send any key: an upstream that
 	 * refuses the caller (401, 403: a forged webhook's bad signature) must
@@ -372,8 +433,8 @@ void gateway_finish(struct gateway_job *j)
 
 /* Upstream thread: an answer to store goes to the batcher from here (one
  * thread hand-off fewer per submit; only when out of memory does it release
- * the claim here); every other outcome releases the claim, a database
- * call, so its job is queued for a finisher. */
+ * the claim here); every other outcome releases the claim (a database
+ * call) or keeps it held (gateway_held), on a finisher. */
 void gateway_on_done(struct upstream_call *c)
 {
 	struct gateway_job *j = IDEMD_CONTAINER_OF(c, struct gateway_job, gj_call);
@@ -387,6 +448,7 @@ void gateway_on_done(struct upstream_call *c)
 		[UPSTREAM_FAILED] = METRICS_UPSTREAM_FAILED,
 		[UPSTREAM_TOO_LARGE] = METRICS_UPSTREAM_TOO_LARGE,
 		[UPSTREAM_INVALID] = METRICS_UPSTREAM_INVALID,
+		[UPSTREAM_BROKEN] = METRICS_UPSTREAM_BROKEN,
 	};
 	metrics_upstream(j->gj_route->gr_route.method, j->gj_route->gr_route.pattern,
 			 outcome[c->uc_result], c->uc_status,

@@ -16,7 +16,6 @@
 #include "headers.h"
 #include "request.h"
 
-#define GATEWAY_LEASE_MARGIN_MS 500
 #define GATEWAY_MIN_TIMEOUT_MS 100
 
 /* ---------------------------------------------------------------- headers */
@@ -211,6 +210,7 @@ struct gateway_job *gateway_job_new(struct request *req, const struct gateway_ro
 	j->gj_route = gr;
 	memcpy(j->gj_token_id, t->id, TOKEN_ID_BYTES);
 	j->gj_attempt = res->cr_attempt;
+	j->gj_lease_expires_at = res->cr_lease_expires_at;
 	j->gj_retention_seconds = op->op_retention_seconds;
 	j->gj_audit_seconds = store_audit_seconds(op);
 	if (buf_str(&url, gr->gr_target) < 0 ||
@@ -235,7 +235,7 @@ struct gateway_job *gateway_job_new(struct request *req, const struct gateway_ro
 	 * the claim is released (gateway.c) */
 	int64_t left = res->cr_lease_expires_at - idemd_unix_ms() - GATEWAY_LEASE_MARGIN_MS;
 	c->uc_timeout_ms = gr->gr_cfg->timeout_ms;
-#ifdef IDEMD_MUTANT_LEASE_FROM_TXN_START
+#ifdef IDEMD_MUTANT_FORWARD_ON_SPENT_LEASE
 	if (left < GATEWAY_MIN_TIMEOUT_MS)
 		left = GATEWAY_MIN_TIMEOUT_MS;
 #endif
@@ -243,15 +243,24 @@ struct gateway_job *gateway_job_new(struct request *req, const struct gateway_ro
 		gateway_job_free(j);
 		return NULL;
 	}
+#ifndef IDEMD_MUTANT_FORWARD_UNCUT
 	if (left < c->uc_timeout_ms)
 		c->uc_timeout_ms = (long)left;
+#endif
+	/* the upstream learns how long idemd waits for its answer, so that a
+	 * cooperating upstream stops by then: the key stays held until the
+	 * lease ends, which is later (gateway_finish.c) */
+	char deadline[48];
+	snprintf(deadline, sizeof(deadline), "Idempotency-Timeout-Ms: %ld", c->uc_timeout_ms);
+	struct curl_slist *with = c->uc_headers ? curl_slist_append(c->uc_headers, deadline) : NULL;
+	if (with == NULL) {
+		gateway_job_free(j);
+		return NULL;
+	}
+	c->uc_headers = with;
 	c->uc_max_body = max_body;
 	c->uc_keep = gateway_keeps;
 	c->uc_keep_arg = gr;
 	c->uc_done = gateway_on_done;
-	if (c->uc_headers == NULL) {
-		gateway_job_free(j);
-		return NULL;
-	}
 	return j;
 }

@@ -22,6 +22,10 @@
 struct config_route;
 struct request;
 
+/* A forward ends this long before its claim's lease at the latest, and a
+ * route's timeout_ms plus this must fit in its operation's lease. */
+#define GATEWAY_LEASE_MARGIN_MS 500
+
 /* Where a route's submits get their key (config "key"). */
 enum gateway_key { GATEWAY_KEY_TOKEN, GATEWAY_KEY_HEADER, GATEWAY_KEY_JSON, GATEWAY_KEY_BODY };
 
@@ -42,6 +46,7 @@ struct gateway_job {
 	const struct gateway_route *gj_route;
 	uint8_t gj_token_id[TOKEN_ID_BYTES];
 	int gj_attempt;
+	int64_t gj_lease_expires_at; /* ms, idemd_unix_ms(): the claim's lease */
 	int gj_retention_seconds;
 	int gj_audit_seconds; /* how long its audit events are kept */
 	char *gj_url;

@@ -47,6 +47,24 @@ static size_t upstream_on_body(char *data, size_t size, size_t n, void *arg)
 	return buf_add(&c->uc_resp, data, len) == 0 ? len : 0;
 }
 
+/* The status of the status line DATA ("HTTP/1.1 200 OK") when it is a
+ * final one (200-599), else 0 (1xx, or no three digits after the version). */
+static long upstream_status_line(const char *data, size_t len)
+{
+	const char *sp = memchr(data, ' ', len);
+	size_t at = sp != NULL ? (size_t)(sp - data) + 1 : len;
+
+	if (len - at < 3)
+		return 0;
+	long status = 0;
+	for (size_t i = at; i < at + 3; i++) {
+		if (data[i] < '0' || data[i] > '9')
+			return 0;
+		status = status * 10 + (data[i] - '0');
+	}
+	return status >= 200 && status <= 599 ? status : 0;
+}
+
 /* Keeps the header line DATA if uc_keep wants it; repeated headers are
  * joined with ", " (Set-Cookie, which cannot be joined, is never kept).
  * A line that is not "token: value" without control bytes abandons the
@@ -60,6 +78,7 @@ static size_t upstream_on_header(char *data, size_t size, size_t n, void *arg)
 	if (len >= 5 && memcmp(data, "HTTP/", 5) == 0) {
 		/* a new response (after 100 Continue): forget the previous one */
 		json_object_clear(c->uc_resp_headers);
+		c->uc_final_status = upstream_status_line(data, len);
 		return len;
 	}
 	if (len == 2 && data[0] == '\r' && data[1] == '\n')
@@ -146,6 +165,14 @@ static void upstream_classify(struct upstream_call *c, CURLcode code)
 		snprintf(c->uc_error, sizeof(c->uc_error), "answer over %zu bytes", c->uc_max_body);
 	} else if (code == CURLE_OK) {
 		c->uc_result = UPSTREAM_ANSWERED;
+	} else if (c->uc_final_status != 0) {
+		/* the upstream answered, then the rest of its answer was lost */
+		c->uc_result = UPSTREAM_BROKEN;
+		c->uc_status = c->uc_final_status;
+		snprintf(c->uc_error, sizeof(c->uc_error), "the answer %ld broke off: %s",
+			 c->uc_final_status,
+			 code == CURLE_OPERATION_TIMEDOUT ? "not whole within the timeout"
+							  : curl_easy_strerror(code));
 	} else if (c->uc_resend_refused) {
 		c->uc_result = UPSTREAM_FAILED;
 		snprintf(c->uc_error, sizeof(c->uc_error), "connection closed without an answer");
@@ -309,7 +336,7 @@ int upstream_call(struct upstream_call *c)
 	c->uc_sent = c->uc_resend_refused = c->uc_too_large = c->uc_invalid = 0;
 	c->uc_error[0] = '\0';
 	c->uc_connection[0] = '\0';
-	c->uc_status = 0;
+	c->uc_status = c->uc_final_status = 0;
 	upstream_call_clear(c);
 	c->uc_resp_headers = json_object();
 	if (c->uc_resp_headers == NULL)

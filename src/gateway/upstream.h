@@ -10,7 +10,9 @@
  * upstream may have acted on the first copy; the call then ends
  * UPSTREAM_FAILED with uc_sent set. An answer that is too large or has a
  * malformed header line is abandoned mid-way, which closes its connection
- * (nothing after it can be read as the start of another answer). Hop-by-hop headers are the caller's to
+ * (nothing after it can be read as the start of another answer). An
+ * answer whose final status line was read counts as answered whatever
+ * happens to the rest of it (UPSTREAM_BROKEN): the upstream has acted. Hop-by-hop headers are the caller's to
  * drop (headers.h); redirects are not followed.
  *
  * Ownership: the caller owns the struct upstream_call and everything its
@@ -35,6 +37,8 @@ enum upstream_result {
 	UPSTREAM_FAILED,      /* sent, then the connection failed or closed */
 	UPSTREAM_TOO_LARGE,   /* the answer's body exceeds uc_max_body */
 	UPSTREAM_INVALID,     /* a header line of the answer is malformed */
+	UPSTREAM_BROKEN,      /* a final status line (uc_status) was read, then the answer
+			       * broke off: a cut body, a stall past uc_timeout_ms, a reset */
 };
 
 struct upstream_call {
@@ -56,6 +60,7 @@ struct upstream_call {
 	/* results */
 	enum upstream_result uc_result;
 	int uc_sent;			/* the request left for the upstream */
+	long uc_final_status;		/* the status line of the final answer read (2xx-5xx), or 0 */
 	char uc_error[CURL_ERROR_SIZE]; /* what went wrong, for logs */
 	long uc_status;
 	json_t *uc_resp_headers; /* kept headers, lower-cased names */

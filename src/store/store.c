@@ -72,15 +72,15 @@ static const struct db_stmt st_complete_many = {
 static const struct db_stmt st_claim_fresh = {
 	ST_CLAIM_FRESH, "claim_fresh",
 	"WITH x AS (SELECT *, " GRANT_CLOCK " AS t FROM unnest($1::int[], $2::bytea[], $3::int[], "
-	"$4::text[], $5::bytea[], $6::bigint[], $7::int[], $8::text[]) WITH ORDINALITY "
-	"AS x(tenant, id, op, subject, fp, expires, lease, by, i)), "
+	"$4::text[], $5::bytea[], $6::bigint[], $7::int[], $8::text[], $9::int[]) WITH ORDINALITY "
+	"AS x(tenant, id, op, subject, fp, expires, lease, by, audit, i)), "
 	"ins AS (INSERT INTO records AS rec (tenant_id, token_id, operation_id, subject, state, "
 	"fingerprint, attempt, lease_expires_at, version_claimed, token_expires_at, expires_at, "
-	"created_at, updated_at, claimed_seq, claimed_by, claimed_trace) "
+	"created_at, updated_at, claimed_seq, claimed_by, claimed_trace, claimed_until) "
 	"SELECT x.tenant, x.id, x.op, x.subject, 'in_progress', x.fp, 1, "
 	"x.t + make_interval(secs => x.lease), NULL, to_timestamp(x.expires), "
 	"greatest(to_timestamp(x.expires), x.t + make_interval(secs => x.lease)), x.t, x.t, " TOLD_EVENT(
-		"x.by") " FROM x WHERE x.lease > 0 AND to_timestamp(x.expires) > x.t ORDER BY x.i "
+		"x.by") ", x.t + make_interval(secs => x.audit) FROM x WHERE x.lease > 0 AND to_timestamp(x.expires) > x.t ORDER BY x.i "
 			"ON CONFLICT (tenant_id, token_id) DO NOTHING "
 			"RETURNING rec.tenant_id, rec.token_id, rec.lease_expires_at), "
 			"got AS (SELECT x.i, ins.lease_expires_at FROM ins "
@@ -97,7 +97,7 @@ static const struct db_stmt st_claim_fresh = {
 					 "NULL::int AS response_status, NULL::jsonb AS response_headers, "
 					 "NULL::bytea AS response_body, NULL::boolean AS response_is_json FROM got g "
 					 "UNION ALL SELECT * FROM old) r ORDER BY i",
-	8
+	9
 };
 /* Its first array passes through a volatile expression, so that the
  * planner cannot see how long the arrays are when it plans a call either:
@@ -109,8 +109,8 @@ static const struct db_stmt st_complete_current = {
 	ST_COMPLETE_CURRENT, "complete_current",
 	"WITH u AS (SELECT * FROM unnest(CASE WHEN random() >= 0 THEN $1::int[] END, $2::bytea[], "
 	"$3::int[], $4::int[], "
-	"$5::jsonb[], $6::bytea[], $7::boolean[], $8::int[], $9::text[]) WITH ORDINALITY "
-	"AS x(tenant, id, attempt, status, headers, body, is_json, retention, by, i)), "
+	"$5::jsonb[], $6::bytea[], $7::boolean[], $8::int[], $9::text[], $10::int[]) WITH ORDINALITY "
+	"AS x(tenant, id, attempt, status, headers, body, is_json, retention, by, audit, i)), "
 	"locked AS (SELECT rec.tenant_id, rec.token_id FROM records rec "
 	"WHERE (rec.tenant_id, rec.token_id) IN (SELECT u.tenant, u.id FROM u) "
 	"AND rec.state = 'in_progress' ORDER BY rec.tenant_id, rec.token_id FOR UPDATE), "
@@ -121,7 +121,7 @@ static const struct db_stmt st_complete_current = {
 	"ELSE greatest(now() + make_interval(secs => u.retention), rec.token_expires_at) END, "
 	"updated_at = now(), completed_at = clock_timestamp(), "
 	"(completed_seq, completed_by, completed_trace) = (SELECT " TOLD_EVENT(
-		"u.by") ") "
+		"u.by") "), completed_until = clock_timestamp() + make_interval(secs => u.audit) "
 			"FROM u JOIN locked l ON l.tenant_id = u.tenant AND l.token_id = u.id "
 			"WHERE rec.tenant_id = u.tenant AND rec.token_id = u.id AND rec.state = 'in_progress' "
 			"AND rec.expires_at > clock_timestamp() AND " FENCE_ATTEMPT " "
@@ -131,7 +131,7 @@ static const struct db_stmt st_complete_current = {
 			"SELECT 'completed', response_status, response_headers, response_body, "
 			"response_is_json, " MS(
 				"expires_at") ", fingerprint, i FROM upd ORDER BY i",
-	9
+	10
 };
 
 /* Runs STMT on a pooled connection; the connection goes back at once. */
@@ -444,8 +444,9 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 
 	if (ra == NULL || rr == NULL || done == NULL || store_claim_arrays(arrs, a, n) < 0)
 		goto out;
-	const char *v[8] = { arrs[0].sa_buf, arrs[1].sa_buf, arrs[2].sa_buf, arrs[3].sa_buf,
-			     arrs[4].sa_buf, arrs[5].sa_buf, arrs[6].sa_buf, arrs[11].sa_buf };
+	const char *v[9] = { arrs[0].sa_buf, arrs[1].sa_buf, arrs[2].sa_buf,
+			     arrs[3].sa_buf, arrs[4].sa_buf, arrs[5].sa_buf,
+			     arrs[6].sa_buf, arrs[11].sa_buf, arrs[12].sa_buf };
 	if ((r = store_run(&st_claim_fresh, v, NULL, NULL)) == NULL ||
 	    store_claim_fresh_rows(r, res, done, n) < 0)
 		goto out;
@@ -491,8 +492,7 @@ static int store_complete_arrays(struct store_array *arrs, const struct complete
 }
 
 /* Runs STMT (st_complete_many, or st_complete_current: the same
- * parameters but the audit retention, which its told event does not need;
- * the same columns) over A and fills RES[i] and DONE[i] for each row; with
+ * parameters and columns) over A and fills RES[i] and DONE[i] for each row; with
  * ALL, every element must come back. 0, or -1 (then RES holds nothing). */
 static int store_complete_run(const struct db_stmt *stmt, const struct complete_args *const *a,
 			      struct complete_result *const *res, char *done, size_t n, int all)

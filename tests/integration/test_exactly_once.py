@@ -50,7 +50,7 @@ class Lives(IdemdCase):
         u = "http://127.0.0.1:%d" % cls.up.port
         cls.extra_config = dict(cls.extra_config, routes=[
             {"method": "POST", "path": "/pay", "tenant": "acme", "operation": "pay.slow",
-             "upstream": u + "/pay", "key": "header:Idempotency-Key", "timeout_ms": 5000},
+             "upstream": u + "/pay", "key": "header:Idempotency-Key", "timeout_ms": 500},
             {"method": "POST", "path": "/big", "tenant": "acme", "operation": "pay.big",
              "upstream": u + "/big", "key": "header:Idempotency-Key", "timeout_ms": 5000},
         ])

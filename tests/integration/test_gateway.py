@@ -106,13 +106,15 @@ class Gateway(IdemdCase):
                 route("POST", "/orders", u + "/ok", store_headers=["Location", "x-order-id"],
                       timeout_ms=5000),
                 route("PUT", "/orders", u + "/ok-put", timeout_ms=5000),
-                route("POST", "/orders/quick", u + "/quick", timeout_ms=800),
+                route("POST", "/orders/quick", u + "/quick", timeout_ms=800,
+                      operation="order.quick"),
                 route("POST", "/late", "http://127.0.0.1:%d" % cls.late_port,
                       connect_timeout_ms=500),
                 route("POST", "/append/x", u),
                 route("POST", "/pay", u + "/pay", operation="payment.capture"),
                 route("POST", "/g/orders", u + "/g", tenant="globex"),
-                route("POST", "/fragile", u + "/fragile", operation="order.fragile"),
+                route("POST", "/fragile", u + "/fragile", operation="order.fragile",
+                      timeout_ms=1000),
             ],
         }
         try:
@@ -120,7 +122,8 @@ class Gateway(IdemdCase):
         except BaseException:
             cls.up.stop()
             raise
-        for name, lease in (("order.create", 30), ("payment.capture", 30), ("order.fragile", 2)):
+        for name, lease in (("order.create", 30), ("payment.capture", 30), ("order.fragile", 2),
+                            ("order.quick", 2)):
             r = cls.client.put("/v1/operations/" + name, dict(harness.DEFAULT_POLICY,
                                                                 lease_seconds=lease))
             assert r.status in (200, 201), r.describe()
@@ -321,18 +324,23 @@ class Gateway(IdemdCase):
         finally:
             late.stop()
 
-    def test_connection_closed_without_answer_502(self):
-        tok, tid, _ = self.token()
-        r = self.submit(tok, headers={"X-Upstream-Mode": "close"})
+    def test_connection_closed_without_answer_502_held_until_the_lease_ends(self):
+        # the upstream may have acted on what it read: the key stays held
+        tok, tid, _ = self.token("order.quick")
+        r = self.submit(tok, path="/orders/quick", headers={"X-Upstream-Mode": "close"})
         assert_problem(self, r, 502, "upstream_unavailable")
-        self.assert_forwarded(self.submit(tok), "false")
+        assert_problem(self, self.submit(tok, path="/orders/quick"), 409, "request_in_progress")
+        time.sleep(2.2)
+        self.assert_forwarded(self.submit(tok, path="/orders/quick"), "false")
         self.assertEqual(len(self.up.requests(tid)), 2)
 
-    def test_timeout_504_then_same_token_succeeds(self):
-        tok, tid, _ = self.token()
+    def test_timeout_504_then_same_token_succeeds_after_the_lease(self):
+        tok, tid, _ = self.token("order.quick")
         r = self.submit(tok, path="/orders/quick", headers={"X-Upstream-Mode": "slow=2"})
         assert_problem(self, r, 504, "upstream_timeout")
         self.assertLess(r.elapsed, 1.8, "the 800 ms route timeout was not applied")
+        assert_problem(self, self.submit(tok, path="/orders/quick"), 409, "request_in_progress")
+        time.sleep(2.2)
         self.assert_forwarded(self.submit(tok, path="/orders/quick"), "false")
         self.assert_forwarded(self.submit(tok, path="/orders/quick"), "true")
         # the upstream saw the request twice with the same key: it must dedupe

@@ -14,6 +14,13 @@ How it answers is chosen per request by the X-Upstream-Mode header:
   status=CODE      CODE with a JSON {"error": "..."} body
   big=BYTES        201 with a body of BYTES bytes
   close            closes the connection without answering
+  short            200 whose body is shorter than its Content-Length, then
+                   closes: the answer breaks off after its status line
+  chunked-cut      200 chunked, one chunk, then closes without the last one
+  stall=SECONDS    200 with a Content-Length, part of the body, then SECONDS
+                   of silence before it closes
+A request's "end" is when the upstream finished working on it (after a
+slow= sleep), so a test can tell whether two executions overlapped.
 Control endpoints (not recorded):
   GET /_requests   the recorded requests as JSON
   POST /_reset     forget them
@@ -82,10 +89,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             })
             State.orders += 1
             order = State.orders
+            record = State.requests[-1]
         mode = self.headers.get("X-Upstream-Mode", "ok")
         if mode.startswith("slow="):
             time.sleep(float(mode[5:]))
             mode = "ok"
+        record["end"] = time.time()
+        if mode in ("short", "chunked-cut") or mode.startswith("stall="):
+            self._broken(mode)
+            return
         if mode == "close":
             self.close_connection = True
             self.connection.shutdown(2)
@@ -104,6 +116,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._send(201, json.dumps(doc).encode(),
                    {"Location": "/orders/%d" % order, "X-Order-Id": str(order),
                     "X-Not-Stored": "1"})
+
+    def _broken(self, mode):
+        """A final status line, then an answer that breaks off."""
+        self.close_connection = True
+        head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        if mode == "chunked-cut":
+            self.wfile.write((head + "Transfer-Encoding: chunked\r\n\r\n"
+                              "5\r\n{\"a\":\r\n").encode())
+        else:
+            self.wfile.write((head + "Content-Length: 100\r\n\r\n{\"order\":").encode())
+        self.wfile.flush()
+        if mode.startswith("stall="):
+            time.sleep(float(mode[6:]))
+        self.connection.shutdown(2)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
