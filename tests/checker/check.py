@@ -243,7 +243,6 @@ class Checker:
         spec = self.specs.get(opname, {})
         first = spec.get("audit", spec.get("R"))
         vals = set()
-        prev_end = float("inf")
         changes = self.policy.get(opname, [])
         # the initial value until the first change was certainly everywhere
         if not changes or t0 < changes[0][1] + POLICY_CACHE:
@@ -252,7 +251,6 @@ class Checker:
             nxt = changes[i + 1][1] + POLICY_CACHE if i + 1 < len(changes) else float("inf")
             if t1 > w0 and t0 < nxt:
                 vals.add(v)
-        del prev_end
         return vals or {first}
 
     def is_frozen(self, node, t0, t1):
