@@ -61,8 +61,8 @@ SPECS = [
     # batches of caller keys (claims and completions)
     OpSpec("ck.batch", "batch", T=3, D=2, R=2, weight=1.5, audit=AUDIT_LONG),
     # gateway routes: a token key and a header key
-    OpSpec("gw.tok", "gwtok", T=8, D=3, R=3, path="/gw/tok", timeout=GW_TIMEOUT, weight=1.5),
-    OpSpec("gw.hdr", "gwhdr", T=3, D=3, R=3, path="/gw/hdr", timeout=GW_TIMEOUT, weight=1.5),
+    OpSpec("gw.tok", "gwtok", T=8, D=3, R=3, path="/gw/tok", timeout=GW_TIMEOUT, weight=2.5),
+    OpSpec("gw.hdr", "gwhdr", T=3, D=3, R=3, path="/gw/hdr", timeout=GW_TIMEOUT, weight=2.5),
 ]
 
 
