@@ -56,6 +56,10 @@ Per key (one record address; its ops are one history):
      (Idempotency-Timeout-Ms) still worked (until its status line, or its
      stop at the deadline). Overlaps with an upstream that ignored the
      deadline are outside the promise: counted, not flagged.
+  6h gateway, an unknown outcome holds the key: when the upstream got the
+     request and its submit was answered 504 upstream_timeout or 502
+     upstream_unavailable/upstream_invalid (no final status line read), no
+     execution of the key before that submit was sent + lease_seconds.
   3w a waiter (Prefer: wait, answered with Preference-Applied) answered 200
      carries the response of a completion made while it waited (sent
      before its answer, answered after it was sent). A waiter answered 201
@@ -122,6 +126,8 @@ CHECKS = {
     "6f": "gateway: a final status line is final (no execution after an upstream's final "
           "status line idemd read)",
     "6o": "gateway: two forwards of one key never overlap (cooperating upstream)",
+    "6h": "gateway: after a forward whose outcome is unknown the key stays held until its "
+          "lease ends",
     "3w": "a waiter's replay carries a completion made while it waited",
     "8": "audit trail: every acknowledged transition exactly once, in order, while its "
          "retention runs",
@@ -510,6 +516,16 @@ class Checker:
                                    % self.rel(life_low(e1)),
                                    [x for x in (s1, self.byid.get(int(e2["op"])))
                                     if x is not None], [e1, e2])
+                    continue
+                if s1 is not None and (s1["status"] == 504 or (
+                        s1["status"] == 502 and s1.get("code") in ("upstream_unavailable",
+                                                                   "upstream_invalid"))) and \
+                        e2["a"] < s1["w0"] + D - CLOCK:
+                    self.checks["6h"] += 1
+                    self.violation("6h", key, "executed again before the lease of a forward whose "
+                                   "outcome was unknown could have ended (its submit was "
+                                   "answered %d %s after the upstream got the request)"
+                                   % (s1["status"], s1.get("code") or ""), [s1], [e1, e2])
                     continue
                 if s1 is not None and s1["status"] is not None and \
                         s1["status"] not in (502, 504) and not (500 <= s1["status"] < 600 and
