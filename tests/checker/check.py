@@ -543,11 +543,17 @@ class Checker:
             if s1 is None or s1["status"] != 502 or s1.get("code") not in (
                     "upstream_invalid", "upstream_answer_unstorable"):
                 continue
+            # the answer was stored once idemd had read the status line, not
+            # necessarily after the upstream ended (a stall past the timeout
+            # ends after idemd gave up on it)
+            low = (e1["sl"] if e1.get("sl") is not None else e1["a"]) + R - CLOCK
+            if texp is not None:
+                low = min(low, texp - CLOCK)
             for e2 in execs:
                 if e2["a"] <= e1["a"]:
                     continue
                 self.checks["6u"] += 1
-                if e2["a"] < life_low(e1):
+                if e2["a"] < low:
                     self.violation("6u", key, "executed again after idemd got the upstream's 2xx "
                                    "and answered %d %s" % (s1["status"], s1.get("code")),
                                    [x for x in (s1, self.byid.get(int(e2["op"])))
