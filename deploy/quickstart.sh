@@ -22,6 +22,7 @@ cleanup() {
     kill -TERM "$IDEMD_PID" 2>/dev/null || true
     wait "$IDEMD_PID" 2>/dev/null || true
   fi
+  rm -f "$STATE/idemd.pid"
   if [ -d "$STATE/pg" ] && pg status "$STATE/pg"; then
     say "stopping PostgreSQL"
     pg stop "$STATE/pg" || true
@@ -87,6 +88,7 @@ fi
 say "starting idemd on $listen"
 "${IDEMD[@]}" serve &
 IDEMD_PID=$!
+echo "$IDEMD_PID" > "$STATE/idemd.pid"    # for SIGHUP: kill -HUP $(cat .idemd/idemd.pid)
 for _ in $(seq 150); do
   curl -fs -o /dev/null "$HEALTH" && break
   kill -0 "$IDEMD_PID" 2>/dev/null || die "idemd exited (its log above says why)"

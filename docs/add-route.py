@@ -6,7 +6,7 @@
 Puts the route into .idemd/idemd.json (replacing a route of the same
 method and path), sends SIGHUP to the `idemd --config .idemd/idemd.json
 serve` that the quick start runs, and waits until the route answers.
-By hand: edit the file, then `kill -HUP <idemd's pid>`. A file idemd
+By hand: edit the file, then `kill -HUP $(cat .idemd/idemd.pid)`. A file idemd
 refuses changes nothing: the quick start's terminal shows why.
 """
 

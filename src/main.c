@@ -61,7 +61,8 @@ static const char usage_more[] =
 	"                         (records: --format table for people, json lines by default)\n"
 	"\n"
 	"options:\n"
-	"  --config FILE          config file (default: $IDEMD_CONFIG, else ./idemd.json if present)\n"
+	"  --config FILE          config file (default: $IDEMD_CONFIG, else ./idemd.json, else\n"
+	"                         ./.idemd/idemd.json, the quick start's, if present)\n"
 	"  --help                 show this help\n"
 	"  --version              show the version\n"
 	"\n"
@@ -252,6 +253,9 @@ static int main_records_option(const char *a, const char *next, struct cli_recor
 
 /* Where the config file comes from, for check-config's report. */
 static const char *config_origin = "--config";
+/* Where a config file was looked for, in order, when none was given. */
+static const char config_searched[] = "looked for --config FILE, $IDEMD_CONFIG, ./idemd.json "
+				      "and ./.idemd/idemd.json (the quick start's)";
 
 int main(int argc, char **argv)
 {
@@ -341,18 +345,20 @@ int main(int argc, char **argv)
 	if (config_path == NULL && access("idemd.json", F_OK) == 0) {
 		config_path = "idemd.json";
 		config_origin = "./idemd.json";
+	} else if (config_path == NULL && access(".idemd/idemd.json", F_OK) == 0) {
+		config_path = ".idemd/idemd.json";
+		config_origin = "./.idemd/idemd.json, the quick start's";
 	}
 	if (sodium_init() < 0) {
 		fprintf(stderr, "idemd: libsodium could not be initialised\n");
 		return 1;
 	}
 	if (config_load(&cfg, config_path, err, sizeof(err)) < 0) {
-		if (cmd == CMD_CHECK_CONFIG && config_path == NULL)
+		if (config_path == NULL)
 			fprintf(stderr,
-				"idemd: no config file found (no --config, $IDEMD_CONFIG "
-				"unset, no idemd.json in the current directory); from defaults and "
-				"the environment: %s\n",
-				err);
+				"idemd: no config file found (%s); from defaults and the "
+				"environment: %s\n",
+				config_searched, err);
 		else
 			fprintf(stderr, "idemd: %s\n", err);
 		return EXIT_USAGE;
@@ -369,15 +375,17 @@ int main(int argc, char **argv)
 	int ret;
 	switch (cmd) {
 	case CMD_CHECK_CONFIG:
+		ret = cli_check_routes(&cfg);
+		if (ret != 0)
+			break;
 		if (config_path != NULL)
 			fprintf(stderr, "idemd: config file %s (from %s) is valid\n", config_path,
 				config_origin);
 		else
 			fprintf(stderr,
-				"idemd: no config file found (no --config, $IDEMD_CONFIG "
-				"unset, no idemd.json in the current directory); the defaults with "
-				"the environment are valid\n");
-		ret = 0;
+				"idemd: no config file found (%s); the defaults with the "
+				"environment are valid\n",
+				config_searched);
 		break;
 	case CMD_SERVE:
 		ret = serve(&cfg, config_path);

@@ -6,19 +6,23 @@ against a real idemd and compared with what the page shows.
 
 Needs the PostgreSQL of the integration tests (IDEMD_TEST_PGHOST,
 IDEMD_TEST_PGUSER; tests/integration/harness.py). It starts one idemd on
-127.0.0.1 (a free port) per page, with a fresh database, set up as the
-quick start leaves it: tenant "demo", operation "order.create" guarding
-"orders:{subject}". The examples run in a scratch directory holding
-.idemd/demo.key (the tenant's key), .idemd/idemd.json (the config the
-server was started with, `idemd --config <dir>/.idemd/idemd.json serve`, as
+127.0.0.1 (a free port), with a fresh database, set up as the quick start
+leaves it: tenant "demo", operation "order.create" guarding
+"orders:{subject}", and runs every page on it, back to back, as a reader
+does: README.md, then the guides in the order of its "Where to go next",
+then the other pages (or the pages given, in that order). The examples run
+in a directory that stands for the checkout, holding .idemd/demo.key (the
+tenant's key), .idemd/idemd.json (the config the server was started
+with, `idemd --config .idemd/idemd.json serve` from that directory, as
 the quick start starts it: an example may edit it and send SIGHUP),
-node_modules/idemd (clients/node) and docs/ (this repository's), with
-`idemd` on the PATH, IDEMD_CONFIG naming that server's config, and
-IDEMD_URL and IDEMD_API_KEY exported. Processes an example leaves running
-in the background (a demo upstream) are stopped with the page. A page's examples run in page order
-against its server, so what one example does is there for the next, as
-for a reader following the page; idemd and its database are removed
-after the page.
+.idemd/idemd.pid (its pid), node_modules/idemd (clients/node) and docs/
+(this repository's), with `idemd` on the PATH and IDEMD_URL and
+IDEMD_API_KEY exported (no IDEMD_CONFIG: the CLI finds the quick start's
+config by itself). What one example does is there for the next, and for
+the next page. A page must clean up after itself: a process it leaves
+running (a demo upstream) or a file it leaves in the checkout fails the
+page (and is then stopped or removed, so that the next page runs).
+idemd and its database are removed at the end.
 
 The convention, block by block (fences of three backticks; the info
 string's first word is the language):
@@ -71,7 +75,7 @@ dates (<date>), traceparent values (<traceparent>), API keys (<api-key>),
 expected line, "…" matches any text. The examples use the quick start's
 address, 127.0.0.1:8080; the runner replaces it with its own server's in
 the code, and back in the output. 127.0.0.1:9000, the address of the
-pages' demo upstream, is replaced the same way by a free port of the page's.
+pages' demo upstream, is replaced the same way by a free port of the run's.
 
 IDEMD_DOCS_RAW=1 also prints what each block printed, unnormalized (to
 write a page's expected output). Prints every block not run with its reason, a diff with file and line for
@@ -84,6 +88,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -124,11 +129,20 @@ class Block:
 
 
 def pages(args):
+    """The pages in a reader's order: README.md, the guides and references
+    in the order its "Where to go next" links them, then the others."""
     if args:
         return [os.path.relpath(os.path.abspath(a), ROOT) for a in args]
     found = ["README.md"]
-    found += sorted(os.path.relpath(p, ROOT) for p in
-                    glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    nxt = text.partition("\n## Where to go next")[2]
+    for link in re.findall(r"\]\((docs/[^)#]+\.md)", nxt):
+        if link not in found and os.path.exists(os.path.join(ROOT, link)):
+            found.append(link)
+    found += sorted(p for p in (os.path.relpath(q, ROOT) for q in
+                                glob.glob(os.path.join(ROOT, "docs", "**", "*.md"),
+                                          recursive=True)) if p not in found)
     return found
 
 
@@ -226,7 +240,9 @@ class Docs:
     def __init__(self):
         self.idemd = harness.Idemd()
         self.work = os.path.join(self.idemd.tmp, "work")
+        self.runner = os.path.join(self.idemd.tmp, "runner")   # the runner's own files
         os.makedirs(os.path.join(self.work, ".idemd"))
+        os.makedirs(self.runner)
         # where the quick start keeps its config, and started from it as it is
         self.idemd.config_path = os.path.join(self.work, ".idemd", "idemd.json")
         self.idemd.write_config()
@@ -234,6 +250,8 @@ class Docs:
         self.api_key = self.idemd.tenant_create("demo")
         self.server = self.idemd.start()
         self.port = self.server.port
+        with open(os.path.join(self.work, ".idemd", "idemd.pid"), "w") as f:
+            f.write("%d\n" % self.server.proc.pid)
         client = harness.Client(self.port, self.api_key)
         r = client.put("/v1/operations/order.create",
                        {"token_ttl_seconds": 3600, "retention_seconds": 86400,
@@ -251,12 +269,12 @@ class Docs:
         with open(wrapper, "w") as f:
             f.write('#!/bin/sh\nexec %s "$@"\n' % json.dumps(os.path.abspath(harness.BIN)))
         os.chmod(wrapper, 0o755)
-        nm = os.path.join(self.work, "node_modules")
-        os.makedirs(nm)
-        os.symlink(os.path.join(ROOT, "clients", "node"), os.path.join(nm, "idemd"))
+        for d in (self.work, self.runner):   # the examples' .mjs files are in runner/
+            nm = os.path.join(d, "node_modules")
+            os.makedirs(nm)
+            os.symlink(os.path.join(ROOT, "clients", "node"), os.path.join(nm, "idemd"))
         self.env = self.idemd.env({
             "PATH": self.bin + os.pathsep + os.environ.get("PATH", ""),
-            "IDEMD_CONFIG": self.idemd.config_path,
             "IDEMD_URL": "http://127.0.0.1:%d" % self.port,
             "IDEMD_API_KEY": self.api_key,
             "PYTHONPATH": os.path.join(ROOT, "clients", "python", "src"),
@@ -265,6 +283,51 @@ class Docs:
         })
         self.counter = 0
         self.state = self.scratch(".state")
+        self.checkout = self.listing()
+
+    def listing(self):
+        """What the checkout holds: the work directory and docs/, by name."""
+        names = set(os.listdir(self.work))
+        names |= {"docs/" + n for n in os.listdir(os.path.join(ROOT, "docs"))}
+        return names
+
+    def end_page(self, run, path):
+        """Fails PATH for what it left running or in the checkout, then
+        stops and removes that, and starts the next page's shell afresh."""
+        left = left_running(self.groups)
+        for _ in range(20):     # what the page stopped takes a moment to go
+            if not left:
+                break
+            time.sleep(0.1)
+            left = left_running(self.groups)
+        if left:
+            cmds = []
+            for pid in left:
+                try:
+                    with open("/proc/%d/cmdline" % pid, "rb") as f:
+                        cmds.append(f.read().replace(b"\0", b" ").decode().strip())
+                except OSError:
+                    pass
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except OSError:
+                    pass
+            run.fail(path, "left running after the page: " + "; ".join(cmds))
+            time.sleep(0.5)
+        self.groups = set()
+        extra = sorted(self.listing() - self.checkout)
+        if extra:
+            run.fail(path, "left in the checkout: " + ", ".join(extra))
+            for name in extra:
+                p = os.path.join(self.work if not name.startswith("docs/") else ROOT, name)
+                if os.path.isdir(p) and not os.path.islink(p):
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    os.unlink(p)
+        try:
+            os.unlink(self.state)
+        except OSError:
+            pass
 
     def close(self):
         for pid in left_running(self.groups):
@@ -282,7 +345,7 @@ class Docs:
 
     def scratch(self, suffix):
         self.counter += 1
-        return os.path.join(self.work, "example-%d%s" % (self.counter, suffix))
+        return os.path.join(self.runner, "example-%d%s" % (self.counter, suffix))
 
     def run_proc(self, argv, stdin=None):
         t0 = time.monotonic()
@@ -422,14 +485,16 @@ def main(argv):
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     t0 = time.monotonic()
     run = Run()
-    for path, blocks in [(p, blocks_of(p)) for p in pages(argv)]:
-        if not blocks:
-            continue
-        docs = Docs()
-        try:
+    docs = Docs()
+    try:
+        for path, blocks in [(p, blocks_of(p)) for p in pages(argv)]:
+            if not blocks:
+                continue
+            print("page %s" % path)
             run_page(docs, run, blocks)
-        finally:
-            docs.close()
+            docs.end_page(run, path)
+    finally:
+        docs.close()
 
     print()
     if run.not_run:

@@ -5,18 +5,51 @@
 # against each build until one fails. A mutant that no test catches fails
 # the stage: a safety test that no broken build can fail proves nothing.
 #
-#   fence_resets          a new life of a key starts at attempt 1 again
-#   no_fence              complete/release/extend/checkpoint ignore the attempt
-#   lease_from_txn_start  leases from the transaction's start, acknowledged
-#                         and forwarded however little of them is left
-#   admit_in_progress     a claim of a record in progress under a live lease
-#                         is granted as a takeover
-#   release_after_2xx     an upstream 2xx that cannot be stored is released
-#                         (and so run again) instead of stored as a 502
-#   replay_ignores_expiry the replay cache serves answers past their expiry
-#   told_events_lost      the end of a life drops the claimed and completed
-#                         events its record told (migrations/0013) instead of
-#                         keeping them as rows: the audit trail loses them
+#   fence_resets               a new life of a key starts at attempt 1 again
+#   no_fence                   complete/release/extend/checkpoint ignore the attempt
+#   lease_from_txn_start       leases counted from the transaction's start
+#                              (now()), not the write that grants them
+#   lease_spent_acked          a claim whose lease was spent inside PostgreSQL
+#                              is acknowledged anyway
+#   forward_on_spent_lease     the gateway forwards however little lease is left
+#   forward_uncut              a forward keeps the route's timeout even when the
+#                              lease has less left
+#   admit_in_progress          a claim of a record in progress under a live lease
+#                              is granted as a takeover
+#   release_after_2xx          an upstream 2xx that cannot be stored (too large,
+#                              malformed) is released and so run again
+#   release_after_broken_answer  an upstream answer that broke off after its
+#                              final status line is released and run again
+#   release_unknown_outcome    a forward that timed out or lost its connection
+#                              before a status line is released at once
+#   route_outlives_lease       a route whose timeout does not fit in its
+#                              operation's lease is accepted (start, reload, PUT)
+#   replay_ignores_expiry      the replay cache serves answers past their expiry
+#   replay_db_ignores_expiry   the database's replay serves answers past expiry
+#   complete_ignores_expiry    the plain-SQL complete completes an ended record
+#   complete_fn_ignores_expiry idemd.complete completes an ended record
+#                              (tests/mutants/complete_fn_ignores_expiry.sql)
+#   checkpoint_unfenced        a checkpoint from a stale attempt is stored
+#                              (tests/mutants/checkpoint_unfenced.sql)
+#   batch_twins                claims of one record that meet in one batch
+#                              all take the plain-SQL insert
+#   told_events_lost           the end of a life drops the claimed and completed
+#                              events its record told (migrations/0013)
+#   told_events_lost_on_delete the deletion of a live record drops them
+#   told_events_unfiltered     the trail shows told events past the retention
+#                              they were given (migrations/0014)
+#   clock_offset_ignored       the database's clock is never measured: expiry,
+#                              leases and the replay cache follow the host's
+#   replay_ignores_fingerprint the replay cache answers a request with another
+#                              request's answer (its fingerprint not compared)
+#   resend_allowed             libcurl may resend a request on a fresh connection
+#                              after a reused one closed without an answer
+#
+# A mechanism inside a function of a migration that deployments already
+# applied (its text is fixed by its checksum) is broken by a copy of that
+# function, tests/mutants/NAME.sql, applied after every migration; this
+# script first checks that each copy is its migration's function but for
+# the lines marked "-- was:".
 #
 # Needs the PostgreSQL cluster of tests/run.sh (IDEMD_TEST_PGHOST etc.).
 # One build tree (build-mutant) for all: switching mutants recompiles only
@@ -28,13 +61,66 @@ ROOT=$PWD
 DIR=${IDEMD_MUTANT_BUILD:-$ROOT/build-mutant}
 PY=${PYTHON:-python3}
 
-# The safety tests, fastest and most pointed first; each mutant runs them
-# in this order until one fails.
-SAFETY=(test_exactly_once test_claims test_concurrency test_long_work test_keys test_gateway)
-# the audit trail's own mutant runs its own test
-tests_of() { case "$1" in told_events_lost) echo test_audit ;; *) echo "${SAFETY[@]}" ;; esac; }
-MUTANTS=(fence_resets no_fence lease_from_txn_start admit_in_progress release_after_2xx
-         replay_ignores_expiry told_events_lost)
+# The safety tests, fastest and most pointed first. Each mutant runs the
+# test that pins its mechanism first, then the others in this order until
+# one fails.
+SAFETY=(test_corners test_broken_upstream test_exactly_once test_claims test_concurrency
+        test_long_work test_keys test_gateway test_scenarios test_audit)
+pointed() {
+  case "$1" in
+    fence_resets|no_fence|lease_spent_acked|admit_in_progress|release_after_2xx|\
+    replay_ignores_expiry|clock_offset_ignored) echo test_exactly_once ;;
+    release_after_broken_answer|release_unknown_outcome|route_outlives_lease|\
+    told_events_unfiltered) echo test_broken_upstream ;;
+    told_events_lost) echo test_audit ;;
+    replay_ignores_fingerprint) echo test_claims ;;
+    *) echo test_corners ;;
+  esac
+}
+tests_of() {
+  local first t
+  first=$(pointed "$1")
+  echo "$first"
+  for t in "${SAFETY[@]}"; do [ "$t" = "$first" ] || echo "$t"; done
+}
+MUTANTS=(fence_resets no_fence lease_from_txn_start lease_spent_acked forward_on_spent_lease
+         forward_uncut admit_in_progress release_after_2xx release_after_broken_answer
+         release_unknown_outcome route_outlives_lease replay_ignores_expiry
+         replay_db_ignores_expiry complete_ignores_expiry complete_fn_ignores_expiry
+         checkpoint_unfenced batch_twins told_events_lost told_events_lost_on_delete
+         told_events_unfiltered clock_offset_ignored replay_ignores_fingerprint resend_allowed)
+if [ -n "${IDEMD_MUTANTS:-}" ]; then read -r -a MUTANTS <<<"$IDEMD_MUTANTS"; fi
+
+# Each function copy is its migration's function, but for its "-- was:" lines.
+for f in tests/mutants/*.sql; do
+  if ! "$PY" - "$f" <<'PYEOF'
+import re, sys
+path = sys.argv[1]
+lines = open(path).read().split("\n")
+m = re.match(r"-- mutant of (migrations/\S+): (\S+)$", lines[0])
+if not m:
+    sys.exit("%s: its first line must say '-- mutant of migrations/FILE: FUNCTION'" % path)
+src, fn = m.groups()
+body = [l for l in lines if not l.startswith("-- ")]
+while body and body[-1] == "":
+    body.pop()
+orig = [l.split("  -- was: ", 1)[1] if "  -- was: " in l else l for l in body]
+text = open(src).read().split("\n")
+head = "CREATE OR REPLACE FUNCTION %s(" % fn
+starts = [i for i, l in enumerate(text) if l.startswith(head)]
+if not starts:
+    sys.exit("%s: %s defines no %s" % (path, src, fn))
+i = starts[-1]
+j = text.index("$$;", i)
+if text[i:j + 1] != orig:
+    sys.exit("%s: %s's %s changed; copy it again" % (path, src, fn))
+import glob, os
+later = [g for g in sorted(glob.glob("migrations/*.sql")) if g > src and head in open(g).read()]
+if later:
+    sys.exit("%s: %s redefines %s; copy that one" % (path, later[0], fn))
+PYEOF
+  then echo "mutants.sh: $f is stale" >&2; exit 1; fi
+done
 
 if [ -z "${IDEMD_TEST_PGHOST:-}" ]; then
   echo "mutants.sh: IDEMD_TEST_PGHOST is not set (run from tests/run.sh)" >&2; exit 1
@@ -54,7 +140,7 @@ for m in "${MUTANTS[@]}"; do
   for t in $(tests_of "$m"); do
     printf '    %s ... ' "$t"
     if IDEMD_BIN="$DIR/idemd" IDEMD_SOURCE_DIR="$ROOT" timeout 300 \
-         "$PY" "tests/integration/$t.py" >"$TMP/$m.$t.log" 2>&1; then
+         "$PY" "tests/integration/$t.py" --failfast >"$TMP/$m.$t.log" 2>&1; then
       echo "passed (did not notice)"
     else
       echo "FAILED: caught"
@@ -74,7 +160,7 @@ done
 # the tree is left as a plain build, so that nothing mistakes it for a release
 cmake -S . -B "$DIR" -DIDEMD_MUTANT= >/dev/null 2>&1
 
-printf '\n%-22s %s\n' "mutant" "caught by"
-for row in "${table[@]}"; do printf '%-22s %s\n' "${row%%|*}" "${row#*|}"; done
+printf '\n%-28s %s\n' "mutant" "caught by"
+for row in "${table[@]}"; do printf '%-28s %s\n' "${row%%|*}" "${row#*|}"; done
 echo "mutants: $caught of ${#MUTANTS[@]} caught"
 [ "$caught" -eq "${#MUTANTS[@]}" ]

@@ -694,6 +694,11 @@ func checkError(p map[string]any, err error) string {
 	if ra, ok := p["retry_after"].(float64); ok && (!e.HasRetryAfter || e.RetryAfter != time.Duration(ra*float64(time.Second))) {
 		return fmt.Sprintf("expected retry_after %v, got %v (%v)", ra, e.RetryAfter, e.HasRetryAfter)
 	}
+	if pp, ok := p["problem"]; ok {
+		if r := match(pp, any(e.Problem), "$.error.problem"); r != "" {
+			return r
+		}
+	}
 	if cv, ok := p["current_version"].(float64); ok {
 		v, has := e.CurrentVersion()
 		if !has || float64(v) != cv {

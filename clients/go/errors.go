@@ -68,6 +68,23 @@ var Codes = []Code{
 	ErrUpstreamTimeout, ErrUpstreamAnswerUnstorable, ErrInternal,
 }
 
+// ProblemTitle is the title idemd gives a problem of STATUS (RFC 9110's
+// reason phrase: 413 "Content Too Large", 422 "Unprocessable Content"),
+// for the problems the client makes itself; an answer's own problem is
+// passed on unchanged.
+func ProblemTitle(status int) string {
+	switch status {
+	case 413:
+		return "Content Too Large"
+	case 422:
+		return "Unprocessable Content"
+	}
+	if t := http.StatusText(status); t != "" {
+		return t
+	}
+	return "Error"
+}
+
 // ErrorFor is the sentinel of a problem code (for errors.Is), or nil when
 // the client does not know the code.
 func ErrorFor(code string) error {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // MiddlewareOptions configure Client.Middleware.
@@ -74,13 +75,26 @@ func writeProblem(w http.ResponseWriter, status int, code Code, detail string, e
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{
-		"type": "https://idemd.dev/problems/" + string(code), "title": http.StatusText(status),
+		"type": "https://idemd.dev/problems/" + string(code), "title": ProblemTitle(status),
 		"status": status, "detail": detail, "code": string(code)})
 }
 
+// writeError answers idemd's refusal with idemd's own problem, unchanged.
 func writeError(w http.ResponseWriter, err error) {
 	if e := AsError(err); e != nil && e.Code != "" {
-		writeProblem(w, e.Status, e.Code, e.Detail, e.Header)
+		if e.Problem == nil {
+			writeProblem(w, e.Status, e.Code, e.Detail, e.Header)
+			return
+		}
+		for _, h := range []string{"Retry-After", "ETag"} {
+			if v := e.Header.Get(h); v != "" {
+				w.Header().Set(h, v)
+			}
+		}
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(e.Status)
+		_ = json.NewEncoder(w).Encode(e.Problem)
 		return
 	}
 	h := http.Header{}
@@ -149,10 +163,7 @@ func (c *Client) Middleware(o MiddlewareOptions) func(http.Handler) http.Handler
 				writeProblem(w, 413, ErrPayloadTooLarge, "the request body is over "+strconv.FormatInt(o.MaxBody, 10)+" bytes", nil)
 				return
 			}
-			h := sha256.New()
-			h.Write([]byte(r.Method + "\n" + r.URL.Path + "?" + r.URL.RawQuery + "\n"))
-			h.Write(body)
-			opts := &ClaimOptions{Fingerprint: hex.EncodeToString(h.Sum(nil)), Wait: o.Wait}
+			opts := &ClaimOptions{Request: RequestIdentity(r.Method, r.URL.Path, r.URL.RawQuery, body), Wait: o.Wait}
 			if opts.Wait == 0 {
 				if p := r.Header.Get("Prefer"); strings.HasPrefix(strings.TrimSpace(p), "wait=") {
 					if n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(p), "wait="))); err == nil && n > 0 {
@@ -229,6 +240,30 @@ func (c *Client) Middleware(o MiddlewareOptions) func(http.Handler) http.Handler
 			_, _ = w.Write(rec.body.Bytes())
 		})
 	}
+}
+
+// RequestIdentity is what the middleware sends as a request's "request"
+// (idemd fingerprints its canonical JSON): method, path, query and the
+// body, parsed when it is JSON, so that the same JSON meaning (key order,
+// whitespace) is the same request, as everywhere else in idemd; any other
+// body counts byte for byte (as text, or its SHA-256 when not UTF-8).
+func RequestIdentity(method, path, query string, body []byte) map[string]any {
+	id := map[string]any{"method": method, "path": path, "query": query}
+	var doc any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	switch {
+	case len(body) == 0:
+		id["body"] = nil
+	case json.Valid(body) && dec.Decode(&doc) == nil:
+		id["json"] = doc
+	case utf8.Valid(body):
+		id["body"] = string(body)
+	default:
+		sum := sha256.Sum256(body)
+		id["body_sha256"] = hex.EncodeToString(sum[:])
+	}
+	return id
 }
 
 func writeStored(w http.ResponseWriter, resp *StoredResponse, replayed bool) {

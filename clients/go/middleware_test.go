@@ -172,3 +172,37 @@ func TestMiddlewareByTokenAndWait(t *testing.T) {
 		t.Fatalf("bad token: %d %s", st, b)
 	}
 }
+
+// The same JSON meaning is the same request (key order, whitespace), and
+// idemd's own problem reaches the caller unchanged (its title included).
+func TestMiddlewareFingerprintIsJSONMeaningAndProblemUnchanged(t *testing.T) {
+	c := liveClient(t)
+	op := newOp(t, c)
+	var runs atomic.Int32
+	h := c.Middleware(idemd.MiddlewareOptions{Operation: op})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		fmt.Fprintf(w, `{"order":%d}`, runs.Add(1))
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	key := uniq("k")
+	if s, _, b := post(t, srv.URL, key, `{"amount":4200,"cart":"c-1"}`); s != 201 || b != `{"order":1}` {
+		t.Fatalf("first: %d %s", s, b)
+	}
+	s, hdr, b := post(t, srv.URL, key, "{ \"cart\": \"c-1\",\n  \"amount\": 4200 }")
+	if s != 201 || b != `{"order":1}` || hdr.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("same JSON meaning: %d %s %v", s, b, hdr)
+	}
+	s, _, b = post(t, srv.URL, key, `{"amount":4201,"cart":"c-1"}`)
+	want := `"title":"Unprocessable Content"`
+	if s != 422 || !strings.Contains(b, want) || !strings.Contains(b, `"code":"fingerprint_mismatch"`) {
+		t.Fatalf("another request: %d %s", s, b)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("the handler ran %d times", runs.Load())
+	}
+	if idemd.ProblemTitle(422) != "Unprocessable Content" || idemd.ProblemTitle(413) != "Content Too Large" {
+		t.Fatal("ProblemTitle")
+	}
+}

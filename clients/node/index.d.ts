@@ -347,6 +347,9 @@ export type ProblemCode =
   | 'unavailable' | 'cors_origin_denied' | 'upstream_unavailable' | 'upstream_invalid'
   | 'upstream_timeout' | 'internal';
 
+/** The title idemd gives a problem of this status (RFC 9110's reason phrase). */
+export function problemTitle(status: number): string;
+
 export class IdemdError extends Error {
   constructor(status: number | null, code: string | null, detail: string,
     options?: { retryAfter?: number | null; problem?: Record<string, unknown>; headers?: Record<string, string> });

@@ -8,6 +8,7 @@
 #include "keys.h"
 #include "metrics.h"
 #include "migrate.h"
+#include "rfc3339.h"
 #include "replaycache.h"
 #include "replaycount.h"
 #include "waiters.h"
@@ -15,6 +16,23 @@
 void h_healthz(struct request *req)
 {
 	http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+/* The running configuration, for /readyz: {"generation", "last_reload"
+ * ("none", "ok" or "refused"), "last_reload_at"?}. New. */
+static json_t *h_readyz_config(void)
+{
+	struct metrics_config c;
+
+	metrics_config_get(&c);
+	json_t *o = json_pack("{s:I,s:s}", "generation", (json_int_t)c.mc_generation, "last_reload",
+			      c.mc_last_ok < 0 ? "none"
+			      : c.mc_last_ok   ? "ok"
+					       : "refused");
+	if (o != NULL && c.mc_last_at > 0)
+		json_object_set_new(o, "last_reload_at",
+				    rfc3339_json((int64_t)c.mc_last_at * 1000));
+	return o;
 }
 
 void h_readyz(struct request *req)
@@ -35,11 +53,13 @@ void h_readyz(struct request *req)
 		reason = "no signing key loaded";
 	if (reason != NULL) {
 		http_reply_json(req, 503,
-				json_pack("{s:s,s:s}", "status", "not_ready", "reason", reason));
+				json_pack("{s:s,s:s,s:o*}", "status", "not_ready", "reason", reason,
+					  "config", h_readyz_config()));
 		http_set_header(req, "Retry-After", "1");
 		return;
 	}
-	http_reply_json(req, 200, json_pack("{s:s}", "status", "ready"));
+	http_reply_json(req, 200,
+			json_pack("{s:s,s:o*}", "status", "ready", "config", h_readyz_config()));
 }
 
 void h_metrics(struct request *req)

@@ -32,7 +32,7 @@ struct config_route {
 	char *key;
 	char **scope_headers; /* lower-cased; default ["authorization", "cookie"] */
 	size_t n_scope_headers;
-	char *fingerprint;	       /* "bytes" (default), "json" or "none" */
+	char *fingerprint;	       /* "auto" (default), "bytes", "json" or "none" */
 	unsigned char release_on[600]; /* 1: that status releases the claim (default 5xx) */
 	int trust_forwarded;	       /* default false: Forwarded, X-Real-IP, X-Forwarded-Host/
 				  * -Proto/-Port from clients are dropped */
@@ -85,6 +85,9 @@ struct config {
 	size_t max_inflight_body_bytes_per_client;
 	/* and one tenant: default 0 = a half */
 	size_t max_inflight_body_bytes_per_tenant;
+	/* default 64, 1..128: the IPv6 prefix counted as one client (the
+	 * per-client body share, the unknown-key lookups of one client) */
+	int ipv6_client_prefix;
 	int request_timeout_seconds;  /* default 30, 1..3600: a request arrives whole within it */
 	double issue_rate_per_second; /* default 0 = unlimited, 0..1000000 */
 	int issue_burst;	      /* default 100, 1..1000000 */

@@ -261,9 +261,10 @@ const char *config_check_scope_header(char *s)
 
 const char *config_check_fingerprint(char *s)
 {
-	if (strcmp(s, "bytes") == 0 || strcmp(s, "json") == 0 || strcmp(s, "none") == 0)
+	if (strcmp(s, "auto") == 0 || strcmp(s, "bytes") == 0 || strcmp(s, "json") == 0 ||
+	    strcmp(s, "none") == 0)
 		return NULL;
-	return "must be \"bytes\", \"json\" or \"none\"";
+	return "must be \"auto\", \"bytes\", \"json\" or \"none\"";
 }
 
 /*

@@ -29,7 +29,7 @@ static const struct cfg_key route_keys[] = {
 	KEY(key, STRING, "\"token\"", 0, 0, 0, config_check_route_key),
 	LIST(scope_headers, STRLIST, "[\"authorization\", \"cookie\"]", 16, 0,
 	     config_check_scope_header),
-	KEY(fingerprint, STRING, "\"bytes\"", 0, 0, 0, config_check_fingerprint),
+	KEY(fingerprint, STRING, "\"auto\"", 0, 0, 0, config_check_fingerprint),
 	KEY(release_on, RELEASE_ON, "[\"5xx\"]", 0, 600, 0, NULL),
 	KEY(trust_forwarded, BOOL, "false", 0, 0, 0, NULL),
 	KEY(error_retention_seconds, INT, "-1", -1, 315360000, 0, NULL),

@@ -2,6 +2,7 @@
  * gateway forward sends upstream and what may be stored and replayed. */
 #include "headers.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,10 +40,19 @@ int headers_value_ok(const char *value, size_t len)
 /* Headers idemd sets, strips or frames by: a client may not send them
  * under a '_' spelling on a gateway route. */
 static const char *const headers_own[] = {
-	"idempotency-key",  "idempotency-subject", "idempotency-timeout-ms", "x-request-id",
+	"idempotency-key",
+	"idempotency-subject",
+	"idempotency-timeout-ms",
+	"x-request-id",
 	"x-forwarded-for",
-	"x-forwarded-host", "x-forwarded-proto",   "x-forwarded-port",	"x-real-ip",
-	"forwarded",	    "content-length",	   "transfer-encoding", "host",
+	"x-forwarded-host",
+	"x-forwarded-proto",
+	"x-forwarded-port",
+	"x-real-ip",
+	"forwarded",
+	"content-length",
+	"transfer-encoding",
+	"host",
 	"connection",
 };
 
@@ -179,6 +189,70 @@ static int headers_field_ok(const struct headers_field *f)
 {
 	return headers_is_token(f->hf_name, strlen(f->hf_name)) &&
 	       headers_value_ok(f->hf_value, strlen(f->hf_value)) && !headers_is_alias(f->hf_name);
+}
+
+/* Where P lies in T's block (an offset below ht_len), or SIZE_MAX. */
+static size_t headers_tiling_at(const struct headers_tiling *t, const char *p)
+{
+	uintptr_t off = (uintptr_t)p - (uintptr_t)t->ht_block;
+
+	return off < t->ht_len ? (size_t)off : SIZE_MAX;
+}
+
+/* Steps over the line end at ht_at: one or two NULs, no more. */
+static int headers_tiling_line_end(struct headers_tiling *t)
+{
+	size_t z = 0;
+
+	while (t->ht_at < t->ht_len && t->ht_block[t->ht_at] == '\0' && z < 3) {
+		t->ht_at++;
+		z++;
+	}
+	return z == 1 || z == 2;
+}
+
+void headers_tiling_begin(struct headers_tiling *t, const char *block, size_t len, size_t first)
+{
+	t->ht_block = block;
+	t->ht_len = len;
+	t->ht_at = first;
+	t->ht_ok = block != NULL && first < len;
+}
+
+void headers_tiling_field(struct headers_tiling *t, const char *name, size_t name_len,
+			  const char *value, size_t value_len)
+{
+	if (!t->ht_ok)
+		return;
+	size_t n = headers_tiling_at(t, name), v = headers_tiling_at(t, value);
+	/* the name starts its line; its colon became a NUL; blanks, then
+	 * the value, which ends the line */
+	if (!headers_tiling_line_end(t) || n != t->ht_at || v == SIZE_MAX ||
+	    name_len >= t->ht_len - n || t->ht_block[n + name_len] != '\0' || v <= n + name_len ||
+	    value_len > t->ht_len - v) {
+		t->ht_ok = 0;
+		return;
+	}
+	for (size_t i = n + name_len + 1; i < v; i++) {
+		if (t->ht_block[i] != ' ' && t->ht_block[i] != '\t') {
+			t->ht_ok = 0;
+			return;
+		}
+	}
+	t->ht_at = v + value_len;
+}
+
+int headers_tiling_end(const struct headers_tiling *t)
+{
+	size_t rest = t->ht_len - t->ht_at;
+
+	/* the last line's end and the empty line's: 2 to 4 NULs, then nothing */
+	if (!t->ht_ok || rest < 2 || rest > 4)
+		return 0;
+	for (size_t i = t->ht_at; i < t->ht_len; i++)
+		if (t->ht_block[i] != '\0')
+			return 0;
+	return 1;
 }
 
 int headers_arg_ok(const char *s)

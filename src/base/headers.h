@@ -16,6 +16,35 @@ int headers_is_token(const char *name, size_t len);
  * NUL or DEL); bytes 0x80 and up (obs-text) are allowed. */
 int headers_value_ok(const char *value, size_t len);
 
+/*
+ * Whether a request's header section, as its parser left it in place,
+ * holds nothing but the fields the parser reported. The parser this is
+ * for (libmicrohttpd 0.9.75) turns each line end (CRLF, or a bare LF)
+ * into one or two NULs and each field's colon into a NUL, and reports a
+ * field by pointers into that block. It cuts a value at a NUL byte (what
+ * follows is dropped) and joins an obs-fold line (one that starts with a
+ * space or a tab) onto the name before it, copied elsewhere; in both cases
+ * bytes of the block belong to no field, which this finds.
+ *
+ * Begin with the BLOCK of LEN bytes (borrowed until end) and where the
+ * request line ends in it (FIRST: its first line-end byte); give each
+ * field, in the order the parser read them (NAME and VALUE as reported,
+ * NAME_LEN and VALUE_LEN their lengths); end says 1 when the fields and
+ * their line ends covered the block exactly, with the empty line last,
+ * else 0. A NUL right before a bare LF looks like CRLF and passes (nothing
+ * follows it in its line, so nothing is dropped).
+ */
+struct headers_tiling {
+	const char *ht_block;
+	size_t ht_len;
+	size_t ht_at; /* the current line end */
+	int ht_ok;
+};
+void headers_tiling_begin(struct headers_tiling *t, const char *block, size_t len, size_t first);
+void headers_tiling_field(struct headers_tiling *t, const char *name, size_t name_len,
+			  const char *value, size_t value_len);
+int headers_tiling_end(const struct headers_tiling *t);
+
 /* 1 when S can be a header value idemd sets itself: non-empty, no control
  * byte but tab (headers_value_ok), no surrounding space or tab (a parser
  * would strip it). */

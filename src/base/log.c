@@ -271,21 +271,36 @@ void log_json(enum log_level level, json_t *fields)
 	json_decref(line);
 }
 
-void log_write(enum log_level level, const char *fmt, ...)
+static void log_vwrite(enum log_level level, const char *fmt, va_list ap)
 {
 	char msg[1024];
-	va_list ap;
 
-	if (level < log_min_level)
-		return;
-	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
 	json_t *fields = json_pack("{s:s}", "msg", msg);
 	if (fields == NULL)
 		return;
 	log_json(level, fields);
 	json_decref(fields);
+}
+
+void log_write(enum log_level level, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (level < log_min_level)
+		return;
+	va_start(ap, fmt);
+	log_vwrite(level, fmt, ap);
+	va_end(ap);
+}
+
+void log_always(enum log_level level, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_vwrite(level, fmt, ap);
+	va_end(ap);
 }
 
 /* Appends S as a JSON string body (quotes excluded) to BUF at *N, leaving

@@ -15,6 +15,9 @@ extern enum log_level log_min_level;
 int log_level_parse(const char *name, enum log_level *out);
 
 void log_write(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Like log_write, whatever log_min_level says: for the few lines an
+ * operator asked for (the answer to a SIGHUP). */
+void log_always(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The access log line of one request, built without allocating: time,
  * request id, W3C trace id (TRACE_ID, or NULL), method, route, status,

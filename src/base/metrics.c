@@ -63,13 +63,15 @@ struct metrics_pair {
 
 static atomic_long metrics_counters[METRIC_COUNT];
 static atomic_long metrics_by_class[N_CLASSES];
-/* the routes seen, by their method and pattern strings (borrowed: the
- * route tables'); a slot's pattern is published after its method */
+/* the routes seen, by their method and pattern text (copies: a reload
+ * frees the configuration a gateway route's strings live in); a slot's
+ * pattern is published after its method */
 static struct {
-	const char *mr_method;
-	_Atomic(const char *) mr_pattern;
+	char *mr_method;
+	_Atomic(char *) mr_pattern;
 } metrics_routes[METRICS_ROUTES];
 static pthread_mutex_t metrics_routes_lock = PTHREAD_MUTEX_INITIALIZER;
+static void metrics_pairs_free(void);
 static struct metrics_hist metrics_request_hist[N_SLOTS][N_CLASSES];
 static struct metrics_hist metrics_upstream_hist[N_SLOTS];
 static atomic_long metrics_upstream_calls[N_SLOTS][N_UPSTREAM_OUTCOMES];
@@ -89,8 +91,8 @@ static const char *const metrics_dup_names[METRICS_DUP_COUNT] = {
 	"waited",
 };
 static const char *const metrics_upstream_outcomes[N_UPSTREAM_OUTCOMES] = {
-	"1xx",	       "2xx",	  "3xx",    "4xx",	 "5xx",
-	"unreachable", "timeout", "failed", "too_large", "invalid", "broken",
+	"1xx",	   "2xx",    "3xx",	  "4xx",     "5xx",    "unreachable",
+	"timeout", "failed", "too_large", "invalid", "broken",
 };
 static const char *const metrics_class_names[N_CLASSES] = {
 	"none", "1xx", "2xx", "3xx", "4xx", "5xx",
@@ -143,7 +145,7 @@ static void metrics_add_pair(const char *tenant, size_t tlen, const char *operat
 
 void metrics_init(const struct config *cfg)
 {
-	metrics_shutdown();
+	metrics_pairs_free();
 	for (size_t i = 0; i < cfg->n_metrics_operations; i++) {
 		const char *s = cfg->metrics_operations[i], *slash = strchr(s, '/');
 		if (slash != NULL)
@@ -156,6 +158,16 @@ void metrics_init(const struct config *cfg)
 }
 
 void metrics_shutdown(void)
+{
+	metrics_pairs_free();
+	for (size_t i = 0; i < METRICS_ROUTES; i++) {
+		free(atomic_exchange(&metrics_routes[i].mr_pattern, NULL));
+		free(metrics_routes[i].mr_method);
+		metrics_routes[i].mr_method = NULL;
+	}
+}
+
+static void metrics_pairs_free(void)
 {
 	for (size_t i = 0; i < metrics_n_pairs; i++) {
 		free(metrics_pairs[i].mp_tenant);
@@ -202,31 +214,47 @@ static size_t metrics_pair_slot(uint32_t tenant_id, uint32_t operation_id)
 	return METRICS_PAIRS;
 }
 
-/* The slot of the route METHOD PATTERN (the same strings, not equal
- * ones), taken on first sight: found without a lock, taken under one. */
+/* The slot of the route METHOD PATTERN (equal text: a route reloaded from
+ * a new configuration keeps its slot), taken on first sight: found without
+ * a lock, taken under one. */
 static size_t metrics_route_slot(const char *method, const char *pattern)
 {
 	if (pattern == NULL)
 		return SLOT_UNMATCHED;
-	size_t h = (size_t)((((uintptr_t)pattern ^ (uintptr_t)method) >> 3) % METRICS_ROUTES);
+	size_t h = 5381;
+	for (const char *c = method; *c != '\0'; c++)
+		h = h * 33 + (unsigned char)*c;
+	for (const char *c = pattern; *c != '\0'; c++)
+		h = h * 33 + (unsigned char)*c;
+	h %= METRICS_ROUTES;
 	for (size_t probe = 0; probe < METRICS_ROUTES; probe++) {
 		size_t i = (h + probe) % METRICS_ROUTES;
 		const char *cur =
 			atomic_load_explicit(&metrics_routes[i].mr_pattern, memory_order_acquire);
-		if (cur == pattern && metrics_routes[i].mr_method == method)
+		if (cur != NULL && strcmp(cur, pattern) == 0 &&
+		    strcmp(metrics_routes[i].mr_method, method) == 0)
 			return i;
 		if (cur != NULL)
 			continue;
+		int mine = 0;
 		pthread_mutex_lock(&metrics_routes_lock);
 		cur = atomic_load_explicit(&metrics_routes[i].mr_pattern, memory_order_relaxed);
 		if (cur == NULL) {
-			metrics_routes[i].mr_method = method;
-			atomic_store_explicit(&metrics_routes[i].mr_pattern, pattern,
+			char *m = strdup(method), *p = strdup(pattern);
+			if (m == NULL || p == NULL) {
+				free(m);
+				free(p);
+				pthread_mutex_unlock(&metrics_routes_lock);
+				return SLOT_OTHER;
+			}
+			metrics_routes[i].mr_method = m;
+			atomic_store_explicit(&metrics_routes[i].mr_pattern, p,
 					      memory_order_release);
-			cur = pattern;
+			mine = 1;
 		}
 		pthread_mutex_unlock(&metrics_routes_lock);
-		if (cur == pattern && metrics_routes[i].mr_method == method)
+		if (mine ||
+		    (strcmp(cur, pattern) == 0 && strcmp(metrics_routes[i].mr_method, method) == 0))
 			return i;
 	}
 	return SLOT_OTHER;
@@ -454,6 +482,65 @@ static void metrics_render_records(FILE *f, const struct metrics_gauges *g)
 	fprintf(f, "idemd_replay_counts_dropped_total %ld\n", dropped);
 }
 
+static struct {
+	atomic_long generation, reloads, failed, retired;
+	atomic_int last_ok;
+	_Atomic int64_t last_at;
+} metrics_cfg = { .generation = 1, .last_ok = -1 };
+
+void metrics_config_reloaded(long generation, int ok, int64_t at)
+{
+	atomic_store(&metrics_cfg.generation, generation);
+	atomic_fetch_add(&metrics_cfg.reloads, 1);
+	if (!ok)
+		atomic_fetch_add(&metrics_cfg.failed, 1);
+	atomic_store(&metrics_cfg.last_ok, ok);
+	atomic_store(&metrics_cfg.last_at, at);
+}
+
+void metrics_config_retired(long n)
+{
+	atomic_store(&metrics_cfg.retired, n);
+}
+
+void metrics_config_get(struct metrics_config *out)
+{
+	out->mc_generation = atomic_load(&metrics_cfg.generation);
+	out->mc_last_ok = atomic_load(&metrics_cfg.last_ok);
+	out->mc_last_at = atomic_load(&metrics_cfg.last_at);
+	out->mc_reloads = atomic_load(&metrics_cfg.reloads);
+	out->mc_failed = atomic_load(&metrics_cfg.failed);
+	out->mc_retired = atomic_load(&metrics_cfg.retired);
+}
+
+static void metrics_render_config(FILE *f)
+{
+	struct metrics_config c;
+
+	metrics_config_get(&c);
+	metrics_family(f, "idemd_config_generation", "gauge",
+		       "The running configuration: 1 at start, one more per reload (SIGHUP) put "
+		       "into force.");
+	fprintf(f, "idemd_config_generation %ld\n", c.mc_generation);
+	metrics_family(f, "idemd_config_last_reload_successful", "gauge",
+		       "1 when the last reload was put into force (or none happened yet), 0 when "
+		       "it was refused and the running configuration stayed.");
+	fprintf(f, "idemd_config_last_reload_successful %d\n", c.mc_last_ok != 0);
+	metrics_family(f, "idemd_config_last_reload_timestamp_seconds", "gauge",
+		       "When the last reload was tried (unix time; 0: none yet).");
+	fprintf(f, "idemd_config_last_reload_timestamp_seconds %lld\n", (long long)c.mc_last_at);
+	metrics_family(f, "idemd_config_reloads_total", "counter",
+		       "Reloads tried (SIGHUP with a config file), refused ones included.");
+	fprintf(f, "idemd_config_reloads_total %ld\n", c.mc_reloads);
+	metrics_family(f, "idemd_config_reloads_failed_total", "counter",
+		       "Reloads refused (the running configuration stayed).");
+	fprintf(f, "idemd_config_reloads_failed_total %ld\n", c.mc_failed);
+	metrics_family(f, "idemd_config_retired", "gauge",
+		       "Replaced configurations not freed yet: a request that began before their "
+		       "replacement is still running.");
+	fprintf(f, "idemd_config_retired %ld\n", c.mc_retired);
+}
+
 static void metrics_render_db(FILE *f, const struct metrics_gauges *g)
 {
 	int size = g->mg_pool_size, in_use = g->mg_pool_in_use, waiting = g->mg_pool_waiting;
@@ -499,6 +586,7 @@ char *metrics_render(const struct metrics_gauges *g)
 	metrics_render_records(f, g);
 	metrics_render_db(f, g);
 	metrics_render_upstream(f);
+	metrics_render_config(f);
 	if (fclose(f) != 0) {
 		free(buf);
 		return NULL;

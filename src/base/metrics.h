@@ -99,6 +99,21 @@ enum metrics_upstream_outcome {
 void metrics_upstream(const char *method, const char *pattern, enum metrics_upstream_outcome o,
 		      long status, double seconds);
 
+/* The running configuration: its generation (1 at start, one more per
+ * reload put into force), the last reload's result and time, and how many
+ * replaced configurations wait to be freed (serve.c). */
+struct metrics_config {
+	long mc_generation;
+	int mc_last_ok;	    /* 1 put into force, 0 refused, -1 none yet */
+	int64_t mc_last_at; /* unix seconds of the last reload (0: none) */
+	long mc_reloads;    /* SIGHUPs that read the file */
+	long mc_failed;	    /* of them refused */
+	long mc_retired;    /* replaced configurations not freed yet */
+};
+void metrics_config_reloaded(long generation, int ok, int64_t at);
+void metrics_config_retired(long n);
+void metrics_config_get(struct metrics_config *out);
+
 /* What the renderer samples from other modules (GET /metrics fills it). */
 struct metrics_gauges {
 	size_t mg_cache_bytes, mg_cache_entries; /* replaycache_usage */

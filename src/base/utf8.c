@@ -1,7 +1,11 @@
-/* UTF-8 text cut to fit a buffer. */
+/* UTF-8 text cut to fit a buffer, and escaped for a person's terminal. */
 #include "utf8.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "buf.h"
 
 void utf8_cut_tail(char *s)
 {
@@ -13,4 +17,77 @@ void utf8_cut_tail(char *s)
 	/* a lead byte whose character went on past the cut: drop it and them */
 	if (k > 0 && ((unsigned char)s[k - 1] & 0x80) != 0)
 		s[k - 1] = '\0';
+}
+
+/* The length of the valid UTF-8 character at S (1 to 4), or 0. */
+static size_t utf8_char_len(const unsigned char *s)
+{
+	unsigned c = s[0];
+	size_t n;
+	unsigned min;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xC2 && c <= 0xDF)
+		n = 2, min = 0x80;
+	else if (c >= 0xE0 && c <= 0xEF)
+		n = 3, min = 0x800;
+	else if (c >= 0xF0 && c <= 0xF4)
+		n = 4, min = 0x10000;
+	else
+		return 0;
+	unsigned cp = c & (0x7F >> n);
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xC0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (s[i] & 0x3F);
+	}
+	if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+		return 0;
+	return n;
+}
+
+char *utf8_escape_controls(const char *s, enum utf8_escape how)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	struct buf b = { 0 };
+	char esc[8];
+
+	while (*p != '\0') {
+		size_t n = utf8_char_len(p);
+		const char *put = NULL;
+		if (n == 2 && p[0] == 0xC2 && p[1] < 0xA0) {
+			snprintf(esc, sizeof(esc), "\\u%04x", p[1]); /* C1 */
+			put = esc;
+		} else if (n == 0 || *p < 0x20 || *p == 0x7F ||
+			   (*p == '\\' && how == UTF8_ESCAPE_TEXT)) {
+			n = 1;
+			if (how == UTF8_ESCAPE_JSON && *p == 0x7F)
+				put = "\\u007f";
+			else if (how == UTF8_ESCAPE_JSON && *p >= 0x20)
+				put = "\\ufffd"; /* not from jansson: invalid UTF-8 */
+			else if (*p == '\\')
+				put = "\\\\";
+			else if (*p == '\t' || *p == '\n' || *p == '\r' || *p == 0x1B)
+				put = *p == '\t'   ? "\\t"
+				      : *p == '\n' ? "\\n"
+				      : *p == '\r' ? "\\r"
+						   : "\\e";
+			else {
+				snprintf(esc, sizeof(esc),
+					 how == UTF8_ESCAPE_JSON ? "\\u%04x" : "\\x%02x", *p);
+				put = esc;
+			}
+		}
+		if (put != NULL)
+			buf_str(&b, put);
+		else
+			buf_add(&b, p, n);
+		p += n;
+	}
+	if (b.b_failed) {
+		buf_free(&b);
+		return NULL;
+	}
+	return b.b_data != NULL ? buf_take(&b) : strdup("");
 }

@@ -1,9 +1,27 @@
-/* UTF-8 text cut to fit a buffer. */
+/* UTF-8 text cut to fit a buffer, and escaped for a person's terminal. */
 #ifndef IDEMD_UTF8_H
 #define IDEMD_UTF8_H
+
+#include "common.h"
 
 /* S was cut short (snprintf at its buffer's end): drops the character cut
  * in half at its end, if any, so that S stays valid UTF-8 when it was. */
 void utf8_cut_tail(char *s);
+
+/*
+ * S made safe to print to a terminal: no byte of the result is a control
+ * character (C0 below 0x20, DEL 0x7f) or part of a C1 control (U+0080 to
+ * U+009F, bytes C2 80..C2 9F), and no byte is outside valid UTF-8 (a lone
+ * 0x9b is CSI to an 8-bit terminal). Other text, UTF-8 included, is kept.
+ *
+ * UTF8_ESCAPE_TEXT: for a table cell; \t \n \r \e and a backslash as
+ * "\\", other controls and invalid bytes as \xNN, C1 as \u0085.
+ * UTF8_ESCAPE_JSON: S is JSON text (jansson escapes C0 already): DEL and C1
+ * become \u007f .. \u009f, which a JSON reader reads as the same string.
+ *
+ * Returns a new string (free() it), or NULL when out of memory.
+ */
+enum utf8_escape { UTF8_ESCAPE_TEXT, UTF8_ESCAPE_JSON };
+char *utf8_escape_controls(const char *s, enum utf8_escape how) IDEMD_WUR;
 
 #endif

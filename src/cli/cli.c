@@ -18,6 +18,7 @@
 #include "log.h"
 #include "migrate.h"
 #include "store.h"
+#include "utf8.h"
 
 int cli_migrate(const struct config *cfg, int status)
 {
@@ -164,7 +165,10 @@ int cli_tenant_list(const struct config *cfg)
 			json_array_append_new(ids, json_integer(t[i].ti_key_ids[k]));
 		json_t *o = json_pack("{s:s, s:s, s:o}", "tenant", t[i].ti_name, "created_at", at,
 				      "key_ids", ids);
-		char *line = o != NULL ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+		char *raw = o != NULL ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+		/* no control character of a name reaches the terminal */
+		char *line = raw != NULL ? utf8_escape_controls(raw, UTF8_ESCAPE_JSON) : NULL;
+		free(raw);
 		json_decref(o);
 		if (line == NULL)
 			goto out;
@@ -318,5 +322,35 @@ pool:
 	db_pool_close();
 out:
 	keys_shutdown();
+	return ret;
+}
+
+int cli_check_routes(const struct config *cfg)
+{
+	int ret = 0;
+
+	if (cfg->n_routes == 0)
+		return 0;
+	if (db_pool_init(cfg->database_url, 1) < 0)
+		return 1;
+	for (size_t i = 0; i < cfg->n_routes; i++) {
+		const struct config_route *r = &cfg->routes[i];
+		uint32_t tenant_id;
+		int found;
+		if (store_tenant_by_name(r->tenant, &tenant_id, &found) < 0) {
+			fprintf(stderr,
+				"idemd: the database could not be read (unreachable or not migrated): the routes' "
+				"tenants were not checked (serve checks them at start)\n");
+			break;
+		}
+		if (!found) {
+			fprintf(stderr,
+				"idemd: routes[%zu] (%s %s) names tenant \"%s\", which does not "
+				"exist; create it with 'idemd tenant create %s' or fix the config\n",
+				i, r->method, r->path, r->tenant, r->tenant);
+			ret = EXIT_USAGE;
+		}
+	}
+	db_pool_close();
 	return ret;
 }

@@ -20,6 +20,10 @@ int cli_tenant_key_add(const struct config *cfg, const char *name);
 int cli_tenant_key_revoke(const struct config *cfg, const char *name, uint32_t key_id);
 int cli_keys_rotate(const struct config *cfg);
 int cli_master_key_rotate(const struct config *cfg, const char *new_file);
+/* check-config: every route's tenant exists (read from the database when it
+ * can be reached; when it cannot, says so and checks nothing). 0, or
+ * EXIT_USAGE after naming each route whose tenant is unknown. */
+int cli_check_routes(const struct config *cfg);
 
 /* `idemd records show ID | events ID | list | release ID` (cli_records.c);
  * ARGS as on the command line ("records", SUB, ID?), the options as given

@@ -12,6 +12,7 @@
 
 #include "db.h"
 #include "store.h"
+#include "utf8.h"
 
 static int cli_records_id_ok(const char *id)
 {
@@ -28,8 +29,25 @@ static int cli_records_int_ok(const char *s, long long min, long long max)
 	       v <= max;
 }
 
+/* The text of a table cell for V (NULL: "-"), escaped: tenant text never
+ * reaches the terminal raw (utf8_escape_controls). New, or NULL. */
+static char *cli_records_cell(const json_t *v)
+{
+	char *raw = v == NULL		? strdup("-")
+		    : json_is_string(v) ? strdup(json_string_value(v))
+					: json_dumps(v, JSON_ENCODE_ANY);
+	char *text = raw != NULL ? utf8_escape_controls(raw, UTF8_ESCAPE_TEXT) : NULL;
+
+	free(raw);
+	return text;
+}
+
 /* Prints ROWS as JSON lines, or as a table with a column per member of
- * the first row (and of later rows, in the order first seen). */
+ * the first row (and of later rows, in the order first seen). Either way
+ * no control character of a tenant's text reaches the terminal: JSON
+ * escapes C0 and the lines escape DEL and C1 too (\u007f, \u0085, read
+ * back as the same strings); a table cell shows each as \n, \e, \x07 or
+ * \u009b. */
 static int cli_records_print(json_t *rows, int table)
 {
 	size_t i;
@@ -38,7 +56,10 @@ static int cli_records_print(json_t *rows, int table)
 	if (!table) {
 		json_array_foreach(rows, i, row)
 		{
-			char *line = json_dumps(row, JSON_COMPACT | JSON_PRESERVE_ORDER);
+			char *raw = json_dumps(row, JSON_COMPACT | JSON_PRESERVE_ORDER);
+			char *line = raw != NULL ? utf8_escape_controls(raw, UTF8_ESCAPE_JSON)
+						 : NULL;
+			free(raw);
 			if (line == NULL)
 				return -1;
 			puts(line);
@@ -53,14 +74,13 @@ static int cli_records_print(json_t *rows, int table)
 	{
 		json_object_foreach(row, k, v)
 		{
-			char *text = json_is_string(v) ? strdup(json_string_value(v))
-						       : json_dumps(v, JSON_ENCODE_ANY);
+			char *text = cli_records_cell(v);
 			size_t w = text ? strlen(text) : 0, cur;
 			free(text);
 			json_t *have = json_object_get(width, k);
 			if (have == NULL) {
 				json_array_append_new(cols, json_string(k));
-				cur = strlen(k);
+				cur = strlen(k); /* idemd's own names */
 			} else {
 				cur = (size_t)json_integer_value(have);
 			}
@@ -76,12 +96,9 @@ static int cli_records_print(json_t *rows, int table)
 			const char *name = json_string_value(col);
 			int w = (int)json_integer_value(json_object_get(width, name));
 			char *text = NULL;
-			if (line >= 0) {
-				v = json_object_get(json_array_get(rows, (size_t)line), name);
-				text = v == NULL	   ? strdup("-")
-				       : json_is_string(v) ? strdup(json_string_value(v))
-							   : json_dumps(v, JSON_ENCODE_ANY);
-			}
+			if (line >= 0)
+				text = cli_records_cell(
+					json_object_get(json_array_get(rows, (size_t)line), name));
 			printf("%s%-*s", c > 0 ? "  " : "", w,
 			       line < 0 ? name : (text ? text : ""));
 			free(text);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "auth.h"
 #include "cli.h"
 #include "batcher.h"
 #include "config.h"
@@ -31,12 +32,65 @@
 #include "waiters.h"
 #include "engine.h"
 
-/* The config file serve was started from (NULL: defaults and environment),
- * and the configs SIGHUP loaded since: kept until serve ends, since
- * requests in flight and the threads read the one they started with. */
+/* The config file serve was started from (NULL: defaults and environment);
+ * the config SIGHUP loaded last (NULL: the one serve started with, which
+ * main owns); and the configs it replaced, freed once no request can read
+ * them: SERVE_RETIRED waits for the next grace period, SERVE_GRACE for the
+ * one running (http_grace_begin). Reloads are unbounded; what they replace
+ * is freed within a second of the last request that began before. */
 static const char *serve_config_path;
-static struct config *serve_reloaded[64];
-static size_t serve_n_reloaded;
+static struct config *serve_current;
+struct serve_retired {
+	struct config *sr_cfg;
+	struct serve_retired *sr_next;
+};
+static struct serve_retired *serve_retired, *serve_grace;
+static long serve_generation = 1, serve_n_retired;
+
+static void serve_free_retired(struct serve_retired *r)
+{
+	while (r != NULL) {
+		struct serve_retired *next = r->sr_next;
+		config_free(r->sr_cfg);
+		free(r->sr_cfg);
+		free(r);
+		serve_n_retired--;
+		r = next;
+	}
+}
+
+/* Main thread, each second and after each reload: frees what the running
+ * grace period waited for once it is done, then starts the next one for
+ * what was replaced since. */
+static void serve_reclaim(void)
+{
+	if (serve_grace != NULL && http_grace_done()) {
+		serve_free_retired(serve_grace);
+		serve_grace = NULL;
+	}
+	if (serve_grace == NULL && serve_retired != NULL) {
+		serve_grace = serve_retired;
+		serve_retired = NULL;
+		http_grace_begin();
+	}
+	metrics_config_retired(serve_n_retired);
+}
+
+/* Puts the config that NEXT replaced on the retired list (the start one
+ * stays: main owns it). */
+static void serve_retire(struct config *next)
+{
+	struct serve_retired *r = serve_current != NULL ? malloc(sizeof(*r)) : NULL;
+
+	if (r != NULL) {
+		r->sr_cfg = serve_current;
+		r->sr_next = serve_retired;
+		serve_retired = r;
+		serve_n_retired++;
+	}
+	/* out of memory for the list entry: the old config stays, unfreed */
+	serve_current = next;
+}
 
 /* SIGHUP: reads the config file again and puts into force what may change
  * live (routes, cors_origins, log_level, quotas, body limits); a file that
@@ -50,11 +104,6 @@ static void serve_reload(const struct config **live)
 		log_warn("serve: SIGHUP: started without a config file, nothing to reload");
 		return;
 	}
-	if (serve_n_reloaded == IDEMD_ARRAY_LEN(serve_reloaded)) {
-		log_error("serve: SIGHUP: %zu reloads already; restart idemd to reload again",
-			  serve_n_reloaded);
-		return;
-	}
 	if ((next = calloc(1, sizeof(*next))) == NULL)
 		return;
 	if (config_reload(next, *live, serve_config_path, changed, sizeof(changed), err,
@@ -62,6 +111,7 @@ static void serve_reload(const struct config **live)
 		log_error("serve: reload of %s refused, the running configuration stays: %s",
 			  serve_config_path, err);
 		free(next);
+		metrics_config_reloaded(serve_generation, 0, time(NULL));
 		return;
 	}
 	if (gateway_reload(next) < 0) {
@@ -70,6 +120,7 @@ static void serve_reload(const struct config **live)
 			  serve_config_path);
 		config_free(next);
 		free(next);
+		metrics_config_reloaded(serve_generation, 0, time(NULL));
 		return;
 	}
 	http_reload(next);
@@ -77,14 +128,19 @@ static void serve_reload(const struct config **live)
 	enum log_level level;
 	if (log_level_parse(next->log_level, &level) == 0)
 		log_min_level = level;
-	serve_reloaded[serve_n_reloaded++] = next;
+	serve_retire(next);
 	*live = next;
+	metrics_config_reloaded(++serve_generation, 1, time(NULL));
+	/* written whatever log_level says: an operator who sent SIGHUP must
+	 * see that it took effect */
 	if (changed[0] != '\0')
-		log_warn("serve: reloaded %s; these change only with a restart and keep their "
-			 "running values: %s",
-			 serve_config_path, changed);
+		log_always(LOG_LEVEL_WARN,
+			   "serve: reloaded %s (generation %ld); these change only with a restart "
+			   "and keep their running values: %s",
+			   serve_config_path, serve_generation, changed);
 	else
-		log_info("serve: reloaded %s", serve_config_path);
+		log_always(LOG_LEVEL_INFO, "serve: reloaded %s (generation %ld)", serve_config_path,
+			   serve_generation);
 }
 
 /* Reads the schema's state into CHK, waiting for an unreachable database
@@ -227,6 +283,11 @@ int serve(const struct config *cfg, const char *config_path)
 		log_error("serve: cannot start the replay count thread");
 		goto gateway;
 	}
+	/* every API key in memory before the first request: a genuine key
+	 * never waits on the rate-limited lookup of unknown ones */
+	if (auth_refresh() < 0)
+		log_warn("serve: could not read the API keys; each is looked up on its first "
+			 "use until the janitor reads them");
 	if (http_start(cfg) < 0)
 		goto gateway;
 	if (janitor_start(cfg) < 0) {
@@ -236,8 +297,15 @@ int serve(const struct config *cfg, const char *config_path)
 	/* SIGHUP reloads the config file (what may change live; the rest is
 	 * named and keeps its running value) */
 	const struct config *live = cfg;
-	while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
-		serve_reload(&live);
+	const struct timespec tick = { 1, 0 };
+	for (;;) {
+		sig = sigtimedwait(&set, NULL, &tick);
+		if (sig == SIGHUP)
+			serve_reload(&live);
+		else if (sig == SIGTERM || sig == SIGINT)
+			break;
+		serve_reclaim();
+	}
 	log_info("serve: %s received, finishing in-flight requests", strsignal(sig));
 	ret = 0;
 	janitor_stop();
@@ -271,9 +339,14 @@ pool:
 keys:
 	keys_shutdown();
 	metrics_shutdown();
-	while (serve_n_reloaded > 0) {
-		config_free(serve_reloaded[--serve_n_reloaded]);
-		free(serve_reloaded[serve_n_reloaded]);
+	/* every request has ended (http_stop): nothing reads these */
+	serve_free_retired(serve_grace);
+	serve_free_retired(serve_retired);
+	serve_grace = serve_retired = NULL;
+	if (serve_current != NULL) {
+		config_free(serve_current);
+		free(serve_current);
+		serve_current = NULL;
 	}
 	if (ret == 0)
 		log_info("serve: stopped");

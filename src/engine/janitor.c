@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "auth.h"
 #include "config.h"
 #include "keys.h"
 #include "log.h"
@@ -46,6 +47,9 @@ int janitor_measure_clock(void)
 	if (t1 - t0 > JANITOR_CLOCK_MAX_RTT_MS)
 		return -1;
 	int64_t offset = db - (t0 + t1) / 2, old = idemd_clock_offset_ms;
+#ifdef IDEMD_MUTANT_CLOCK_OFFSET_IGNORED
+	offset = old;
+#endif
 	if (offset - old > JANITOR_CLOCK_STEP_MS || old - offset > JANITOR_CLOCK_STEP_MS) {
 		idemd_clock_offset_ms = offset;
 		if (offset > 1000 || offset < -1000)
@@ -182,7 +186,7 @@ static void *janitor_main(void *arg)
 {
 	time_t last_keys = time(NULL), last_sweep = time(NULL), last_trim = time(NULL);
 	time_t last_stuck = 0;
-	int ops_reloaded = 1;
+	int ops_reloaded = 1, api_keys_read = 1;
 
 	(void)arg;
 	pthread_mutex_lock(&janitor.lock);
@@ -204,6 +208,12 @@ static void *janitor_main(void *arg)
 			log_warn("janitor: could not reload the operations in use; request "
 				 "threads read them themselves meanwhile");
 		ops_reloaded = reloaded;
+		/* API keys added or revoked on any instance (auth.c) */
+		int keys_read = auth_refresh() == 0;
+		if (!keys_read && api_keys_read)
+			log_warn("janitor: could not read the API keys; keys not read yet are "
+				 "looked up one by one meanwhile");
+		api_keys_read = keys_read;
 		if (now - last_keys >= JANITOR_KEYS_INTERVAL_SECONDS) {
 			last_keys = now;
 			if (keys_refresh() < 0)

@@ -353,6 +353,9 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 
 static int replaycache_fp_equal(const struct replaycache_entry *e, const uint8_t *fp)
 {
+#ifdef IDEMD_MUTANT_REPLAY_IGNORES_FINGERPRINT
+	return 1;
+#endif
 	return e->re_has_fp == (fp != NULL) &&
 	       (fp == NULL || memcmp(e->re_fp, fp, STORE_HASH_BYTES) == 0);
 }

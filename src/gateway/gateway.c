@@ -45,9 +45,9 @@ struct gateway_table {
 
 static struct {
 	const struct config *_Atomic cfg;
-	struct gateway_table *tables; /* the newest first; the main thread's */
+	struct gateway_table *tables;	       /* the newest first; the main thread's */
 	struct gateway_table *_Atomic current; /* the newest, for any thread */
-	int started;		      /* the upstream thread and the finishers */
+	int started;			       /* the upstream thread and the finishers */
 } gw;
 
 static void gateway_submit(struct request *req);
@@ -243,23 +243,29 @@ static int gateway_token_address(struct request *req, const struct gateway_route
 }
 
 /* The submit's fingerprint as the route's "fingerprint" says: BYTES_FP,
- * the canonical JSON of the body, or none (*FP NULL). 0, or -1 after
- * replying. */
+ * the canonical JSON of the body, or none (*FP NULL); "auto" (the default,
+ * the rule of the API and the clients: the same JSON meaning is the same
+ * request) the canonical JSON of a JSON body, else BYTES_FP. 0, or -1
+ * after replying. */
 static int gateway_route_fingerprint(struct request *req, const struct gateway_route *gr,
-				     const uint8_t *bytes_fp, json_t **doc, uint8_t *out,
-				     const uint8_t **fp)
+				     const char *query, const uint8_t *bytes_fp, json_t **doc,
+				     uint8_t *out, const uint8_t **fp)
 {
 	const char *mode = gr->gr_cfg->fingerprint;
 
 	*fp = NULL;
 	if (strcmp(mode, "none") == 0)
 		return 0;
-	if (strcmp(mode, "json") != 0) {
+	if (strcmp(mode, "json") != 0 && strcmp(mode, "auto") != 0) {
 		*fp = bytes_fp;
 		return 0;
 	}
 	if (gateway_body_doc(req, doc) < 0)
 		return -1;
+	if (*doc == NULL && strcmp(mode, "auto") == 0) {
+		*fp = bytes_fp;
+		return 0;
+	}
 	if (*doc == NULL) {
 		request_fail(req, 400, "invalid_request",
 			     "this route fingerprints a JSON body: send one");
@@ -268,6 +274,17 @@ static int gateway_route_fingerprint(struct request *req, const struct gateway_r
 	if (fingerprint_of_json(*doc, out) < 0) {
 		request_unavailable(req);
 		return -1;
+	}
+	if (strcmp(mode, "auto") == 0) {
+		/* the query is part of the request too (the method and the path
+		 * are the route's own) */
+		crypto_generichash_state st;
+		crypto_generichash_init(&st, NULL, 0, FINGERPRINT_BYTES);
+		crypto_generichash_update(&st, (const unsigned char *)"a:", 2);
+		crypto_generichash_update(&st, (const unsigned char *)query, strlen(query));
+		crypto_generichash_update(&st, (const unsigned char *)"\n", 1);
+		crypto_generichash_update(&st, out, FINGERPRINT_BYTES);
+		crypto_generichash_final(&st, out, FINGERPRINT_BYTES);
 	}
 	*fp = out;
 	return 0;
@@ -296,7 +313,7 @@ static void gateway_submit(struct request *req)
 	if ((gr->gr_key == GATEWAY_KEY_TOKEN
 		     ? gateway_token_address(req, gr, &t, &op)
 		     : gateway_derived_address(req, gr, bytes_fp, &doc, &t, &op)) < 0 ||
-	    gateway_route_fingerprint(req, gr, bytes_fp, &doc, json_fp, &fp) < 0)
+	    gateway_route_fingerprint(req, gr, query, bytes_fp, &doc, json_fp, &fp) < 0)
 		goto done;
 	if (engine_claim_cached(req, &t, fp, &gateway_replay) < 0)
 		goto done;
@@ -395,6 +412,9 @@ long gateway_longest_forward(uint32_t tenant_id, const char *operation)
 {
 	long longest = 0;
 
+#ifdef IDEMD_MUTANT_ROUTE_OUTLIVES_LEASE
+	return 0;
+#endif
 	/* tables are kept until gateway_stop(): the one read stays valid */
 	const struct gateway_table *t = atomic_load(&gw.current);
 	for (size_t i = 0; t != NULL && i < t->n_routes; i++) {

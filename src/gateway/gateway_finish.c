@@ -198,7 +198,7 @@ static int gateway_unstorable(struct gateway_job *j)
 
 	const char *why = c->uc_result == UPSTREAM_TOO_LARGE ? "too large"
 			  : c->uc_result == UPSTREAM_INVALID ? "a malformed header line"
-							      : "it broke off before its end";
+							     : "it broke off before its end";
 	snprintf(detail, sizeof(detail),
 		 "the upstream answered %ld, but its answer could not be stored (%s); the "
 		 "request is not forwarded again",

@@ -75,14 +75,22 @@ static size_t upstream_on_header(char *data, size_t size, size_t n, void *arg)
 	size_t len = size * n;
 	char name[UPSTREAM_HEADER_NAME_MAX + 1], *joined = NULL;
 
+	/* libcurl hands trailer fields (after a chunked body) to this callback
+	 * too: they are dropped, never stored or replayed as headers */
+	if (c->uc_in_trailers)
+		return len;
 	if (len >= 5 && memcmp(data, "HTTP/", 5) == 0) {
 		/* a new response (after 100 Continue): forget the previous one */
 		json_object_clear(c->uc_resp_headers);
 		c->uc_final_status = upstream_status_line(data, len);
+		const char *sp = memchr(data, ' ', len);
+		c->uc_interim = sp != NULL && sp + 1 < data + len && sp[1] == '1';
 		return len;
 	}
-	if (len == 2 && data[0] == '\r' && data[1] == '\n')
+	if (len == 2 && data[0] == '\r' && data[1] == '\n') {
+		c->uc_in_trailers = !c->uc_interim;
 		return len; /* the end of the headers */
+	}
 	const char *colon = memchr(data, ':', len);
 	size_t nlen = colon ? (size_t)(colon - data) : 0;
 	size_t vlen_all = len - nlen - (colon ? 1 : 0);
@@ -144,10 +152,12 @@ static int upstream_on_prereq(void *arg, char *primary_ip, char *local_ip, int p
 	(void)local_port;
 	/* libcurl resends on a fresh connection when a reused one closed
 	 * without an answer; the upstream may have acted on the first copy */
+#ifndef IDEMD_MUTANT_RESEND_ALLOWED
 	if (c->uc_sent) {
 		c->uc_resend_refused = 1;
 		return CURL_PREREQFUNC_ABORT;
 	}
+#endif
 	c->uc_sent = 1;
 	return CURL_PREREQFUNC_OK;
 }
@@ -334,6 +344,7 @@ int upstream_call(struct upstream_call *c)
 {
 	c->uc_result = UPSTREAM_FAILED;
 	c->uc_sent = c->uc_resend_refused = c->uc_too_large = c->uc_invalid = 0;
+	c->uc_interim = c->uc_in_trailers = 0;
 	c->uc_error[0] = '\0';
 	c->uc_connection[0] = '\0';
 	c->uc_status = c->uc_final_status = 0;

@@ -59,8 +59,8 @@ struct upstream_call {
 
 	/* results */
 	enum upstream_result uc_result;
-	int uc_sent;			/* the request left for the upstream */
-	long uc_final_status;		/* the status line of the final answer read (2xx-5xx), or 0 */
+	int uc_sent;	      /* the request left for the upstream */
+	long uc_final_status; /* the status line of the final answer read (2xx-5xx), or 0 */
 	char uc_error[CURL_ERROR_SIZE]; /* what went wrong, for logs */
 	long uc_status;
 	json_t *uc_resp_headers; /* kept headers, lower-cased names */
@@ -71,6 +71,8 @@ struct upstream_call {
 	int uc_resend_refused;
 	int uc_too_large;
 	int uc_invalid;
+	int uc_interim;		 /* the answer being read is a 1xx */
+	int uc_in_trailers;	 /* the final answer's header block has ended */
 	char uc_connection[256]; /* names listed in the answer's Connection headers */
 };
 

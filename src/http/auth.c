@@ -1,22 +1,33 @@
 /* Authentication. Keys are random (256 bits), so a plain BLAKE2b hash is a
  * safe at-rest form; lookups go by hash and the final comparison of the full
- * hash is constant-time. Known keys are cached. An unknown key asks the
- * database (a new tenant made by the CLI works within a second), but a
- * refused key is remembered for AUTH_NEGATIVE_MS in a table of its own (a
- * flood of unknown keys cannot evict the known ones), and at most
- * AUTH_LOOKUPS_PER_SECOND keys not in either table are looked up per
- * second, AUTH_LOOKUPS_PER_CLIENT of them for one client address: beyond
- * that the answer is 503 with Retry-After, so one client sending made-up
- * keys can neither turn every request into a database query nor take the
- * lookups a new genuine key needs. A known key is
- * asked about again after AUTH_RECHECK_MS, so a revoked key stops working
- * on every instance within seconds; the per-connection memo keeps the time
- * of its entry's last confirmation and expires with it. */
+ * hash is constant-time.
+ *
+ * Every key the database holds is kept in memory (the known set): loaded
+ * before the listener opens (auth_refresh from serve.c) and read again by
+ * the janitor once a second when the keys' count and id sum changed, so a
+ * key added or revoked on any instance is seen within about a second. A
+ * genuine key is answered from that set and never waits on the rate-limited
+ * lookup below, whatever floods its address, even right after a start.
+ *
+ * A key in neither the set nor the cache asks the database (a key made in
+ * the last second works at once), but a refused key is remembered for
+ * AUTH_NEGATIVE_MS in a table of its own (a flood of unknown keys cannot
+ * evict the known ones), and at most AUTH_LOOKUPS_PER_SECOND keys not in
+ * either table are looked up per second, AUTH_LOOKUPS_PER_CLIENT of them for
+ * one client (an IPv4 address, an IPv6 prefix: http_client_slot): beyond that the answer is 503 with Retry-After, so one
+ * client sending made-up keys can neither turn every request into a
+ * database query nor take the lookups a new genuine key needs. A key is
+ * believed for AUTH_RECHECK_MS after the database last confirmed it (the
+ * set's read or a lookup), then asked about again (not rate-limited: it was
+ * known), so a revoked key stops working on every instance within seconds
+ * even when the janitor is late; the per-connection memo keeps the time of
+ * its entry's last confirmation and expires with it. */
 #include "auth.h"
 
 #include <pthread.h>
 #include <sodium.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -52,6 +63,20 @@ struct auth_count {
 	atomic_int ac_n;
 };
 static struct auth_count auth_lookups;
+
+/* The known set: an open-addressed table of every key's hash (linear
+ * probing, at most half full), replaced whole by auth_refresh(); an entry
+ * a recheck found gone is marked dead. Guarded by auth_lock. */
+enum { AUTH_KNOWN_EMPTY = 0, AUTH_KNOWN_LIVE, AUTH_KNOWN_DEAD };
+struct auth_known {
+	struct api_key_row *ak_rows;
+	uint8_t *ak_state;	  /* AUTH_KNOWN_* per row */
+	size_t ak_cap;		  /* a power of two; 0: no set loaded */
+	size_t ak_n;		  /* keys in it */
+	int64_t ak_read_ms;	  /* auth clock at the read */
+	int64_t ak_count, ak_sum; /* store_api_keys_sum() when read */
+};
+static struct auth_known auth_known;
 static struct auth_count auth_client_lookups[AUTH_CLIENT_SLOTS];
 
 /* Counts one more lookup in C's current second: 1 while that stays within
@@ -97,6 +122,30 @@ static int auth_refused_recently(const uint8_t hash[32], size_t slot, int64_t no
 	return hit;
 }
 
+static size_t auth_known_start(const uint8_t hash[32], size_t cap)
+{
+	size_t h;
+
+	memcpy(&h, hash + 8, sizeof(h)); /* other bytes than auth_slot's */
+	return h & (cap - 1);
+}
+
+/* The index of HASH in the known set, or -1. Under auth_lock. */
+static long auth_known_find(const uint8_t hash[32])
+{
+	size_t cap = auth_known.ak_cap;
+
+	if (cap == 0)
+		return -1;
+	for (size_t i = auth_known_start(hash, cap), n = 0; n < cap; i = (i + 1) & (cap - 1), n++) {
+		if (auth_known.ak_state[i] == AUTH_KNOWN_EMPTY)
+			return -1; /* an empty slot ends the probe */
+		if (sodium_memcmp(auth_known.ak_rows[i].ak_hash, hash, 32) == 0)
+			return auth_known.ak_state[i] == AUTH_KNOWN_LIVE ? (long)i : -1;
+	}
+	return -1;
+}
+
 static int64_t auth_clock_default(void)
 {
 	struct timespec ts;
@@ -110,6 +159,85 @@ static int64_t (*auth_now_ms)(void) = auth_clock_default;
 void auth_set_clock(int64_t (*now_ms)(void))
 {
 	auth_now_ms = now_ms != NULL ? now_ms : auth_clock_default;
+}
+
+/* Builds a known set of the N keys in ROWS into K. 0, or -1 (no memory). */
+static int auth_known_build(struct auth_known *k, const struct api_key_row *rows, size_t n)
+{
+	size_t cap = 16;
+
+	while (cap < 2 * n)
+		cap *= 2;
+	memset(k, 0, sizeof(*k));
+	k->ak_rows = calloc(cap, sizeof(*k->ak_rows));
+	k->ak_state = calloc(cap, 1);
+	if (k->ak_rows == NULL || k->ak_state == NULL) {
+		free(k->ak_rows);
+		free(k->ak_state);
+		return -1;
+	}
+	k->ak_cap = cap;
+	for (size_t j = 0; j < n; j++) {
+		size_t i = auth_known_start(rows[j].ak_hash, cap);
+		while (k->ak_state[i] != AUTH_KNOWN_EMPTY &&
+		       memcmp(k->ak_rows[i].ak_hash, rows[j].ak_hash, 32) != 0)
+			i = (i + 1) & (cap - 1);
+		if (k->ak_state[i] == AUTH_KNOWN_EMPTY)
+			k->ak_n++;
+		k->ak_rows[i] = rows[j];
+		k->ak_state[i] = AUTH_KNOWN_LIVE;
+	}
+	return 0;
+}
+
+int auth_refresh(void)
+{
+	int64_t count, sum, now = auth_now_ms();
+	struct api_key_row *rows = NULL;
+	struct auth_known next, old;
+	size_t n = 0;
+
+	if (store_api_keys_sum(&count, &sum) < 0)
+		return -1;
+	pthread_rwlock_rdlock(&auth_lock);
+	int same = auth_known.ak_cap != 0 && auth_known.ak_count == count &&
+		   auth_known.ak_sum == sum;
+	pthread_rwlock_unlock(&auth_lock);
+	if (same) {
+		/* what the set holds was confirmed now */
+		pthread_rwlock_wrlock(&auth_lock);
+		if (auth_known.ak_count == count && auth_known.ak_sum == sum)
+			auth_known.ak_read_ms = now;
+		pthread_rwlock_unlock(&auth_lock);
+		return 0;
+	}
+	if (store_api_keys_all(&rows, &n) < 0)
+		return -1;
+	int rc = auth_known_build(&next, rows, n);
+	sodium_memzero(rows, n * sizeof(*rows));
+	free(rows);
+	if (rc < 0)
+		return -1;
+	/* the pair read before the rows: a key added between the two reads
+	 * changes it again, and the next refresh reads the rows again */
+	next.ak_count = count;
+	next.ak_sum = sum;
+	next.ak_read_ms = now;
+	pthread_rwlock_wrlock(&auth_lock);
+	old = auth_known;
+	auth_known = next;
+	pthread_rwlock_unlock(&auth_lock);
+	free(old.ak_rows);
+	free(old.ak_state);
+	return 0;
+}
+
+size_t auth_known_count(void)
+{
+	pthread_rwlock_rdlock(&auth_lock);
+	size_t n = auth_known.ak_n;
+	pthread_rwlock_unlock(&auth_lock);
+	return n;
 }
 
 void auth_key_generate(char *out, size_t outlen)
@@ -149,13 +277,17 @@ static void auth_cache_put(size_t slot, const uint8_t hash[32], uint32_t tenant_
 	pthread_rwlock_unlock(&auth_lock);
 }
 
-/* Forgets the entry of HASH in SLOT, if it is still there. */
+/* Forgets the entry of HASH in SLOT, if it is still there, and its row of
+ * the known set until the next read of the set. */
 static void auth_cache_drop(size_t slot, const uint8_t hash[32])
 {
 	pthread_rwlock_wrlock(&auth_lock);
 	struct auth_entry *e = &auth_cache[slot];
 	if (e->ae_used && sodium_memcmp(e->ae_hash, hash, 32) == 0)
 		sodium_memzero(e, sizeof(*e));
+	long known = auth_known_find(hash);
+	if (known >= 0)
+		auth_known.ak_state[known] = AUTH_KNOWN_DEAD;
 	pthread_rwlock_unlock(&auth_lock);
 }
 
@@ -181,6 +313,14 @@ static int auth_lookup(const char *key, size_t client, uint32_t *tenant_id, uint
 		cached_tenant = e->ae_tenant_id;
 		cached_key = e->ae_key_id;
 		checked = e->ae_checked_ms;
+		cached = 1;
+	}
+	/* the known set, when it was confirmed later than the cache entry */
+	long known = auth_known_find(hash);
+	if (known >= 0 && (!cached || auth_known.ak_read_ms > checked)) {
+		cached_tenant = auth_known.ak_rows[known].ak_tenant_id;
+		cached_key = auth_known.ak_rows[known].ak_key_id;
+		checked = auth_known.ak_read_ms;
 		cached = 1;
 	}
 	pthread_rwlock_unlock(&auth_lock);
@@ -277,5 +417,9 @@ void auth_cache_clear(void)
 	for (size_t i = 0; i < AUTH_CLIENT_SLOTS; i++)
 		atomic_store(&auth_client_lookups[i].ac_second, -1);
 	atomic_fetch_add(&auth_gen, 1);
+	struct auth_known old = auth_known;
+	memset(&auth_known, 0, sizeof(auth_known));
 	pthread_rwlock_unlock(&auth_lock);
+	free(old.ak_rows);
+	free(old.ak_state);
 }

@@ -1,5 +1,7 @@
-/* Authentication: API keys (generation, hashing) and an in-process cache
- * from key hash to tenant so most requests need no database round trip. */
+/* Authentication: API keys (generation, hashing), every key the database
+ * holds kept in memory (the known set) and a cache from key hash to tenant,
+ * so that requests need no database round trip and a genuine key never
+ * waits on the rate-limited lookup of unknown keys. */
 #ifndef IDEMD_AUTH_H
 #define IDEMD_AUTH_H
 
@@ -36,8 +38,9 @@ void auth_key_hash(const char *key, size_t len, uint8_t out[32]);
 #define AUTH_NEGATIVE_MS 1000
 #define AUTH_LOOKUPS_PER_SECOND 1000
 #define AUTH_LOOKUPS_PER_CLIENT 100
-/* Clients are told apart by a slot number below this (a hash of the
- * address: http_client_slot). */
+/* Clients are told apart by a slot number below this (a keyed hash of
+ * the IPv4 address or of the IPv6 prefix of ipv6_client_prefix bits:
+ * http_client_slot). */
 #define AUTH_CLIENT_SLOTS 1024
 
 /* Resolves KEY, sent by the client of slot CLIENT, to its tenant: AUTH_OK,
@@ -61,7 +64,16 @@ struct auth_memo {
 int auth_check_memo(const char *key, size_t client, struct auth_memo *memo, uint32_t *tenant_id);
 void auth_memo_wipe(struct auth_memo *memo);
 
-/* Forgets every known key (and makes every memo stale). */
+/* Reads the keys the database holds into the known set, which answers for
+ * them without the rate-limited lookup: at once when their count or id sum
+ * changed since the last read, else only notes that the set was confirmed
+ * now. serve calls it before the listener opens, the janitor once a
+ * second. 0, or -1 (database or memory; the set stays as it was). */
+int auth_refresh(void) IDEMD_WUR;
+/* How many keys the known set holds. */
+size_t auth_known_count(void);
+
+/* Forgets every known key, the known set too (and makes every memo stale). */
 void auth_cache_clear(void);
 
 /* For tests: the clock of AUTH_RECHECK_MS, in ms (NULL: CLOCK_MONOTONIC_COARSE). */

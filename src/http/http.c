@@ -262,8 +262,8 @@ static enum MHD_Result http_headers_in(struct request *req)
 	if (req->req_bad_header != NULL) {
 		/* never echoed: it may hold control bytes */
 		request_fail(req, 400, "invalid_request",
-			     "a request header has a malformed name or a control character in "
-			     "its value");
+			     "a request header has a malformed name, a control character in "
+			     "its value, or a line folded onto it");
 		goto close;
 	}
 	/* two lengths, or a length beside chunked framing, make the end of the
@@ -324,9 +324,8 @@ enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const char *
 {
 	struct request *req = *con_cls;
 
-	(void)version;
 	if (req == NULL) {
-		req = http_request_new(conn, url, method);
+		req = http_request_new(conn, url, method, version);
 		if (req == NULL)
 			return MHD_NO;
 		req->req_admin = cls == &http_admin_marker;
@@ -418,6 +417,7 @@ void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		free(req->req_params[i]);
 	free(req->req_path);
 	free(req->req_body);
+	http_epoch_leave(req); /* nothing of a configuration is read after this */
 	free(req);
 	*con_cls = NULL;
 	atomic_fetch_sub(&http_active, 1);
@@ -488,6 +488,10 @@ int http_start(const struct config *cfg)
 		http_admin_daemon = NULL;
 		return -1;
 	}
+	if (!http_raw_supported())
+		log_warn("http: libmicrohttpd %s is not 0.9.75: header values cut at a NUL byte "
+			 "and obs-fold lines are not refused",
+			 MHD_get_version());
 	log_info("http: listening on %s:%u (%s) with %d threads", cfg->listen_host,
 		 cfg->listen_port, cfg->tls_cert_file ? "https" : "http", cfg->threads);
 	return 0;

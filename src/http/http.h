@@ -9,9 +9,21 @@ struct config;
 
 int http_start(const struct config *cfg) IDEMD_WUR;
 /* SIGHUP: the body limits and CORS origins of CFG from now on (what only a
- * restart changes, the listener and its threads, stays). CFG must outlive
- * the daemon. */
+ * restart changes, the listener and its threads, stays). CFG must stay
+ * until a grace period begun after the next reload is done (below). */
 void http_reload(const struct config *cfg);
+/*
+ * Grace periods, for what a reload replaces. Every read a request makes of
+ * a configuration (or of what was built from one: routes, CORS sets)
+ * happens between its context's creation and the end of its completion
+ * callback, and a request loads those pointers only after it was counted.
+ * http_grace_begin() starts counting the requests that begin from now on
+ * apart; http_grace_done() says whether every request counted before that
+ * has ended: then nothing unpublished before the begin can be read any
+ * more and may be freed. One grace period at a time (the main thread's).
+ */
+void http_grace_begin(void);
+int http_grace_done(void);
 /* Stops accepting and waits (at most 30 s) for in-flight requests that are
  * not suspended to finish; idle keep-alive connections do not hold it. */
 void http_quiesce(void);

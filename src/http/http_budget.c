@@ -1,13 +1,20 @@
 /* HTTP: the body budget. Bodies held in memory at once are bounded by
- * max_inflight_body_bytes, and shared: one client address may hold at most
+ * max_inflight_body_bytes, and shared: one client may hold at most
  * max_inflight_body_bytes_per_client of it (default a quarter) and one
- * tenant at most max_inflight_body_bytes_per_tenant (default a half), so that no single caller, authenticated or not, can
- * make every other caller's writes wait for 503s. Client addresses and
- * tenants are counted in hashed slots (a collision shares a slot's share,
- * never more). A reservation is given back when its request ends. */
+ * tenant at most max_inflight_body_bytes_per_tenant (default a half), so
+ * that no single caller, authenticated or not, can make every other
+ * caller's writes wait for 503s. A client is an IPv4 address (an
+ * IPv4-mapped IPv6 address counts as its IPv4 address) or an IPv6 prefix of
+ * ipv6_client_prefix bits (default 64: one host's usual allocation, so a
+ * host cannot become 2^64 clients). Clients and tenants are counted in
+ * slots of a hash keyed at start with random bytes (a collision shares a
+ * slot's share, never more; nobody can choose addresses that collide). The
+ * same slots count auth.c's lookups of unknown keys. A reservation is given
+ * back when its request ends. */
 #include "http_int.h"
 
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -20,30 +27,65 @@ static atomic_size_t budget_all;
 static atomic_size_t budget_client[HTTP_CLIENT_SLOTS];
 static atomic_size_t budget_tenant[HTTP_CLIENT_SLOTS];
 
+static unsigned char budget_slot_key[crypto_shorthash_KEYBYTES];
+static pthread_once_t budget_slot_once = PTHREAD_ONCE_INIT;
+
+static void budget_slot_key_draw(void)
+{
+	randombytes_buf(budget_slot_key, sizeof(budget_slot_key));
+}
+
 void http_budget_start(const struct config *cfg)
 {
+	pthread_once(&budget_slot_once, budget_slot_key_draw);
 	budget_cfg = cfg;
+}
+
+size_t http_client_slot_of(const struct sockaddr *sa, int v6_prefix)
+{
+	unsigned char who[1 + 16] = { 0 }; /* 4 or 6, then the address or prefix */
+	size_t n;
+	uint64_t h;
+
+	if (sa == NULL)
+		return 0;
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+		who[0] = 4;
+		memcpy(who + 1, &in->sin_addr, 4);
+		n = 1 + 4;
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
+		const unsigned char *a = in6->sin6_addr.s6_addr;
+		if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+			who[0] = 4;
+			memcpy(who + 1, a + 12, 4);
+			n = 1 + 4;
+		} else {
+			int bits = v6_prefix < 1 ? 1 : v6_prefix > 128 ? 128 : v6_prefix;
+			who[0] = 6;
+			memcpy(who + 1, a, (size_t)bits / 8);
+			if (bits % 8 != 0)
+				who[1 + bits / 8] =
+					(unsigned char)(a[bits / 8] & (0xff00u >> (bits % 8)));
+			n = 1 + 16;
+		}
+	} else {
+		return 0;
+	}
+	pthread_once(&budget_slot_once, budget_slot_key_draw);
+	crypto_shorthash((unsigned char *)&h, who, n, budget_slot_key);
+	return (size_t)(h % HTTP_CLIENT_SLOTS);
 }
 
 size_t http_client_slot(struct MHD_Connection *conn)
 {
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-	uint64_t h = 0;
 
-	if (ci == NULL || ci->client_addr == NULL)
+	if (ci == NULL)
 		return 0;
-	const struct sockaddr *sa = ci->client_addr;
-	if (sa->sa_family == AF_INET) {
-		const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
-		crypto_shorthash((unsigned char *)&h, (const unsigned char *)&in->sin_addr,
-				 sizeof(in->sin_addr), (const unsigned char *)"idemd-body-slot!");
-	} else if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
-		crypto_shorthash((unsigned char *)&h, (const unsigned char *)&in6->sin6_addr,
-				 sizeof(in6->sin6_addr), (const unsigned char *)"idemd-body-slot!");
-	}
-	return (size_t)(h % HTTP_CLIENT_SLOTS);
+	return http_client_slot_of(ci->client_addr, budget_cfg->ipv6_client_prefix);
 }
 
 /* Adds N to *COUNTER unless that passes LIMIT: 1, or 0. */

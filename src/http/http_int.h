@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "auth.h"
 #include "http.h"
@@ -25,9 +26,18 @@ struct config;
 extern atomic_int http_active;
 extern atomic_int http_suspended;
 
-/* A request's context from its connection, URL and method (its headers
- * scanned, its id and trace set), or NULL when out of memory. */
-struct request *http_request_new(struct MHD_Connection *conn, const char *url, const char *method);
+/* A request's context from its connection, URL, method and version as
+ * libmicrohttpd hands them to the access handler (its headers scanned and
+ * their raw section checked, its id and trace set), or NULL when out of
+ * memory. */
+struct request *http_request_new(struct MHD_Connection *conn, const char *url, const char *method,
+				 const char *version);
+/* 1 when the libmicrohttpd running is the one whose header section
+ * http_request_new can check byte for byte (0.9.75: a NUL in a value, an
+ * obs-fold line refused); with another the check is off. */
+int http_raw_supported(void);
+/* The last thing done with REQ before it is freed (http_grace_done). */
+void http_epoch_leave(const struct request *req);
 
 struct http_conn {
 	struct auth_memo hc_auth; /* the API key it last authenticated with */
@@ -86,9 +96,16 @@ void http_clear_reply(struct request *req);
  * 1, or 0 when one of them would be passed. Give hands back all REQ holds. */
 void http_budget_start(const struct config *cfg);
 #define HTTP_CLIENT_SLOTS AUTH_CLIENT_SLOTS
-/* The slot (0 .. HTTP_CLIENT_SLOTS - 1) of CONN's client address, the
- * peer's, never a header's: a keyed hash, so collisions cannot be chosen. */
+/* The slot (0 .. HTTP_CLIENT_SLOTS - 1) of CONN's client, the peer's
+ * address, never a header's (http_client_slot_of with the configured
+ * ipv6_client_prefix). */
 size_t http_client_slot(struct MHD_Connection *conn);
+/* The slot of client address SA (borrowed; NULL or neither IPv4 nor IPv6:
+ * slot 0): an IPv4 address whole, an IPv4-mapped IPv6 address as that IPv4
+ * address, any other IPv6 address by its first V6_PREFIX bits (1..128), so
+ * that the addresses of one prefix are one client. A hash keyed with random
+ * bytes drawn once per process, so collisions cannot be chosen. */
+size_t http_client_slot_of(const struct sockaddr *sa, int v6_prefix);
 int http_budget_take(struct request *req, size_t n);
 void http_budget_give(struct request *req);
 

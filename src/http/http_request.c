@@ -6,6 +6,7 @@
 #include "http_int.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,16 +42,25 @@ static const struct {
 #undef HTTP_SCANNED
 };
 
+/* What one pass over the headers carries: the request, and the check of
+ * the raw header section (http_raw_begin). */
+struct http_scan {
+	struct request *hs_req;
+	struct headers_tiling hs_raw;
+	int hs_raw_on;
+};
+
 static enum MHD_Result http_scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
-					const char *value)
+					size_t n, const char *value, size_t value_len)
 {
-	struct request *req = cls;
-	size_t n = strlen(key);
+	struct http_scan *scan = cls;
+	struct request *req = scan->hs_req;
 
 	(void)kind;
+	if (scan->hs_raw_on)
+		headers_tiling_field(&scan->hs_raw, key, n, value, value_len);
 	if (req->req_bad_header == NULL &&
-	    (!headers_is_token(key, n) ||
-	     (value != NULL && !headers_value_ok(value, strlen(value)))))
+	    (!headers_is_token(key, n) || (value != NULL && !headers_value_ok(value, value_len))))
 		req->req_bad_header = key;
 	if (memchr(key, '_', n) != NULL)
 		req->req_has_underscore = 1;
@@ -67,6 +77,47 @@ static enum MHD_Result http_scan_header(void *cls, enum MHD_ValueKind kind, cons
 	return MHD_YES;
 }
 
+/*
+ * libmicrohttpd 0.9.75 cuts a header value at a NUL byte (the rest of the
+ * line is dropped: connection.c, process_broken_line and
+ * connection_add_header take strlen of the value) and joins an obs-fold
+ * line onto the field's name (process_broken_line appends it to `last`,
+ * the name), and no option refuses either. What it leaves behind can be
+ * read: the request's header section stays in place in its read buffer,
+ * from the method (the request line's first byte) for
+ * MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE bytes, line ends and colons
+ * turned into NULs. headers_tiling (headers.c) checks that the reported
+ * fields cover it exactly, so a cut value or a fold is refused as a bad
+ * header. Tied to that parser: with another libmicrohttpd the check is
+ * off (http_raw_supported) rather than refuse what it cannot read.
+ */
+static int http_raw_begin(struct http_scan *scan, struct MHD_Connection *conn, const char *method,
+			  const char *version)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+
+	if (!http_raw_supported() || ci == NULL || method == NULL || version == NULL)
+		return 0;
+	uintptr_t first = (uintptr_t)version + strlen(version) - (uintptr_t)method;
+	headers_tiling_begin(&scan->hs_raw, method, ci->header_size,
+			     first < ci->header_size ? (size_t)first : ci->header_size);
+	return 1;
+}
+
+int http_raw_supported(void)
+{
+#if MHD_VERSION == 0x00097500
+	static int supported = -1;
+
+	if (supported < 0)
+		supported = strcmp(MHD_get_version(), "0.9.75") == 0;
+	return supported;
+#else
+	return 0;
+#endif
+}
+
 static int http_valid_request_id(const char *id)
 {
 	size_t n = strlen(id);
@@ -76,12 +127,44 @@ static int http_valid_request_id(const char *id)
 	return strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n;
 }
 
-struct request *http_request_new(struct MHD_Connection *conn, const char *url, const char *method)
+/* Requests alive per grace epoch (0 or 1), and the epoch new ones join. */
+static atomic_long http_epoch_requests[2];
+static atomic_uint http_epoch_now;
+static unsigned http_epoch_waited; /* the epoch a grace period waits for */
+
+void http_grace_begin(void)
+{
+	http_epoch_waited = atomic_fetch_xor(&http_epoch_now, 1u) & 1u;
+}
+
+int http_grace_done(void)
+{
+	return atomic_load(&http_epoch_requests[http_epoch_waited]) == 0;
+}
+
+void http_epoch_leave(const struct request *req)
+{
+	atomic_fetch_sub(&http_epoch_requests[req->req_epoch], 1);
+}
+
+struct request *http_request_new(struct MHD_Connection *conn, const char *url, const char *method,
+				 const char *version)
 {
 	struct request *req = calloc(1, sizeof(*req));
+	struct http_scan scan = { .hs_req = req };
 
 	if (req == NULL)
 		return NULL;
+	/* counted before it reads any configuration (http_grace_begin); the
+	 * epoch read again after the count, so that a grace period that
+	 * began meanwhile either saw the count or began before every read */
+	for (;;) {
+		req->req_epoch = atomic_load(&http_epoch_now) & 1u;
+		atomic_fetch_add(&http_epoch_requests[req->req_epoch], 1);
+		if ((atomic_load(&http_epoch_now) & 1u) == req->req_epoch)
+			break;
+		atomic_fetch_sub(&http_epoch_requests[req->req_epoch], 1);
+	}
 	req->req_conn = conn;
 	req->req_method = method;
 	req->req_path = strdup(url);
@@ -89,7 +172,10 @@ struct request *http_request_new(struct MHD_Connection *conn, const char *url, c
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 	req->req_conn_ctx = ci != NULL ? ci->socket_context : NULL;
-	MHD_get_connection_values(conn, MHD_HEADER_KIND, http_scan_header, req);
+	scan.hs_raw_on = http_raw_begin(&scan, conn, method, version);
+	MHD_get_connection_values_n(conn, MHD_HEADER_KIND, http_scan_header, &scan);
+	if (scan.hs_raw_on && !headers_tiling_end(&scan.hs_raw) && req->req_bad_header == NULL)
+		req->req_bad_header = "(a NUL in a value or an obs-fold)";
 	const char *id = req->req_h_request_id;
 	if (id != NULL && http_valid_request_id(id)) {
 		snprintf(req->req_id, sizeof(req->req_id), "%s", id);

@@ -77,6 +77,7 @@ struct request {
 	struct timespec req_start;
 	int req_dispatched;
 	int req_admin;	     /* came in on admin_listen */
+	unsigned req_epoch;  /* which grace counter holds it (http_grace_begin) */
 	char req_record[33]; /* the record addressed (32 hex, "": none), logged */
 	int req_suspended;   /* another thread builds the reply (http_suspend) */
 	/* set by http_resume_then(): builds the reply on the request's thread */

@@ -20,6 +20,18 @@
 #else
 #define GRANT_CLOCK "clock_timestamp()"
 #endif
+/* A record past its expires_at is over for every reader: its replay is
+ * not served from the database, nor is it completed (each has a mutant). */
+#ifdef IDEMD_MUTANT_REPLAY_DB_IGNORES_EXPIRY
+#define REPLAY_LIVE "true"
+#else
+#define REPLAY_LIVE "rec.expires_at > x.t"
+#endif
+#ifdef IDEMD_MUTANT_COMPLETE_IGNORES_EXPIRY
+#define COMPLETE_LIVE "true"
+#else
+#define COMPLETE_LIVE "rec.expires_at > clock_timestamp()"
+#endif
 /* Completions fence on the attempt number (the mutant does not). */
 #ifdef IDEMD_MUTANT_NO_FENCE
 #define FENCE_ATTEMPT "true"
@@ -89,7 +101,7 @@ static const struct db_stmt st_claim_fresh = {
 			"rec.response_status, rec.response_headers, rec.response_body, rec.response_is_json "
 			"FROM x JOIN records rec ON rec.tenant_id = x.tenant AND rec.token_id = x.id "
 			"WHERE rec.state = 'completed' AND rec.fingerprint IS NOT DISTINCT FROM x.fp "
-			"AND rec.expires_at > x.t) "
+			"AND " REPLAY_LIVE ") "
 			"SELECT outcome, attempt, " MS(
 				"until") ", NULL::int, response_status, response_headers, "
 					 "response_body, response_is_json, NULL::bigint, i FROM ("
@@ -124,7 +136,7 @@ static const struct db_stmt st_complete_current = {
 		"u.by") "), completed_until = clock_timestamp() + make_interval(secs => u.audit) "
 			"FROM u JOIN locked l ON l.tenant_id = u.tenant AND l.token_id = u.id "
 			"WHERE rec.tenant_id = u.tenant AND rec.token_id = u.id AND rec.state = 'in_progress' "
-			"AND rec.expires_at > clock_timestamp() AND " FENCE_ATTEMPT " "
+			"AND " COMPLETE_LIVE " AND " FENCE_ATTEMPT " "
 			"AND u.status BETWEEN 100 AND 599 "
 			"RETURNING u.i, rec.response_status, rec.response_headers, rec.response_body, "
 			"rec.response_is_json, rec.expires_at, rec.fingerprint) "
@@ -236,7 +248,7 @@ static int store_claim_row(const PGresult *r, int row, struct claim_result *res)
 	res->cr_record_expires_at = res->cr_outcome == CLAIM_REPLAY ? res->cr_lease_expires_at : 0;
 	res->cr_retry_after = (int)store_i64(r, row, 3);
 	res->cr_current_version = store_i64(r, row, 8);
-#ifndef IDEMD_MUTANT_LEASE_FROM_TXN_START
+#ifndef IDEMD_MUTANT_LEASE_SPENT_ACKED
 	/* read after the commit: a claim that waited in PostgreSQL (locks, a
 	 * slow flush) longer than its lease is not acknowledged */
 	if (res->cr_outcome == CLAIM_CLAIMED &&
@@ -382,6 +394,9 @@ static int store_claim_fresh_fits(const struct claim_args *const *a, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		if (a[i]->version_key != NULL)
 			return 0;
+#ifdef IDEMD_MUTANT_BATCH_TWINS
+		continue;
+#endif
 		for (size_t j = 0; j < i; j++)
 			if (store_same_record(a[i]->tenant_id, a[i]->token_id, a[j]->tenant_id,
 					      a[j]->token_id))
@@ -444,8 +459,8 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 
 	if (ra == NULL || rr == NULL || done == NULL || store_claim_arrays(arrs, a, n) < 0)
 		goto out;
-	const char *v[9] = { arrs[0].sa_buf, arrs[1].sa_buf, arrs[2].sa_buf,
-			     arrs[3].sa_buf, arrs[4].sa_buf, arrs[5].sa_buf,
+	const char *v[9] = { arrs[0].sa_buf, arrs[1].sa_buf,  arrs[2].sa_buf,
+			     arrs[3].sa_buf, arrs[4].sa_buf,  arrs[5].sa_buf,
 			     arrs[6].sa_buf, arrs[11].sa_buf, arrs[12].sa_buf };
 	if ((r = store_run(&st_claim_fresh, v, NULL, NULL)) == NULL ||
 	    store_claim_fresh_rows(r, res, done, n) < 0)

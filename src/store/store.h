@@ -72,6 +72,19 @@ int store_api_key_revoke(const char *tenant, uint32_t key_id, int *tenant_found,
 int store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tenant_id,
 			uint32_t *key_id, int *found) IDEMD_WUR;
 int store_tenant_by_name(const char *name, uint32_t *tenant_id, int *found) IDEMD_WUR;
+/* One API key as every instance keeps it in memory (auth.c). */
+struct api_key_row {
+	uint8_t ak_hash[STORE_HASH_BYTES];
+	uint32_t ak_tenant_id;
+	uint32_t ak_key_id;
+};
+/* Every API key: *KEYS is new (free() it; NULL when there are none), *N
+ * how many. -1 when the database did not answer. */
+int store_api_keys_all(struct api_key_row **keys, size_t *n) IDEMD_WUR;
+/* How many API keys there are and the sum of their ids: key ids only grow,
+ * so any key added or removed changes the pair (one cheap read decides
+ * whether store_api_keys_all is worth running). -1 when not answered. */
+int store_api_keys_sum(int64_t *count, int64_t *sum) IDEMD_WUR;
 
 /* Operations. */
 int store_operation_put(struct operation *op, int *created) IDEMD_WUR;

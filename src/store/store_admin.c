@@ -3,6 +3,7 @@
 
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,13 @@ static const struct db_stmt st_apikey_revoke = {
 static const struct db_stmt st_tenant_by_key = {
 	ST_TENANT_BY_KEY, "tenant_by_key", "SELECT tenant_id, id FROM api_keys WHERE key_hash = $1",
 	1
+};
+static const struct db_stmt st_apikeys_all = {
+	ST_APIKEYS_ALL, "apikeys_all",
+	"SELECT tenant_id, id, encode(key_hash, 'hex') FROM api_keys", 0
+};
+static const struct db_stmt st_apikeys_sum = {
+	ST_APIKEYS_SUM, "apikeys_sum", "SELECT count(*), coalesce(sum(id), 0) FROM api_keys", 0
 };
 static const struct db_stmt st_tenant_by_name = { ST_TENANT_BY_NAME, "tenant_by_name",
 						  "SELECT id FROM tenants WHERE name = $1", 1 };
@@ -203,6 +211,46 @@ int store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tena
 	*tenant_id = *found ? (uint32_t)o[0] : 0;
 	*key_id = *found ? (uint32_t)o[1] : 0;
 	return rows < 0 ? -1 : 0;
+}
+
+int store_api_keys_all(struct api_key_row **keys, size_t *n)
+{
+	PGresult *r = store_run(&st_apikeys_all, NULL, NULL, NULL);
+	int ret = -1, rows = r != NULL ? PQntuples(r) : -1;
+	struct api_key_row *k = NULL;
+	size_t got = 0;
+
+	if (rows < 0)
+		goto done;
+	if (rows > 0 && (k = calloc((size_t)rows, sizeof(*k))) == NULL)
+		goto done;
+	for (int i = 0; i < rows; i++) {
+		const char *hex = PQgetvalue(r, i, 2);
+		if (sodium_hex2bin(k[got].ak_hash, sizeof(k[got].ak_hash), hex, strlen(hex), NULL,
+				   NULL, NULL) != 0)
+			continue; /* the schema holds 32 bytes; never seen */
+		k[got].ak_tenant_id = (uint32_t)store_i64(r, i, 0);
+		k[got].ak_key_id = (uint32_t)store_i64(r, i, 1);
+		got++;
+	}
+	*keys = k;
+	*n = got;
+	k = NULL;
+	ret = 0;
+done:
+	free(k);
+	PQclear(r);
+	return ret;
+}
+
+int store_api_keys_sum(int64_t *count, int64_t *sum)
+{
+	int64_t o[2];
+	int rows = store_ints(&st_apikeys_sum, NULL, NULL, NULL, o, 2);
+
+	*count = o[0];
+	*sum = o[1];
+	return rows == 1 ? 0 : -1;
 }
 
 int store_tenant_by_name(const char *name, uint32_t *tenant_id, int *found)

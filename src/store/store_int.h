@@ -65,6 +65,8 @@ enum {
 	ST_STATS_STALE,
 	ST_ANALYZE_RECORDS,
 	ST_ANALYZE_EVENTS,
+	ST_APIKEYS_ALL,
+	ST_APIKEYS_SUM,
 };
 
 /* Who did it, for the audit trail; never NULL in a statement. */

@@ -20,7 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import BIN, Client, Idemd, assert_status, psql, uniq  # noqa: E402
+from harness import BIN, Client, Idemd, assert_status, conninfo, psql, uniq  # noqa: E402
 
 
 def read(path):
@@ -148,8 +148,8 @@ class CheckConfig(unittest.TestCase):
         os.mkdir(empty)
         e = {k: v for k, v in os.environ.items()
              if k not in ("IDEMD_CONFIG", "IDEMD_DATABASE_URL", "IDEMD_LISTEN")}
-        where = ("no config file found (no --config, $IDEMD_CONFIG unset, no idemd.json "
-                 "in the current directory)")
+        where = ("no config file found (looked for --config FILE, $IDEMD_CONFIG, ./idemd.json "
+                 "and ./.idemd/idemd.json (the quick start's))")
         p = subprocess.run([BIN, "check-config"], env=e, cwd=empty,
                            capture_output=True, text=True, timeout=10)
         self.assertEqual(p.returncode, 2, p.stderr)
@@ -160,6 +160,27 @@ class CheckConfig(unittest.TestCase):
                            capture_output=True, text=True, timeout=10)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn(where, p.stderr)
+
+    def test_finds_the_quick_starts_config(self):
+        os.mkdir(os.path.join(self.tmp, ".idemd"))
+        with open(os.path.join(self.tmp, ".idemd", "idemd.json"), "w") as f:
+            json.dump(self.valid(), f)
+        e = {k: v for k, v in os.environ.items()
+             if k not in ("IDEMD_CONFIG", "IDEMD_DATABASE_URL", "IDEMD_LISTEN")}
+        p = subprocess.run([BIN, "check-config"], env=e, cwd=self.tmp,
+                           capture_output=True, text=True, timeout=10)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("config file .idemd/idemd.json (from ./.idemd/idemd.json, the quick "
+                      "start's) is valid", p.stderr)
+
+    def test_routes_tenant_unchecked_without_database(self):
+        cfg = self.valid()
+        cfg["routes"] = [{"method": "POST", "path": "/orders", "tenant": "acme",
+                          "operation": "order.create", "upstream": "http://127.0.0.1:9/"}]
+        p = self.check(cfg)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("the database could not be read (unreachable or not migrated): the "
+                      "routes' tenants were not checked", p.stderr)
 
     def test_valid_full_file_exits_0(self):
         cfg = self.valid()
@@ -435,6 +456,22 @@ class TenantCreate(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.idemd.cleanup()
+
+    def test_check_config_refuses_a_route_of_an_unknown_tenant(self):
+        name = uniq("tenant")
+        self.idemd.tenant_create(name)
+        path = os.path.join(self.idemd.tmp, "routes.json")
+        for tenant, rc in ((name, 0), (uniq("nosuch"), 2)):
+            with open(path, "w") as f:
+                json.dump({"database_url": conninfo(self.idemd.db),
+                           "routes": [{"method": "POST", "path": "/orders", "tenant": tenant,
+                                       "operation": "order.create",
+                                       "upstream": "http://127.0.0.1:9/"}]}, f)
+            p = subprocess.run([BIN, "--config", path, "check-config"], capture_output=True,
+                               text=True, timeout=10)
+            self.assertEqual(p.returncode, rc, p.stderr)
+        self.assertIn('routes[0] (POST /orders) names tenant "%s", which does not exist'
+                      % tenant, p.stderr)
 
     def test_prints_tenant_and_api_key(self):
         name = uniq("tenant")

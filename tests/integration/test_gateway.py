@@ -273,6 +273,21 @@ class Gateway(IdemdCase):
         assert_problem(self, self.submit(tok, body=b"a=2"), 422, "fingerprint_mismatch")
         self.assertEqual(len(self.up.requests(tid)), 1)
 
+    def test_default_fingerprint_is_json_meaning(self):
+        # "auto", the default: a JSON body by its canonical JSON (the rule of
+        # the API and every client), any other body byte for byte (above)
+        tok, tid, _ = self.token()
+        self.assert_forwarded(self.submit(tok, body=b'{"amount":4200,"cart":"c-1"}'), "false")
+        self.assert_forwarded(self.submit(tok, body=b'{ "cart": "c-1",\n "amount": 4200 }'),
+                              "true")
+        assert_problem(self, self.submit(tok, body=b'{"amount":4201,"cart":"c-1"}'), 422,
+                       "fingerprint_mismatch")
+        # the query is part of the request: another one is another request
+        assert_problem(self, self.submit(tok, path="/orders?coupon=1",
+                                         body=b'{"amount":4200,"cart":"c-1"}'), 422,
+                       "fingerprint_mismatch")
+        self.assertEqual(len(self.up.requests(tid)), 1)
+
     # ---- in flight, upstream failures
 
     def test_duplicate_while_in_flight_409(self):

@@ -19,6 +19,10 @@ fix:
   - a body whose JSON would take far more memory than its size (a batch
     or a webhook of "[{},{},…]") is 413, and several of them at once leave
     idemd's peak memory small.
+  - an IPv6 peer is one client per ipv6_client_prefix (unit
+    test_http_budget shows the prefixes; loopback has one IPv6 address,
+    so here a flood over ::1 is shown to be counted as one client, for
+    the body share and for the unknown-key lookups, with the key read).
 (libmicrohttpd's own log messages lose the request's path: unit
 test_http_helpers, test_redact_paths.)
 """
@@ -483,6 +487,118 @@ class Quotas(IdemdCase):
                                              {"attempt": 1, "status": 200}), 200)
         for _ in range(5):
             assert_status(self, self.client.post(p % "k0", {}), 200)
+
+
+def free_port6():
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+        s.bind(("::1", 0))
+        return s.getsockname()[1]
+
+
+class Ipv6Clients(IdemdCase):
+    """idemd on [::1] (its /healthz on an IPv4 admin_listen, which the
+    harness polls), a body budget of 4 MiB (1 MiB a client)."""
+
+    start_server = False
+
+    @classmethod
+    def setUpClass(cls):
+        cls.up = Upstream()
+        try:
+            super().setUpClass()
+            cls.port6 = free_port6()
+            cls.idemd.extra_config.update({
+                "listen": "[::1]:%d" % cls.port6,
+                "admin_listen": "127.0.0.1:%d" % cls.idemd.port,
+                "ipv6_client_prefix": 64,
+                "max_inflight_body_bytes": BUDGET,
+                "max_body_bytes": 2 * 1024 * 1024,
+                "routes": [{"method": "POST", "path": "/hooks", "tenant": "acme",
+                            "operation": "hook.receive",
+                            "upstream": "http://127.0.0.1:%d/hook" % cls.up.port,
+                            "key": "json:/id", "fingerprint": "none",
+                            "scope_headers": []}],
+            })
+            cls.idemd.write_config()
+            cls.server = cls.idemd.start()
+            cls.client = harness.Client(cls.port6, cls.api_key, host="::1")
+            r = cls.client.put("/v1/operations/hook.receive", harness.DEFAULT_POLICY)
+            assert r.status in (200, 201), r.describe()
+        except BaseException:
+            cls.up.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.up.stop()
+
+    def send6(self, data, timeout=5):
+        s = socket.create_connection(("::1", self.port6), timeout=timeout)
+        s.sendall(data)
+        return s
+
+    def test_the_key_is_checked(self):
+        try:
+            for bad in (0, 129, "64"):
+                p = self.idemd.run("check-config",
+                                   config=self.idemd.write_config(ipv6_client_prefix=bad))
+                self.assertEqual(p.returncode, 2, "ipv6_client_prefix %r: %s" % (bad, p.stderr))
+                self.assertIn("ipv6_client_prefix", p.stderr)
+        finally:
+            self.idemd.write_config()
+        self.assertEqual(self.idemd.run("check-config").returncode, 0)
+
+    def test_flood_over_ipv6_is_one_client_for_the_body_share(self):
+        held = []
+        try:
+            # 0.75 MiB declared and held: within the 1 MiB share
+            held.append(self.send6(b"POST /hooks HTTP/1.1\r\nHost: x\r\n"
+                                   b"Content-Type: application/json\r\n"
+                                   b"Content-Length: 786432\r\n\r\n{"))
+            time.sleep(0.3)
+            self.assertIsNone(read_status(held[0], 0.5), "the first body was not held")
+            # the same client's second one passes the share: 503 at once
+            s = self.send6(b"POST /hooks HTTP/1.1\r\nHost: x\r\n"
+                           b"Content-Type: application/json\r\n"
+                           b"Content-Length: 786432\r\n\r\n{")
+            held.append(s)
+            self.assertEqual(read_status(s, 3), 503, "::1 was not counted as one client")
+        finally:
+            for s in held:
+                s.close()
+        time.sleep(0.3)
+        body = ('{"id":"%s"}' % uniq("v")).encode()
+        s = self.send6(b"POST /hooks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+        try:
+            self.assertEqual(read_status(s, 5), 201, "the share was not given back")
+        finally:
+            s.close()
+
+    def test_unknown_key_flood_over_ipv6_is_one_client(self):
+        statuses = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and 503 not in statuses:
+            s = self.send6(("GET /v1/operations HTTP/1.1\r\nHost: x\r\nAuthorization: "
+                            "Bearer idk_%s\r\nConnection: close\r\n\r\n"
+                            % (uuid.uuid4().hex + uuid.uuid4().hex)[:43]).encode())
+            try:
+                statuses.append(read_status(s, 5))
+            finally:
+                s.close()
+        self.assertIn(503, statuses, "no share of lookups for ::1 in %d requests (%r)"
+                      % (len(statuses), sorted(set(statuses))))
+        # the whole 1000 a second was not reached: the client's 100 was
+        self.assertLess(statuses.index(503), 400, statuses.count(401))
+        s = self.send6(("GET /v1/operations HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                        "%s\r\nConnection: close\r\n\r\n" % self.api_key).encode())
+        try:
+            self.assertEqual(read_status(s, 5), 200, "a genuine key waited on the share")
+        finally:
+            s.close()
 
 
 if __name__ == "__main__":

@@ -154,7 +154,7 @@ class ServeAndReadiness(unittest.TestCase):
         psql("DELETE FROM schema_migrations WHERE name = '%s'" % last, db=self.idemd.db)
         r = c.get("/readyz")
         j = assert_status(self, r, 503)
-        self.assertEqual(j, {"status": "not_ready", "reason": "schema not current"})
+        self.assertEqual((j["status"], j["reason"]), ("not_ready", "schema not current"))
         self.assertIsNotNone(r.header("retry-after"), r.describe())
         # a future migration does not make up for a missing one
         psql("INSERT INTO schema_migrations(name, checksum) VALUES ('%s', '%s')"

@@ -62,6 +62,38 @@ class RecordsCli(IdemdCase):
         head = p.stdout.splitlines()[0].split()
         self.assertEqual(head[:4], ["id", "tenant", "operation", "state"])
 
+    def test_tenant_text_never_drives_the_terminal(self):
+        """Issue 38: a subject holding ESC, BEL, CR, LF, DEL and C1 came out
+        of `records list/show --format table` raw: it retitled the
+        terminal, cleared the screen and forged a row."""
+        op = self.put_operation(lease_seconds=3600)
+        evil = ("u\x1b]0;pwned\x07\x1b[2J\r\n" + "f" * 32
+                + "  acme  forged\x7f\x9b[31m\x85")
+        path = "/v1/operations/%s/keys/%s/claim" % (op, uniq("evil"))
+        r = self.client.post(path, {"subject": evil})
+        rid = assert_status(self, r, 201)["id"]
+
+        def safe(out, what):
+            for i, ch in enumerate(out):
+                c = ord(ch)
+                self.assertFalse((c < 0x20 and ch != "\n") or 0x7f <= c <= 0x9f,
+                                 "%s: control U+%04X at %d: %r" % (what, c, i, out))
+
+        for args in (("show", rid, "--format", "table"),
+                     ("list", "--tenant", "acme", "--operation", op, "--format", "table")):
+            p = self.idemd.run("records", *args)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            safe(p.stdout, " ".join(args))
+            lines = p.stdout.splitlines()
+            self.assertEqual(len(lines), 2, "a header and one row, no forged one: %r" % lines)
+            self.assertIn("\\e]0;pwned\\x07\\e[2J\\r\\n", lines[1])
+            self.assertIn("\\x7f\\u009b[31m\\u0085", lines[1])
+        for args in (("show", rid), ("list", "--tenant", "acme", "--operation", op)):
+            p = self.idemd.run("records", *args)
+            safe(p.stdout, " ".join(args))
+            rows = [json.loads(ln) for ln in p.stdout.splitlines()]
+            self.assertEqual([x["subject"] for x in rows], [evil], "JSON reads back the same")
+
     def test_refusals(self):
         for args in (("show", "xyz"), ("release", "0" * 32), ("list", "--state", "gone"),
                      ("list", "--older-than", "-1"), ("list", "--format", "yaml"),

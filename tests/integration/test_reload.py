@@ -64,6 +64,69 @@ class Reload(IdemdCase):
     def submit(self, c, path, key=None):
         return c.post(path, {"n": 1}, headers={"Idempotency-Key": key or uniq("k")})
 
+    def metric(self, c, name):
+        for ln in c.get("/metrics").body.decode().splitlines():
+            if ln.startswith(name + " "):
+                return float(ln.split()[1])
+        self.fail("no %s in /metrics" % name)
+
+    def test_reload_without_limit(self):
+        """Issue 38: after 64 reloads the 65th only logged "64 reloads
+        already" and ignored the file. Now 150 reloads, under load, each
+        put in force; what they replaced is freed; /metrics and /readyz say
+        the generation and the last result."""
+        self.write(cors_origins=["https://gen0.example"], routes=[self.route("/r", "/g0")])
+        srv = self.idemd.start()
+        c = Client(srv.port, self.api_key)
+        self.assertIn(c.put("/v1/operations/order.create", harness.DEFAULT_POLICY).status,
+                      (200, 201))
+        anon = Client(srv.port)
+        stop, bad = threading.Event(), []
+
+        def load():
+            an = Client(srv.port)
+            while not stop.is_set():
+                r = self.submit(an, "/r")
+                if r.status != 201:
+                    bad.append(r.describe())
+        ts = [threading.Thread(target=load) for _ in range(2)]
+        for t in ts:
+            t.start()
+        n = 150
+        try:
+            for i in range(1, n + 1):
+                self.write(cors_origins=["https://gen%d.example" % i],
+                           routes=[self.route("/r", "/g%d" % i)])
+                self.reload(srv, "reloaded")
+        finally:
+            stop.set()
+            for t in ts:
+                t.join(10)
+        self.assertEqual(bad, [], "wrong answers around the reloads")
+        self.assertEqual(self.submit(anon, "/r").status, 201)
+        self.assertEqual(self.up.requests()[-1]["path"], "/g%d" % n, "the last reload in force")
+        pre = anon.request("OPTIONS", "/v1/tokens", headers={
+            "Origin": "https://gen%d.example" % n, "Access-Control-Request-Method": "POST"})
+        self.assertEqual(pre.status, 204)
+        self.assertEqual(self.metric(anon, "idemd_config_generation"), n + 1)
+        self.assertEqual(self.metric(anon, "idemd_config_last_reload_successful"), 1)
+        deadline = time.monotonic() + 5
+        while self.metric(anon, "idemd_config_retired") > 0:
+            self.assertLess(time.monotonic(), deadline, "replaced configurations not freed")
+            time.sleep(0.2)
+        j = assert_status(self, anon.get("/readyz"), 200)
+        self.assertEqual((j["config"]["generation"], j["config"]["last_reload"]), (n + 1, "ok"))
+        # a refused reload: the generation stays, the result says so
+        with open(self.idemd.config_path, "w") as f:
+            f.write('{"routes": [')
+        self.reload(srv, "refused")
+        self.assertEqual(self.metric(anon, "idemd_config_generation"), n + 1)
+        self.assertEqual(self.metric(anon, "idemd_config_last_reload_successful"), 0)
+        j = assert_status(self, anon.get("/readyz"), 200)
+        self.assertEqual(j["config"]["last_reload"], "refused")
+        self.assertEqual(self.submit(anon, "/r").status, 201)
+        self.assertEqual(srv.stop(), 0)
+
     def test_reload_under_load(self):
         base = {"cors_origins": [OLD_ORIGIN],
                 "routes": [self.route("/a", "/a1"), self.route("/c", "/c1")]}

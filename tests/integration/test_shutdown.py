@@ -71,6 +71,25 @@ class Shutdown(unittest.TestCase):
         rc, _ = self.wait_exit(5)
         self.assertEqual(rc, 0, self.srv.stderr_text()[-2000:])
 
+    def test_reload_line_is_written_at_log_level_warn(self):
+        # the operator who sent SIGHUP must see that it took effect, whatever
+        # the level (docs/operations.md, "Reloading the configuration")
+        self.srv.kill()
+        self.idemd.write_config(log_level="warn")
+        try:
+            self.srv = self.idemd.start()
+            self.srv.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 5
+            while "serve: reloaded" not in self.srv.stderr_text() \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertIn("serve: reloaded", self.srv.stderr_text())
+            self.assertNotIn('"level":"info","msg":"gateway', self.srv.stderr_text())
+        finally:
+            self.srv.kill()
+            self.idemd.write_config()
+            self.srv = self.idemd.start()
+
     def test_idle_keepalive_connection_does_not_block_shutdown(self):
         conn = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=10)
         conn.request("GET", "/healthz")

@@ -15,16 +15,16 @@ async function capture(paymentId, amount) {
   return r.response;
 }
 
-const first = await capture('p-1001', 1250);
-const again = await capture('p-1001', 1250);   // the function does not run again
+const first = await capture('p-1002', 1250);
+const again = await capture('p-1002', 1250);   // the function does not run again
 console.log(first.status, JSON.stringify(again) === JSON.stringify(first));   // 201 true
 try {
-  await capture('p-1001', 9999);               // same key, another request
+  await capture('p-1002', 9999);               // same key, another request
 } catch (e) {
   if (e instanceof FingerprintMismatchError) console.log(e.status, e.code);   // 422 fingerprint_mismatch
 }
 
-const events = [{ id: 'evt_1', to: 'a@example.com' }, { id: 'evt_2', to: 'b@example.com' }];
+const events = [{ id: 'evt_3', to: 'a@example.com' }, { id: 'evt_4', to: 'b@example.com' }];
 const outcomes = await client.consume(OPERATION, events, {
   key: (m) => `email:${m.id}`,
   handler: async (m) => ({ sent_to: m.to }),

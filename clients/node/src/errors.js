@@ -24,6 +24,19 @@ export class TransportError extends IdemdError {
   }
 }
 
+const TITLES = {
+  400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found',
+  405: 'Method Not Allowed', 408: 'Request Timeout', 409: 'Conflict', 410: 'Gone',
+  412: 'Precondition Failed', 413: 'Content Too Large', 415: 'Unsupported Media Type',
+  422: 'Unprocessable Content', 428: 'Precondition Required', 429: 'Too Many Requests',
+  500: 'Internal Server Error', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout',
+};
+
+/** The title idemd gives a problem of STATUS (RFC 9110's reason phrase),
+ * for the problems the client makes itself; idemd's own are passed on
+ * unchanged. */
+export const problemTitle = (status) => TITLES[status] ?? 'Error';
+
 const CODES = [
   'invalid_request', 'idempotency_key_missing', 'token_malformed', 'unauthorized',
   'token_invalid', 'token_scope_mismatch', 'not_found', 'method_not_allowed',

@@ -1,7 +1,7 @@
 // Express middleware: makes a route idempotent by token or by caller key,
 // both taken from the Idempotency-Key header. Works with Express 4 and 5 (it
 // uses only Node's request/response API).
-import { IdemdError } from './errors.js';
+import { IdemdError, problemTitle } from './errors.js';
 
 // Never stored: hop-by-hop, framing, CORS grants, cookies, and the headers
 // idemd sets itself (it refuses them in a completion).
@@ -37,8 +37,9 @@ export function parseIdempotencyKey(value) {
 
 const isJson = (ct) => /^application\/([a-z0-9.+-]*\+)?json\b/i.test(ct ?? '');
 
-function sendProblem(res, status, code, detail, headers = {}) {
-  const body = JSON.stringify({ type: `https://idemd.dev/problems/${code}`, title: code, status, detail, code });
+function sendProblem(res, status, code, detail, headers = {}, problem = null) {
+  const body = JSON.stringify(problem && problem.code === code ? problem
+    : { type: `https://idemd.dev/problems/${code}`, title: problemTitle(status), status, detail, code });
   res.statusCode = status;
   for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
   res.setHeader('content-type', 'application/problem+json');
@@ -104,7 +105,7 @@ export function idempotent(client, options = {}) {
         const h = {};
         if (err.headers['retry-after']) h['retry-after'] = err.headers['retry-after'];
         if (err.headers.etag) h.etag = err.headers.etag;
-        return sendProblem(res, err.status, err.code, err.detail, h);
+        return sendProblem(res, err.status, err.code, err.detail, h, err.problem);
       }
       return next(err);
     }

@@ -282,6 +282,10 @@ function checkError(p, err) {
   }
   if ('status' in p && err.status !== p.status) return `expected status ${p.status}, got ${err.status} (${err.message})`;
   if ('retry_after' in p && err.retryAfter !== p.retry_after) return `expected retry_after ${p.retry_after}, got ${err.retryAfter}`;
+  if ('problem' in p) {
+    const r = match(p.problem, err.problem, '$.error.problem');
+    if (r) return r;
+  }
   if ('current_version' in p && err.currentVersion !== p.current_version) {
     return `expected current_version ${p.current_version}, got ${err.currentVersion}`;
   }

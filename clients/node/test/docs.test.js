@@ -30,7 +30,7 @@ test('docs/clients/node.md: the examples run', () => {
       });
       const lines = out.trim().split('\n');
       assert.deepEqual(lines.slice(0, 2), ['201 true', '422 fingerprint_mismatch'], out);
-      assert.ok(lines.includes('email:evt_1 processed ack'), out);
+      assert.ok(lines.includes('email:evt_3 processed ack'), out);
     } finally {
       rmSync(copy, { force: true });
     }

@@ -78,14 +78,24 @@ test('by caller key: the route runs once, duplicates get the stored answer', asy
   assert.equal(stored.response.headers['content-length'], undefined);
   const r3 = await post('/orders', key, { amount: 6 });
   assert.equal(r3.status, 422);
-  assert.equal((await r3.json()).code, 'fingerprint_mismatch');
+  const p3 = await r3.json();
+  assert.equal(p3.code, 'fingerprint_mismatch');
+  assert.equal(p3.title, 'Unprocessable Content'); // idemd's own problem, unchanged
+  const r4 = await fetch(`${base}/orders`, {   // the same JSON meaning, other bytes
+    method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key },
+    body: '{ "amount": 5 }',
+  });
+  assert.equal(r4.status, 201);
+  assert.equal(r4.headers.get('idempotent-replayed'), 'true');
 });
 
 test('no key: 400 idempotency_key_missing; a bad key: 400 idempotency_key_invalid', async () => {
   const r = await post('/orders', null);
   assert.equal(r.status, 400);
   assert.equal(r.headers.get('content-type'), 'application/problem+json');
-  assert.equal((await r.json()).code, 'idempotency_key_missing');
+  const p = await r.json();
+  assert.equal(p.code, 'idempotency_key_missing');
+  assert.equal(p.title, 'Bad Request');
   const bad = await post('/orders', 'x'.repeat(300));
   assert.equal(bad.status, 400);
   assert.equal((await bad.json()).code, 'idempotency_key_invalid');

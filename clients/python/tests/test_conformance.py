@@ -392,6 +392,10 @@ def check_error(pattern, err, handler_errors):
     if "retry_after" in pattern and (err.retry_after is None or
                                      abs(err.retry_after - pattern["retry_after"]) > 1e-6):
         return "expected retry_after %s, got %s" % (pattern["retry_after"], err.retry_after)
+    if "problem" in pattern:
+        r = match(pattern["problem"], err.problem, "$.error.problem")
+        if r:
+            return r
     if "current_version" in pattern:
         cv = getattr(err, "current_version", None)
         if cv != pattern["current_version"]:

@@ -176,6 +176,7 @@ static void test_defaults(void **state)
 	assert_int_equal(cfg.connection_timeout_seconds, 30);
 	assert_int_equal(cfg.max_connections_per_ip, 1024);
 	assert_int_equal(cfg.max_inflight_body_bytes, 64 * 1024 * 1024);
+	assert_int_equal(cfg.ipv6_client_prefix, 64);
 	assert_int_equal(cfg.request_timeout_seconds, 30);
 	assert_int_equal(cfg.database_timeout_ms, 10000);
 	assert_int_equal(cfg.max_waiters, 10000);
@@ -200,7 +201,7 @@ static void test_every_key(void **state)
 		       "'routes':[" ROUTE_OK "],'max_connections':100000,"
 		       "'connection_timeout_seconds':1,'issue_rate_per_second':2.5,"
 		       "'max_connections_per_ip':0,'max_inflight_body_bytes':68719476736,"
-		       "'request_timeout_seconds':3600,"
+		       "'request_timeout_seconds':3600,'ipv6_client_prefix':128,"
 		       "'issue_burst':1000000,'tls_cert_file':'c.pem','tls_key_file':'k.pem'");
 	assert_string_equal(cfg.listen_host, "::1");
 	assert_int_equal(cfg.listen_port, 9090);
@@ -218,6 +219,7 @@ static void test_every_key(void **state)
 	assert_int_equal(cfg.max_connections_per_ip, 0);
 	assert_true(cfg.max_inflight_body_bytes == (size_t)68719476736ULL);
 	assert_int_equal(cfg.request_timeout_seconds, 3600);
+	assert_int_equal(cfg.ipv6_client_prefix, 128);
 	assert_true(cfg.issue_rate_per_second == 2.5);
 	assert_int_equal(cfg.issue_burst, 1000000);
 	assert_string_equal(cfg.tls_cert_file, "c.pem");
@@ -306,6 +308,10 @@ static void test_ranges(void **state)
 		  "config: \"max_connections_per_ip\" must be between 0 and 100000" },
 		{ "'max_inflight_body_bytes':1048575",
 		  "config: \"max_inflight_body_bytes\" must be between 1048576 and 68719476736" },
+		{ "'ipv6_client_prefix':0",
+		  "config: \"ipv6_client_prefix\" must be between 1 and 128" },
+		{ "'ipv6_client_prefix':129",
+		  "config: \"ipv6_client_prefix\" must be between 1 and 128" },
 		{ "'connection_timeout_seconds':3601",
 		  "config: \"connection_timeout_seconds\" must be between 1 and 3600" },
 		{ "'issue_rate_per_second':-0.5",
@@ -577,7 +583,7 @@ static void test_routes_valid(void **state)
 	assert_int_equal(r->n_scope_headers, 2);
 	assert_string_equal(r->scope_headers[0], "authorization");
 	assert_string_equal(r->scope_headers[1], "cookie");
-	assert_string_equal(r->fingerprint, "bytes");
+	assert_string_equal(r->fingerprint, "auto");
 	assert_true(r->release_on[500] && r->release_on[599]);
 	assert_false(r->release_on[499] || r->release_on[429] || r->release_on[200]);
 	assert_string_equal(r->method, "PUT");
@@ -724,7 +730,7 @@ static void test_routes_invalid(void **state)
 		{ "scope_headers", "['bad name']",
 		  "config: \"routes[0].scope_headers[0]\" must be a header name" },
 		{ "fingerprint", "'md5'",
-		  "config: \"routes[0].fingerprint\" must be \"bytes\", \"json\" or \"none\"" },
+		  "config: \"routes[0].fingerprint\" must be \"auto\", \"bytes\", \"json\" or \"none\"" },
 		{ "release_on", "'5xx'",
 		  "config: \"routes[0].release_on\" must be an array of statuses and classes like [\"5xx\", 429]" },
 		{ "release_on", "[99]",

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <cmocka.h>
 #include <string.h>
@@ -484,6 +485,115 @@ static void test_forward_invalid_args(void **state)
 	expect_invalid(f, LEN(f), &a);
 }
 
+/* Lays out RAW (LEN bytes, a request's header section) as libmicrohttpd
+ * 0.9.75 does in place (connection.c: get_next_header_line turns CRLF or
+ * LF into NULs, process_header_line the colon into a NUL and skips blanks,
+ * the value is strlen'd; process_broken_line joins a line that starts with
+ * a blank onto a copy of the name) and runs the tiling check over it. */
+static int tiled_like_mhd(const char *raw, size_t len)
+{
+	static char block[1024], moved[8][64];
+	struct headers_tiling t;
+	const char *name = NULL, *value = NULL;
+	size_t nmoved = 0, first = 0, at = 0;
+
+	assert_true(len < sizeof(block));
+	memcpy(block, raw, len);
+	for (int line = 0;; line++) {
+		size_t start = at;
+		while (at < len && block[at] != '\n' &&
+		       !(block[at] == '\r' && at + 1 < len && block[at + 1] == '\n'))
+			at++;
+		assert_true(at < len);
+		if (block[at] == '\r')
+			block[at++] = '\0';
+		block[at++] = '\0';
+		if (line == 0) {
+			first = strlen(block); /* where the version's strlen ends */
+			headers_tiling_begin(&t, block, len, first);
+			continue;
+		}
+		if (name != NULL && (block[start] == ' ' || block[start] == '\t')) {
+			const char *tail = block + start + strspn(block + start, " \t");
+			assert_true(nmoved < 8);
+			snprintf(moved[nmoved], sizeof(moved[0]), "%s%s", name, tail);
+			name = moved[nmoved++];
+			continue;
+		}
+		if (name != NULL)
+			headers_tiling_field(&t, name, strlen(name), value, strlen(value));
+		if (block[start] == '\0')
+			break;
+		char *colon = strchr(block + start, ':');
+		assert_non_null(colon);
+		*colon = '\0';
+		name = block + start;
+		value = colon + 1 + strspn(colon + 1, " \t");
+	}
+	assert_int_equal(at, len);
+	return headers_tiling_end(&t);
+}
+
+#define TILED(lit) tiled_like_mhd(lit, sizeof(lit) - 1)
+
+static void test_tiling_plain(void **state)
+{
+	(void)state;
+	assert_true(TILED("GET / HTTP/1.1\r\nHost: a\r\nX-Note: b c\r\n\r\n"));
+	assert_true(TILED("GET / HTTP/1.1\r\n\r\n"));
+	assert_true(TILED("GET / HTTP/1.1\nHost: a\nX-Note:b\n\n"));
+	assert_true(TILED("GET / HTTP/1.1\r\nHost: a\nX-Note: \t b\t\r\n\n"));
+	assert_true(TILED("GET / HTTP/1.1\r\nX-Empty:\r\nX-Blank:   \r\n\r\n"));
+	assert_true(TILED("GET / HTTP/1.1\r\nX-Text: caf\xc3\xa9\r\n\r\n"));
+}
+
+static void test_tiling_nul_in_value(void **state)
+{
+	(void)state;
+	assert_false(TILED("GET / HTTP/1.1\r\nX-Note: a\0b\r\nHost: a\r\n\r\n"));
+	assert_false(TILED("GET / HTTP/1.1\r\nHost: a\r\nX-Note: a\0b\r\n\r\n"));
+	assert_false(TILED("GET / HTTP/1.1\r\nX-Note: \0b\r\n\r\n"));
+	assert_false(TILED("GET / HTTP/1.1\r\nX-Note: a\0\r\nHost: a\r\n\r\n"));
+	assert_false(TILED("GET / HTTP/1.1\r\nX-Note: a\0\r\n\r\n"));
+	assert_false(TILED("GET / HTTP/1.1\r\nX-Note: a\0\0\nHost: a\r\n\r\n"));
+	assert_false(TILED("GET / HTTP/1.1\0x\r\nHost: a\r\n\r\n"));
+	/* a NUL right before a bare LF looks like CRLF: nothing follows it */
+	assert_true(TILED("GET / HTTP/1.1\r\nX-Note: a\0\nHost: a\r\n\r\n"));
+}
+
+static void test_tiling_obs_fold(void **state)
+{
+	(void)state;
+	assert_false(TILED("GET / HTTP/1.1\r\nX-Note: a\r\n folded\r\n\r\n"));
+	assert_false(TILED("GET / HTTP/1.1\r\nX-Note: a\r\n\tfolded\r\nHost: a\r\n\r\n"));
+	assert_false(TILED("GET / HTTP/1.1\nX-Note: a\n b\n c\n\n"));
+}
+
+static void test_tiling_bounds(void **state)
+{
+	struct headers_tiling t;
+	const char block[] = "GET\0/\0HTTP/1.1\0\0X\0 v\0\0\0";
+	const char elsewhere[] = "X";
+
+	(void)state;
+	headers_tiling_begin(&t, block, sizeof(block), 14);
+	headers_tiling_field(&t, block + 16, 1, block + 19, 1);
+	assert_true(headers_tiling_end(&t));
+	/* a name outside the block */
+	headers_tiling_begin(&t, block, sizeof(block), 14);
+	headers_tiling_field(&t, elsewhere, 1, block + 19, 1);
+	assert_false(headers_tiling_end(&t));
+	/* a value running past the block */
+	headers_tiling_begin(&t, block, sizeof(block), 14);
+	headers_tiling_field(&t, block + 16, 1, block + 19, 100);
+	assert_false(headers_tiling_end(&t));
+	/* a request line end outside the block */
+	headers_tiling_begin(&t, block, sizeof(block), sizeof(block));
+	assert_false(headers_tiling_end(&t));
+	headers_tiling_begin(&t, NULL, 0, 0);
+	assert_false(headers_tiling_end(&t));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -501,6 +611,10 @@ int main(void)
 		cmocka_unit_test(test_forward_empty_values),
 		cmocka_unit_test(test_forward_invalid_field),
 		cmocka_unit_test(test_forward_invalid_args),
+		cmocka_unit_test(test_tiling_plain),
+		cmocka_unit_test(test_tiling_nul_in_value),
+		cmocka_unit_test(test_tiling_obs_fold),
+		cmocka_unit_test(test_tiling_bounds),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

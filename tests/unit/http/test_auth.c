@@ -10,6 +10,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -39,6 +41,44 @@ int store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tena
 	return rc;
 }
 
+/* The database's keys as store_api_keys_sum and store_api_keys_all answer
+ * them (auth_refresh); known_fail makes both fail. */
+static struct api_key_row known_rows[4];
+static size_t known_n;
+static int64_t known_sum_calls, known_all_calls;
+static int known_fail;
+
+int store_api_keys_sum(int64_t *count, int64_t *sum)
+{
+	known_sum_calls++;
+	*count = (int64_t)known_n;
+	*sum = 0;
+	for (size_t i = 0; i < known_n; i++)
+		*sum += known_rows[i].ak_key_id;
+	return known_fail ? -1 : 0;
+}
+
+int store_api_keys_all(struct api_key_row **keys, size_t *n)
+{
+	known_all_calls++;
+	if (known_fail)
+		return -1;
+	*keys = calloc(known_n + 1, sizeof(**keys));
+	memcpy(*keys, known_rows, known_n * sizeof(**keys));
+	*n = known_n;
+	return 0;
+}
+
+/* Makes the database hold KEY (tenant T, key id T + 1000) as row I. */
+static void known_put(size_t i, const char *key, uint32_t t)
+{
+	auth_key_hash(key, strlen(key), known_rows[i].ak_hash);
+	known_rows[i].ak_tenant_id = t;
+	known_rows[i].ak_key_id = t + 1000;
+	if (i >= known_n)
+		known_n = i + 1;
+}
+
 /* The clock auth.c reads for AUTH_RECHECK_MS, moved by the tests. */
 static int64_t fake_now_ms = 1000000;
 
@@ -52,6 +92,8 @@ static int clear_cache(void **state)
 	(void)state;
 	auth_cache_clear();
 	auth_set_clock(fake_clock);
+	known_n = 0;
+	known_fail = 0;
 	return 0;
 }
 
@@ -426,6 +468,94 @@ static void test_memo_recheck(void **state)
 	auth_memo_wipe(&m2);
 }
 
+/* Issue 38: while one client address spends its whole lookup share on
+ * made-up keys, a genuine key from that same address that no request used
+ * yet (every key, right after a start) is answered from the known set, with
+ * no lookup at all. */
+static void test_known_key_never_waits_on_the_share(void **state)
+{
+	char key[AUTH_KEY_CHARS + 1];
+	uint32_t tenant = 0;
+
+	(void)state;
+	known_put(0, key_a, 42);
+	known_put(1, key_b, 43);
+	assert_int_equal(auth_refresh(), 0);
+	assert_int_equal(auth_known_count(), 2);
+	fake_now_ms = (fake_now_ms / 1000 + 1) * 1000;
+	for (int i = 0; i < 2 * AUTH_LOOKUPS_PER_CLIENT; i++) {
+		snprintf(key, sizeof(key), "idk_%043d", i);
+		if (i < AUTH_LOOKUPS_PER_CLIENT)
+			expect_lookup(key, 0, 0, 0);
+		assert_int_equal(auth_check(key, 7, &tenant),
+				 i < AUTH_LOOKUPS_PER_CLIENT ? AUTH_DENIED : AUTH_UNAVAILABLE);
+	}
+	/* no expect_lookup: the database is not asked */
+	for (int i = 0; i < 20; i++) {
+		assert_int_equal(auth_check(key_a, 7, &tenant), AUTH_OK);
+		assert_int_equal(tenant, 42);
+	}
+	assert_int_equal(auth_check(key_b, 7, &tenant), AUTH_OK);
+	assert_int_equal(tenant, 43);
+}
+
+/* The set is read again only when the keys' count or id sum changed; a key
+ * added then is known without a lookup, a key removed is refused. */
+static void test_known_set_follows_the_database(void **state)
+{
+	char key[AUTH_KEY_CHARS + 1];
+	uint32_t tenant = 0;
+
+	(void)state;
+	known_put(0, key_a, 42);
+	assert_int_equal(auth_refresh(), 0);
+	int64_t reads = known_all_calls;
+	assert_int_equal(auth_refresh(), 0);
+	assert_int_equal(known_all_calls, reads); /* nothing changed: not read */
+	known_put(1, key_b, 43);
+	assert_int_equal(auth_refresh(), 0);
+	assert_int_equal(known_all_calls, reads + 1);
+	assert_int_equal(auth_check(key_b, 3, &tenant), AUTH_OK);
+	assert_int_equal(tenant, 43);
+	/* key_a revoked: gone from the next set, refused after a lookup that
+	 * is not the set's (its share is spent) */
+	known_rows[0] = known_rows[1];
+	known_n = 1;
+	assert_int_equal(auth_refresh(), 0);
+	fake_now_ms = (fake_now_ms / 1000 + 1) * 1000;
+	for (int i = 0; i < AUTH_LOOKUPS_PER_CLIENT; i++) {
+		snprintf(key, sizeof(key), "idk_%043d", i);
+		expect_lookup(key, 0, 0, 0);
+		assert_int_equal(auth_check(key, 3, &tenant), AUTH_DENIED);
+	}
+	assert_int_equal(auth_check(key_a, 3, &tenant), AUTH_UNAVAILABLE);
+	assert_int_equal(auth_check(key_b, 3, &tenant), AUTH_OK);
+	/* a failed read keeps the set as it was */
+	known_fail = 1;
+	assert_int_equal(auth_refresh(), -1);
+	assert_int_equal(auth_check(key_b, 3, &tenant), AUTH_OK);
+}
+
+/* A set not confirmed for AUTH_RECHECK_MS (the janitor late) is asked
+ * about key by key, outside the share: a revoked key is refused in time and
+ * a genuine one still accepted. */
+static void test_known_set_stale_rechecks(void **state)
+{
+	uint32_t tenant = 0;
+
+	(void)state;
+	known_put(0, key_a, 42);
+	known_put(1, key_b, 43);
+	assert_int_equal(auth_refresh(), 0);
+	fake_now_ms += AUTH_RECHECK_MS + 1;
+	expect_lookup(key_a, 0, 0, 0); /* revoked meanwhile */
+	assert_int_equal(auth_check(key_a, 3, &tenant), AUTH_DENIED);
+	assert_int_equal(auth_check(key_a, 3, &tenant), AUTH_DENIED); /* remembered */
+	expect_lookup(key_b, 0, 1, 43);
+	assert_int_equal(auth_check(key_b, 3, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(key_b, 3, &tenant), AUTH_OK); /* cached */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -446,6 +576,9 @@ int main(void)
 		cmocka_unit_test_setup(test_recheck_revoked, clear_cache),
 		cmocka_unit_test_setup(test_recheck_unavailable, clear_cache),
 		cmocka_unit_test_setup(test_memo_recheck, clear_cache),
+		cmocka_unit_test_setup(test_known_key_never_waits_on_the_share, clear_cache),
+		cmocka_unit_test_setup(test_known_set_follows_the_database, clear_cache),
+		cmocka_unit_test_setup(test_known_set_stale_rechecks, clear_cache),
 	};
 
 	if (sodium_init() < 0)

@@ -59,6 +59,35 @@ public final class Problems {
     }
 
     /** Every problem code that has its own class. */
+    /**
+     * The title idemd gives a problem of this status (RFC 9110's reason phrase:
+     * 413 "Content Too Large", 422 "Unprocessable Content"), for the problems a
+     * client makes itself; idemd's own problems are passed on unchanged.
+     */
+    public static String title(int status) {
+        switch (status) {
+            case 400: return "Bad Request";
+            case 401: return "Unauthorized";
+            case 403: return "Forbidden";
+            case 404: return "Not Found";
+            case 405: return "Method Not Allowed";
+            case 408: return "Request Timeout";
+            case 409: return "Conflict";
+            case 410: return "Gone";
+            case 412: return "Precondition Failed";
+            case 413: return "Content Too Large";
+            case 415: return "Unsupported Media Type";
+            case 422: return "Unprocessable Content";
+            case 428: return "Precondition Required";
+            case 429: return "Too Many Requests";
+            case 500: return "Internal Server Error";
+            case 502: return "Bad Gateway";
+            case 503: return "Service Unavailable";
+            case 504: return "Gateway Timeout";
+            default: return "Error";
+        }
+    }
+
     public static Set<String> codes() {
         return Collections.unmodifiableSet(CLASSES.keySet());
     }

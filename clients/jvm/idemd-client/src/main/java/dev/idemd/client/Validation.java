@@ -58,7 +58,7 @@ public final class Validation {
     static IdemdProblemException problem(int status, String code, String detail) {
         ObjectNode p = JsonNodeFactory.instance.objectNode();
         p.put("type", "https://idemd.dev/problems/" + code);
-        p.put("title", code);
+        p.put("title", Problems.title(status));
         p.put("status", status);
         p.put("detail", detail);
         p.put("code", code);

@@ -396,6 +396,9 @@ class ConformanceTest {
                 } else {
                     e.putNull("retry_after");
                 }
+                if (p.getProblem() != null) {
+                    e.set("problem", p.getProblem());
+                }
                 if (p instanceof VersionMismatchException && ((VersionMismatchException) p).getCurrentVersion() != null) {
                     e.put("current_version", ((VersionMismatchException) p).getCurrentVersion());
                 }

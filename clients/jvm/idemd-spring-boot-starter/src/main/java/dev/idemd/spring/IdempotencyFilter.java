@@ -1,5 +1,7 @@
 package dev.idemd.spring;
 
+import com.fasterxml.jackson.databind.DeserializationFeature;
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.idemd.client.ClaimOptions;
 import dev.idemd.client.ClaimTarget;
@@ -9,6 +11,7 @@ import dev.idemd.client.IdemdException;
 import dev.idemd.client.IdemdProblemException;
 import dev.idemd.client.Json;
 import dev.idemd.client.Outcome;
+import dev.idemd.client.Problems;
 import dev.idemd.client.StoredResponse;
 import jakarta.servlet.FilterChain;
 import jakarta.servlet.ReadListener;
@@ -85,7 +88,6 @@ public class IdempotencyFilter extends OncePerRequestFilter {
         }
         boolean form = request.getContentType() != null && request.getContentType().toLowerCase().startsWith(FORM);
         HttpServletRequest req = request;
-        String fingerprintInput;
         String key;
         if (ann.key() == KeySource.TOKEN) {
             key = form ? request.getParameter(properties.getTokenParameter()) : null;
@@ -101,16 +103,35 @@ public class IdempotencyFilter extends OncePerRequestFilter {
                 key = key.substring(1, key.length() - 1); // an sf-string
             }
         }
+        // what idemd fingerprints (its canonical JSON): the same JSON meaning
+        // is the same request, as for every client and the gateway
+        ObjectNode identity = Json.MAPPER.createObjectNode();
+        identity.put("method", request.getMethod());
+        identity.put("path", request.getRequestURI());
+        identity.put("query", request.getQueryString() == null ? "" : request.getQueryString());
         if (form) {
             TreeMap<String, String[]> params = new TreeMap<>(request.getParameterMap());
             params.remove(properties.getTokenParameter());
-            StringBuilder sb = new StringBuilder();
-            params.forEach((k, v) -> sb.append(k).append('=').append(String.join(",", v)).append('&'));
-            fingerprintInput = sb.toString();
+            ObjectNode fields = identity.putObject("form");
+            params.forEach((k, v) -> fields.put(k, String.join(",", v)));
         } else {
             byte[] body = request.getInputStream().readAllBytes();
             req = new CachedBodyRequest(request, body);
-            fingerprintInput = new String(body, StandardCharsets.ISO_8859_1);
+            JsonNode doc = null;
+            if (body.length > 0) {
+                try {
+                    doc = Json.MAPPER.reader().with(DeserializationFeature.FAIL_ON_TRAILING_TOKENS).readTree(body);
+                } catch (IOException notJson) {
+                    doc = null;
+                }
+            }
+            if (doc != null && !doc.isMissingNode()) {
+                identity.set("json", doc);
+            } else if (body.length == 0) {
+                identity.putNull("body");
+            } else {
+                identity.put("body_sha256", sha256(new String(body, StandardCharsets.ISO_8859_1)));
+            }
         }
         if (key == null || key.isEmpty()) {
             problem(response, 400, "idempotency_key_missing", ann.key() == KeySource.TOKEN
@@ -118,10 +139,8 @@ public class IdempotencyFilter extends OncePerRequestFilter {
                     : "the request has no " + ann.header() + " header", null);
             return;
         }
-        String fingerprint = sha256(request.getMethod() + " " + request.getRequestURI() + "?"
-                + (request.getQueryString() == null ? "" : request.getQueryString()) + "\n" + fingerprintInput);
         int wait = ann.waitSeconds() >= 0 ? ann.waitSeconds() : properties.getWaitSeconds();
-        ClaimOptions options = ClaimOptions.NONE.withFingerprint(fingerprint).withWaitSeconds(Math.min(60, wait));
+        ClaimOptions options = ClaimOptions.NONE.withRequest(identity).withWaitSeconds(Math.min(60, wait));
         ClaimTarget target = ann.key() == KeySource.TOKEN ? ClaimTarget.token(key)
                 : ClaimTarget.key(ann.operation(), key);
         Claimed claimed;
@@ -214,13 +233,18 @@ public class IdempotencyFilter extends OncePerRequestFilter {
                 }
             }
         }
-        ObjectNode p = Json.MAPPER.createObjectNode();
-        p.put("type", "https://idemd.dev/problems/" + code);
-        p.put("title", code);
-        p.put("status", status);
-        p.put("detail", detail);
-        p.put("code", code);
-        byte[] out = Json.write(p).getBytes(StandardCharsets.UTF_8);
+        byte[] out;
+        if (from != null && from.getProblem() != null && from.getProblem().isObject()) {
+            out = Json.write(from.getProblem()).getBytes(StandardCharsets.UTF_8); // idemd's own, unchanged
+        } else {
+            ObjectNode p = Json.MAPPER.createObjectNode();
+            p.put("type", "https://idemd.dev/problems/" + code);
+            p.put("title", Problems.title(status));
+            p.put("status", status);
+            p.put("detail", detail);
+            p.put("code", code);
+            out = Json.write(p).getBytes(StandardCharsets.UTF_8);
+        }
         response.setContentType("application/problem+json");
         response.setContentLength(out.length);
         response.getOutputStream().write(out);

@@ -69,10 +69,17 @@ class IdempotentTest {
         assertEquals(first.headers().firstValue("Location"), again.headers().firstValue("Location"));
         assertTrue(again.headers().firstValue("Content-Type").orElse("").startsWith("application/json"));
         assertEquals(before + 1, TestShop.apiRuns.get());
+        // the same JSON meaning in other bytes is the same request
+        HttpResponse<String> spaced = post("/api/orders", key, "application/json", "{ \"amount\": 4200 }");
+        assertEquals(201, spaced.statusCode(), spaced.body());
+        assertEquals("true", spaced.headers().firstValue("Idempotent-Replayed").orElse(null));
+        assertEquals(before + 1, TestShop.apiRuns.get());
 
         HttpResponse<String> other = post("/api/orders", key, "application/json", "{\"amount\":1}");
         assertEquals(422, other.statusCode());
         assertTrue(other.body().contains("fingerprint_mismatch"), other.body());
+        // idemd's own problem, unchanged
+        assertTrue(other.body().contains("\"title\":\"Unprocessable Content\""), other.body());
         assertEquals(400, post("/api/orders", null, "application/json", "{}").statusCode());
         HttpResponse<String> bad = post("/api/orders", "has space", "application/json", "{}");
         assertEquals(400, bad.statusCode());
