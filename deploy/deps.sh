@@ -16,7 +16,8 @@ test_pkgs=(clang clang-format libclang-rt-14-dev valgrind pgbouncer openssl
 browser_pkgs=(chromium fonts-liberation)
 # the model-based test of the state machine (tests/integration/test_model.py)
 test_pkgs+=(python3-hypothesis)
-# an idemd whose clock is off (tests/integration/test_exactly_once.py)
+# an idemd whose clock is off (tests/integration/test_exactly_once.py, and
+# the history checker's second instance: tests/checker/run.py)
 test_pkgs+=(libfaketime)
 
 test=0 browser=1

@@ -2,10 +2,14 @@
 # The history checker stage (tests/checker/): two idemd instances on one
 # fresh database, several clients per key on both, faults all along (idemd
 # SIGKILL and SIGSTOP, pg_terminate_backend, PostgreSQL crash-restarts,
-# stalls inside PostgreSQL), every request and answer recorded, then a
-# checker proves from the history alone that no key was granted twice, no
-# acknowledged completion was lost or changed, no stale holder wrote, and
-# no gateway key ran twice (tests/checker/check.py says exactly what).
+# stalls inside PostgreSQL), one instance's clock 3 s off, batch claims and
+# completions, waiters, audit trail reads under changing retention, an
+# upstream that breaks after its status line or outlives the lease; every
+# request and answer recorded, then a checker proves from the history alone
+# that no key was granted twice, no acknowledged completion was lost or
+# changed, no stale holder wrote, no gateway key ran twice or overlapped,
+# and every acknowledged transition is in its audit trail once
+# (tests/checker/check.py says exactly what).
 #
 # Uses the PostgreSQL cluster that IDEMD_TEST_PGHOST/IDEMD_TEST_PGUSER name
 # (tests/run.sh sets them, and IDEMD_TEST_PGCTL/IDEMD_TEST_PGDATA for the
@@ -13,7 +17,7 @@
 # Debian's python3. IDEMD_BIN (default build/idemd); CHECKER_DURATION
 # (seconds of workload, default 150: about 3 minutes in all);
 # CHECKER_SEED; CHECKER_KEEP=1 keeps the history and logs.
-# The last line is "checker: N histories, N operations, N faults, N
+# The last line is "checker: N histories, N operations, ..., N faults, N
 # violations"; exits non-zero on any violation.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1

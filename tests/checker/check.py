@@ -45,6 +45,42 @@ Per key (one record address; its ops are one history):
      although the first ran shorter than the route's timeout (so its
      forward was cut short of that timeout, or outlived its lease).
 
+  6f gateway, a final status line is final (PRODUCT part four): once the
+     upstream sent a final status line (2xx-4xx) and idemd answered the
+     submit that forwarded it (not 503) at least FINAL_READ seconds later,
+     no execution of the key after it inside the life that answer would
+     have had, whatever came after the status line (a cut body, chunked
+     without its last chunk, a stall past the timeout, an answer too large).
+  6o gateway, two forwards of one key never overlap: no execution begins
+     while an earlier one of the key that honoured its deadline
+     (Idempotency-Timeout-Ms) still worked (until its status line, or its
+     stop at the deadline). Overlaps with an upstream that ignored the
+     deadline are outside the promise: counted, not flagged.
+  6h gateway, an unknown outcome holds the key: when the upstream got the
+     request and its submit was answered 504 upstream_timeout or 502
+     upstream_unavailable/upstream_invalid (no final status line read), no
+     execution of the key before that submit was sent + lease_seconds.
+  3w a waiter (Prefer: wait, answered with Preference-Applied) answered 200
+     carries the response of a completion made while it waited (sent
+     before its answer, answered after it was sent). A waiter answered 201
+     is a grant like any other (checks 1, 1b, 2).
+  8  audit trail (GET /v1/records/{id}/events): every acknowledged
+     transition of the record (a grant answered 201: claimed or taken_over;
+     a complete, a release answered 200; extends and checkpoints answered
+     200) appears in a trail read after it was acknowledged, while its
+     audit retention runs (the retention in force when it happened: the
+     lowest the operation could have had then), exactly once (claimed/
+     taken_over, completed and released once per attempt; extends and
+     checkpoints at least as many as acknowledged, at most as many as
+     sent), in the order they were acknowledged; no event of a write that
+     was never sent; no event shown AUDIT_LATE seconds past the end of the
+     highest retention it could have been given (dropped, hidden or revived
+     events when an operation's audit_retention_seconds changes).
+
+Batch claims and completions are checked item by item: each item is an op
+of its key with the batch's times (an unanswered batch leaves each item's
+outcome unknown).
+
 Usage: python3 check.py HISTORY.jsonl [--upstream LOG] [--quiet]
 Exits 1 when there is a violation.
 """
@@ -66,6 +102,13 @@ CLOCK = 0.1      # rounding of the server's times, same host's clock
 DELIVER = 0.5    # a 201 may take this long from the commit to the client
 GW_MARGIN = 0.25  # an execution this much shorter than the route's timeout
 EXPIRY_SLACK = 0.25  # idemd's estimate of the database's clock may be this far off
+FINAL_READ = 0.3  # a status line sent this long before idemd answered was read by it
+POLICY_CACHE = 2.0  # an instance may use an operation's old policy this long after a change
+AUDIT_LATE = 6.0  # events past their retention may be shown until the sweep removes them
+BREAK_MODES = ("cl_short", "chunk_cut", "stall_past")
+EVENT_OF = {"claim": ("claimed", "taken_over"), "complete": ("completed",),
+            "release": ("released",), "extend": ("extended",), "checkpoint": ("checkpoint",)}
+UNIQUE = ("claim", "complete", "release")
 WRITES = ("complete", "release", "extend", "checkpoint")
 CHECKS = {
     "1": "no two live grants of one key",
@@ -80,6 +123,14 @@ CHECKS = {
     "7": "expiry is exact: no completed life served after its announced expires_at",
     "6r": "gateway: no forward on a dying lease (no execution cut short by its lease while "
           "a second one ran)",
+    "6f": "gateway: a final status line is final (no execution after an upstream's final "
+          "status line idemd read)",
+    "6o": "gateway: two forwards of one key never overlap (cooperating upstream)",
+    "6h": "gateway: after a forward whose outcome is unknown the key stays held until its "
+          "lease ends",
+    "3w": "a waiter's replay carries a completion made while it waited",
+    "8": "audit trail: every acknowledged transition exactly once, in order, while its "
+         "retention runs",
 }
 
 
@@ -132,6 +183,15 @@ class Checker:
             if o["f"] == "issue" and o["status"] == 201:
                 b = body(o)
                 self.token_exp[b.get("id")] = ts(b.get("expires_at"))
+        # audit retention changes per operation: [(w0, w1, value)] in order
+        self.policy = collections.defaultdict(list)
+        for o in ops:
+            if o["f"] == "policy" and isinstance(o.get("req"), dict) and \
+                    "audit_retention_seconds" in o["req"] and (ok(o) or unknown(o)):
+                self.policy[o["op"]].append((o["w0"], o["w1"] if ok(o) else float("inf"),
+                                             o["req"]["audit_retention_seconds"]))
+        self.overlaps_outside = 0
+        self.trail_events = 0
         self.frozen = collections.defaultdict(list)
         for f in faults:
             if f["kind"] == "sigstop":
@@ -182,6 +242,22 @@ class Checker:
 
     def spec(self, op):
         return self.specs.get(op.get("op") or "", {})
+
+    def retentions(self, opname, t0, t1):
+        """The audit retentions operation OPNAME may have had in force for
+        a change made in [T0, T1] (an instance's policy cache lags)."""
+        spec = self.specs.get(opname, {})
+        first = spec.get("audit", spec.get("R"))
+        vals = set()
+        changes = self.policy.get(opname, [])
+        # the initial value until the first change was certainly everywhere
+        if not changes or t0 < changes[0][1] + POLICY_CACHE:
+            vals.add(first)
+        for i, (w0, w1, v) in enumerate(changes):
+            nxt = changes[i + 1][1] + POLICY_CACHE if i + 1 < len(changes) else float("inf")
+            if t1 > w0 and t0 < nxt:
+                vals.add(v)
+        return vals or {first}
 
     def is_frozen(self, node, t0, t1):
         return any(a < t1 and b > t0 for a, b in self.frozen.get(node, ()))
@@ -249,8 +325,9 @@ class Checker:
             spec = self.spec(kops[0])
             if not spec:
                 continue
-            if kind in ("token", "ckey"):
+            if kind in ("token", "ckey", "batch"):
                 self.check_direct(key, kops, spec)
+                self.check_trail(key, kops, spec)
             else:
                 self.check_gateway(key, kops, spec, gw_execs.get(key, []))
         return self.violations
@@ -352,6 +429,17 @@ class Checker:
                 if not any(c["w0"] < r["w1"] and effective(c) and same_response(resp, c["req"])
                            for c in completes):
                     self.violation("3", key, "a replay of a response no complete sent", [r])
+        # 3w: a waiter's replay carries a completion made while it waited
+        for r in kops:
+            if r["f"] == "claim" and r["status"] == 200 and r.get("waited"):
+                self.checks["3w"] += 1
+                resp = body(r).get("response")
+                if not any(c["w0"] < r["w1"] and c["w1"] > r["w0"] - CLOCK and effective(c) and
+                           same_response(resp, c["req"]) for c in completes):
+                    self.violation("3w", key, "a waiter answered 200 (%s) with a response no "
+                                   "complete made while it waited sent" % r["waited"],
+                                   [r] + [c for c in completes if effective(c) and
+                                          same_response(resp, c["req"])][:1])
         # 5: stale holders
         for w in writes:
             if not ok(w) or not w.get("grant") or w["grant"] not in self.byid:
@@ -386,12 +474,34 @@ class Checker:
             low = e["u"] + R - CLOCK
             return min(low, texp - CLOCK) if texp is not None else low
 
+        def work_end(e):
+            # the work is done when the final status line is sent, or when
+            # the upstream stopped
+            return e["sl"] if e.get("sl") is not None else e["u"]
+
         for i, e1 in enumerate(execs):
             s1 = self.byid.get(int(e1["op"])) if str(e1.get("op", "")).isdigit() else None
             for e2 in execs[i + 1:]:
                 self.checks["6"] += 1
                 self.checks["6r"] += 1
-                if e2["a"] < e1["u"] - CLOCK / 2 and (e1["u"] - e1["a"]) < timeout - GW_MARGIN:
+                if "coop" in e1:
+                    self.checks["6o"] += 1
+                    if e2["a"] < work_end(e1) - CLOCK / 2:
+                        if not e1["coop"]:
+                            self.overlaps_outside += 1
+                        else:
+                            self.violation("6o", key, "a second forward began while the first "
+                                           "still worked (%s mode, deadline %s ms, it worked "
+                                           "%.2f s; its submit: %s %s)"
+                                           % (e1.get("mode"), e1.get("deadline_ms"),
+                                              work_end(e1) - e1["a"],
+                                              s1["status"] if s1 else "?",
+                                              (s1 or {}).get("code") or ""),
+                                           [x for x in (s1, self.byid.get(int(e2["op"])))
+                                            if x is not None], [e1, e2])
+                            continue
+                if e2["a"] < work_end(e1) - CLOCK / 2 and \
+                        (work_end(e1) - e1["a"]) < timeout - GW_MARGIN:
                     self.violation("6r", key, "a second execution while the first was still "
                                    "running upstream, although the first ran %.2f s and the "
                                    "route's timeout is %.2f s: the first forward was cut short "
@@ -406,6 +516,16 @@ class Checker:
                                    % self.rel(life_low(e1)),
                                    [x for x in (s1, self.byid.get(int(e2["op"])))
                                     if x is not None], [e1, e2])
+                    continue
+                if s1 is not None and (s1["status"] == 504 or (
+                        s1["status"] == 502 and s1.get("code") in ("upstream_unavailable",
+                                                                   "upstream_invalid"))) and \
+                        e2["a"] < s1["w0"] + D - CLOCK:
+                    self.checks["6h"] += 1
+                    self.violation("6h", key, "executed again before the lease of a forward whose "
+                                   "outcome was unknown could have ended (its submit was "
+                                   "answered %d %s after the upstream got the request)"
+                                   % (s1["status"], s1.get("code") or ""), [s1], [e1, e2])
                     continue
                 if s1 is not None and s1["status"] is not None and \
                         s1["status"] not in (502, 504) and not (500 <= s1["status"] < 600 and
@@ -423,13 +543,40 @@ class Checker:
             if s1 is None or s1["status"] != 502 or s1.get("code") not in (
                     "upstream_invalid", "upstream_answer_unstorable"):
                 continue
+            # the answer was stored once idemd had read the status line, not
+            # necessarily after the upstream ended (a stall past the timeout
+            # ends after idemd gave up on it)
+            low = (e1["sl"] if e1.get("sl") is not None else e1["a"]) + R - CLOCK
+            if texp is not None:
+                low = min(low, texp - CLOCK)
             for e2 in execs:
                 if e2["a"] <= e1["a"]:
                     continue
                 self.checks["6u"] += 1
-                if e2["a"] < life_low(e1):
+                if e2["a"] < low:
                     self.violation("6u", key, "executed again after idemd got the upstream's 2xx "
                                    "and answered %d %s" % (s1["status"], s1.get("code")),
+                                   [x for x in (s1, self.byid.get(int(e2["op"])))
+                                    if x is not None], [e1, e2])
+                    break
+        # 6f: a final status line idemd read is final
+        for e1 in execs:
+            s1 = self.byid.get(int(e1["op"])) if str(e1.get("op", "")).isdigit() else None
+            if e1.get("sl") is None or s1 is None or s1["status"] is None or \
+                    s1["status"] == 503 or e1["sl"] > s1["w1"] - FINAL_READ:
+                continue
+            low = e1["sl"] + R - CLOCK
+            if texp is not None:
+                low = min(low, texp - CLOCK)
+            for e2 in execs:
+                if e2["a"] <= e1["a"]:
+                    continue
+                self.checks["6f"] += 1
+                if e2["a"] < low:
+                    self.violation("6f", key, "executed again after the upstream's final status "
+                                   "line (%s mode, sent %.2f s before idemd answered %d %s)"
+                                   % (e1.get("mode"), s1["w1"] - e1["sl"], s1["status"],
+                                      s1.get("code") or ""),
                                    [x for x in (s1, self.byid.get(int(e2["op"])))
                                     if x is not None], [e1, e2])
                     break
@@ -446,6 +593,93 @@ class Checker:
                                    "a submit inside the life of an acknowledged answer (exec %s, "
                                    "until at least %s) did not get it" % (ex, self.rel(low)),
                                    [s], [e])
+
+    def check_trail(self, key, kops, spec):
+        """8: the audit trail of each of the key's records."""
+        opname = kops[0].get("op")
+        grants = {o["id"]: o for o in kops if o["f"] == "claim" and o["status"] == 201}
+
+        def rid_of(o):
+            g = o if o["f"] == "claim" else grants.get(o.get("grant"))
+            if g is None:
+                return None
+            return body(g).get("id") or (key if g["kind"] == "token" else None)
+
+        def attempt_of(o):
+            g = o if o["f"] == "claim" else grants.get(o.get("grant"))
+            return body(g).get("attempt") if g is not None else None
+
+        trans = collections.defaultdict(list)     # rid -> transitions (acked or not)
+        for o in kops:
+            if o["f"] not in EVENT_OF or (o["f"] == "claim" and o["status"] != 201):
+                continue
+            if not effective(o):
+                continue
+            rid = rid_of(o)
+            if rid is None:
+                continue
+            trans[rid].append(o)
+        reads = [o for o in kops if o["f"] == "events" and o["status"] in (200, 404)]
+        for t in reads:
+            rid = t["path"].rsplit("/", 2)[-2]
+            events = body(t).get("events") if t["status"] == 200 else []
+            if not isinstance(events, list):
+                continue
+            self.trail_events += len(events)
+            tr = trans.get(rid, [])
+            pos = {}
+            for f, names in EVENT_OF.items():
+                for a in {attempt_of(o) for o in tr if o["f"] == f}:
+                    idx = [i for i, e in enumerate(events)
+                           if e.get("event") in names and e.get("attempt") == a]
+                    acked = [o for o in tr if o["f"] == f and attempt_of(o) == a and ok(o) and
+                             o["w1"] < t["w0"] and t["w1"] < o["w0"] + min(self.retentions(
+                                 opname, o["w0"], o["w1"])) - 0.5]
+                    sent = [o for o in tr if o["f"] == f and attempt_of(o) == a and
+                            o["w0"] < t["w1"]]
+                    self.checks["8"] += 1
+                    if f in UNIQUE:
+                        if len(idx) > 1 or (acked and not idx):
+                            self.violation("8", key, "record %s: %s of attempt %s acknowledged, "
+                                           "its trail shows it %d times"
+                                           % (rid, names[0], a, len(idx)),
+                                           (acked or sent)[:1] + [t])
+                        elif idx and acked:
+                            pos[acked[0]["id"]] = idx[0]
+                    elif len(idx) < len(acked) or len(idx) > len(sent):
+                        self.violation("8", key, "record %s: %d %s events of attempt %s in the "
+                                       "trail, %d acknowledged before it, %d sent"
+                                       % (rid, len(idx), names[0], a, len(acked), len(sent)),
+                                       (acked or sent)[:1] + [t])
+            # writes the trail shows that no request sent
+            for e in events:
+                f = {n: k for k, ns in EVENT_OF.items() for n in ns}.get(e.get("event"))
+                if f is None:
+                    continue
+                if f != "claim" and not any(o["f"] == f and attempt_of(o) == e.get("attempt") and
+                                            o["w0"] < t["w1"] for o in tr):
+                    self.checks["8"] += 1
+                    self.violation("8", key, "record %s: the trail shows %s of attempt %s that "
+                                   "no effective request sent" % (rid, e.get("event"),
+                                                                  e.get("attempt")), [t])
+                at = ts(e.get("at"))
+                if at is not None:
+                    self.checks["8"] += 1
+                    hi = max(self.retentions(opname, at - 0.5, at + 0.5))
+                    if t["w0"] > at + hi + AUDIT_LATE:
+                        self.violation("8", key, "record %s: %s of attempt %s (at %s) shown %.1f "
+                                       "s after its retention (%s s at most) ended"
+                                       % (rid, e.get("event"), e.get("attempt"), self.rel(at),
+                                          t["w0"] - at - hi, hi), [t])
+            # in the order they were acknowledged
+            placed = sorted(pos.items(), key=lambda kv: self.byid[kv[0]]["w1"])
+            for i, (a_id, ia) in enumerate(placed):
+                for b_id, ib in placed[i + 1:]:
+                    if self.byid[a_id]["w1"] < self.byid[b_id]["w0"] and ia > ib:
+                        self.violation("8", key, "record %s: the trail shows %s after %s, "
+                                       "acknowledged the other way round"
+                                       % (rid, events[ia].get("event"), events[ib].get("event")),
+                                       [self.byid[a_id], self.byid[b_id], t])
 
     # ------------------------------------------------------------ output
 
@@ -472,23 +706,70 @@ class Checker:
             print("... and %d more violations" % (len(self.violations) - limit), file=out)
 
 
+def counts(ch):
+    """The run's figures: operations by kind (batch items apart), batches
+    and how many were cut, waits, trail reads, upstream modes, faults."""
+    c = {}
+    items = [o for o in ch.ops if o.get("batch")]
+    c["ops"] = collections.Counter(o["f"] for o in ch.ops if not o.get("batch"))
+    c["items"] = collections.Counter(o["f"] for o in items)
+    batches = [o for o in ch.ops if o["f"] in ("claims", "completions")]
+    c["batches"] = collections.Counter(o["f"] for o in batches)
+    cut = [o for o in batches if o["status"] is None or o["status"] >= 500]
+    c["cut"] = len(cut)
+    c["cut_reset"] = sum(1 for o in cut if o["status"] is None)
+    c["cut_503"] = sum(1 for o in cut if o["status"] == 503)
+    c["cut_in_fault"] = sum(1 for o in cut if any(f["w0"] < o["w1"] and f["w1"] > o["w0"]
+                                                  for f in ch.faults))
+    waits = [o for o in ch.ops if o.get("wait")]
+    c["waits"] = len(waits)
+    c["waits_applied"] = collections.Counter(str(o["status"]) for o in waits if o.get("waited"))
+    c["trail_reads"] = sum(1 for o in ch.ops if o["f"] == "events")
+    c["trail_events"] = ch.trail_events
+    c["modes"] = collections.Counter(e.get("mode", "ok") for e in ch.execs)
+    c["stopped"] = sum(1 for e in ch.execs if e.get("stopped"))
+    c["overlaps_outside"] = ch.overlaps_outside
+    c["faults"] = collections.Counter(f["kind"] for f in ch.faults)
+    c["policy"] = sum(1 for o in ch.ops if o["f"] == "policy")
+    return c
+
+
+def _kv(counter):
+    return ", ".join("%s %d" % kv for kv in sorted(counter.items())) or "none"
+
+
 def summary(ch):
     by = collections.Counter(v["check"] for v in ch.violations)
-    faults = collections.Counter(f["kind"] for f in ch.faults)
-    fs = collections.Counter(o["f"] for o in ch.ops)
+    c = counts(ch)
     lines = ["history: %d keys, %d operations (%s), %d upstream executions"
-             % (ch.histories, len(ch.ops), ", ".join("%s %d" % kv for kv in sorted(fs.items())),
-                len(ch.execs)),
-             "faults: %d (%s)" % (len(ch.faults), ", ".join("%s %d" % kv
-                                                            for kv in sorted(faults.items()))
-                                  or "none"),
-             "checks run: %d (%s)" % (sum(ch.checks.values()), ", ".join(
-                 "%s %d" % kv for kv in sorted(ch.checks.items()))),
+             % (ch.histories, len(ch.ops), _kv(c["ops"]), len(ch.execs)),
+             "batches: %s; items %s; cut %d (reset %d, 503 %d; %d while a fault ran)"
+             % (_kv(c["batches"]), _kv(c["items"]), c["cut"], c["cut_reset"], c["cut_503"],
+                c["cut_in_fault"]),
+             "waits (Prefer: wait): %d sent; answered after waiting (Preference-Applied): %s"
+             % (c["waits"], _kv(c["waits_applied"])),
+             "audit trails: %d reads, %d events seen; %d audit retention changes"
+             % (c["trail_reads"], c["trail_events"], c["policy"]),
+             "upstream: %s; %d stopped at their deadline; %d overlaps with an upstream that "
+             "ignored its deadline (outside the promise)"
+             % (_kv(c["modes"]), c["stopped"], c["overlaps_outside"]),
+             "faults: %d (%s)" % (len(ch.faults), _kv(c["faults"])),
+             "checks run: %d (%s)" % (sum(ch.checks.values()), _kv(ch.checks)),
              "notes (not violations): %s" % (", ".join(
                  "%s: %d" % kv for kv in sorted(ch.notes.items())) or "none"),
              "violations: %d%s" % (len(ch.violations), (" (%s)" % ", ".join(
                  "check %s: %d" % kv for kv in sorted(by.items()))) if by else "")]
     return lines
+
+
+def last_line(ch):
+    c = counts(ch)
+    return ("checker: %d histories, %d operations, %d batch items, %d cut batches, %d waits, "
+            "%d trail reads, %d upstream executions (%d broken after the status line), "
+            "%d faults, %d violations"
+            % (ch.histories, len(ch.ops), sum(c["items"].values()), c["cut"], c["waits"],
+               c["trail_reads"], len(ch.execs), sum(c["modes"][m] for m in BREAK_MODES),
+               len(ch.faults), len(ch.violations)))
 
 
 def check_files(history_path, upstream_log=None, out=sys.stdout, limit=20):
@@ -509,8 +790,7 @@ def main():
     ap.add_argument("--limit", type=int, default=20)
     a = ap.parse_args()
     ch = check_files(a.history, a.upstream, limit=a.limit)
-    print("checker: 1 run, %d histories, %d operations, %d faults, %d violations"
-          % (ch.histories, len(ch.ops), len(ch.faults), len(ch.violations)))
+    print(last_line(ch))
     return 1 if ch.violations else 0
 
 

@@ -13,7 +13,10 @@ Three kinds of lines (field "type"):
          (the client sent it on purpose after it stopped holding), w0/w1
          (wall clock, seconds: sent, answered), m0/m1 (monotonic), status
          (null: no answer), code (problem code), body (the JSON answer),
-         replayed (Idempotent-Replayed), err
+         replayed (Idempotent-Replayed), waited (Preference-Applied), err;
+         batch items are written as ops of their own (f claim or complete,
+         "batch": the id of the batch op, whose f is claims or completions),
+         with the batch's times and the item's answer as status and body
   fault  one injected fault: kind, node, w0/w1 (begun, ended), detail
 
 Only the Python standard library is used (http.client).
@@ -148,6 +151,8 @@ class Client:
             rec["body"] = rep.json if rep.json is not None else (
                 rep.raw[:300].decode("utf-8", "replace") if rep.raw else None)
             rec["replayed"] = rep.headers.get("idempotent-replayed")
+            if rep.headers.get("preference-applied"):
+                rec["waited"] = rep.headers.get("preference-applied")
         if extra:
             rec.update(extra)
         self.h.write(rec)

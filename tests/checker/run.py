@@ -12,6 +12,10 @@ Faults (one every 2.5-5 s, in turn over the kinds, random parameters):
   pgstall    a transaction holding LOCK TABLE records IN EXCLUSIVE MODE for
              2-4 s: every write waits inside PostgreSQL longer than a lease
 
+Beside the faults: ck.short's audit_retention_seconds switches between
+AUDIT_SHORT and AUDIT_LONG every 5-12 s, and idemd1 runs with its clock
+CHECKER_SKEW seconds off (libfaketime; default +3 or -3 by the seed).
+
 Environment (tests/checker.sh sets it): IDEMD_BIN, IDEMD_TEST_PGHOST,
 IDEMD_TEST_PGUSER, IDEMD_TEST_PSQL, IDEMD_TEST_PGCTL, IDEMD_TEST_PGDATA,
 CHECKER_DURATION (seconds of workload, default 150), CHECKER_SEED,
@@ -43,15 +47,22 @@ from workload import OpSpec, Workload  # noqa: E402
 
 GW_TIMEOUT = 1.5      # seconds: the routes' timeout_ms
 MAX_BODY = 65536      # idemd's max_body_bytes: the upstream's big answers pass it
+AUDIT_LONG = 900      # seconds: the audit retention of most operations (longer than a run)
+AUDIT_SHORT = 5       # ck.short's audit retention switches between this and AUDIT_LONG
+# idemd1's clock offset in seconds (libfaketime); default +3 or -3 by the seed
+SKEW = os.environ.get("CHECKER_SKEW", "")
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 SPECS = [
     # the direct API: caller keys whose lives are short (the sweep runs
     # every second), one with its lease longer than its life, and tokens
-    OpSpec("ck.short", "ckey", T=2, D=1, R=2, weight=3),
-    OpSpec("ck.lease", "ckey", T=1, D=3, R=2, weight=2),
-    OpSpec("tok.short", "token", T=6, D=1, R=3, weight=2),
+    OpSpec("ck.short", "ckey", T=2, D=1, R=2, weight=3, audit=AUDIT_LONG),
+    OpSpec("ck.lease", "ckey", T=1, D=3, R=2, weight=2, audit=AUDIT_LONG),
+    OpSpec("tok.short", "token", T=6, D=1, R=3, weight=2, audit=AUDIT_LONG),
+    # batches of caller keys (claims and completions)
+    OpSpec("ck.batch", "batch", T=3, D=2, R=2, weight=1.5, audit=AUDIT_LONG),
     # gateway routes: a token key and a header key
-    OpSpec("gw.tok", "gwtok", T=8, D=3, R=3, path="/gw/tok", timeout=GW_TIMEOUT, weight=1.5),
-    OpSpec("gw.hdr", "gwhdr", T=3, D=3, R=3, path="/gw/hdr", timeout=GW_TIMEOUT, weight=1.5),
+    OpSpec("gw.tok", "gwtok", T=8, D=3, R=3, path="/gw/tok", timeout=GW_TIMEOUT, weight=2.5),
+    OpSpec("gw.hdr", "gwhdr", T=3, D=3, R=3, path="/gw/hdr", timeout=GW_TIMEOUT, weight=2.5),
 ]
 
 
@@ -66,7 +77,7 @@ def free_port():
 
 
 class Bed:
-    def __init__(self, out, binary):
+    def __init__(self, out, binary, skew=0.0):
         self.out = out
         self.bin = binary
         self.pghost = os.environ["IDEMD_TEST_PGHOST"]
@@ -82,6 +93,12 @@ class Bed:
         self.upstream_port = None
         self.upstream_log = os.path.join(out, "upstream.jsonl")
         self.api_key = None
+        self.skew = 0.0
+        if skew != 0:
+            if os.path.exists(FAKETIME_LIB):
+                self.skew = skew
+            else:
+                print("no %s (libfaketime): both clocks agree" % FAKETIME_LIB, flush=True)
 
     def psql(self, sql, db=None, timeout=60):
         env = dict(os.environ, PGHOST=self.pghost, PGUSER=self.pguser)
@@ -118,9 +135,13 @@ class Bed:
 
     def start_idemd(self, i):
         self.logs[i] = open(os.path.join(self.out, "idemd%d.log" % i), "ab")
+        env = None
+        if i == 1 and self.skew:
+            # this instance's clock is off by SKEW seconds (libfaketime)
+            env = dict(os.environ, LD_PRELOAD=FAKETIME_LIB, FAKETIME="%+gs" % self.skew)
         self.procs[i] = subprocess.Popen([self.bin, "--config", self.config(i), "serve"],
                                          stdout=self.logs[i], stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, cwd=self.out)
+                                         stdin=subprocess.DEVNULL, cwd=self.out, env=env)
 
     def ready(self, i, timeout=30.0):
         deadline = time.monotonic() + timeout
@@ -167,6 +188,19 @@ class Bed:
                     raise RuntimeError("PUT operation %s: %d" % (s.name, r.status))
         # the other instance's operation cache reloads every second
         time.sleep(1.5)
+
+    def date_offset(self):
+        """idemd1's Date header minus idemd0's, in seconds."""
+        import email.utils
+        d = []
+        try:
+            for i in (0, 1):
+                with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % self.ports[i],
+                                            timeout=5) as r:
+                    d.append(email.utils.parsedate_to_datetime(r.headers["Date"]).timestamp())
+        except (OSError, TypeError, ValueError):
+            return float("nan")
+        return d[1] - d[0]
 
     def stop(self):
         for i, p in enumerate(self.procs):
@@ -279,6 +313,28 @@ class Nemesis:
                 self.errors.append("fault: %r" % (e,))
 
 
+def retention_changer(bed, history, rng, until, stop, counts):
+    """Switches ck.short's audit_retention_seconds between AUDIT_SHORT and
+    AUDIT_LONG every 5-12 s (PUT /v1/operations, recorded as f policy):
+    every event keeps the retention it was given when it happened."""
+    from history import Client
+    c = Client(history, "policy", bed.ports, bed.api_key)
+    spec = [s for s in SPECS if s.name == "ck.short"][0]
+    cur = spec.audit
+    while not stop.is_set() and time.monotonic() < until - 3:
+        stop.wait(rng.uniform(5.0, 12.0))
+        if stop.is_set() or time.monotonic() >= until - 3:
+            break
+        new = AUDIT_SHORT if cur != AUDIT_SHORT else AUDIT_LONG
+        r, _ = c.call(rng.randrange(2), "PUT", "/v1/operations/" + spec.name, spec.policy(new),
+                      kind="policy", op=spec.name, f="policy")
+        if r is not None and r.status in (200, 201):
+            cur = new
+            counts["retention"] = counts.get("retention", 0) + 1
+        # an unanswered change may or may not have happened: the checker
+        # takes both values as possible from then on
+
+
 def main():
     # timeout(1) sends SIGTERM: stop what this run started before going
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -294,7 +350,8 @@ def main():
     else:
         log("no IDEMD_TEST_PGCTL/IDEMD_TEST_PGDATA: PostgreSQL crash-restarts left out")
     log("idemd %s, workload %.0f s, seed %d, output in %s" % (binary, duration, seed, out))
-    bed = Bed(out, binary)
+    skew = float(SKEW) if SKEW else (3.0 if seed % 2 else -3.0)
+    bed = Bed(out, binary, skew)
     hpath = os.path.join(out, "history.jsonl")
     h = History(hpath)
     ok = False
@@ -304,18 +361,26 @@ def main():
     try:
         bed.start()
         h.meta(binary=binary, seed=seed, duration=duration, nodes=bed.ports,
-               ops={s.name: s.meta() for s in SPECS}, sweep_interval_seconds=1)
+               ops={s.name: s.meta() for s in SPECS}, sweep_interval_seconds=1,
+               skew={"node": 1, "seconds": bed.skew})
+        if bed.skew:
+            log("idemd1 runs with its clock %+g s off (libfaketime): its Date header is %+.0f s "
+                "from idemd0's" % (bed.skew, bed.date_offset()))
         log("two idemd on one database (ports %d, %d), upstream on %d"
             % (bed.ports[0], bed.ports[1], bed.upstream_port))
         wl = Workload(h, bed.ports, bed.api_key, SPECS, duration, seed, slots=6, clients=3,
-                      stall_p=0.2, big_answer=MAX_BODY + 4096)
+                      stall_p=0.2, big_answer=MAX_BODY + 4096, wait_p=0.2)
         nem = Nemesis(bed, h, random.Random(seed + 1), kinds)
         until = time.monotonic() + duration
         nt = threading.Thread(target=nem.run, args=(until,), daemon=True)
         nt.start()
+        rt = threading.Thread(target=retention_changer, args=(
+            bed, h, random.Random(seed + 2), until, nem.stop, nem.counts), daemon=True)
+        rt.start()
         done = wl.run()
         nem.stop.set()
         nt.join(60)
+        rt.join(30)
         log("workload over in %.0f s: %d keys, %d operations, %d faults (%s)"
             % (time.monotonic() - t0, wl.keys, h.ops, h.faults,
                ", ".join("%s %d" % kv for kv in sorted(nem.counts.items()))))
@@ -330,8 +395,7 @@ def main():
         bed.stop()
         h.close()
     ch = check.check_files(hpath, bed.upstream_log)
-    print("checker: %d histories, %d operations, %d faults, %d violations"
-          % (ch.histories, len(ch.ops), len(ch.faults), len(ch.violations)), flush=True)
+    print(check.last_line(ch), flush=True)
     if not ok:
         log("the run itself had errors (see above)")
     return 0 if ok and not ch.violations else 1
