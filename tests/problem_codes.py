@@ -2,8 +2,10 @@
 """Checks that the problem codes idemd sends and the ones api/openapi.yaml
 documents are the same set, with the same statuses.
 
-Every `request_fail(req, STATUS, "code", ...)` in src/ is a code in use
-(`request_unavailable` records `unavailable` 503). The `Problem` schema's
+Every `request_fail(req, STATUS, "code", ...)` in src/, and every row of
+the outcome table (`[OUTCOME_X] = { STATUS, "code", ...` in
+src/http/answer.c), is a code in use (`request_unavailable` records
+`unavailable` 503). The `Problem` schema's
 `code` property documents them twice: its `enum`, and its description as
 "`code` STATUS" pairs. A code sent but not documented, documented but never
 sent, or sent with another status than documented fails the check.
@@ -20,10 +22,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def codes_in_source():
     used = {}
     call = re.compile(r'request_fail\(\s*\w+\s*,\s*(\d{3})\s*,\s*"([a-z_]+)"')
+    # the outcome table (src/http/answer.c): [OUTCOME_X] = { STATUS, "code", ...
+    row = re.compile(r'\[OUTCOME_\w+\]\s*=\s*\{\s*(\d{3}),\s*"([a-z_]+)"')
     for path in sorted(glob.glob(os.path.join(ROOT, "src", "**", "*.c"), recursive=True)):
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        for status, code in call.findall(text):
+        for status, code in call.findall(text) + row.findall(text):
             used.setdefault(code, set()).add(int(status))
         if "request_unavailable(" in text:
             used.setdefault("unavailable", set()).add(503)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "answer.h"
 #include "batcher.h"
 #include "callerkey.h"
 #include "handlers.h"
@@ -33,8 +34,9 @@ struct h_item {
 	struct token t;	  /* the record the key names */
 	uint8_t fp[STORE_HASH_BYTES];
 	int has_fp;
-	unsigned status; /* decided before the database, else 0 */
-	const char *code;
+	unsigned status;	       /* decided before the database, else 0 */
+	const char *code;	       /* a malformed item's code (status 400) */
+	enum outcome outcome;	       /* else an outcome the engine decided (status 0) */
 	struct stored_response cached; /* status 200 from the replay cache */
 	int64_t attempt;	       /* completions */
 	int db;			       /* index in the set, or -1 */
@@ -86,11 +88,19 @@ static void h_batch_free(struct h_batch *b)
 	free(b);
 }
 
-/* Item I refused before the database with STATUS and CODE. */
+/* Item I refused before the database with STATUS and CODE: malformed. */
 static void h_item_refuse(struct h_item *it, unsigned status, const char *code)
 {
 	it->status = status;
 	it->code = code;
+}
+
+/* Item I decided before the database with engine outcome O. */
+static void h_item_decided(struct h_item *it, enum outcome o)
+{
+	it->status = answer_status(o);
+	it->code = NULL;
+	it->outcome = o;
 }
 
 /* Item I refused by a validator that replied to SCRATCH. */
@@ -271,42 +281,30 @@ static void h_item_checkpoint(json_t *o, const struct token *t)
 }
 
 /* What a refused item's code means, as a single claim's problem says it. */
-static const char *h_item_detail(const char *code)
+/* The answer of item IT decided with outcome O (values V, may be NULL). */
+static json_t *h_item_outcome(const struct h_item *it, enum outcome o,
+			      const struct outcome_values *v)
 {
-	static const struct {
-		const char *code, *detail;
-	} details[] = {
-		{ "idempotency_key_invalid",
-		  "a key is 1 to 255 bytes of visible ASCII (0x21-0x7e)" },
-		{ "invalid_request", "the item is malformed (fields, types or sizes)" },
-		{ "request_in_progress", "the first submit with this key is still in progress" },
-		{ "fingerprint_mismatch", "the key was first used with a different request" },
-		{ "token_expired", "the key's record expired" },
-		{ "token_revoked", "the key was revoked" },
-		{ "version_mismatch", "the data changed" },
-		{ "version_required", "this operation requires a version" },
-		{ "lease_lost", "a newer attempt holds the record, or its life ended" },
-		{ "not_in_progress", "the record is not in progress at this attempt" },
-		{ "completion_conflict", "this attempt was completed with another response" },
-		{ "unavailable", "the database is unavailable; retry shortly" },
-	};
-	for (size_t i = 0; i < IDEMD_ARRAY_LEN(details); i++)
-		if (strcmp(code, details[i].code) == 0)
-			return details[i].detail;
-	return NULL;
+	json_t *o_ = json_pack("{s:o}", "key", it->sent ? json_string(it->sent) : json_null());
+
+	if (o_ != NULL)
+		answer_item(o_, o, v);
+	return o_;
 }
 
-static json_t *h_item_json(const struct h_item *it, unsigned status, const char *code)
+/* The answer of item IT decided before the database: malformed (its
+ * code), or an engine outcome. */
+static json_t *h_item_early(const struct h_item *it)
 {
-	json_t *o = json_pack("{s:o,s:i}", "key", it->sent ? json_string(it->sent) : json_null(),
-			      "status", (int)status);
+	json_t *o;
 
-	if (o != NULL && code != NULL) {
-		const char *detail = h_item_detail(code);
-		json_object_set_new(o, "code", json_string(code));
-		if (detail != NULL)
-			json_object_set_new(o, "detail", json_string(detail));
-	}
+	if (it->code == NULL)
+		return h_item_outcome(it, it->outcome, NULL);
+	o = json_pack("{s:o,s:i,s:s,s:s}", "key", it->sent ? json_string(it->sent) : json_null(),
+		      "status", (int)it->status, "code", it->code, "detail",
+		      strcmp(it->code, "idempotency_key_invalid") == 0
+			      ? "a key is 1 to 255 bytes of visible ASCII (0x21-0x7e)"
+			      : "the item is malformed (fields, types or sizes)");
 	return o;
 }
 
@@ -337,24 +335,23 @@ static json_t *h_item_id(const struct h_item *it)
 /* One claim item's answer, after the set ran (or without it). */
 static json_t *h_claim_item_answer(struct h_batch *b, struct h_item *it)
 {
-	struct engine_verdict v;
+	struct outcome_values v;
 	json_t *o;
 
 	if (it->status == 200) {
-		o = h_item_json(it, 200, NULL);
+		o = h_item_outcome(it, OUTCOME_REPLAY, NULL);
 		json_object_set_new(o, "id", h_item_id(it));
 		json_object_set_new(o, "response", reqjson_response(&it->cached));
 		return o;
 	}
 	if (it->db < 0)
-		return h_item_json(it, it->status, it->code);
+		return h_item_early(it);
 	struct claim_result *res = &b->hb_cres[it->db];
 	if (b->hb_rcs[it->db] < 0) {
 		metrics_add(METRIC_DB_UNAVAILABLE, 1);
-		return h_item_json(it, 503, "unavailable");
+		return h_item_outcome(it, OUTCOME_UNAVAILABLE, NULL);
 	}
-	engine_claim_verdict(res, &v);
-	o = h_item_json(it, v.status, v.code);
+	o = h_item_outcome(it, engine_claim_outcome(res, 1, &v), &v);
 	switch (res->cr_outcome) {
 	case CLAIM_CLAIMED:
 		metrics_add(METRIC_CLAIMS, 1);
@@ -429,7 +426,7 @@ static void h_claim_item_prepare(struct h_batch *b, struct h_item *it, json_t *o
 	case REPLAYCACHE_OTHER_FP:
 		metrics_duplicate(it->t.tenant_id, it->t.operation_id,
 				  METRICS_DUP_FINGERPRINT_MISMATCH);
-		h_item_refuse(it, 422, "fingerprint_mismatch");
+		h_item_decided(it, OUTCOME_FINGERPRINT_MISMATCH);
 		return;
 	case REPLAYCACHE_MISS:
 		break;
@@ -472,32 +469,34 @@ void h_key_claims(struct request *req)
 /* One completion item's answer, after the set ran (or without it). */
 static json_t *h_complete_item_answer(struct h_batch *b, struct h_item *it)
 {
+	struct outcome_values v = { .ov_attempt = it->attempt };
+
 	if (it->db < 0)
-		return h_item_json(it, it->status, it->code);
+		return h_item_early(it);
 	struct complete_result *res = &b->hb_pres[it->db];
 	if (b->hb_rcs[it->db] < 0) {
 		metrics_add(METRIC_DB_UNAVAILABLE, 1);
-		return h_item_json(it, 503, "unavailable");
+		return h_item_outcome(it, OUTCOME_UNAVAILABLE, NULL);
 	}
 	switch (res->cpr_outcome) {
 	case COMPLETE_STORED:
 	case COMPLETE_ALREADY:
 		if (res->cpr_outcome == COMPLETE_ALREADY &&
 		    !engine_same_response(&b->hb_resp[it->db], &res->cpr_stored))
-			return h_item_json(it, 409, "completion_conflict");
+			return h_item_outcome(it, OUTCOME_COMPLETION_CONFLICT, &v);
 		if (res->cpr_outcome == COMPLETE_STORED)
 			metrics_add(METRIC_COMPLETIONS, 1);
 		replaycache_put(it->t.tenant_id, it->t.id,
 				res->cpr_has_fingerprint ? res->cpr_fingerprint : NULL,
 				&res->cpr_stored, res->cpr_expires_at);
-		return h_item_json(it, 200, NULL);
+		return h_item_outcome(it, OUTCOME_STORED, NULL);
 	case COMPLETE_LEASE_LOST:
-		return h_item_json(it, 409, "lease_lost");
+		return h_item_outcome(it, OUTCOME_LEASE_LOST, &v);
 	case COMPLETE_NOT_IN_PROGRESS:
 	case COMPLETE_NO_RECORD:
 		break;
 	}
-	return h_item_json(it, 409, "not_in_progress");
+	return h_item_outcome(it, OUTCOME_NOT_IN_PROGRESS, &v);
 }
 
 static void h_completions_answer(struct request *req, void *arg)

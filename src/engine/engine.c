@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "answer.h"
 #include "batcher.h"
 #include "config.h"
 #include "fingerprint.h"
@@ -275,30 +276,29 @@ static int engine_claim_prepare(struct request *req, struct engine_claim *c)
 	return 0;
 }
 
-void engine_claim_verdict(const struct claim_result *res, struct engine_verdict *v)
+enum outcome engine_claim_outcome(const struct claim_result *res, int is_key,
+				  struct outcome_values *v)
 {
-	static const struct engine_verdict verdicts[] = {
-		[CLAIM_CLAIMED] = { 201, NULL, NULL },
-		[CLAIM_REPLAY] = { 200, NULL, NULL },
-		[CLAIM_IN_PROGRESS] = { 409, "request_in_progress",
-					"the first submit is still in progress" },
-		[CLAIM_REVOKED] = { 410, "token_revoked", "the token was revoked" },
-		[CLAIM_FINGERPRINT_MISMATCH] = { 422, "fingerprint_mismatch",
-						 "first used with a different request" },
-		/* batch items are caller keys: see engine_claim_answer */
-		[CLAIM_EXPIRED] = { 503, "unavailable",
-				    "the claim reached the database too late for the key's life; "
-				    "retry" },
-		[CLAIM_VERSION_MISMATCH] = { 412, "version_mismatch", "the data changed" },
-		[CLAIM_VERSION_REQUIRED] = { 428, "version_required",
-					     "this operation requires If-Match with the current "
-					     "version" },
-		[CLAIM_LEASE_SPENT] = { 503, "unavailable",
-					"the database granted the claim too late for its lease; "
-					"retry" },
+	static const enum outcome outcomes[] = {
+		[CLAIM_CLAIMED] = OUTCOME_CLAIMED,
+		[CLAIM_REPLAY] = OUTCOME_REPLAY,
+		[CLAIM_IN_PROGRESS] = OUTCOME_IN_PROGRESS,
+		[CLAIM_REVOKED] = OUTCOME_REVOKED,
+		[CLAIM_FINGERPRINT_MISMATCH] = OUTCOME_FINGERPRINT_MISMATCH,
+		[CLAIM_EXPIRED] = OUTCOME_TOKEN_EXPIRED,
+		[CLAIM_VERSION_MISMATCH] = OUTCOME_VERSION_MISMATCH,
+		[CLAIM_VERSION_REQUIRED] = OUTCOME_VERSION_REQUIRED,
+		[CLAIM_LEASE_SPENT] = OUTCOME_LEASE_SPENT,
 	};
 
-	*v = verdicts[res->cr_outcome];
+	v->ov_retry_after = res->cr_retry_after;
+	v->ov_version = res->cr_current_version;
+	v->ov_attempt = res->cr_attempt;
+	/* a caller key's life starts with each claim: an expired one reached
+	 * the database too late for it (a token's expiry is its own) */
+	if (res->cr_outcome == CLAIM_EXPIRED && is_key)
+		return OUTCOME_KEY_LIFE_SPENT;
+	return outcomes[res->cr_outcome];
 }
 
 /* Answers every outcome of the database step but CLAIM_CLAIMED: returns 0
@@ -307,7 +307,6 @@ static int engine_claim_answer(struct request *req, struct engine_claim *c, int 
 {
 	const struct token *t = &c->tc_token;
 	struct claim_result *res = &c->tc_res;
-	char etag[32];
 	int ret = -1;
 
 	if (rc < 0) {
@@ -332,52 +331,19 @@ static int engine_claim_answer(struct request *req, struct engine_claim *c, int 
 	case CLAIM_IN_PROGRESS:
 		metrics_add(METRIC_CONFLICTS, 1);
 		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_IN_PROGRESS);
-		/* most first submits finish in far less than their lease: ask for a
-		 * retry in a second, and say when the lease would allow a takeover */
-		request_fail(
-			req, 409, "request_in_progress",
-			"the first submit with this key (or token) is still in progress (its lease ends in %d s)",
-			res->cr_retry_after);
-		http_set_header(req, "Retry-After", "1");
-		break;
-	case CLAIM_REVOKED:
-		request_fail(req, 410, "token_revoked", "the token was revoked");
 		break;
 	case CLAIM_FINGERPRINT_MISMATCH:
 		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_FINGERPRINT_MISMATCH);
-		request_fail(req, 422, "fingerprint_mismatch",
-			     "the key (or token) was first used with a different request");
-		break;
-	case CLAIM_EXPIRED:
-		if (t->key_id == 0) {
-			/* a caller key's life starts with each claim: this one
-			 * reached the database too late for it; nothing was written */
-			request_fail(req, 503, "unavailable",
-				     "the claim reached the database too late for the key's life; "
-				     "retry");
-			http_set_header(req, "Retry-After", "1");
-			break;
-		}
-		request_fail(req, 410, "token_expired", "the token has expired");
-		break;
-	case CLAIM_VERSION_MISMATCH:
-		reqjson_etag_format(res->cr_current_version, etag, sizeof(etag));
-		request_fail(req, 412, "version_mismatch",
-			     "the data changed: the counter is at version %lld",
-			     (long long)res->cr_current_version);
-		http_set_header(req, "ETag", etag);
-		break;
-	case CLAIM_VERSION_REQUIRED:
-		request_fail(req, 428, "version_required",
-			     "this operation requires If-Match with the current version");
 		break;
 	case CLAIM_LEASE_SPENT:
 		metrics_add(METRIC_DB_UNAVAILABLE, 1);
-		request_fail(req, 503, "unavailable",
-			     "the database took longer than the lease to grant this claim; retry "
-			     "(the lease ends within a second)");
-		http_set_header(req, "Retry-After", "1");
 		break;
+	default:
+		break;
+	}
+	if (res->cr_outcome != CLAIM_CLAIMED && res->cr_outcome != CLAIM_REPLAY) {
+		struct outcome_values v;
+		answer_problem(req, engine_claim_outcome(res, t->key_id == 0, &v), &v);
 	}
 	store_response_free(&res->cr_response);
 	return ret;

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "outcome.h"
 #include "request.h"
 #include "store.h"
 #include "token.h"
@@ -142,14 +143,10 @@ const char *engine_claim_args(const struct token *t, const struct operation *op,
 			      const char *if_match, char vkey[VERSIONKEY_MAX + 1],
 			      struct claim_args *a);
 
-/* What a claim outcome answers a batch item (a caller key): STATUS, and
- * for a refusal its problem CODE and a DETAIL (NULL for 201 and 200). */
-struct engine_verdict {
-	unsigned status;
-	const char *code;
-	const char *detail;
-};
-void engine_claim_verdict(const struct claim_result *res, struct engine_verdict *v);
+/* The outcome of claim RES (a caller key's when IS_KEY), with the values
+ * its answer names in *V: what a single claim and a batch item answer. */
+enum outcome engine_claim_outcome(const struct claim_result *res, int is_key,
+				  struct outcome_values *v);
 
 /* The fingerprint of a claim body: its "fingerprint" string, else the
  * canonical JSON of its "request", else none (*HAS_FP 0). 0, or -1 after

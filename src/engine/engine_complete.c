@@ -1,6 +1,7 @@
 /* The record engine, after the claim: complete (batched, answered after
  * the commit), release, extend and checkpoint of a record, each fenced by
  * the attempt that holds it. */
+#include "answer.h"
 #include "engine.h"
 
 #include <inttypes.h>
@@ -28,7 +29,7 @@ static int engine_not_found(struct request *req, int is_key, int no_record)
 {
 	if (!is_key || !no_record)
 		return 0;
-	request_fail(req, 404, "record_not_found", "this key was never claimed (or was forgotten)");
+	answer_problem(req, OUTCOME_RECORD_NOT_FOUND, NULL);
 	return -1;
 }
 
@@ -121,6 +122,7 @@ static void engine_complete_answer(struct request *req, void *arg)
 {
 	struct engine_complete *c = arg;
 	struct complete_result *res = &c->hc_res;
+	struct outcome_values v = { .ov_attempt = c->hc_attempt };
 
 	if (c->hc_job.bj_rc < 0) {
 		request_unavailable(req);
@@ -128,9 +130,7 @@ static void engine_complete_answer(struct request *req, void *arg)
 	}
 	if (res->cpr_outcome == COMPLETE_ALREADY &&
 	    !engine_same_response(&c->hc_resp, &res->cpr_stored)) {
-		request_fail(req, 409, "completion_conflict",
-			     "attempt %" PRId64 " was already completed with another response",
-			     c->hc_attempt);
+		answer_problem(req, OUTCOME_COMPLETION_CONFLICT, &v);
 		goto done;
 	}
 	switch (res->cpr_outcome) {
@@ -148,15 +148,13 @@ static void engine_complete_answer(struct request *req, void *arg)
 					  rfc3339_json(res->cpr_expires_at)));
 		break;
 	case COMPLETE_LEASE_LOST:
-		request_fail(req, 409, "lease_lost",
-			     "attempt %" PRId64 " is no longer the current attempt", c->hc_attempt);
+		answer_problem(req, OUTCOME_LEASE_LOST, &v);
 		break;
 	case COMPLETE_NOT_IN_PROGRESS:
 	case COMPLETE_NO_RECORD:
 		if (engine_not_found(req, c->hc_is_key, res->cpr_outcome == COMPLETE_NO_RECORD) < 0)
 			break;
-		request_fail(req, 409, "not_in_progress",
-			     "the record is not claimed by attempt %" PRId64, c->hc_attempt);
+		answer_problem(req, OUTCOME_NOT_IN_PROGRESS, &v);
 		break;
 	}
 done:
@@ -227,14 +225,14 @@ done:
 static int engine_fenced(struct request *req, int is_key, enum release_outcome outcome,
 			 int64_t attempt)
 {
+	struct outcome_values v = { .ov_attempt = attempt };
+
 	if (outcome == RELEASE_DONE)
 		return 0;
 	if (outcome == RELEASE_LEASE_LOST)
-		request_fail(req, 409, "lease_lost",
-			     "attempt %" PRId64 " is no longer the current attempt", attempt);
+		answer_problem(req, OUTCOME_LEASE_LOST, &v);
 	else if (engine_not_found(req, is_key, outcome == RELEASE_NO_RECORD) == 0)
-		request_fail(req, 409, "not_in_progress",
-			     "the record is not claimed by attempt %" PRId64, attempt);
+		answer_problem(req, OUTCOME_NOT_IN_PROGRESS, &v);
 	return -1;
 }
 

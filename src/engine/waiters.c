@@ -3,9 +3,7 @@
  * notifications of settled records. */
 #include "waiters.h"
 
-#include <libpq-fe.h>
 #include <sodium.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +14,7 @@
 #include "db.h"
 #include "log.h"
 #include "replaycache.h"
+#include "store_listen.h"
 
 #define WAITERS_TENANT_SLOTS 256
 #define WAITERS_TICK_MS 100
@@ -55,37 +54,12 @@ static struct {
 	size_t n_recent;
 	pthread_t thread;
 	char *conninfo;
-	PGconn *pg;		 /* the LISTEN connection (thread only) */
-	int64_t last_connect_ms; /* thread only */
-	int64_t retry_after_ms;	 /* thread only: no (re)connect before */
-	unsigned drops_seen;	 /* thread only: db_drop_count() at connect */
-	int offline_only;	 /* nothing to LISTEN to: re-checks only */
+	struct store_listener *pg; /* the LISTEN session (thread only) */
+	int64_t last_connect_ms;   /* thread only */
+	int64_t retry_after_ms;	   /* thread only: no (re)connect before */
+	unsigned drops_seen;	   /* thread only: db_drop_count() at connect */
+	int offline_only;	   /* nothing to LISTEN to: re-checks only */
 } wt = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-/* Whether notifications reach PG: it notifies itself and waits a moment
- * for its own probe. Behind a transaction-pooling proxy LISTEN is accepted
- * but nothing ever arrives. */
-static int waiters_probe(PGconn *pg)
-{
-	PGresult *r = PQexec(pg, "NOTIFY idemd_records, 'probe'");
-	int sent = PQresultStatus(r) == PGRES_COMMAND_OK;
-	int64_t until = idemd_unix_ms() + WAITERS_PROBE_WAIT_MS;
-
-	PQclear(r);
-	while (sent && idemd_unix_ms() < until) {
-		struct pollfd p = { PQsocket(pg), POLLIN, 0 };
-		if (poll(&p, 1, 50) < 0 || PQconsumeInput(pg) == 0)
-			return 0;
-		PGnotify *n;
-		while ((n = PQnotifies(pg)) != NULL) {
-			int mine = strcmp(n->extra, "probe") == 0;
-			PQfreemem(n);
-			if (mine)
-				return 1;
-		}
-	}
-	return 0;
-}
 
 /* (Re)opens the LISTEN connection; on success every waiter is due, since
  * notifications sent while it was down are lost. Thread only. */
@@ -98,28 +72,22 @@ static void waiters_connect(void)
 		return;
 	wt.last_connect_ms = now;
 	wt.drops_seen = db_drop_count();
-	PGconn *pg = db_connect(wt.conninfo);
-	if (pg == NULL)
-		return;
-	PGresult *r = PQexec(pg, "LISTEN idemd_records");
-	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-	PQclear(r);
-	if (ok && !waiters_probe(pg)) {
+	struct store_listener *l;
+	switch (store_listen_open(wt.conninfo, WAITERS_PROBE_WAIT_MS, &l)) {
+	case STORE_LISTEN_OK:
+		break;
+	case STORE_LISTEN_NOT_HEARD:
 		log_warn("waiters: notifications do not arrive on this connection (a "
 			 "transaction-pooling proxy?); duplicates that wait look again every %d ms",
 			 WAITERS_OFFLINE_RECHECK_MS);
 		wt.retry_after_ms = now + WAITERS_REPROBE_MS;
-		PQfinish(pg);
 		return;
-	}
-	ok = ok && PQsetnonblocking(pg, 1) == 0;
-	if (!ok) {
+	case STORE_LISTEN_FAILED:
 		log_warn("waiters: cannot LISTEN; duplicates that wait look again every %d ms",
 			 WAITERS_OFFLINE_RECHECK_MS);
-		PQfinish(pg);
 		return;
 	}
-	wt.pg = pg;
+	wt.pg = l;
 	pthread_mutex_lock(&wt.lock);
 	wt.online = 1;
 	for (struct waiter *w = wt.head; w != NULL; w = w->w_next)
@@ -128,12 +96,13 @@ static void waiters_connect(void)
 }
 
 /* Marks the waiters of the record named by PAYLOAD ("tenant:hex id") due. */
-static void waiters_notified(const char *payload)
+static void waiters_notified(void *arg, const char *payload)
 {
 	unsigned long tenant;
 	uint8_t id[16];
 	char *end;
 
+	(void)arg;
 	tenant = strtoul(payload, &end, 10);
 	if (*end != ':' || strlen(end + 1) != 32)
 		return;
@@ -158,7 +127,7 @@ static void waiters_notified(const char *payload)
 static void waiters_offline(const char *why)
 {
 	log_warn("waiters: %s; reconnecting", why);
-	PQfinish(wt.pg);
+	store_listen_close(wt.pg);
 	wt.pg = NULL;
 	/* notifications are lost until it is back: everyone looks again
 	 * soon, and again after each look (waiters_add), so none is
@@ -189,16 +158,8 @@ static void waiters_listen(int tick_ms)
 		waiters_offline("the database connections were dropped (failover?)");
 		return;
 	}
-	struct pollfd p = { PQsocket(wt.pg), POLLIN, 0 };
-	if (poll(&p, 1, tick_ms) > 0 && PQconsumeInput(wt.pg) == 0) {
+	if (store_listen_wait(wt.pg, tick_ms, waiters_notified, NULL) < 0)
 		waiters_offline("the LISTEN connection was lost");
-		return;
-	}
-	PGnotify *n;
-	while ((n = PQnotifies(wt.pg)) != NULL) {
-		waiters_notified(n->extra);
-		PQfreemem(n);
-	}
 }
 
 /* Unlinks the waiters that are due (notified, retry time, deadline; all of
@@ -366,7 +327,7 @@ void waiters_stop(void)
 {
 	waiters_drain();
 	if (wt.pg != NULL)
-		PQfinish(wt.pg);
+		store_listen_close(wt.pg);
 	wt.pg = NULL;
 	if (wt.conninfo != NULL)
 		sodium_memzero(wt.conninfo, strlen(wt.conninfo));

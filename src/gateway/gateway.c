@@ -124,18 +124,16 @@ static int gateway_claimed(struct request *req, const struct claim_result *res, 
 }
 
 /* Header phase: what refuses a submit before its body is read. */
-static enum MHD_Result gateway_alias_cb(void *cls, enum MHD_ValueKind kind, const char *key,
-					const char *value)
+static int gateway_alias_cb(void *cls, const char *key, const char *value)
 {
 	const char **alias = cls;
 
-	(void)kind;
 	(void)value;
 	if (headers_is_alias(key)) {
 		*alias = key;
-		return MHD_NO;
+		return 1;
 	}
-	return MHD_YES;
+	return 0;
 }
 
 /* Counts the headers named as cls->name (case-insensitive). */
@@ -145,15 +143,13 @@ struct gateway_count {
 	int n;
 };
 
-static enum MHD_Result gateway_count_cb(void *cls, enum MHD_ValueKind kind, const char *key,
-					const char *value)
+static int gateway_count_cb(void *cls, const char *key, const char *value)
 {
 	struct gateway_count *c = cls;
 
-	(void)kind;
 	if (strcasecmp(key, c->name) == 0 && c->n++ == 0)
-		c->value = value != NULL ? value : "";
-	return MHD_YES;
+		c->value = value;
+	return 0;
 }
 
 static int gateway_token_address(struct request *req, const struct gateway_route *gr,
@@ -168,7 +164,7 @@ static int gateway_check_headers(struct request *req)
 
 	if (gr->gr_key == GATEWAY_KEY_HEADER) {
 		struct gateway_count c = { gr->gr_key_arg, NULL, 0 };
-		MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_count_cb, &c);
+		http_each_header(req, gateway_count_cb, &c);
 		n = c.n;
 		name = gr->gr_key_arg;
 		req->req_h_route_key = c.value; /* the one value, read by the submit */
@@ -187,7 +183,7 @@ static int gateway_check_headers(struct request *req)
 		}
 	}
 	if (req->req_has_underscore) {
-		MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_alias_cb, &alias);
+		http_each_header(req, gateway_alias_cb, &alias);
 		if (alias != NULL) {
 			request_fail(req, 400, "invalid_request",
 				     "header %s is refused: idemd's own headers cannot be spelt "
@@ -512,12 +508,13 @@ static int gateway_load_routes(const struct config *cfg)
 			goto fail;
 		} else if (gr->gr_key != GATEWAY_KEY_TOKEN && op.op_has_version_key) {
 			/* a derived key carries no subject: every submit would be 400 */
-			log_error("gateway: routes[%zu] (%s %s): operation \"%s\" guards the "
-				  "version counter \"%s\", which needs each submit's subject, and a "
-				  "route with \"key\": \"%s\" has none; give the route \"key\": "
-				  "\"token\" (a token carries its subject) or use an operation "
-				  "without version_key",
-				  i, r->method, r->path, r->operation, op.op_version_key, r->key);
+			log_error(
+				"gateway: routes[%zu] (%s %s): operation \"%s\" guards the "
+				"version counter \"%s\", which needs each submit's subject, and a "
+				"route with \"key\": \"%s\" has none; give the route \"key\": "
+				"\"token\" (a token carries its subject) or use an operation "
+				"without version_key",
+				i, r->method, r->path, r->operation, op.op_version_key, r->key);
 			goto fail;
 		}
 		gateway_url_for_log(gr->gr_target, shown, sizeof(shown));

@@ -5,6 +5,7 @@
  * finisher threads, which release the claim and answer 502/504/5xx. Also
  * the replies built from a stored answer.
  */
+#include "answer.h"
 #include "gateway_int.h"
 
 #include <pthread.h>
@@ -67,7 +68,7 @@ static int gateway_add_header(struct request *req, const char *name, size_t name
 	if (!headers_is_token(n, name_len) || !headers_value_ok(v, value_len) ||
 	    headers_never_stored(n))
 		return 0;
-	MHD_add_response_header(req->rep_response, n, v);
+	http_set_header(req, n, v);
 	return strcasecmp(n, "content-type") == 0;
 }
 
@@ -100,7 +101,7 @@ static void gateway_reply_response(struct request *req, const struct stored_resp
 		json_decref(headers);
 	}
 	if (!has_type && r->sr_is_json)
-		MHD_add_response_header(req->rep_response, "Content-Type", "application/json");
+		http_set_header(req, "Content-Type", "application/json");
 	if (replayed != NULL)
 		http_set_header(req, "Idempotent-Replayed", replayed);
 }
@@ -140,6 +141,7 @@ static void gateway_store_answer(struct request *req, void *arg)
 {
 	struct gateway_job *j = arg;
 	struct complete_result *res = &j->gj_cres;
+	struct outcome_values lost = { .ov_attempt = j->gj_attempt };
 
 	if (j->gj_bj.bj_rc < 0) {
 		/* the upstream acted but nothing is stored: the claim stays until
@@ -162,13 +164,11 @@ static void gateway_store_answer(struct request *req, void *arg)
 		gateway_reply_response(req, &res->cpr_stored, "false");
 		break;
 	case COMPLETE_LEASE_LOST:
-		request_fail(req, 409, "lease_lost",
-			     "the lease ran out and a newer attempt took the record over");
+		answer_problem(req, OUTCOME_LEASE_LOST, &lost);
 		break;
 	case COMPLETE_NOT_IN_PROGRESS:
 	case COMPLETE_NO_RECORD:
-		request_fail(req, 409, "not_in_progress",
-			     "the record is no longer claimed by attempt %d", j->gj_attempt);
+		answer_problem(req, OUTCOME_NOT_IN_PROGRESS, &lost);
 		break;
 	}
 done:

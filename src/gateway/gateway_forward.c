@@ -7,7 +7,7 @@
  */
 #include "gateway_int.h"
 
-#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,23 +37,6 @@ static int gateway_keeps(const void *arg, const char *lname)
 	return 0;
 }
 
-static void gateway_client_ip(struct MHD_Connection *conn, char *out, size_t outlen)
-{
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-
-	snprintf(out, outlen, "unknown");
-	if (ci == NULL || ci->client_addr == NULL)
-		return;
-	const struct sockaddr *sa = ci->client_addr;
-	if (sa->sa_family == AF_INET)
-		inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, out,
-			  (socklen_t)outlen);
-	else if (sa->sa_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
-			  out, (socklen_t)outlen);
-}
-
 /* Gathers the request's headers into a growing array. */
 struct gateway_fields {
 	struct headers_field *f;
@@ -61,26 +44,24 @@ struct gateway_fields {
 	int failed;
 };
 
-static enum MHD_Result gateway_field_cb(void *cls, enum MHD_ValueKind kind, const char *key,
-					const char *value)
+static int gateway_field_cb(void *cls, const char *key, const char *value)
 {
 	struct gateway_fields *g = cls;
 
-	(void)kind;
 	if (g->n == g->cap) {
 		size_t cap = g->cap ? 2 * g->cap : 32;
 		struct headers_field *p = realloc(g->f, cap * sizeof(*p));
 		if (p == NULL) {
 			g->failed = 1;
-			return MHD_NO;
+			return 1;
 		}
 		g->f = p;
 		g->cap = cap;
 	}
 	g->f[g->n].hf_name = key;
-	g->f[g->n].hf_value = value != NULL ? value : "";
+	g->f[g->n].hf_value = value;
 	g->n++;
-	return MHD_YES;
+	return 0;
 }
 
 /* The headers sent upstream (headers_forward): a new list, or NULL. */
@@ -91,10 +72,10 @@ struct curl_slist *gateway_request_headers(struct request *req, const struct gat
 	struct curl_slist *list = NULL;
 	char hex[2 * TOKEN_ID_BYTES + 3], ip[INET6_ADDRSTRLEN + 1];
 
-	MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_field_cb, &g);
+	http_each_header(req, gateway_field_cb, &g);
 	/* one form on every route: the record id, 32 hex digits, bare */
 	token_id_hex(t->id, hex);
-	gateway_client_ip(req->req_conn, ip, sizeof(ip));
+	http_client_ip(req, ip, sizeof(ip));
 	char traceparent[TRACECTX_HEADER_LEN + 1];
 	tracectx_format(&req->req_trace, traceparent);
 	struct headers_forward_args a = {
@@ -144,16 +125,14 @@ struct gateway_query {
 	int failed;
 };
 
-static enum MHD_Result gateway_query_cb(void *cls, enum MHD_ValueKind kind, const char *key,
-					const char *value)
+static int gateway_query_cb(void *cls, const char *key, const char *value)
 {
 	struct gateway_query *g = cls;
 
-	(void)kind;
 	if ((g->q.b_len > 0 && buf_str(&g->q, "&") < 0) || gateway_query_text(&g->q, key) < 0 ||
 	    (value != NULL && (buf_str(&g->q, "=") < 0 || gateway_query_text(&g->q, value) < 0)))
 		g->failed = 1;
-	return MHD_YES;
+	return 0;
 }
 
 /*
@@ -165,7 +144,7 @@ int gateway_query(struct request *req, char **out)
 {
 	struct gateway_query g = { { 0 }, 0 };
 
-	MHD_get_connection_values(req->req_conn, MHD_GET_ARGUMENT_KIND, gateway_query_cb, &g);
+	http_each_query(req, gateway_query_cb, &g);
 	if (g.failed) {
 		buf_free(&g.q);
 		return -1;

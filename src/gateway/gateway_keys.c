@@ -33,15 +33,13 @@ struct gateway_scope {
 	const char *name;
 };
 
-static enum MHD_Result gateway_scope_cb(void *cls, enum MHD_ValueKind kind, const char *key,
-					const char *value)
+static int gateway_scope_cb(void *cls, const char *key, const char *value)
 {
 	struct gateway_scope *sc = cls;
 
-	(void)kind;
-	if (strcasecmp(key, sc->name) == 0 && value != NULL)
+	if (strcasecmp(key, sc->name) == 0)
 		crypto_generichash_update(&sc->st, (const unsigned char *)value, strlen(value) + 1);
-	return MHD_YES;
+	return 0;
 }
 
 static void gateway_scope(struct request *req, const struct gateway_route *gr, uint8_t out[32])
@@ -53,7 +51,7 @@ static void gateway_scope(struct request *req, const struct gateway_route *gr, u
 		sc.name = gr->gr_cfg->scope_headers[i];
 		crypto_generichash_update(&sc.st, (const unsigned char *)sc.name,
 					  strlen(sc.name) + 1);
-		MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, gateway_scope_cb, &sc);
+		http_each_header(req, gateway_scope_cb, &sc);
 		crypto_generichash_update(&sc.st, (const unsigned char *)"\n", 1);
 	}
 	crypto_generichash_final(&sc.st, out, 32);

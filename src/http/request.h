@@ -104,6 +104,17 @@ const char *http_header(const struct request *req, const char *name);
  * NULL (borrowed, valid during the request). */
 const char *http_query(const struct request *req, const char *name);
 
+/* Calls FN(ARG, NAME, VALUE) for each header of the request (VALUE "" when
+ * empty) or each query argument (VALUE NULL for one without "="), in the
+ * order they came, until FN returns nonzero; strings borrowed for the
+ * call. */
+typedef int (*http_field_fn)(void *arg, const char *name, const char *value);
+void http_each_header(const struct request *req, http_field_fn fn, void *arg);
+void http_each_query(const struct request *req, http_field_fn fn, void *arg);
+
+/* The client's address as text into OUT ("unknown" when there is none). */
+void http_client_ip(const struct request *req, char *out, size_t len);
+
 /* V as JSON text (json_dumps FLAGS) followed by a newline, so that
  * answers printed in a terminal end their line: new string (free()), its
  * length in *LEN (may be NULL); NULL when out of memory. */

@@ -24,6 +24,7 @@
 
 #include "batcher.h"
 #include "config.h"
+#include "answer.h"
 #include "engine.h"
 #include "fake_http.h"
 #include "opcache.h"
@@ -363,27 +364,35 @@ static void test_keeps(void **state)
 	assert_int_equal(fake_http.fh_status, 410);
 }
 
-/* The verdict table the batch API answers from. */
-static void test_verdicts(void **state)
+/* The outcomes a claim's result is: what single claims and batch items
+ * answer from (the table in http/answer.c). */
+static void test_claim_outcomes(void **state)
 {
 	struct claim_result res = { 0 };
-	struct engine_verdict v;
+	struct outcome_values v;
 
 	(void)state;
 	res.cr_outcome = CLAIM_CLAIMED;
-	engine_claim_verdict(&res, &v);
-	assert_int_equal(v.status, 201);
-	assert_null(v.code);
+	assert_int_equal(engine_claim_outcome(&res, 0, &v), OUTCOME_CLAIMED);
 	res.cr_outcome = CLAIM_REPLAY;
-	engine_claim_verdict(&res, &v);
-	assert_int_equal(v.status, 200);
+	assert_int_equal(engine_claim_outcome(&res, 0, &v), OUTCOME_REPLAY);
 	res.cr_outcome = CLAIM_IN_PROGRESS;
-	engine_claim_verdict(&res, &v);
-	assert_int_equal(v.status, 409);
-	assert_string_equal(v.code, "request_in_progress");
+	res.cr_retry_after = 7;
+	assert_int_equal(engine_claim_outcome(&res, 0, &v), OUTCOME_IN_PROGRESS);
+	assert_int_equal(v.ov_retry_after, 7);
+	res.cr_outcome = CLAIM_VERSION_MISMATCH;
+	res.cr_current_version = 42;
+	assert_int_equal(engine_claim_outcome(&res, 0, &v), OUTCOME_VERSION_MISMATCH);
+	assert_int_equal(v.ov_version, 42);
+	/* a token past its expiry; a caller key's claim too late for its life */
+	res.cr_outcome = CLAIM_EXPIRED;
+	assert_int_equal(engine_claim_outcome(&res, 0, &v), OUTCOME_TOKEN_EXPIRED);
+	assert_int_equal(engine_claim_outcome(&res, 1, &v), OUTCOME_KEY_LIFE_SPENT);
 	res.cr_outcome = CLAIM_VERSION_REQUIRED;
-	engine_claim_verdict(&res, &v);
-	assert_int_equal(v.status, 428);
+	assert_int_equal(engine_claim_outcome(&res, 0, &v), OUTCOME_VERSION_REQUIRED);
+	assert_int_equal(answer_status(OUTCOME_VERSION_REQUIRED), 428);
+	assert_string_equal(answer_code(OUTCOME_IN_PROGRESS), "request_in_progress");
+	assert_null(answer_code(OUTCOME_CLAIMED));
 }
 
 /* Issuance rate: a burst of 2 at 1 per second; the third is 429 with
@@ -422,7 +431,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_replay_fills_the_cache, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refused_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_keeps, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_verdicts, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_claim_outcomes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rate_check, setup, teardown),
 	};
 

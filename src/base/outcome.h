@@ -1,0 +1,39 @@
+/*
+ * Outcomes: what became of a request on a record, as the engine decides
+ * it, in words that know nothing of HTTP. http/outcome.c is the one table
+ * that turns each into an answer (status, problem code, one detail text,
+ * headers), for single requests, batch items and gateway submits alike.
+ */
+#ifndef IDEMD_OUTCOME_H
+#define IDEMD_OUTCOME_H
+
+#include <stdint.h>
+
+enum outcome {
+	OUTCOME_CLAIMED,	      /* the claim is granted */
+	OUTCOME_REPLAY,		      /* a duplicate of a completed submit: its response */
+	OUTCOME_STORED,		      /* a completion stored (or the same one again) */
+	OUTCOME_IN_PROGRESS,	      /* another holder's lease still runs */
+	OUTCOME_REVOKED,	      /* the token (or key) was revoked */
+	OUTCOME_FINGERPRINT_MISMATCH, /* the key was first used with another request */
+	OUTCOME_TOKEN_EXPIRED,	      /* the token, or the key's record, is past its life */
+	OUTCOME_KEY_LIFE_SPENT,	      /* a caller key's claim reached the database too late */
+	OUTCOME_VERSION_MISMATCH,     /* the counter moved: ov_version is where it is */
+	OUTCOME_VERSION_REQUIRED,     /* the operation needs If-Match */
+	OUTCOME_LEASE_SPENT,	      /* granted too late for its lease: not acknowledged */
+	OUTCOME_LEASE_LOST,	      /* ov_attempt is no longer the current attempt */
+	OUTCOME_NOT_IN_PROGRESS,      /* the record is not claimed by ov_attempt */
+	OUTCOME_COMPLETION_CONFLICT,  /* ov_attempt was completed with another response */
+	OUTCOME_RECORD_NOT_FOUND,     /* a caller key never claimed (or forgotten) */
+	OUTCOME_UNAVAILABLE,	      /* the database could not be asked */
+	OUTCOME_COUNT
+};
+
+/* The few values an answer needs besides its outcome. */
+struct outcome_values {
+	int ov_retry_after; /* IN_PROGRESS: seconds until the lease ends */
+	int64_t ov_version; /* VERSION_MISMATCH: the counter's current version */
+	int64_t ov_attempt; /* LEASE_LOST, NOT_IN_PROGRESS, COMPLETION_CONFLICT */
+};
+
+#endif
