@@ -11,6 +11,9 @@ any grain:
           own files) as one node;
   folder  follows from the first rule: includes only run downward.
 
+The compiler enforces the first rule too: CMakeLists.txt builds each
+layer as a library that sees only its own headers and links only the
+layer below it (its IDEMD_LAYERS must list the same order as LAYERS).
 Prints each broken rule with the include that breaks it and exits 1;
 prints a one-line summary and exits 0 when all hold. Only the standard
 library; reads the tree, runs nothing.
@@ -95,6 +98,11 @@ def main():
     if dup:
         sys.exit("layers.py: one name in two folders: %s" % ", ".join(sorted(dup)))
     problems = []
+    with open(os.path.join(ROOT, "..", "CMakeLists.txt"), encoding="utf-8") as f:
+        m = re.search(r"set\(IDEMD_LAYERS ([a-z ]+)\)", f.read())
+    if m is None or m.group(1).split() != LAYERS:
+        problems.append("CMakeLists.txt's IDEMD_LAYERS (%s) is not LAYERS (%s)"
+                        % (m.group(1) if m else "missing", " ".join(LAYERS)))
     fgraph, mgraph = {}, {}
     edges = 0
     for p in sorted(layer):

@@ -25,7 +25,7 @@ static inline int64_t idemd_local_unix_ms(void)
 
 /* How far the database's clock is ahead of this host's, in ms: measured by
  * the janitor every second (janitor.c), 0 until then. Defined in
- * janitor.c. */
+ * rfc3339.c, with the other times. */
 extern _Atomic int64_t idemd_clock_offset_ms;
 
 /* The clock records, tokens and leases are timed by: the database's, as

@@ -6,6 +6,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "common.h"
+
+/* common.h: the database's clock less this host's, set by the janitor */
+_Atomic int64_t idemd_clock_offset_ms = 0;
+
 /* Writes the 2 decimal digits of V (0..99) at P. */
 static char *rfc3339_2digits(char *p, unsigned v)
 {

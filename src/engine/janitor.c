@@ -29,8 +29,6 @@ static struct {
 	int fence_retention;
 } janitor = { .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
 
-_Atomic int64_t idemd_clock_offset_ms = 0;
-
 /* A reading is kept when its round trip was short enough to say something
  * (half of it is the reading's uncertainty) and it moved the offset by more
  * than that: the clock idemd times things by does not jitter. */
