@@ -219,7 +219,6 @@ static void h_batch_done(struct batcher_job *j)
 	http_resume_then(b->hb_req, b->hb_answer, b);
 }
 
-/* Queues the set (or answers at once when no item needs the database). */
 /* Lets the parsed body go before the batch waits for its turn: what the
  * items still need of it (the keys as sent) is copied, so a queued batch
  * holds about its text, not its parse. 0, or -1 (out of memory). */
@@ -239,6 +238,7 @@ static int h_batch_drop_body(struct h_batch *b)
 	return 0;
 }
 
+/* Queues the set (or answers at once when no item needs the database). */
 static void h_batch_run(struct h_batch *b, int claims, void (*answer)(struct request *, void *))
 {
 	if (h_batch_drop_body(b) < 0) {

@@ -33,7 +33,6 @@ static struct {
 
 /* ---------------------------------------------------------------- replies */
 
-/* Answers with a stored (or about to be stored) response R. */
 /* The stored headers of a response, read without jansson when they are
  * simple (reqjson_flat_each): at most GATEWAY_FAST_HEADERS string members. */
 #define GATEWAY_FAST_HEADERS 16
@@ -72,6 +71,7 @@ static int gateway_add_header(struct request *req, const char *name, size_t name
 	return strcasecmp(n, "content-type") == 0;
 }
 
+/* Answers with a stored (or about to be stored) response R. */
 static void gateway_reply_response(struct request *req, const struct stored_response *r,
 				   const char *replayed)
 {

@@ -103,7 +103,6 @@ static int http_preflight(struct request *req)
 	return 1;
 }
 
-/* Whether the request announces a body (a length above 0, or chunks). */
 /* /healthz, /readyz and /metrics: what admin_listen serves. */
 static int http_is_admin_route(const struct route *r)
 {
@@ -112,6 +111,7 @@ static int http_is_admin_route(const struct route *r)
 		strcmp(r->pattern, "/metrics") == 0);
 }
 
+/* Whether the request announces a body (a length above 0, or chunks). */
 static int http_has_body(const struct request *req, unsigned long long declared)
 {
 	return declared > 0 || req->req_h_transfer_encoding != NULL;

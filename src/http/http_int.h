@@ -16,7 +16,6 @@
 
 struct config;
 
-/* What outlives one request on a connection. */
 /* SO_SNDBUF of every connection (the kernel doubles it): what the kernel
  * may hold of an answer its client does not read */
 #define HTTP_SNDBUF_BYTES (256 * 1024)
@@ -39,6 +38,7 @@ int http_raw_supported(void);
 /* The last thing done with REQ before it is freed (http_grace_done). */
 void http_epoch_leave(const struct request *req);
 
+/* What outlives one request on a connection. */
 struct http_conn {
 	struct auth_memo hc_auth; /* the API key it last authenticated with */
 	/* monotonic ms since which the connection has been receiving a
@@ -72,10 +72,10 @@ void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 /* http_listen.c */
 /* Keeps the URL as sent: the router decodes each segment itself. */
 size_t http_no_unescape(void *cls, struct MHD_Connection *conn, char *uri);
-/* libmicrohttpd's messages as warn lines. */
 /* Copies IN (up to its first newline) into OUT with every path replaced
  * by "[path]": what libmicrohttpd's messages may quote of a request. */
 void http_redact_paths(const char *in, char *out, size_t outlen);
+/* libmicrohttpd's messages as warn lines. */
 void http_mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 /* The daemon's TLS options into OPTS (MHD_OPTION_END alone for plain HTTP),
  * the PEM texts into *CERT and *KEY (new, the caller wipes the key and
