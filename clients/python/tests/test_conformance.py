@@ -323,6 +323,9 @@ def run_op(c, op, a):
         return {"events": c.record_events(a["id"])}
     if op == "list_records":
         return c.list_records(**opt(a, "operation", "state", "subject", "older_than", "limit", "cursor"))
+    if op == "scoped_key":
+        names = a.get("scope_headers", ["authorization", "cookie"])
+        return {"key": idemd.scoped_key(a["key"], a["headers"], names)}
     if op == "run_once":
         calls = []
         r = c.run_once(make_handler(a.get("handler"), calls), release_on=(Retryable,),

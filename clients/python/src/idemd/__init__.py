@@ -11,6 +11,7 @@ from ._flows import MessageOutcome, RunResult
 from .aio import AsyncClaim, AsyncClient
 from .client import Claim, Client
 from .decorator import idempotent
+from ._web import caller_scope, scoped_key
 from .errors import (IdemdError, TransportError, ERRORS,
     InvalidRequestError,
     IdempotencyKeyMissingError,
@@ -53,7 +54,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "Client", "AsyncClient", "Claim", "AsyncClaim", "Retry", "UNSET",
-    "MessageOutcome", "RunResult", "idempotent", "Outcome", "Claimed", "BatchClaimItem", "BatchClaimResult",
+    "MessageOutcome", "RunResult", "idempotent", "caller_scope", "scoped_key", "Outcome", "Claimed", "BatchClaimItem", "BatchClaimResult",
     "BatchCompleteItem", "BatchCompleteResult", "CompleteResult", "Health",
     "IssuedToken", "KeyRecord", "Operation", "ReleaseResult", "StoredResponse",
     "TokenInfo", "Version", "response_bytes", "Checkpoint", "CheckpointResult",
