@@ -16,7 +16,8 @@
 # where the JVM suite's mobile-checkout test starts its own upstream),
 # installs the Python package the ordinary way (pip from the directory, and
 # from a wheel built with pip wheel, each into a fresh virtualenv, build
-# dependencies from PyPI) and the Node package with npm under
+# dependencies from PyPI; the test virtualenv also gets FastAPI, Starlette,
+# httpx2 and Django, pinned, for the integrations' tests) and the Node package with npm under
 # build/node-clients (pinned typescript and express), and runs the suites.
 # Go's build cache is build/go-cache, so a repeat is fast. Prints each
 # runner's own summary lines and the conformance table; exits non-zero on
@@ -33,6 +34,9 @@ PSQL=${IDEMD_TEST_PSQL:-/usr/lib/postgresql/15/bin/psql}
 
 typescript_version=5.9.3
 express_version=4.21.2
+# The web frameworks the Python integrations are tested under (their own
+# test clients: FastAPI/Starlette's TestClient on httpx2, Django's Client).
+python_web=(fastapi==0.163.2 starlette==1.10.0 httpx2==2.16.2 django==5.2.17)
 
 say() { printf '\n==> %s\n' "$*"; }
 fail=0 problems=() results=()
@@ -134,7 +138,7 @@ rm -rf clients/python/build clients/python/src/idemd.egg-info
 if "$PY" -m venv --system-site-packages "$venv" &&
    "$venv/bin/pip" wheel -q --no-deps -w "$TMP/wheels" clients/python &&
    whl=$(ls "$TMP"/wheels/idemd-*.whl) &&
-   "$venv/bin/pip" install -q "$whl"; then
+   "$venv/bin/pip" install -q "$whl" "${python_web[@]}"; then
   results+=("python wheel $(basename "$whl"): ok")
 else
   results+=("python wheel: FAILED"); problems+=("python wheel"); fail=1
@@ -142,7 +146,8 @@ fi
 rm -rf clients/python/build clients/python/src/idemd.egg-info
 
 say "python: mypy --strict on the idemd package"
-if mypy --strict --cache-dir "$TMP/mypy-cache" clients/python/src/idemd; then
+if mypy --config-file clients/python/pyproject.toml --strict --cache-dir "$TMP/mypy-cache" \
+     clients/python/src/idemd; then
   results+=("mypy: ok")
 else
   results+=("mypy: FAILED"); problems+=("mypy"); fail=1

@@ -500,6 +500,24 @@ func runOp(ctx context.Context, c *idemd.Client, op string, a map[string]any) (a
 		return resRaw(c.CheckpointToken(ctx, str(a, "token"), num(a, "attempt"), str(a, "phase"), a["data"]))
 	case "claim_key":
 		return claimed(c.ClaimKey(ctx, str(a, "operation"), str(a, "key"), claimOpts(a)))
+	case "scoped_key":
+		h := http.Header{}
+		hs, _ := a["headers"].(map[string]any)
+		for k, v := range hs {
+			h.Set(k, v.(string))
+		}
+		names := idemd.DefaultScopeHeaders
+		if sh, ok := a["scope_headers"].([]any); ok {
+			names = []string{}
+			for _, n := range sh {
+				names = append(names, n.(string))
+			}
+		}
+		k, err := idemd.ScopedKey(str(a, "key"), h, names)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"key": k}, nil
 	case "complete_key":
 		return resRaw(c.CompleteKey(ctx, str(a, "operation"), str(a, "key"), num(a, "attempt"), outcomeOf(a)))
 	case "release_key":

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -37,6 +38,69 @@ type MiddlewareOptions struct {
 	// storing the answer (default: 5xx), so that a retry runs the handler
 	// again.
 	Release func(status int) bool
+	// Subject returns the subject of a request (the principal's user id, a
+	// header, a path value): it fills a guarded operation's version_key
+	// ("orders:{subject}"). Required for a guarded operation by caller key:
+	// NewMiddleware refuses one without it.
+	Subject func(r *http.Request) (string, error)
+	// ScopeHeaders name the headers whose values, hashed, scope the key per
+	// caller (ScopedKey), as the gateway's scope_headers do. nil: the
+	// default, Authorization and Cookie; an empty non-nil slice keeps the
+	// key as sent.
+	ScopeHeaders []string
+}
+
+// DefaultScopeHeaders tell callers apart unless MiddlewareOptions say otherwise.
+var DefaultScopeHeaders = []string{"authorization", "cookie"}
+
+// CallerScope is 32 hex digits naming the caller: SHA-256 over
+// "name\nvalue\n" for each of names (lower-case, in order; an absent
+// header has an empty value, repeated ones are joined with ", ").
+func CallerScope(h http.Header, names []string) string {
+	sum := sha256.New()
+	for _, n := range names {
+		n = strings.ToLower(n)
+		sum.Write([]byte(n + "\n" + strings.Join(h.Values(n), ", ") + "\n"))
+	}
+	return hex.EncodeToString(sum.Sum(nil))[:32]
+}
+
+// ScopedKey is key within the caller's scope, "<CallerScope>:<key>", so
+// that the same key from two callers is two records (no names: key as it
+// is); an invalid key, or one over 255 bytes once scoped, is the 400
+// idempotency_key_invalid idemd would answer.
+func ScopedKey(key string, h http.Header, names []string) (string, error) {
+	if err := CheckKey(key); err != nil {
+		return "", err
+	}
+	if len(names) == 0 {
+		return key, nil
+	}
+	scoped := CallerScope(h, names) + ":" + key
+	if len(scoped) > 255 {
+		return "", &Error{Status: 400, Code: ErrIdempotencyKeyInvalid,
+			Detail: fmt.Sprintf("a key is at most 222 bytes when scoped per caller (got %d)", len(key))}
+	}
+	return scoped, nil
+}
+
+// NewMiddleware is Middleware after a check of the operation's policy: for
+// an operation guarding a counter by {subject}, by caller key, without
+// o.Subject, it returns an error naming the fix, so that a route that
+// could never fill the subject stops the server at start. An operation
+// that does not exist yet, or an idemd that cannot be reached, is not
+// checked.
+func (c *Client) NewMiddleware(ctx context.Context, o MiddlewareOptions) (func(http.Handler) http.Handler, error) {
+	if !o.ByToken && o.Subject == nil && o.Operation != "" {
+		op, err := c.GetOperation(ctx, o.Operation)
+		if err == nil && strings.Contains(op.VersionKey, "{subject}") {
+			return nil, fmt.Errorf("idemd: operation %s guards the version counter %s, and this "+
+				"middleware has no subject: set MiddlewareOptions.Subject (a function of the request "+
+				"returning the caller's user id, from the principal, a header or r.PathValue), or use "+
+				"ByToken (a token carries its subject)", o.Operation, op.VersionKey)
+		}
+	}
+	return c.Middleware(o), nil
 }
 
 type ctxKey struct{}
@@ -140,6 +204,9 @@ func (c *Client) Middleware(o MiddlewareOptions) func(http.Handler) http.Handler
 	if o.Key == nil {
 		o.Key = func(r *http.Request) (string, error) { return HeaderKey(r.Header.Get("Idempotency-Key")), nil }
 	}
+	if o.ScopeHeaders == nil {
+		o.ScopeHeaders = DefaultScopeHeaders
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var key string
@@ -154,6 +221,12 @@ func (c *Client) Middleware(o MiddlewareOptions) func(http.Handler) http.Handler
 				writeProblem(w, 400, ErrIdempotencyKeyMissing, "this route needs an Idempotency-Key header", nil)
 				return
 			}
+			if !o.ByToken {
+				if key, err = ScopedKey(key, r.Header, o.ScopeHeaders); err != nil {
+					writeError(w, err)
+					return
+				}
+			}
 			body, err := io.ReadAll(io.LimitReader(r.Body, o.MaxBody+1))
 			if err != nil {
 				writeProblem(w, 400, ErrInvalidRequest, "cannot read the request body", nil)
@@ -164,6 +237,15 @@ func (c *Client) Middleware(o MiddlewareOptions) func(http.Handler) http.Handler
 				return
 			}
 			opts := &ClaimOptions{Request: RequestIdentity(r.Method, r.URL.Path, r.URL.RawQuery, body), Wait: o.Wait}
+			if o.Subject != nil && !o.ByToken {
+				if opts.Subject, err = o.Subject(r); err != nil {
+					writeProblem(w, 400, ErrInvalidRequest, err.Error(), nil)
+					return
+				}
+			}
+			if im := r.Header.Get("If-Match"); im != "" {
+				opts.IfMatch = im
+			}
 			if opts.Wait == 0 {
 				if p := r.Header.Get("Prefer"); strings.HasPrefix(strings.TrimSpace(p), "wait=") {
 					if n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(p), "wait="))); err == nil && n > 0 {

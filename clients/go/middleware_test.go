@@ -127,7 +127,8 @@ func TestMiddlewareReleasesOn5xx(t *testing.T) {
 	if st, hd, b := post(t, srv.URL, key, "x"); st != 200 || b != "paid" || hd.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("duplicate: %d %s", st, b)
 	}
-	rec, err := c.GetKey(context.Background(), op, key)
+	scoped, _ := idemd.ScopedKey(key, http.Header{}, idemd.DefaultScopeHeaders)
+	rec, err := c.GetKey(context.Background(), op, scoped)
 	if err != nil || rec.Attempt != 2 || rec.State != "completed" {
 		t.Fatalf("record: %+v %v", rec, err)
 	}
@@ -204,5 +205,51 @@ func TestMiddlewareFingerprintIsJSONMeaningAndProblemUnchanged(t *testing.T) {
 	}
 	if idemd.ProblemTitle(422) != "Unprocessable Content" || idemd.ProblemTitle(413) != "Content Too Large" {
 		t.Fatal("ProblemTitle")
+	}
+}
+
+func TestMiddlewareScopesPerCallerAndFillsTheSubject(t *testing.T) {
+	c := liveClient(t)
+	ctx := context.Background()
+	op := uniq("guarded")
+	if _, err := c.PutOperation(ctx, op, idemd.Operation{TokenTTLSeconds: 3600, RetentionSeconds: 86400,
+		LeaseSeconds: 30, VersionKey: "orders:{subject}"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.NewMiddleware(ctx, idemd.MiddlewareOptions{Operation: op}); err == nil ||
+		!strings.Contains(err.Error(), "MiddlewareOptions.Subject") {
+		t.Fatalf("a guarded operation without Subject: %v", err)
+	}
+	var runs atomic.Int32
+	mw, err := c.NewMiddleware(ctx, idemd.MiddlewareOptions{Operation: op,
+		Subject: func(r *http.Request) (string, error) { return r.PathValue("user"), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /users/{user}/orders", mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(201)
+	})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	user := uniq("u")
+	url := srv.URL + "/users/" + user + "/orders"
+	_, h1, _ := post(t, url, "k-1", "{}", "Authorization", "Bearer alice")
+	_, h2, _ := post(t, url, "k-1", "{}", "Authorization", "Bearer alice")
+	_, h3, _ := post(t, url, "k-1", "{}", "Authorization", "Bearer bob")
+	got := []string{h1.Get("Idempotent-Replayed"), h2.Get("Idempotent-Replayed"), h3.Get("Idempotent-Replayed")}
+	if strings.Join(got, ",") != "false,true,false" || runs.Load() != 2 {
+		t.Fatalf("replayed %v, runs %d", got, runs.Load())
+	}
+	v, err := c.GetVersion(ctx, "orders:"+user)
+	if err != nil || v.Version != 2 {
+		t.Fatalf("the subject fills orders:{subject}: %+v %v", v, err)
+	}
+	h := http.Header{}
+	h.Set("Authorization", "Bearer alice")
+	k, _ := idemd.ScopedKey("k-1", h, idemd.DefaultScopeHeaders)
+	if rec, err := c.GetKey(ctx, op, k); err != nil || rec.State != "completed" {
+		t.Fatalf("alice's record: %+v %v", rec, err)
 	}
 }

@@ -37,8 +37,10 @@ export interface IdempotentOptions<Req extends IdempotentRequest = IdempotentReq
   required?: boolean;
   /** What identifies the request; default {method, path, body}. */
   request?: (req: Req) => Json;
-  /** The subject (fills the operation's version_key). */
+  /** The subject (fills the operation's version_key; required for a guarded operation). */
   subject?: (req: Req) => string;
+  /** Headers whose values, hashed, scope the key per caller (default ['authorization', 'cookie']; [] keeps the key). */
+  scopeHeaders?: readonly string[];
   /** Seconds a duplicate waits for the first one to finish (Prefer: wait). */
   wait?: number;
   /** A completion or release failed (the response is sent anyway). */
@@ -49,6 +51,15 @@ export function idempotent<Req extends IdempotentRequest = IdempotentRequest>(
   client: Client, options?: IdempotentOptions<Req>,
 ): (req: Req, res: IdempotentResponse, next: NextFunction) => Promise<void>;
 export default idempotent;
+
+/** Reads the operation's policy first; rejects (TypeError naming the fix) for a guarded operation without `subject`. */
+export function createIdempotent<Req extends IdempotentRequest = IdempotentRequest>(
+  client: Client, options?: IdempotentOptions<Req>,
+): Promise<(req: Req, res: IdempotentResponse, next: NextFunction) => Promise<void>>;
+export const DEFAULT_SCOPE_HEADERS: readonly string[];
+export function callerScope(headers: Record<string, string | string[] | undefined>, names: readonly string[]): string;
+export function scopedKey(key: string, headers: Record<string, string | string[] | undefined>, names?: readonly string[]): string;
+export function guardRefusal(policy: { name?: string; version_key?: string } | null, hasSubject: boolean): string | null;
 
 export function storableHeaders(headers: Record<string, number | string | string[] | undefined>): Record<string, string>;
 export function parseIdempotencyKey(value: string | string[] | null | undefined): string | null;

@@ -1,7 +1,48 @@
 // Express middleware: makes a route idempotent by token or by caller key,
 // both taken from the Idempotency-Key header. Works with Express 4 and 5 (it
 // uses only Node's request/response API).
-import { IdemdError, problemTitle } from './errors.js';
+import { createHash } from 'node:crypto';
+import { IdemdError, IdempotencyKeyInvalidError, problemTitle } from './errors.js';
+import { checkKey } from './index.js';
+
+/** The headers that tell callers apart by default, as on the gateway's routes. */
+export const DEFAULT_SCOPE_HEADERS = Object.freeze(['authorization', 'cookie']);
+
+/** 32 hex digits naming the caller: SHA-256 over `name LF value LF` for each
+ * of NAMES (lower-case, in order; an absent header has an empty value). */
+export function callerScope(headers, names) {
+  const h = createHash('sha256');
+  for (const name of names) {
+    const n = name.toLowerCase();
+    let v = headers[n] ?? '';
+    if (Array.isArray(v)) v = v.join(', ');
+    h.update(Buffer.from(`${n}\n${v}\n`, 'latin1'));
+  }
+  return h.digest('hex').slice(0, 32);
+}
+
+/** KEY within the caller's scope: `<callerScope>:<key>`, so that the same key
+ * from two callers is two records (NAMES empty: KEY as it is). */
+export function scopedKey(key, headers, names = DEFAULT_SCOPE_HEADERS) {
+  checkKey(key);
+  if (!names.length) return key;
+  const scoped = `${callerScope(headers, names)}:${key}`;
+  if (scoped.length > 255) {
+    throw new IdempotencyKeyInvalidError(400, 'idempotency_key_invalid',
+      `a key is at most 222 bytes when scoped per caller (got ${key.length})`);
+  }
+  return scoped;
+}
+
+/** The refusal of a middleware that can never fill a guarded operation's
+ * subject, or null. */
+export function guardRefusal(policy, hasSubject) {
+  const vk = policy?.version_key;
+  if (hasSubject || typeof vk !== 'string' || !vk.includes('{subject}')) return null;
+  return `idemd: operation ${policy.name} guards the version counter ${vk}, and this middleware ` +
+    'has no subject: pass subject (a function of the request returning the caller\'s user id, ' +
+    "from req.user, a header or a path parameter), or use by: 'token' (a token carries its subject)";
+}
 
 // Never stored: hop-by-hop, framing, CORS grants, cookies, and the headers
 // idemd sets itself (it refuses them in a completion).
@@ -71,7 +112,10 @@ export function replay(res, stored) {
  * options.header: where the key is ('Idempotency-Key').
  * options.request(req): what identifies the request (its fingerprint);
  *   default {method, path, body}: the same key with another body is 422.
- * options.subject(req): the subject (fills the operation's version_key).
+ * options.subject(req): the subject (fills the operation's version_key;
+ *   required for a guarded operation: see createIdempotent).
+ * options.scopeHeaders: headers whose values, hashed, scope the key per
+ *   caller (default ['authorization', 'cookie']; [] keeps the key as sent).
  * options.required: refuse a request without the header (400
  *   idempotency_key_missing; default true) or let it through unprotected.
  * options.wait: seconds a duplicate waits for the first (Prefer: wait).
@@ -81,16 +125,24 @@ export function replay(res, stored) {
 export function idempotent(client, options = {}) {
   const { operation, by = 'key', header = 'Idempotency-Key', required = true, wait,
     request = (req) => ({ method: req.method, path: req.originalUrl ?? req.url, body: req.body ?? null }),
-    subject, onError = () => {} } = options;
+    subject, scopeHeaders = DEFAULT_SCOPE_HEADERS, onError = () => {} } = options;
   if (by !== 'key' && by !== 'token') throw new TypeError("by must be 'key' or 'token'");
   if (by === 'key' && !operation) throw new TypeError('operation is required with by: key');
   const headerName = header.toLowerCase();
 
   return async function idempotentMiddleware(req, res, next) {
-    const key = parseIdempotencyKey(req.headers[headerName]);
-    if (key === null) {
+    const raw = parseIdempotencyKey(req.headers[headerName]);
+    if (raw === null) {
       if (!required) return next();
       return sendProblem(res, 400, 'idempotency_key_missing', `the ${header} header is required`);
+    }
+    let key = raw;
+    if (by === 'key') {
+      try {
+        key = scopedKey(raw, req.headers, scopeHeaders);
+      } catch (err) {
+        return sendProblem(res, err.status, err.code, err.detail);
+      }
     }
     // A duplicate in progress is answered 409 at once (the caller retries),
     // unless `wait` asks idemd to hold it until the first one finishes.
@@ -181,6 +233,27 @@ export function idempotent(client, options = {}) {
     });
     next();
   };
+}
+
+/**
+ * createIdempotent(client, options) → Promise of the middleware: reads the
+ * operation's policy first and rejects when the operation guards a counter
+ * by {subject} and options.subject is missing (with by: 'key'), so that a
+ * misconfigured route stops the app at start, not at its first request.
+ */
+export async function createIdempotent(client, options = {}) {
+  if ((options.by ?? 'key') === 'key' && options.operation) {
+    let policy = null;
+    try {
+      policy = await client.getOperation(options.operation);
+    } catch (err) {
+      if (!(err instanceof IdemdError) || (err.status !== 404 && err.code !== 'operation_unknown'
+          && err.status != null)) throw err;
+    }
+    const refusal = guardRefusal(policy, typeof options.subject === 'function');
+    if (refusal) throw new TypeError(refusal);
+  }
+  return idempotent(client, options);
 }
 
 export default idempotent;

@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { createServer } from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { Client, Outcome, IdemdError, TransportError, errorClasses } from 'idemd';
+import { scopedKey } from 'idemd/express';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const source = process.env.IDEMD_SOURCE_DIR ?? join(here, '..', '..', '..');
@@ -213,6 +214,7 @@ async function runOp(c, op, a) {
     case 'extend_token': return c.extendToken(a.token, a.attempt, lease(a));
     case 'checkpoint_token': return c.checkpointToken(a.token, a.attempt, a.phase, ...data(a));
     case 'claim_key': return c.claimKey(a.operation, a.key, claimOpts(a));
+    case 'scoped_key': return { key: scopedKey(a.key, a.headers, a.scope_headers ?? ['authorization', 'cookie']) };
     case 'complete_key': return c.completeKey(a.operation, a.key, a.attempt, outcomeOf(a));
     case 'release_key': return c.releaseKey(a.operation, a.key, a.attempt);
     case 'extend_key': return c.extendKey(a.operation, a.key, a.attempt, lease(a));

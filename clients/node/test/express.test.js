@@ -1,7 +1,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import express from 'express';
-import { idempotent, storableHeaders, parseIdempotencyKey } from 'idemd/express';
+import { idempotent, createIdempotent, scopedKey, storableHeaders, parseIdempotencyKey } from 'idemd/express';
 import { client, newOperation, uniq } from './env.js';
 
 let server;
@@ -51,9 +51,9 @@ before(async () => {
 
 after(() => new Promise((resolve) => server.close(resolve)));
 
-const post = (path, key, body = {}) => fetch(base + path, {
+const post = (path, key, body = {}, extra = {}) => fetch(base + path, {
   method: 'POST',
-  headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}) },
+  headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}), ...extra },
   body: JSON.stringify(body),
 });
 
@@ -73,7 +73,7 @@ test('by caller key: the route runs once, duplicates get the stored answer', asy
   assert.match(r2.headers.get('content-type'), /^application\/json/);
   assert.deepEqual(await r2.json(), b1);
   assert.equal(calls.orders, 1);
-  const stored = await globalThis.idemdTestClient.getKey(op, key);
+  const stored = await globalThis.idemdTestClient.getKey(op, scopedKey(key, {}));
   assert.equal(stored.response.headers['set-cookie'], undefined);
   assert.equal(stored.response.headers['content-length'], undefined);
   const r3 = await post('/orders', key, { amount: 6 });
@@ -105,7 +105,7 @@ test('a thrown error or a 5xx releases; the retry runs the route again', async (
   const key = uniq('k');
   const r1 = await post('/flaky', key);
   assert.equal(r1.status, 500);
-  assert.equal((await globalThis.idemdTestClient.getKey(op, key)).state, 'issued');
+  assert.equal((await globalThis.idemdTestClient.getKey(op, scopedKey(key, {}))).state, 'issued');
   const r2 = await post('/flaky', key);
   assert.equal(r2.status, 503);
   const r3 = await post('/flaky', key);
@@ -162,4 +162,41 @@ test('storableHeaders and parseIdempotencyKey', () => {
   assert.equal(parseIdempotencyKey(' k1 '), 'k1');
   assert.equal(parseIdempotencyKey(''), null);
   assert.equal(parseIdempotencyKey(undefined), null);
+});
+
+test('keys are scoped per caller: the same key from two callers is two records', async () => {
+  const key = uniq('k');
+  const before = calls.orders;
+  const alice = { authorization: 'Bearer alice' };
+  const a1 = await post('/orders', key, { amount: 5 }, alice);
+  const a2 = await post('/orders', key, { amount: 5 }, alice);
+  const b1 = await post('/orders', key, { amount: 5 }, { authorization: 'Bearer bob' });
+  assert.deepEqual([a1.status, a2.headers.get('idempotent-replayed'), b1.headers.get('idempotent-replayed')],
+    [201, 'true', 'false']);
+  assert.equal(calls.orders, before + 2);
+  const rec = await globalThis.idemdTestClient.getKey(op, scopedKey(key, alice));
+  assert.equal(rec.state, 'completed');
+});
+
+test('a guarded operation: createIdempotent refuses without a subject, fills it with one', async () => {
+  const c = client();
+  const guarded = await newOperation(c, { version_key: 'orders:{subject}' });
+  await assert.rejects(createIdempotent(c, { operation: guarded }), /pass subject/);
+  const user = uniq('u');
+  const mw = await createIdempotent(c, { operation: guarded, subject: (req) => req.params.user });
+  const app = express();
+  app.use(express.json());
+  app.post('/users/:user/orders', (req, res, next) => mw(req, res, next), (req, res) => res.status(201).json({ ok: 1 }));
+  const srv = app.listen(0);
+  await new Promise((r) => srv.once('listening', r));
+  try {
+    const url = `http://127.0.0.1:${srv.address().port}/users/${user}/orders`;
+    const h = { 'content-type': 'application/json', 'idempotency-key': 'k-1' };
+    const r1 = await fetch(url, { method: 'POST', headers: h, body: '{}' });
+    const r2 = await fetch(url, { method: 'POST', headers: h, body: '{}' });
+    assert.deepEqual([r1.status, r2.headers.get('idempotent-replayed')], [201, 'true']);
+    assert.equal((await c.getVersion(`orders:${user}`)).version, 1);
+  } finally {
+    srv.close();
+  }
 });

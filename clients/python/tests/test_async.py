@@ -65,22 +65,25 @@ def test_async_batches(aclient, op):
 
 def test_async_claim_context(aclient, op, key):
     async def main():
-        async with aclient.claim(op, key, request={"a": 1}) as c:
+        async with aclient.claim(operation=op, key=key, request={"a": 1}) as c:
             assert not c.replayed
-            c.complete(201, {"id": 1})
-        async with aclient.claim(op, key, request={"a": 1}) as c:
+            await c.complete(201, {"id": 1})
+        async with aclient.claim(operation=op, key=key, request={"a": 1}) as c:
             assert c.replayed and c.response["body"] == {"id": 1}
         other = uniq("k")
         with pytest.raises(ValueError):
-            async with aclient.claim(op, other):
+            async with aclient.claim(operation=op, key=other):
                 raise ValueError()
         assert (await aclient.get_key(op, other))["state"] == "issued"
 
-        async def work():
+        async def work(claim):
             await asyncio.sleep(0)
-            return {"async": True}
-        r = await aclient.run_once(op, uniq("k"), work)
-        assert r["body"] == {"async": True}
+            return {"async": claim.attempt}
+        k = uniq("k")
+        r = await aclient.run_once(work, operation=op, key=k)
+        assert not r.replayed and r.value == {"async": 1} and r.response["body"] == {"async": 1}
+        again = await aclient.run_once(work, operation=op, key=k)
+        assert again.replayed and again.response == r.response
     run(main())
 
 
@@ -89,7 +92,7 @@ def test_async_cancellation_releases(aclient, op, key):
         started = asyncio.Event()
 
         async def holder():
-            async with aclient.claim(op, key):
+            async with aclient.claim(operation=op, key=key):
                 started.set()
                 await asyncio.sleep(30)
         task = asyncio.create_task(holder())
@@ -127,7 +130,7 @@ def test_async_consume(aclient, op):
         await aclient.claim_key(op, ids[1])
         await aclient.complete_key(op, ids[1], 1, 200, {"old": True})
 
-        async def handler(m):
+        async def handler(m, claim):
             await asyncio.sleep(0.01)
             if m == ids[2]:
                 raise RuntimeError("flaky")

@@ -323,12 +323,16 @@ def run_op(c, op, a):
         return {"events": c.record_events(a["id"])}
     if op == "list_records":
         return c.list_records(**opt(a, "operation", "state", "subject", "older_than", "limit", "cursor"))
+    if op == "scoped_key":
+        names = a.get("scope_headers", ["authorization", "cookie"])
+        return {"key": idemd.scoped_key(a["key"], a["headers"], names)}
     if op == "run_once":
         calls = []
-        response = c.run_once(a.get("operation"), a.get("key"), make_handler(a.get("handler"), calls),
-                              release_on=(Retryable,),
-                              **opt(a, "token", "request", "fingerprint", "subject", "wait"))
-        return {"ran": bool(calls), "replayed": not calls, "response": response}
+        r = c.run_once(make_handler(a.get("handler"), calls), release_on=(Retryable,),
+                       **opt(a, "operation", "key", "token", "request", "fingerprint", "subject",
+                             "wait"))
+        assert r.replayed == (not calls)
+        return {"ran": bool(calls), "replayed": r.replayed, "response": r.response}
     if op == "consume":
         return consume(c, a)
     raise ScenarioError("unknown op %r" % op)
@@ -342,7 +346,7 @@ def consume(c, a):
     handled = []
     lock = threading.Lock()
 
-    def handler(m):
+    def handler(m, claim):
         with lock:
             handled.append(m["key"])
         kind = fail.get(m["key"])

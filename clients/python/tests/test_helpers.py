@@ -15,9 +15,12 @@ class Declined(Exception):
 
 
 def test_claim_completes_with_what_was_set(client, op, key):
-    with client.claim(op, key, request={"amount": 5}) as c:
+    with client.claim(operation=op, key=key, request={"amount": 5}) as c:
         assert not c.replayed and c.attempt == 1 and c.id
-        c.complete(201, {"order_id": "o-1"}, {"location": "/orders/o-1"})
+        done = c.complete(201, {"order_id": "o-1"}, {"location": "/orders/o-1"})
+        # stored at once, not at the block's end
+        assert done["state"] == "completed" and client.get_key(op, key)["state"] == "completed"
+        assert c.response == done["response"]
     assert c.result["state"] == "completed"
     rec = client.get_key(op, key)
     assert rec["state"] == "completed"
@@ -26,10 +29,10 @@ def test_claim_completes_with_what_was_set(client, op, key):
 
 
 def test_claim_duplicate_gets_the_stored_response(client, op, key):
-    with client.claim(op, key) as c:
+    with client.claim(operation=op, key=key) as c:
         c.complete(201, {"n": 1})
     ran = []
-    with client.claim(op, key) as dup:
+    with client.claim(operation=op, key=key) as dup:
         if not dup.replayed:
             ran.append(1)
         with pytest.raises(RuntimeError):
@@ -39,40 +42,40 @@ def test_claim_duplicate_gets_the_stored_response(client, op, key):
 
 
 def test_claim_nothing_set_stores_200_empty(client, op, key):
-    with client.claim(op, key):
+    with client.claim(operation=op, key=key):
         pass
     assert client.get_key(op, key)["response"] == {"status": 200, "headers": {}, "body": None}
 
 
 def test_claim_exception_releases_and_reraises(client, op, key):
     with pytest.raises(Boom):
-        with client.claim(op, key) as c:
+        with client.claim(operation=op, key=key) as c:
             raise Boom()
     rec = client.get_key(op, key)
     assert rec["state"] == "issued" and rec["attempt"] == 1
-    with client.claim(op, key) as c:
+    with client.claim(operation=op, key=key) as c:
         assert c.attempt == 2
-        c.set_result({"ok": True})
+        c.complete(200, {"ok": True})
     assert client.get_key(op, key)["response"]["body"] == {"ok": True}
 
 
 def test_claim_exception_outside_release_on_is_final(client, op, key):
     with pytest.raises(Declined):
-        with client.claim(op, key, release_on=(Boom,)):
+        with client.claim(operation=op, key=key, release_on=(Boom,)):
             raise Declined("card declined")
     rec = client.get_key(op, key)
     assert rec["state"] == "completed"
     assert rec["response"]["status"] == 500 and rec["response"]["body"] == {"error": "Declined"}
     with pytest.raises(Declined):
-        with client.claim(op, uniq("k"), release_on=(Boom,)) as c:
+        with client.claim(operation=op, key=uniq("k"), release_on=(Boom,)) as c:
             c.complete(402, {"error": "declined"})
             raise Declined()
-    with client.claim(op, key) as again:
+    with client.claim(operation=op, key=key) as again:
         assert again.replayed and again.response["status"] == 500
 
 
 def test_claim_explicit_release(client, op, key):
-    with client.claim(op, key) as c:
+    with client.claim(operation=op, key=key) as c:
         c.release()
     assert client.get_key(op, key)["state"] == "issued"
 
@@ -84,29 +87,36 @@ def test_claim_token_form(client, op):
     with client.claim(token=tok, request={"a": 1}) as c:
         assert c.replayed and c.response["body"] == {"id": 9}
     with pytest.raises(ValueError):
-        client.claim(op, "k", token=tok)
+        client.claim(operation=op, key="k", token=tok)
+    with pytest.raises(TypeError):
+        client.claim(op, "k")  # keyword arguments only
 
 
 def test_claim_refusal_raises_on_entry(client, op, key):
-    with client.claim(op, key, request={"a": 1}) as c:
+    with client.claim(operation=op, key=key, request={"a": 1}) as c:
         c.complete(200)
     with pytest.raises(idemd.FingerprintMismatchError):
-        with client.claim(op, key, request={"a": 2}):
+        with client.claim(operation=op, key=key, request={"a": 2}):
             pytest.fail("the body must not run")
 
 
 def test_run_once(client, op, key):
     calls = []
 
-    def work():
-        calls.append(1)
+    def work(claim):
+        calls.append(claim.attempt)
+        assert claim.id and not claim.replayed
         return idemd.Outcome(201, {"order": len(calls)})
 
-    first = client.run_once(op, key, work)
-    second = client.run_once(op, key, work)
+    first = client.run_once(work, operation=op, key=key)
+    second = client.run_once(work, operation=op, key=key)
     assert calls == [1]
-    assert first == second == {"status": 201, "headers": {}, "body": {"order": 1}}
-    assert client.run_once(op, uniq("k"), lambda: [1, 2]) == {"status": 200, "headers": {}, "body": [1, 2]}
+    assert not first.replayed and second.replayed
+    assert first.value == idemd.Outcome(201, {"order": 1}) and second.value is None
+    assert first.response == second.response == {"status": 201, "headers": {}, "body": {"order": 1}}
+    assert first.claim.id == second.claim.id or second.claim.id is None
+    r = client.run_once(lambda c: [1, 2], operation=op, key=uniq("k"))
+    assert (r.replayed, r.value, r.response) == (False, [1, 2], {"status": 200, "headers": {}, "body": [1, 2]})
 
 
 def test_batch_claim_and_complete(client, op):
@@ -140,7 +150,8 @@ def test_consume(client, op):
                 {"id": ids[0], "n": 0}]  # redelivered within the batch
     handled = []
 
-    def handler(m):
+    def handler(m, claim):
+        assert claim.attempt >= 1 and claim.key == m["id"]
         handled.append(m["n"])
         if m.get("fail"):
             raise Boom("transient")

@@ -113,7 +113,7 @@ def test_list_records_pages_with_the_cursor(client):
         client.list_records(state="sleeping")
 
 
-def test_consume_with_claim(client, op):
+def test_consume_hands_the_claim(client, op):
     msgs = [{"id": "m-%d" % i} for i in range(3)]
     seen = {}
 
@@ -122,7 +122,7 @@ def test_consume_with_claim(client, op):
         client.checkpoint_key(op, claim.key, claim.attempt, "effect.done")
         return {"ok": m["id"]}
 
-    out = client.consume(op, msgs, key=lambda m: m["id"], handler=handler, with_claim=True)
+    out = client.consume(op, msgs, key=lambda m: m["id"], handler=handler)
     assert [o.outcome for o in out] == ["processed"] * 3
     for m in msgs:
         rid, attempt, k = seen[m["id"]]
@@ -154,8 +154,7 @@ def test_async_long_work_and_records(aclient, op, key):
             await asyncio.sleep(0)
             return claim.id
 
-        out = await aclient.consume(op, ["x", "y"], key=lambda m: "async-" + m, handler=handler,
-                                    with_claim=True)
+        out = await aclient.consume(op, ["x", "y"], key=lambda m: "async-" + m, handler=handler)
         assert [o.outcome for o in out] == ["processed", "processed"]
         assert (await aclient.get_record(out[0].result))["state"] == "completed"
     asyncio.run(main())

@@ -7,9 +7,11 @@ processes a batch of queue messages exactly once each.
 """
 
 from ._core import UNSET, Retry
-from ._helpers import MessageOutcome
+from ._flows import MessageOutcome, RunResult
 from .aio import AsyncClaim, AsyncClient
 from .client import Claim, Client
+from .decorator import idempotent
+from ._web import caller_scope, scoped_key
 from .errors import (IdemdError, TransportError, ERRORS,
     InvalidRequestError,
     IdempotencyKeyMissingError,
@@ -48,11 +50,11 @@ from .types import (BatchClaimItem, BatchClaimResult, BatchCompleteItem,
                     RecordPage, RecordRow, ReleaseResult, StoredResponse,
                     TokenInfo, Version, response_bytes)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Client", "AsyncClient", "Claim", "AsyncClaim", "Retry", "UNSET",
-    "MessageOutcome", "Outcome", "Claimed", "BatchClaimItem", "BatchClaimResult",
+    "MessageOutcome", "RunResult", "idempotent", "caller_scope", "scoped_key", "Outcome", "Claimed", "BatchClaimItem", "BatchClaimResult",
     "BatchCompleteItem", "BatchCompleteResult", "CompleteResult", "Health",
     "IssuedToken", "KeyRecord", "Operation", "ReleaseResult", "StoredResponse",
     "TokenInfo", "Version", "response_bytes", "Checkpoint", "CheckpointResult",

@@ -20,7 +20,7 @@ from .types import (BatchClaimItem, BatchClaimResult, BatchCompleteItem,
 
 T = TypeVar("T")
 
-USER_AGENT = "idemd-python/0.1.0"
+USER_AGENT = "idemd-python/0.2.0"
 
 
 class _Unset:
@@ -83,6 +83,14 @@ class Call(Generic[T]):
     headers: Dict[str, str] = field(default_factory=dict)
     ok: Tuple[int, ...] = (200,)
     auth: bool = True
+    retry_in_progress: bool = True
+    """False: a 409 ``request_in_progress`` is answered at once, not retried
+    (a middleware passes it on to its own caller)."""
+
+    def retryable(self, policy: "Retry", err: IdemdError) -> bool:
+        if not self.retry_in_progress and err.code == "request_in_progress":
+            return False
+        return policy.retryable(err)
 
     def encoded_body(self) -> Optional[bytes]:
         if self.body is UNSET:

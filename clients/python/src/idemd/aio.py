@@ -13,9 +13,9 @@ from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, List, Mapping
 
 from . import _core
 from ._core import UNSET, Call, Endpoint, HttpResponse, Retry
-from ._helpers import (ClaimState, M, MessageOutcome, ReleaseOn, as_outcome,
-                       batch_items, classify, copy_for_duplicates,
-                       failure_outcome, releases)
+from ._flows import (ClaimArgs, ClaimState, ConsumeArgs, Flow, Invoke, InvokeAll, M,
+                     MessageOutcome, ReleaseOn, RunResult, Target, claim_call,
+                     consume_flow, run_once_flow)
 from .errors import IdemdError, TransportError
 from .types import (BatchClaimResult, BatchCompleteItem, BatchCompleteResult,
                     CheckpointResult, Claimed, CompleteResult, ExtendResult,
@@ -70,6 +70,7 @@ class AsyncClient:
                  timeout: float = 10.0, retry: Retry = Retry(),
                  ssl_context: Optional[ssl.SSLContext] = None) -> None:
         self.endpoint = Endpoint.parse(base_url)
+        self.base_url = base_url
         self.api_key = api_key
         self.timeout = timeout
         self.retry = retry
@@ -121,7 +122,7 @@ class AsyncClient:
             try:
                 return call.result(await self._exchange(call))
             except IdemdError as err:
-                if tries >= policy.attempts or not policy.retryable(err):
+                if tries >= policy.attempts or not call.retryable(policy, err):
                     raise
                 await asyncio.sleep(policy.delay(tries, err))
 
@@ -269,171 +270,111 @@ class AsyncClient:
 
     # ------------------------------------------------------------ helpers
 
-    def claim(self, operation: Optional[str] = None, key: Optional[str] = None, *,
+    async def _drive(self, flow: Flow[T]) -> T:
+        """Runs a helper's flow (idemd._flows) with awaits."""
+        value: Any = None
+        exc: Optional[BaseException] = None
+        while True:
+            try:
+                step = flow.throw(exc) if exc is not None else flow.send(value)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            value, exc = None, None
+            try:
+                if isinstance(step, InvokeAll):
+                    sem = asyncio.Semaphore(max(1, step.concurrency))
+                    value = await asyncio.gather(*(_run(c, sem) for c in step.calls))
+                elif isinstance(step, Invoke):
+                    value = step.fn(*step.args)
+                    if inspect.isawaitable(value):
+                        value = await value
+                else:
+                    value = await self._send(step)
+            except BaseException as e:  # handed to the flow, which decides
+                exc = e
+
+    def claim(self, *, operation: Optional[str] = None, key: Optional[str] = None,
               token: Optional[str] = None, request: JSON = UNSET,
               fingerprint: Optional[str] = None, subject: Optional[str] = None,
               if_match: Union[int, str, None] = None, wait: Optional[int] = None,
               release_on: ReleaseOn = (Exception,)) -> "AsyncClaim":
-        """``async with client.claim(op, key, request=...) as c:``; see
-        :meth:`idemd.Client.claim`. Cancellation releases the claim."""
-        return AsyncClaim(self, operation, key, token, release_on, request, fingerprint,
-                          subject, if_match, wait)
+        """``async with client.claim(operation=..., key=..., request=...) as c:``;
+        see :meth:`idemd.Client.claim`. Cancellation releases the claim."""
+        return AsyncClaim(self, Target(operation, key, token), release_on,
+                          ClaimArgs(request, fingerprint, subject, if_match, wait))
 
-    async def run_once(self, operation: Optional[str], key: Optional[str],
-                       fn: Callable[[], Any], *, token: Optional[str] = None,
-                       request: JSON = UNSET, fingerprint: Optional[str] = None,
-                       subject: Optional[str] = None, if_match: Union[int, str, None] = None,
-                       wait: Optional[int] = None,
-                       release_on: ReleaseOn = (Exception,)) -> StoredResponse:
+    async def run_once(self, fn: Callable[["AsyncClaim"], Any], *,
+                       operation: Optional[str] = None, key: Optional[str] = None,
+                       token: Optional[str] = None, request: JSON = UNSET,
+                       fingerprint: Optional[str] = None, subject: Optional[str] = None,
+                       if_match: Union[int, str, None] = None, wait: Optional[int] = None,
+                       release_on: ReleaseOn = (Exception,)) -> RunResult[Any]:
         """As :meth:`idemd.Client.run_once`; FN may be a coroutine function."""
-        async with self.claim(operation, key, token=token, request=request,
-                              fingerprint=fingerprint, subject=subject, if_match=if_match,
-                              wait=wait, release_on=release_on) as c:
-            if c.replayed:
-                assert c.response is not None
-                return c.response
-            value = fn()
-            if inspect.isawaitable(value):
-                value = await value
-            c.set_result(value)
-        assert c.result is not None
-        return c.result["response"]  # type: ignore[no-any-return]
+        c = AsyncClaim(self, Target(operation, key, token), release_on,
+                       ClaimArgs(request, fingerprint, subject, if_match, wait))
+        return await self._drive(run_once_flow(c, c.args, fn))
 
-    async def consume(self, operation: str, messages: Sequence[M], key: Callable[[M], str],
-                      handler: Callable[..., Union[Any, Awaitable[Any]]], *,
+    async def consume(self, operation: str, messages: Sequence[M], *,
+                      key: Callable[[M], str],
+                      handler: Callable[[M, BatchClaimResult], Union[Any, Awaitable[Any]]],
                       request: Optional[Callable[[M], Any]] = None,
                       fingerprint: Optional[Callable[[M], str]] = None,
                       subject: Optional[Callable[[M], str]] = None,
                       release_on: ReleaseOn = (Exception,),
-                      concurrency: int = 8,
-                      with_claim: bool = False) -> List[MessageOutcome[M]]:
+                      concurrency: int = 8) -> List[MessageOutcome[M]]:
         """As :meth:`idemd.Client.consume`; HANDLER may be async, and up to
-        CONCURRENCY handlers run at once; ``with_claim`` as there.
-        Cancellation releases every claim
+        CONCURRENCY handlers run at once. Cancellation releases every claim
         whose handler has not finished."""
-        if not messages:
-            return []
-        keys, items, first = batch_items(messages, key, request, fingerprint, subject)
-        claims = await self.claim_batch(operation, items)
-        done: Dict[int, MessageOutcome[M]] = {}
-        todo: List[Tuple[int, BatchClaimResult]] = []
-        for res in claims:
-            i = first[res.key]
-            o = classify(messages[i], res)
-            if o is None:
-                todo.append((i, res))
-            else:
-                done[i] = o
-        completions: List[BatchCompleteItem] = []
-        pending: Dict[str, MessageOutcome[M]] = {}
-        to_release: List[Tuple[str, int]] = []
-        sem = asyncio.Semaphore(max(1, concurrency))
+        return await self._drive(consume_flow(ConsumeArgs(
+            operation, messages, key, handler, request, fingerprint, subject, release_on,
+            concurrency)))
 
-        async def run(i: int, res: BatchClaimResult) -> None:
-            m = messages[i]
-            attempt = res.attempt or 0
-            async with sem:
-                try:
-                    value = handler(m, res) if with_claim else handler(m)
-                    if inspect.isawaitable(value):
-                        value = await value
-                except BaseException as exc:
-                    if releases(exc, release_on):
-                        done[i] = MessageOutcome(m, res.key, "failed", error=exc, retry=True,
-                                                 attempt=attempt, status=res.status)
-                        to_release.append((res.key, attempt))
-                        if not isinstance(exc, Exception):
-                            raise
-                        return
-                    outcome = failure_outcome(exc)
-                    done[i] = MessageOutcome(m, res.key, "failed", error=exc, attempt=attempt,
-                                             status=res.status)
-                else:
-                    outcome = as_outcome(value)
-                    done[i] = MessageOutcome(m, res.key, "processed", result=value,
-                                             attempt=attempt, status=res.status)
-                completions.append(BatchCompleteItem(res.key, attempt, outcome))
-                pending[res.key] = done[i]
 
+async def _run(call: Invoke, sem: asyncio.Semaphore) -> Tuple[bool, Any]:
+    async with sem:
         try:
-            await asyncio.gather(*(run(i, res) for i, res in todo))
-        except BaseException:
-            for i, res in todo:
-                if i not in done:
-                    to_release.append((res.key, res.attempt or 0))
-            await self._finish(operation, completions, pending, to_release)
-            raise
-        await self._finish(operation, completions, pending, to_release)
-        return copy_for_duplicates(messages, keys, first, done)
-
-    async def _finish(self, operation: str, completions: List[BatchCompleteItem],
-                      pending: Dict[str, MessageOutcome[Any]],
-                      to_release: List[Tuple[str, int]]) -> None:
-        async def release(key: str, attempt: int) -> None:
-            try:
-                await self.release_key(operation, key, attempt)
-            except IdemdError:
-                pass  # the lease will run out; the next delivery takes over
-        await asyncio.gather(*(release(k, a) for k, a in to_release))
-        if completions:
-            for r in await self.complete_batch(operation, completions):
-                if not r.ok and r.key in pending:
-                    o = pending[r.key]
-                    o.outcome, o.status, o.code, o.retry = "lost", r.status, r.code, False
+            value = call.fn(*call.args)
+            if inspect.isawaitable(value):
+                value = await value
+            return True, value
+        except Exception as e:
+            return False, e
 
 
 class AsyncClaim(ClaimState):
     """A claim made by :meth:`AsyncClient.claim`; use it in ``async with``."""
 
-    def __init__(self, client: AsyncClient, operation: Optional[str], key: Optional[str],
-                 token: Optional[str], release_on: ReleaseOn, request: JSON,
-                 fingerprint: Optional[str], subject: Optional[str],
-                 if_match: Union[int, str, None], wait: Optional[int]) -> None:
-        super().__init__(operation, key, token, release_on)
+    def __init__(self, client: AsyncClient, target: Target, release_on: ReleaseOn,
+                 args: ClaimArgs) -> None:
+        super().__init__(target, release_on)
         self._client = client
-        self._args = (request, fingerprint, subject, if_match, wait)
+        self.args = args
 
     async def __aenter__(self) -> "AsyncClaim":
-        request, fingerprint, subject, if_match, wait = self._args
-        c = self._client
-        if self.token is not None:
-            self.claimed = await c.claim_token(self.token, request=request,
-                                               fingerprint=fingerprint, if_match=if_match,
-                                               wait=wait)
-        else:
-            assert self.operation is not None and self.key is not None
-            self.claimed = await c.claim_key(self.operation, self.key, request=request,
-                                             fingerprint=fingerprint, subject=subject,
-                                             if_match=if_match, wait=wait)
+        claimed: Claimed = await self._client._send(claim_call(self.target, self.args))
+        self.claimed = claimed
         return self
 
     async def __aexit__(self, exc_type: Optional[Type[BaseException]],
                         exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
-        action, outcome = self.exit_action(exc)
-        if action == "none":
-            return
-        assert self.claimed is not None and self.claimed.attempt is not None
-        attempt = self.claimed.attempt
-        c = self._client
-        try:
-            if action == "release":
-                if self.token is not None:
-                    self.result = await c.release_token(self.token, attempt)
-                else:
-                    assert self.operation is not None and self.key is not None
-                    self.result = await c.release_key(self.operation, self.key, attempt)
-            else:
-                assert outcome is not None
-                if self.token is not None:
-                    self.result = await c.complete_token(self.token, attempt, outcome.status,
-                                                         outcome.body, headers=outcome.headers,
-                                                         content=outcome.content)
-                else:
-                    assert self.operation is not None and self.key is not None
-                    self.result = await c.complete_key(self.operation, self.key, attempt,
-                                                       outcome.status, outcome.body,
-                                                       headers=outcome.headers,
-                                                       content=outcome.content)
-        except IdemdError:
-            if exc is None:
-                raise
+        await self._client._drive(self.exit_flow(exc))
+
+    async def complete(self, status: int = 200, body: JSON = None,
+                       headers: Optional[Mapping[str, str]] = None, *,
+                       content: Optional[bytes] = None) -> CompleteResult:
+        """As :meth:`idemd.Claim.complete`."""
+        r: CompleteResult = self.settle(await self._client._send(
+            self.complete_call(Outcome(status, body, dict(headers) if headers else None, content))))
+        return r
+
+    async def release(self) -> ReleaseResult:
+        r: ReleaseResult = self.settle(await self._client._send(self.release_call()))
+        return r
+
+    async def extend(self, lease_seconds: Optional[int] = None) -> ExtendResult:
+        r: ExtendResult = await self._client._send(self.extend_call(lease_seconds))
+        return r
+
+    async def save_checkpoint(self, phase: str, data: JSON = UNSET) -> CheckpointResult:
+        r: CheckpointResult = await self._client._send(self.checkpoint_call(phase, data))
+        return r

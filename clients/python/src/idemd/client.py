@@ -12,9 +12,9 @@ from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequ
 
 from . import _core
 from ._core import UNSET, Call, Endpoint, HttpResponse, Retry
-from ._helpers import (ClaimState, M, MessageOutcome, ReleaseOn, as_outcome,
-                       batch_items, classify, copy_for_duplicates,
-                       failure_outcome, releases)
+from ._flows import (ClaimArgs, ClaimState, ConsumeArgs, Flow, Invoke, InvokeAll, M,
+                     MessageOutcome, ReleaseOn, RunResult, Target, claim_call,
+                     consume_flow, run_once_flow)
 from .errors import IdemdError, TransportError
 from .types import (BatchClaimResult, BatchCompleteItem, BatchCompleteResult,
                     CheckpointResult, Claimed, CompleteResult, ExtendResult,
@@ -23,6 +23,7 @@ from .types import (BatchClaimResult, BatchCompleteItem, BatchCompleteResult,
                     StoredResponse, TokenInfo, Version)
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Client:
@@ -38,6 +39,7 @@ class Client:
                  timeout: float = 10.0, retry: Retry = Retry(),
                  ssl_context: Optional[ssl.SSLContext] = None) -> None:
         self.endpoint = Endpoint.parse(base_url)
+        self.base_url = base_url
         self.api_key = api_key
         self.timeout = timeout
         self.retry = retry
@@ -88,7 +90,7 @@ class Client:
             try:
                 return call.result(self._exchange(call))
             except IdemdError as err:
-                if tries >= policy.attempts or not policy.retryable(err):
+                if tries >= policy.attempts or not call.retryable(policy, err):
                     raise
                 time.sleep(policy.delay(tries, err))
 
@@ -244,185 +246,132 @@ class Client:
 
     # ------------------------------------------------------------ helpers
 
-    def claim(self, operation: Optional[str] = None, key: Optional[str] = None, *,
+    def _drive(self, flow: Flow[T]) -> T:
+        """Runs a helper's flow (idemd._flows) with blocking calls."""
+        value: Any = None
+        exc: Optional[BaseException] = None
+        while True:
+            try:
+                step = flow.throw(exc) if exc is not None else flow.send(value)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            value, exc = None, None
+            try:
+                if isinstance(step, InvokeAll):
+                    value = [_run(c) for c in step.calls]
+                elif isinstance(step, Invoke):
+                    value = step.fn(*step.args)
+                else:
+                    value = self._send(step)
+            except BaseException as e:  # handed to the flow, which decides
+                exc = e
+
+    def claim(self, *, operation: Optional[str] = None, key: Optional[str] = None,
               token: Optional[str] = None, request: JSON = UNSET,
               fingerprint: Optional[str] = None, subject: Optional[str] = None,
               if_match: Union[int, str, None] = None, wait: Optional[int] = None,
               release_on: ReleaseOn = (Exception,)) -> "Claim":
-        """A claim as a context manager, by caller key or by ``token=``::
+        """A claim as a context manager, by ``operation=`` and ``key=`` or by ``token=``::
 
-            with client.claim("order.create", key, request=payload) as c:
+            with client.claim(operation="order.create", key=key, request=payload) as c:
                 if c.replayed:
-                    return c.response        # done before: the stored outcome
-                c.complete(201, {"order_id": make_order(payload)})
+                    return c.response            # done before: the stored outcome
+                c.complete(201, {"order_id": make_order(payload)})   # stored now
 
         On entry the key is claimed (errors such as
-        ``FingerprintMismatchError`` raise there). On a normal exit the
-        outcome set with ``c.complete(...)``/``c.set_result(...)`` is stored
-        (nothing set: 200 with an empty body). An exception that is an
-        instance of ``release_on`` (default: any ``Exception``) releases the
-        claim so that a retry may run it again; any other exception stores
-        what was set, else a 500 ``{"error": "<class name>"}``, as final.
-        The exception is re-raised either way.
+        ``FingerprintMismatchError`` raise there). ``c.complete(...)`` and
+        ``c.release()`` act at once and return idemd's answer. A block that
+        ends without either: an exception in ``release_on`` (default any
+        ``Exception``) releases the claim so that a retry may run it again,
+        any other stores a 500 ``{"error": "<class name>"}`` as final (the
+        exception is re-raised either way); a normal end stores 200 with no
+        body.
         """
-        return Claim(self, operation, key, token, release_on,
-                     request, fingerprint, subject, if_match, wait)
+        return Claim(self, Target(operation, key, token), release_on,
+                     ClaimArgs(request, fingerprint, subject, if_match, wait))
 
-    def run_once(self, operation: Optional[str], key: Optional[str], fn: Callable[[], Any], *,
-                 token: Optional[str] = None, request: JSON = UNSET,
-                 fingerprint: Optional[str] = None, subject: Optional[str] = None,
-                 if_match: Union[int, str, None] = None, wait: Optional[int] = None,
-                 release_on: ReleaseOn = (Exception,)) -> StoredResponse:
-        """Runs FN at most once for the key and returns the stored response.
+    def run_once(self, fn: Callable[["Claim"], R], *, operation: Optional[str] = None,
+                 key: Optional[str] = None, token: Optional[str] = None,
+                 request: JSON = UNSET, fingerprint: Optional[str] = None,
+                 subject: Optional[str] = None, if_match: Union[int, str, None] = None,
+                 wait: Optional[int] = None,
+                 release_on: ReleaseOn = (Exception,)) -> RunResult[R]:
+        """Runs ``fn(claim)`` at most once for the key (or token).
 
         FN's return value is stored: an :class:`Outcome`, or any JSON value
         as a 200 body. A duplicate gets the stored response and FN does not
-        run. Exceptions as for :meth:`claim`."""
-        with self.claim(operation, key, token=token, request=request, fingerprint=fingerprint,
-                        subject=subject, if_match=if_match, wait=wait, release_on=release_on) as c:
-            if c.replayed:
-                assert c.response is not None
-                return c.response
-            c.set_result(fn())
-        assert c.result is not None
-        return c.result["response"]  # type: ignore[no-any-return]
+        run (``result.replayed``). ``claim`` has the record's ``id``, the
+        ``attempt``, ``checkpoint`` and ``extend``/``checkpoint`` calls.
+        Exceptions as for :meth:`claim`."""
+        c = Claim(self, Target(operation, key, token), release_on,
+                  ClaimArgs(request, fingerprint, subject, if_match, wait))
+        return self._drive(run_once_flow(c, c.args, fn))
 
-    def consume(self, operation: str, messages: Sequence[M], key: Callable[[M], str],
-                handler: Callable[..., Any], *, request: Optional[Callable[[M], Any]] = None,
+    def consume(self, operation: str, messages: Sequence[M], *, key: Callable[[M], str],
+                handler: Callable[[M, BatchClaimResult], Any],
+                request: Optional[Callable[[M], Any]] = None,
                 fingerprint: Optional[Callable[[M], str]] = None,
                 subject: Optional[Callable[[M], str]] = None,
-                release_on: ReleaseOn = (Exception,),
-                with_claim: bool = False) -> List[MessageOutcome[M]]:
+                release_on: ReleaseOn = (Exception,)) -> List[MessageOutcome[M]]:
         """Processes a batch of at-least-once messages exactly once each.
 
         Claims every message's key (``key(message)``) in one batch call,
-        runs ``handler(message)`` only for the new ones, stores their
-        results in one batch completion, and releases those whose handler
-        raised an instance of ``release_on`` (others store a 500 as final).
-        Returns one :class:`MessageOutcome` per message, in order; a message
-        whose key repeats within the batch shares the first one's outcome.
-
-        With ``with_claim=True`` the handler is called as
-        ``handler(message, claim)``: ``claim`` is the message's
-        :class:`BatchClaimResult` (``id``, the record's id, to forward as the
-        downstream idempotency key; ``attempt`` for extend and checkpoint;
-        ``checkpoint`` left by an earlier attempt).
+        runs ``handler(message, claim)`` only for the new ones (``claim``:
+        the item's :class:`BatchClaimResult`, with the record's ``id`` to
+        forward downstream and the ``attempt``), stores their results in one
+        batch completion, and releases those whose handler raised an
+        instance of ``release_on`` (others store a 500 as final). Returns
+        one :class:`MessageOutcome` per message, in order; a message whose
+        key repeats within the batch shares the first one's outcome.
         """
-        if not messages:
-            return []
-        keys, items, first = batch_items(messages, key, request, fingerprint, subject)
-        claims = self.claim_batch(operation, items)
-        done: Dict[int, MessageOutcome[M]] = {}
-        todo: List[Tuple[int, BatchClaimResult]] = []
-        for res in claims:
-            i = first[res.key]
-            o = classify(messages[i], res)
-            if o is None:
-                todo.append((i, res))
-            else:
-                done[i] = o
-        completions: List[BatchCompleteItem] = []
-        pending: Dict[str, MessageOutcome[M]] = {}
-        try:
-            for n, (i, res) in enumerate(todo):
-                m = messages[i]
-                attempt = res.attempt or 0
-                try:
-                    value = handler(m, res) if with_claim else handler(m)
-                except BaseException as exc:
-                    if releases(exc, release_on):
-                        done[i] = MessageOutcome(m, res.key, "failed", error=exc, retry=True,
-                                                 attempt=attempt, status=res.status)
-                        self._release_quietly(operation, res.key, attempt)
-                        if not isinstance(exc, Exception):
-                            raise
-                        continue
-                    outcome = failure_outcome(exc)
-                    done[i] = MessageOutcome(m, res.key, "failed", error=exc, attempt=attempt,
-                                             status=res.status)
-                else:
-                    outcome = as_outcome(value)
-                    done[i] = MessageOutcome(m, res.key, "processed", result=value,
-                                             attempt=attempt, status=res.status)
-                completions.append(BatchCompleteItem(res.key, attempt, outcome))
-                pending[res.key] = done[i]
-        except BaseException:
-            for i, res in todo:
-                if i not in done:
-                    self._release_quietly(operation, res.key, res.attempt or 0)
-            self._complete_all(operation, completions, pending)
-            raise
-        self._complete_all(operation, completions, pending)
-        return copy_for_duplicates(messages, keys, first, done)
+        return self._drive(consume_flow(ConsumeArgs(operation, messages, key, handler, request,
+                                                    fingerprint, subject, release_on)))
 
-    def _complete_all(self, operation: str, completions: List[BatchCompleteItem],
-                      pending: Dict[str, MessageOutcome[Any]]) -> None:
-        if not completions:
-            return
-        for r in self.complete_batch(operation, completions):
-            if not r.ok and r.key in pending:
-                o = pending[r.key]
-                o.outcome, o.status, o.code, o.retry = "lost", r.status, r.code, False
 
-    def _release_quietly(self, operation: str, key: str, attempt: int) -> None:
-        try:
-            self.release_key(operation, key, attempt)
-        except IdemdError:
-            pass  # the lease will run out; the next delivery takes over
-
+def _run(call: Invoke) -> Tuple[bool, Any]:
+    try:
+        return True, call.fn(*call.args)
+    except Exception as e:
+        return False, e
 
 
 class Claim(ClaimState):
     """A claim made by :meth:`Client.claim`; use it in a ``with`` block."""
 
-    def __init__(self, client: Client, operation: Optional[str], key: Optional[str],
-                 token: Optional[str], release_on: ReleaseOn, request: JSON,
-                 fingerprint: Optional[str], subject: Optional[str],
-                 if_match: Union[int, str, None], wait: Optional[int]) -> None:
-        super().__init__(operation, key, token, release_on)
+    def __init__(self, client: Client, target: Target, release_on: ReleaseOn,
+                 args: ClaimArgs) -> None:
+        super().__init__(target, release_on)
         self._client = client
-        self._args = (request, fingerprint, subject, if_match, wait)
+        self.args = args
 
     def __enter__(self) -> "Claim":
-        request, fingerprint, subject, if_match, wait = self._args
-        c = self._client
-        if self.token is not None:
-            self.claimed = c.claim_token(self.token, request=request, fingerprint=fingerprint,
-                                         if_match=if_match, wait=wait)
-        else:
-            assert self.operation is not None and self.key is not None
-            self.claimed = c.claim_key(self.operation, self.key, request=request,
-                                       fingerprint=fingerprint, subject=subject,
-                                       if_match=if_match, wait=wait)
+        self.claimed = self._client._send(claim_call(self.target, self.args))
         return self
 
     def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
                  tb: Optional[TracebackType]) -> None:
-        action, outcome = self.exit_action(exc)
-        if action == "none":
-            return
-        assert self.claimed is not None and self.claimed.attempt is not None
-        attempt = self.claimed.attempt
-        c = self._client
-        try:
-            if action == "release":
-                if self.token is not None:
-                    self.result = c.release_token(self.token, attempt)
-                else:
-                    assert self.operation is not None and self.key is not None
-                    self.result = c.release_key(self.operation, self.key, attempt)
-            else:
-                assert outcome is not None
-                if self.token is not None:
-                    self.result = c.complete_token(self.token, attempt, outcome.status,
-                                                   outcome.body, headers=outcome.headers,
-                                                   content=outcome.content)
-                else:
-                    assert self.operation is not None and self.key is not None
-                    self.result = c.complete_key(self.operation, self.key, attempt, outcome.status,
-                                                 outcome.body, headers=outcome.headers,
-                                                 content=outcome.content)
-        except IdemdError:
-            if exc is None:
-                raise  # the work's result was not stored: the caller must know
-            # the block's own exception is the one that matters; the lease runs out
+        self._client._drive(self.exit_flow(exc))
+
+    def complete(self, status: int = 200, body: JSON = None,
+                 headers: Optional[Mapping[str, str]] = None, *,
+                 content: Optional[bytes] = None) -> CompleteResult:
+        """Stores the outcome now and returns idemd's answer (its ``response``
+        is what duplicates get)."""
+        r: CompleteResult = self.settle(self._client._send(
+            self.complete_call(Outcome(status, body, dict(headers) if headers else None, content))))
+        return r
+
+    def release(self) -> ReleaseResult:
+        """Gives the claim back now, so that a retry runs the work again."""
+        r: ReleaseResult = self.settle(self._client._send(self.release_call()))
+        return r
+
+    def extend(self, lease_seconds: Optional[int] = None) -> ExtendResult:
+        """A fresh lease for this attempt."""
+        r: ExtendResult = self._client._send(self.extend_call(lease_seconds))
+        return r
+
+    def save_checkpoint(self, phase: str, data: JSON = UNSET) -> CheckpointResult:
+        """Leaves a recovery point that the next attempt gets as ``checkpoint``."""
+        r: CheckpointResult = self._client._send(self.checkpoint_call(phase, data))
+        return r

@@ -530,6 +530,18 @@ class ConformanceTest {
 
     static JsonNode dispatch(IdemdClient c, String op, JsonNode a, Done d) throws Exception {
         switch (op) {
+            case "scoped_key": {
+                Map<String, String> h = new HashMap<>();
+                a.get("headers").fields().forEachRemaining(e -> h.put(e.getKey(), e.getValue().asText()));
+                List<String> names = CallerScope.DEFAULT_HEADERS;
+                if (a.has("scope_headers")) {
+                    names = new ArrayList<>();
+                    for (JsonNode n : a.get("scope_headers")) {
+                        names.add(n.asText());
+                    }
+                }
+                return F.objectNode().put("key", CallerScope.scopedKey(s(a, "key"), h, names));
+            }
             case "put_operation": {
                 OperationPolicy p = OperationPolicy.of(i(a, "token_ttl_seconds"), i(a, "retention_seconds"),
                         i(a, "lease_seconds"));
