@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "headers.h"
+#include "unit.h"
 
 #define LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -464,23 +465,10 @@ static void test_tiling_bounds(void **state)
 	assert_false(headers_tiling_end(&t));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_fixed_names),
-		cmocka_unit_test(test_connection_tokens),
-		cmocka_unit_test(test_is_token),
-		cmocka_unit_test(test_value_ok),
-		cmocka_unit_test(test_is_alias),
-		cmocka_unit_test(test_never_stored),
-		cmocka_unit_test(test_forward_cases),
-		cmocka_unit_test(test_forward_invalid_field),
-		cmocka_unit_test(test_forward_invalid_args),
-		cmocka_unit_test(test_tiling_plain),
-		cmocka_unit_test(test_tiling_nul_in_value),
-		cmocka_unit_test(test_tiling_obs_fold),
-		cmocka_unit_test(test_tiling_bounds),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_fixed_names), cmocka_unit_test(test_connection_tokens),
+	  cmocka_unit_test(test_is_token), cmocka_unit_test(test_value_ok),
+	  cmocka_unit_test(test_is_alias), cmocka_unit_test(test_never_stored),
+	  cmocka_unit_test(test_forward_cases), cmocka_unit_test(test_forward_invalid_field),
+	  cmocka_unit_test(test_forward_invalid_args), cmocka_unit_test(test_tiling_plain),
+	  cmocka_unit_test(test_tiling_nul_in_value), cmocka_unit_test(test_tiling_obs_fold),
+	  cmocka_unit_test(test_tiling_bounds))
