@@ -154,6 +154,10 @@ stage "c formatting" - bash tests/static/format.sh
 say "checking the layers of src/ (tests/static/layers.py: includes run downward, no cycles)"
 stage layers - python3 tests/static/layers.py
 
+say "checking the size of src/'s functions (tests/static/functions.py: lizard, 60 lines, complexity 15)"
+# Bounded: installs lizard (pinned) in build/lizard-venv on first use.
+stage "function size" 300 python3 tests/static/functions.py
+
 say "checking the problem codes against api/openapi.yaml"
 stage "problem codes" - python3 tests/static/problem_codes.py
 
