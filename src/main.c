@@ -1,5 +1,7 @@
-/* idemd: command-line entry point — arguments, signals, start and stop;
- * the operator subcommands it dispatches to are in cli.c. */
+/* idemd: the command line, its arguments and their dispatch. One table
+ * of options (the config's model: a row per name), one of commands and
+ * one of the command groups whose next word picks one; the commands
+ * themselves are in src/cli/. */
 #include <errno.h>
 #include <malloc.h>
 #include <signal.h>
@@ -116,245 +118,337 @@ enum cmd {
 	CMD_RECORDS,
 };
 
-/* Checks that ARGS[FROM..NARGS) is empty; else says which is too many. */
-static int no_more(const char *what, const char *const *args, int nargs, int from)
+/* The command line, parsed. ARGS: the words that are not options. */
+struct main_args {
+	const char *ma_config;
+	const char *ma_origin; /* where ma_config came from, for check-config */
+	const char *ma_new;
+	const char *ma_args[8];
+	int ma_nargs;
+	int ma_status;
+	int ma_records_opt; /* 1 once a records option was given */
+	uint32_t ma_key_id;
+	struct cli_records_opts ma_ropts;
+	enum cmd ma_cmd;
+};
+
+/* A command: its words, how many operands follow them (NEEDS says what
+ * they are when some are missing), and how "takes no more arguments"
+ * names it. */
+static const struct main_command {
+	const char *mc_words;
+	int mc_operands;
+	const char *mc_needs;
+	const char *mc_what;
+	enum cmd mc_cmd;
+} main_commands[] = {
+	{ "serve", 0, NULL, "serve", CMD_SERVE },
+	{ "migrate", 0, NULL, "migrate", CMD_MIGRATE },
+	{ "check-config", 0, NULL, "check-config", CMD_CHECK_CONFIG },
+	{ "tenant create", 1, "a NAME", "tenant create NAME", CMD_TENANT_CREATE },
+	{ "tenant list", 0, NULL, "tenant list", CMD_TENANT_LIST },
+	{ "tenant delete", 1, "a NAME", "tenant delete NAME", CMD_TENANT_DELETE },
+	{ "tenant key add", 1, "a NAME", "tenant key add NAME", CMD_TENANT_KEY_ADD },
+	{ "tenant key revoke", 2, "a NAME and a KEY_ID", "tenant key revoke NAME KEY_ID",
+	  CMD_TENANT_KEY_REVOKE },
+	{ "keys rotate", 0, NULL, "keys rotate", CMD_KEYS_ROTATE },
+	{ "master-key rotate", 0, NULL, "master-key rotate", CMD_MASTER_KEY_ROTATE },
+	{ "records list", 0, NULL, "records list", CMD_RECORDS },
+	{ "records show", 1, "a record ID", "records ... ID", CMD_RECORDS },
+	{ "records events", 1, "a record ID", "records ... ID", CMD_RECORDS },
+	{ "records release", 1, "a record ID", "records ... ID", CMD_RECORDS },
+};
+
+/* The words that need one more to name a command, and what that can be. */
+static const struct main_group {
+	const char *mg_words;
+	const char *mg_choices;
+} main_groups[] = {
+	{ "tenant", "create, list, delete or key" },
+	{ "tenant key", "add or revoke" },
+	{ "keys", "rotate" },
+	{ "master-key", "rotate --new FILE" },
+	{ "records", "show, events, list or release" },
+};
+
+/* How many words ARGS starts with WORDS (space-separated) by; 0 if not all. */
+static int main_words_match(const char *words, const char *const *args, int nargs)
 {
-	if (nargs <= from)
-		return 0;
-	usage_error("%s takes no more arguments, got '%s'", what, args[from]);
-	return -1;
+	int n = 0;
+
+	for (const char *w = words; *w != '\0'; n++) {
+		size_t len = strcspn(w, " ");
+		if (n >= nargs || strlen(args[n]) != len || strncmp(args[n], w, len) != 0)
+			return 0;
+		w += len + (w[len] == ' ');
+	}
+	return n;
 }
 
 /* Maps the words of the command line to a command; EXIT_USAGE after saying
  * what is wrong. */
 static int parse_command(const char *const *args, int nargs, enum cmd *cmd)
 {
-	const char *c = args[0];
+	const struct main_group *group = NULL;
+	int words = 0;
 
-	if (strcmp(c, "serve") == 0 || strcmp(c, "migrate") == 0 ||
-	    strcmp(c, "check-config") == 0) {
-		*cmd = c[0] == 's' ? CMD_SERVE : c[0] == 'm' ? CMD_MIGRATE : CMD_CHECK_CONFIG;
-		return no_more(c, args, nargs, 1) < 0 ? EXIT_USAGE : 0;
+	for (size_t k = 0; k < IDEMD_ARRAY_LEN(main_commands); k++) {
+		const struct main_command *c = &main_commands[k];
+		int n = main_words_match(c->mc_words, args, nargs);
+		if (n == 0)
+			continue;
+		if (nargs < n + c->mc_operands)
+			return usage_error("%s needs %s", c->mc_words, c->mc_needs);
+		if (nargs > n + c->mc_operands)
+			return usage_error("%s takes no more arguments, got '%s'", c->mc_what,
+					   args[n + c->mc_operands]);
+		*cmd = c->mc_cmd;
+		return 0;
 	}
-	if (strcmp(c, "tenant") == 0) {
-		if (nargs < 2)
-			return usage_error("tenant needs a command: create, list, delete or key");
-		const char *sub = args[1];
-		if (strcmp(sub, "list") == 0) {
-			*cmd = CMD_TENANT_LIST;
-			return no_more("tenant list", args, nargs, 2) < 0 ? EXIT_USAGE : 0;
+	for (size_t k = 0; k < IDEMD_ARRAY_LEN(main_groups); k++) {
+		int n = main_words_match(main_groups[k].mg_words, args, nargs);
+		if (n > words) {
+			group = &main_groups[k];
+			words = n;
 		}
-		if (strcmp(sub, "create") == 0 || strcmp(sub, "delete") == 0) {
-			*cmd = sub[0] == 'c' ? CMD_TENANT_CREATE : CMD_TENANT_DELETE;
-			if (nargs < 3)
-				return usage_error("tenant %s needs a NAME", sub);
-			return no_more(sub[0] == 'c' ? "tenant create NAME" : "tenant delete NAME",
-				       args, nargs, 3) < 0
-				       ? EXIT_USAGE
-				       : 0;
-		}
-		if (strcmp(sub, "key") == 0) {
-			if (nargs < 3)
-				return usage_error("tenant key needs a command: add or revoke");
-			if (strcmp(args[2], "add") == 0) {
-				*cmd = CMD_TENANT_KEY_ADD;
-				if (nargs < 4)
-					return usage_error("tenant key add needs a NAME");
-				return no_more("tenant key add NAME", args, nargs, 4) < 0
-					       ? EXIT_USAGE
-					       : 0;
-			}
-			if (strcmp(args[2], "revoke") == 0) {
-				*cmd = CMD_TENANT_KEY_REVOKE;
-				if (nargs < 5)
-					return usage_error("tenant key revoke needs a NAME and a "
-							   "KEY_ID");
-				return no_more("tenant key revoke NAME KEY_ID", args, nargs, 5) < 0
-					       ? EXIT_USAGE
-					       : 0;
-			}
-			return usage_error("unknown tenant key command '%s' (add or revoke)",
-					   args[2]);
-		}
-		return usage_error("unknown tenant command '%s' (create, list, delete or key)",
-				   sub);
 	}
-	if (strcmp(c, "keys") == 0) {
-		if (nargs < 2)
-			return usage_error("keys needs a command: rotate");
-		if (strcmp(args[1], "rotate") != 0)
-			return usage_error("unknown keys command '%s' (rotate)", args[1]);
-		*cmd = CMD_KEYS_ROTATE;
-		return no_more("keys rotate", args, nargs, 2) < 0 ? EXIT_USAGE : 0;
-	}
-	if (strcmp(c, "records") == 0) {
-		*cmd = CMD_RECORDS;
-		if (nargs < 2)
-			return usage_error(
-				"records needs a command: show, events, list or release");
-		const char *sub = args[1];
-		if (strcmp(sub, "list") == 0)
-			return no_more("records list", args, nargs, 2) < 0 ? EXIT_USAGE : 0;
-		if (strcmp(sub, "show") == 0 || strcmp(sub, "events") == 0 ||
-		    strcmp(sub, "release") == 0) {
-			if (nargs < 3)
-				return usage_error("records %s needs a record ID", sub);
-			return no_more("records ... ID", args, nargs, 3) < 0 ? EXIT_USAGE : 0;
-		}
-		return usage_error("unknown records command '%s' (show, events, list or release)",
-				   sub);
-	}
-	if (strcmp(c, "master-key") == 0) {
-		if (nargs < 2)
-			return usage_error("master-key needs a command: rotate --new FILE");
-		if (strcmp(args[1], "rotate") != 0)
-			return usage_error("unknown master-key command '%s' (rotate --new FILE)",
-					   args[1]);
-		*cmd = CMD_MASTER_KEY_ROTATE;
-		return no_more("master-key rotate", args, nargs, 2) < 0 ? EXIT_USAGE : 0;
-	}
-	return usage_error("unknown command '%s'", c);
+	if (group == NULL)
+		return usage_error("unknown command '%s'", args[0]);
+	if (nargs == words)
+		return usage_error("%s needs a command: %s", group->mg_words, group->mg_choices);
+	return usage_error("unknown %s command '%s' (%s)", group->mg_words, args[words],
+			   group->mg_choices);
 }
 
-/* One of `records`' options (--name VALUE or --name=VALUE) into O:
- * 1 when A was one (*SEEN set to 1), 0 when not, -1 after saying what is
- * wrong (*SEEN -1). NEXT: the following argument, or NULL. */
-static int main_records_option(const char *a, const char *next, struct cli_records_opts *o,
-			       int *seen)
-{
-	static const struct {
-		const char *name;
-		size_t off;
-	} opts[] = {
-		{ "--tenant", offsetof(struct cli_records_opts, tenant) },
-		{ "--operation", offsetof(struct cli_records_opts, operation) },
-		{ "--state", offsetof(struct cli_records_opts, state) },
-		{ "--older-than", offsetof(struct cli_records_opts, older_than) },
-		{ "--limit", offsetof(struct cli_records_opts, limit) },
-		{ "--attempt", offsetof(struct cli_records_opts, attempt) },
-		{ "--format", offsetof(struct cli_records_opts, format) },
-	};
-	for (size_t k = 0; k < IDEMD_ARRAY_LEN(opts); k++) {
-		size_t n = strlen(opts[k].name);
-		if (strncmp(a, opts[k].name, n) != 0 || (a[n] != '\0' && a[n] != '='))
-			continue;
-		const char *v = a[n] == '=' ? a + n + 1 : next;
-		if (v == NULL || v[0] == '\0') {
-			usage_error("%s needs a value", opts[k].name);
-			*seen = -1;
-			return -1;
-		}
-		*(const char **)(void *)((char *)o + opts[k].off) = v;
-		*seen = 1;
-		return 1;
+/* An option: --help and --version answer at once; a flag sets an int; a
+ * value (--name VALUE or --name=VALUE, NOUN says what it is) sets a
+ * string. RECORDS: one of the records command's options. */
+enum main_opt_kind { MAIN_OPT_HELP, MAIN_OPT_VERSION, MAIN_OPT_FLAG, MAIN_OPT_VALUE };
+
+static const struct main_option {
+	const char *mo_name;
+	enum main_opt_kind mo_kind;
+	size_t mo_off; /* in struct main_args */
+	const char *mo_noun;
+	int mo_records;
+} main_options[] = {
+#define MAIN_RECORDS(name, field) \
+	{ \
+		name, MAIN_OPT_VALUE, offsetof(struct main_args, ma_ropts.field), "a value", 1 \
 	}
+	{ "--help", MAIN_OPT_HELP, 0, NULL, 0 },
+	{ "-h", MAIN_OPT_HELP, 0, NULL, 0 },
+	{ "--version", MAIN_OPT_VERSION, 0, NULL, 0 },
+	{ "--config", MAIN_OPT_VALUE, offsetof(struct main_args, ma_config), "a FILE", 0 },
+	{ "--new", MAIN_OPT_VALUE, offsetof(struct main_args, ma_new), "a FILE", 0 },
+	{ "--status", MAIN_OPT_FLAG, offsetof(struct main_args, ma_status), NULL, 0 },
+	MAIN_RECORDS("--tenant", tenant),
+	MAIN_RECORDS("--operation", operation),
+	MAIN_RECORDS("--state", state),
+	MAIN_RECORDS("--older-than", older_than),
+	MAIN_RECORDS("--limit", limit),
+	MAIN_RECORDS("--attempt", attempt),
+	MAIN_RECORDS("--format", format),
+#undef MAIN_RECORDS
+};
+
+/* The row of main_options that A names (for a value, also as --name=...);
+ * NULL if none. */
+static const struct main_option *main_option_find(const char *a)
+{
+	for (size_t k = 0; k < IDEMD_ARRAY_LEN(main_options); k++) {
+		const struct main_option *o = &main_options[k];
+		size_t n = strlen(o->mo_name);
+		if (strncmp(a, o->mo_name, n) != 0)
+			continue;
+		if (a[n] == '\0' || (a[n] == '=' && o->mo_kind == MAIN_OPT_VALUE))
+			return o;
+	}
+	return NULL;
+}
+
+/* Applies option O, named by ARGV[*I], to M; moves *I past a value taken
+ * from the next argument. 0 to go on, else -1 with *EXIT_CODE set (0 after
+ * --help or --version). */
+static int main_option_apply(struct main_args *m, const struct main_option *o, int argc,
+			     char **argv, int *i, int *exit_code)
+{
+	const char *a = argv[*i], *eq = strchr(a, '=');
+	const char *v = eq != NULL ? eq + 1 : *i + 1 < argc ? argv[*i + 1] : NULL;
+
+	*exit_code = 0;
+	switch (o->mo_kind) {
+	case MAIN_OPT_HELP:
+		fputs(usage_line, stdout);
+		fputs(usage_more, stdout);
+		return -1;
+	case MAIN_OPT_VERSION:
+		printf("idemd %s\n", IDEMD_VERSION);
+		return -1;
+	case MAIN_OPT_FLAG:
+		*(int *)(void *)((char *)m + o->mo_off) = 1;
+		return 0;
+	case MAIN_OPT_VALUE:
+	default:
+		break;
+	}
+	if (v == NULL || v[0] == '\0') {
+		*exit_code = usage_error("%s needs %s", o->mo_name, o->mo_noun);
+		return -1;
+	}
+	*(const char **)(void *)((char *)m + o->mo_off) = v;
+	if (o->mo_off == offsetof(struct main_args, ma_config))
+		m->ma_origin = "--config";
+	m->ma_records_opt |= o->mo_records;
+	if (eq == NULL)
+		(*i)++;
 	return 0;
 }
 
-/* Where the config file comes from, for check-config's report. */
-static const char *config_origin = "--config";
+/* Reads ARGV into M: options through main_options, the other words into
+ * ma_args. 0 to go on, else -1 with *EXIT_CODE set. */
+static int main_parse(struct main_args *m, int argc, char **argv, int *exit_code)
+{
+	*exit_code = 0;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const struct main_option *o = main_option_find(a);
+
+		if (o != NULL) {
+			if (main_option_apply(m, o, argc, argv, &i, exit_code) < 0)
+				return -1;
+			continue;
+		}
+		if (a[0] == '-' && a[1] != '\0')
+			*exit_code = usage_error("unknown option '%s'", a);
+		else if (m->ma_nargs == (int)IDEMD_ARRAY_LEN(m->ma_args))
+			*exit_code = usage_error("too many arguments, from '%s' on", a);
+		else
+			m->ma_args[m->ma_nargs++] = a;
+		if (*exit_code != 0)
+			return -1;
+	}
+	if (m->ma_nargs == 0) {
+		*exit_code = usage_error("no command given");
+		return -1;
+	}
+	*exit_code = parse_command(m->ma_args, m->ma_nargs, &m->ma_cmd);
+	return *exit_code != 0 ? -1 : 0;
+}
+
+/* The options that go only with one command, and what that command needs
+ * beyond its words; EXIT_USAGE after saying what is wrong. */
+static int main_check(struct main_args *m)
+{
+	if (m->ma_records_opt && m->ma_cmd != CMD_RECORDS)
+		return usage_error(
+			"--tenant, --operation, --state, --older-than, --limit, --attempt "
+			"and --format go only with records");
+	if (m->ma_status && m->ma_cmd != CMD_MIGRATE)
+		return usage_error("--status goes only with migrate, alone");
+	if (m->ma_new != NULL && m->ma_cmd != CMD_MASTER_KEY_ROTATE)
+		return usage_error("--new goes only with master-key rotate");
+	if (m->ma_cmd == CMD_MASTER_KEY_ROTATE && m->ma_new == NULL)
+		return usage_error("master-key rotate needs --new FILE (the new master key file; "
+				   "created with a fresh key if missing)");
+	if (m->ma_cmd == CMD_TENANT_KEY_REVOKE && parse_key_id(m->ma_args[4], &m->ma_key_id) < 0)
+		return usage_error("KEY_ID must be a positive integer (as tenant list shows it), "
+				   "not '%s'",
+				   m->ma_args[4]);
+	return 0;
+}
+
 /* Where a config file was looked for, in order, when none was given. */
 static const char config_searched[] = "looked for --config FILE, $IDEMD_CONFIG, ./idemd.json "
 				      "and ./.idemd/idemd.json (the quick start's)";
 
+/* With no --config: $IDEMD_CONFIG, else ./idemd.json, else the quick
+ * start's ./.idemd/idemd.json, else none (defaults and the environment). */
+static void main_find_config(struct main_args *m)
+{
+	if (m->ma_config != NULL)
+		return;
+	if (access("idemd.json", F_OK) == 0) {
+		m->ma_config = "idemd.json";
+		m->ma_origin = "./idemd.json";
+	} else if (access(".idemd/idemd.json", F_OK) == 0) {
+		m->ma_config = ".idemd/idemd.json";
+		m->ma_origin = "./.idemd/idemd.json, the quick start's";
+	}
+}
+
+static int main_check_config(const struct main_args *m, const struct config *cfg)
+{
+	int ret = cli_check_routes(cfg);
+
+	if (ret != 0)
+		return ret;
+	if (m->ma_config != NULL)
+		fprintf(stderr, "idemd: config file %s (from %s) is valid\n", m->ma_config,
+			m->ma_origin);
+	else
+		fprintf(stderr,
+			"idemd: no config file found (%s); the defaults with the "
+			"environment are valid\n",
+			config_searched);
+	return 0;
+}
+
+/* Runs the command M names. */
+static int main_run(const struct main_args *m, struct config *cfg)
+{
+	const char *const *args = m->ma_args;
+
+	switch (m->ma_cmd) {
+	case CMD_CHECK_CONFIG:
+		return main_check_config(m, cfg);
+	case CMD_SERVE:
+		return serve(cfg, m->ma_config);
+	case CMD_MIGRATE:
+		return cli_migrate(cfg, m->ma_status);
+	case CMD_TENANT_CREATE:
+		return cli_tenant_create(cfg, args[2]);
+	case CMD_TENANT_LIST:
+		return cli_tenant_list(cfg);
+	case CMD_TENANT_DELETE:
+		return cli_tenant_delete(cfg, args[2]);
+	case CMD_TENANT_KEY_ADD:
+		return cli_tenant_key_add(cfg, args[3]);
+	case CMD_TENANT_KEY_REVOKE:
+		return cli_tenant_key_revoke(cfg, args[3], m->ma_key_id);
+	case CMD_KEYS_ROTATE:
+		return cli_keys_rotate(cfg);
+	case CMD_RECORDS:
+		return cli_records(cfg, args, m->ma_nargs, &m->ma_ropts);
+	case CMD_MASTER_KEY_ROTATE:
+	default:
+		return cli_master_key_rotate(cfg, m->ma_new);
+	}
+}
+
 int main(int argc, char **argv)
 {
-	const char *config_path = getenv("IDEMD_CONFIG");
-	const char *new_file = NULL;
-	const char *args[8] = { NULL };
-	int nargs = 0, status = 0;
-	uint32_t key_id = 0;
-	char err[512];
+	struct main_args m = { .ma_config = getenv("IDEMD_CONFIG"), .ma_cmd = CMD_SERVE };
 	struct config cfg;
-	enum cmd cmd = CMD_SERVE;
-	struct cli_records_opts ropts = { 0 };
-	int records_opt = 0;
+	char err[512];
+	int ret;
 
 	/* before anything allocates through jansson */
 	jsonmem_init();
-	if (config_path != NULL && config_path[0] == '\0')
-		config_path = NULL;
-	if (config_path != NULL)
-		config_origin = "$IDEMD_CONFIG";
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-			fputs(usage_line, stdout);
-			fputs(usage_more, stdout);
-			return 0;
-		}
-		if (strcmp(a, "--version") == 0) {
-			printf("idemd %s\n", IDEMD_VERSION);
-			return 0;
-		}
-		if (strcmp(a, "--config") == 0 || strcmp(a, "--new") == 0) {
-			if (i + 1 >= argc || argv[i + 1][0] == '\0')
-				return usage_error("%s needs a FILE", a);
-			if (a[2] == 'c') {
-				config_path = argv[++i];
-				config_origin = "--config";
-			} else {
-				new_file = argv[++i];
-			}
-		} else if (strncmp(a, "--config=", 9) == 0 || strncmp(a, "--new=", 6) == 0) {
-			const char *v = strchr(a, '=') + 1;
-			if (v[0] == '\0')
-				return usage_error("%.*s needs a FILE", (int)(v - a - 1), a);
-			if (a[2] == 'c') {
-				config_path = v;
-				config_origin = "--config";
-			} else {
-				new_file = v;
-			}
-		} else if (strcmp(a, "--status") == 0) {
-			status = 1;
-		} else if (main_records_option(a, i + 1 < argc ? argv[i + 1] : NULL, &ropts,
-					       &records_opt) != 0) {
-			if (records_opt < 0)
-				return EXIT_USAGE;
-			if (strchr(a, '=') == NULL)
-				i++;
-		} else if (a[0] == '-' && a[1] != '\0') {
-			return usage_error("unknown option '%s'", a);
-		} else if (nargs == (int)(sizeof(args) / sizeof(args[0]))) {
-			return usage_error("too many arguments, from '%s' on", a);
-		} else {
-			args[nargs++] = a;
-		}
-	}
-	if (nargs == 0)
-		return usage_error("no command given");
-	int rc = parse_command(args, nargs, &cmd);
-	if (rc != 0)
-		return rc;
-	if (records_opt > 0 && cmd != CMD_RECORDS)
-		return usage_error(
-			"--tenant, --operation, --state, --older-than, --limit, --attempt "
-			"and --format go only with records");
-	if (status && cmd != CMD_MIGRATE)
-		return usage_error("--status goes only with migrate, alone");
-	if (new_file != NULL && cmd != CMD_MASTER_KEY_ROTATE)
-		return usage_error("--new goes only with master-key rotate");
-	if (cmd == CMD_MASTER_KEY_ROTATE && new_file == NULL)
-		return usage_error("master-key rotate needs --new FILE (the new master key file; "
-				   "created with a fresh key if missing)");
-	if (cmd == CMD_TENANT_KEY_REVOKE && parse_key_id(args[4], &key_id) < 0)
-		return usage_error("KEY_ID must be a positive integer (as tenant list shows it), "
-				   "not '%s'",
-				   args[4]);
-	if (config_path == NULL && access("idemd.json", F_OK) == 0) {
-		config_path = "idemd.json";
-		config_origin = "./idemd.json";
-	} else if (config_path == NULL && access(".idemd/idemd.json", F_OK) == 0) {
-		config_path = ".idemd/idemd.json";
-		config_origin = "./.idemd/idemd.json, the quick start's";
-	}
+	if (m.ma_config != NULL && m.ma_config[0] == '\0')
+		m.ma_config = NULL;
+	m.ma_origin = m.ma_config != NULL ? "$IDEMD_CONFIG" : "--config";
+	if (main_parse(&m, argc, argv, &ret) < 0)
+		return ret;
+	if ((ret = main_check(&m)) != 0)
+		return ret;
+	main_find_config(&m);
 	if (sodium_init() < 0) {
 		fprintf(stderr, "idemd: libsodium could not be initialised\n");
 		return 1;
 	}
-	if (config_load(&cfg, config_path, err, sizeof(err)) < 0) {
-		if (config_path == NULL)
+	if (config_load(&cfg, m.ma_config, err, sizeof(err)) < 0) {
+		if (m.ma_config == NULL)
 			fprintf(stderr,
 				"idemd: no config file found (%s); from defaults and the "
 				"environment: %s\n",
@@ -371,54 +465,7 @@ int main(int argc, char **argv)
 	 * transaction-pooling proxy and must be bounded */
 	db_use_prepared(cfg.prepared_statements);
 	db_set_timeout(cfg.database_timeout_ms);
-
-	int ret;
-	switch (cmd) {
-	case CMD_CHECK_CONFIG:
-		ret = cli_check_routes(&cfg);
-		if (ret != 0)
-			break;
-		if (config_path != NULL)
-			fprintf(stderr, "idemd: config file %s (from %s) is valid\n", config_path,
-				config_origin);
-		else
-			fprintf(stderr,
-				"idemd: no config file found (%s); the defaults with the "
-				"environment are valid\n",
-				config_searched);
-		break;
-	case CMD_SERVE:
-		ret = serve(&cfg, config_path);
-		break;
-	case CMD_MIGRATE:
-		ret = cli_migrate(&cfg, status);
-		break;
-	case CMD_TENANT_CREATE:
-		ret = cli_tenant_create(&cfg, args[2]);
-		break;
-	case CMD_TENANT_LIST:
-		ret = cli_tenant_list(&cfg);
-		break;
-	case CMD_TENANT_DELETE:
-		ret = cli_tenant_delete(&cfg, args[2]);
-		break;
-	case CMD_TENANT_KEY_ADD:
-		ret = cli_tenant_key_add(&cfg, args[3]);
-		break;
-	case CMD_TENANT_KEY_REVOKE:
-		ret = cli_tenant_key_revoke(&cfg, args[3], key_id);
-		break;
-	case CMD_KEYS_ROTATE:
-		ret = cli_keys_rotate(&cfg);
-		break;
-	case CMD_RECORDS:
-		ret = cli_records(&cfg, args, nargs, &ropts);
-		break;
-	case CMD_MASTER_KEY_ROTATE:
-	default:
-		ret = cli_master_key_rotate(&cfg, new_file);
-		break;
-	}
+	ret = main_run(&m, &cfg);
 	config_free(&cfg);
 	return ret;
 }

@@ -25,8 +25,6 @@ ROOT=$PWD
 export IDEMD_BIN=${IDEMD_BIN:-$ROOT/build/idemd}
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
-export IDEMD_TEST_PSQL=${IDEMD_TEST_PSQL:-/usr/lib/postgresql/15/bin/psql}
-[ -x "$IDEMD_TEST_PSQL" ] || IDEMD_TEST_PSQL=psql
 DURATION=${CHECKER_DURATION:-150}
 
 die() { echo "checker.sh: $*" >&2; echo "checker: FAILED"; exit 1; }
@@ -34,10 +32,11 @@ die() { echo "checker.sh: $*" >&2; echo "checker: FAILED"; exit 1; }
 
 TMP=$(mktemp -d /tmp/idemd-checker.XXXXXX) || exit 1
 chmod 711 "$TMP"
-own_pg=0
+# shellcheck source=tests/lib/pg.sh
+. tests/lib/pg.sh
 # shellcheck disable=SC2317
 cleanup() {
-  if [ "$own_pg" = 1 ]; then bash deploy/pg.sh stop "$TMP/pg" >/dev/null 2>&1; fi
+  pg_cleanup
   if [ "${CHECKER_KEEP:-0}" = 1 ] || [ "${keep:-0}" = 1 ]; then
     echo "checker.sh: history and logs kept in $TMP/run"
     rm -rf "$TMP/pg"
@@ -49,19 +48,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if [ -z "${IDEMD_TEST_PGHOST:-}" ] || [ -z "${IDEMD_TEST_PGUSER:-}" ]; then
-  echo "==> starting a throwaway PostgreSQL"
-  if ! { bash deploy/pg.sh init "$TMP/pg" >/dev/null && bash deploy/pg.sh start "$TMP/pg" >/dev/null; }; then
-    die "PostgreSQL did not start"
-  fi
-  own_pg=1
-  IDEMD_TEST_PGHOST=$(bash deploy/pg.sh socket "$TMP/pg")
-  IDEMD_TEST_PGUSER=$(bash deploy/pg.sh role "$TMP/pg")
-  IDEMD_TEST_PGDATA=$(readlink -f "$TMP/pg")/data
-  IDEMD_TEST_PGCTL="bash $(printf %q "$ROOT/deploy/pg.sh") pg_ctl $(printf %q "$TMP/pg")"
-fi
-export IDEMD_TEST_PGHOST IDEMD_TEST_PGUSER IDEMD_TEST_PGDATA="${IDEMD_TEST_PGDATA:-}" \
-  IDEMD_TEST_PGCTL="${IDEMD_TEST_PGCTL:-}"
+pg_use || die "PostgreSQL did not start"
 export CHECKER_DURATION=$DURATION CHECKER_OUT=$TMP/run PYTHONDONTWRITEBYTECODE=1
 
 keep=0

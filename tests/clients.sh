@@ -29,8 +29,6 @@ BIN=${IDEMD_BIN:-$ROOT/build/idemd}
 # Debian's interpreter: python3-pytest and mypy are installed for it.
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=$(command -v python3)
-PSQL=${IDEMD_TEST_PSQL:-/usr/lib/postgresql/15/bin/psql}
-[ -x "$PSQL" ] || PSQL=psql
 
 typescript_version=5.9.3
 express_version=4.21.2
@@ -44,35 +42,24 @@ if [ ! -x "$BIN" ]; then echo "clients.sh: $BIN not built" >&2; exit 1; fi
 
 TMP=$(mktemp -d /tmp/idemd-clients.XXXXXX) || exit 1
 chmod 711 "$TMP"
-pids=() own_pg=0
+# shellcheck source=tests/lib/pg.sh
+. tests/lib/pg.sh
+pids=()
 # shellcheck disable=SC2317
 cleanup() {
   local p
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-  if [ -n "${DB:-}" ]; then
-    PGHOST=$IDEMD_TEST_PGHOST PGUSER=$IDEMD_TEST_PGUSER \
-      "$PSQL" -X -q -d postgres -c "DROP DATABASE IF EXISTS \"$DB\" WITH (FORCE)" >/dev/null 2>&1
-  fi
-  if [ "$own_pg" = 1 ]; then bash deploy/pg.sh stop "$TMP/pg" >/dev/null 2>&1; fi
+  pg_cleanup
   rm -rf "$TMP"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if [ -z "${IDEMD_TEST_PGHOST:-}" ] || [ -z "${IDEMD_TEST_PGUSER:-}" ]; then
-  say "starting a throwaway PostgreSQL"
-  bash deploy/pg.sh init "$TMP/pg" >/dev/null && bash deploy/pg.sh start "$TMP/pg" >/dev/null ||
-    { echo "clients.sh: PostgreSQL did not start" >&2; exit 1; }
-  own_pg=1
-  IDEMD_TEST_PGHOST=$(bash deploy/pg.sh socket "$TMP/pg")
-  IDEMD_TEST_PGUSER=$(bash deploy/pg.sh role "$TMP/pg")
-fi
+pg_use || { echo "clients.sh: PostgreSQL did not start" >&2; exit 1; }
 
 say "starting two idemd servers on a fresh database"
-DB=idemd_clients_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
-PGHOST=$IDEMD_TEST_PGHOST PGUSER=$IDEMD_TEST_PGUSER \
-  "$PSQL" -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE \"$DB\"" || exit 1
+pg_createdb idemd_clients || exit 1
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORT1=$(free_port) PORT2=$(free_port) UPSTREAM_PORT=$(free_port)
 conninfo="host=$IDEMD_TEST_PGHOST dbname=$DB user=$IDEMD_TEST_PGUSER"

@@ -118,31 +118,22 @@ fi
 
 TMP=$(mktemp -d /tmp/idemd-contract.XXXXXX) || exit 1
 chmod 711 "$TMP"
-pids=() own_pg=0
+# shellcheck source=tests/lib/pg.sh
+. tests/lib/pg.sh
+pids=()
 # shellcheck disable=SC2317
 cleanup() {
   local p
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  if [ "$own_pg" = 1 ]; then bash deploy/pg.sh stop "$TMP/pg" >/dev/null 2>&1; fi
+  pg_cleanup
   rm -rf "$TMP"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if [ -z "${IDEMD_TEST_PGHOST:-}" ] || [ -z "${IDEMD_TEST_PGUSER:-}" ]; then
-  echo "contract.sh: starting a throwaway PostgreSQL"
-  bash deploy/pg.sh init "$TMP/pg" >/dev/null && bash deploy/pg.sh start "$TMP/pg" >/dev/null ||
-    { echo "contract.sh: PostgreSQL did not start" >&2; exit 1; }
-  own_pg=1
-  IDEMD_TEST_PGHOST=$(bash deploy/pg.sh socket "$TMP/pg")
-  IDEMD_TEST_PGUSER=$(bash deploy/pg.sh role "$TMP/pg")
-  IDEMD_TEST_PSQL=/usr/lib/postgresql/15/bin/psql
-  IDEMD_TEST_PGDATA=$(readlink -f "$TMP/pg")/data
-  IDEMD_TEST_PGCTL="bash $(printf %q "$ROOT/deploy/pg.sh") pg_ctl $(printf %q "$TMP/pg")"
-  export IDEMD_TEST_PGHOST IDEMD_TEST_PGUSER IDEMD_TEST_PSQL IDEMD_TEST_PGDATA IDEMD_TEST_PGCTL
-fi
+pg_use || { echo "contract.sh: PostgreSQL did not start" >&2; exit 1; }
 
 status=0
 exchanges=0 violations=0 cases=0 failures=0 prism_checked=0 prism_violations=0

@@ -13,8 +13,6 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 BIN=${IDEMD_BIN:-$ROOT/build/idemd}
-PSQL=${IDEMD_TEST_PSQL:-/usr/lib/postgresql/15/bin/psql}
-[ -x "$PSQL" ] || PSQL=psql
 PROMETHEUS=${PROMETHEUS:-/usr/bin/prometheus}
 PROMTOOL=${PROMTOOL:-/usr/bin/promtool}
 
@@ -28,16 +26,14 @@ done
 
 TMP=$(mktemp -d /tmp/idemd-prometheus.XXXXXX) || exit 1
 chmod 711 "$TMP"
-pids=() own_pg=0
+# shellcheck source=tests/lib/pg.sh
+. tests/lib/pg.sh
+pids=()
 # shellcheck disable=SC2317
 cleanup() {
   local p
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-  if [ -n "${DB:-}" ]; then
-    PGHOST=$IDEMD_TEST_PGHOST PGUSER=$IDEMD_TEST_PGUSER \
-      "$PSQL" -X -q -d postgres -c "DROP DATABASE IF EXISTS \"$DB\" WITH (FORCE)" >/dev/null 2>&1
-  fi
-  if [ "$own_pg" = 1 ]; then bash deploy/pg.sh stop "$TMP/pg" >/dev/null 2>&1; fi
+  pg_cleanup
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -54,19 +50,10 @@ if (cd deploy/prometheus && "$PROMTOOL" test rules rules_test.yml); then
   ok "promtool test rules"; else bad "promtool test rules"; fi
 
 # ---------------------------------------------------------------- idemd
-if [ -z "${IDEMD_TEST_PGHOST:-}" ] || [ -z "${IDEMD_TEST_PGUSER:-}" ]; then
-  say "starting a throwaway PostgreSQL"
-  bash deploy/pg.sh init "$TMP/pg" >/dev/null && bash deploy/pg.sh start "$TMP/pg" >/dev/null ||
-    { echo "prometheus.sh: PostgreSQL did not start" >&2; exit 1; }
-  own_pg=1
-  IDEMD_TEST_PGHOST=$(bash deploy/pg.sh socket "$TMP/pg")
-  IDEMD_TEST_PGUSER=$(bash deploy/pg.sh role "$TMP/pg")
-fi
+pg_use || { echo "prometheus.sh: PostgreSQL did not start" >&2; exit 1; }
 
 say "idemd with admin_listen, and a few duplicates"
-DB=idemd_prom_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
-PGHOST=$IDEMD_TEST_PGHOST PGUSER=$IDEMD_TEST_PGUSER \
-  "$PSQL" -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE \"$DB\"" || exit 1
+pg_createdb idemd_prom || exit 1
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORT=$(free_port) ADMIN=$(free_port) PROM=$(free_port)
 cat >"$TMP/idemd.json" <<EOF

@@ -20,8 +20,6 @@ cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 BIN=${IDEMD_BIN:-$ROOT/build/idemd}
 PY=/usr/bin/python3
-PSQL=${IDEMD_TEST_PSQL:-/usr/lib/postgresql/15/bin/psql}
-[ -x "$PSQL" ] || PSQL=psql
 RABBIT=/usr/lib/rabbitmq/bin
 
 say() { printf '\n==> %s\n' "$*"; }
@@ -32,7 +30,9 @@ die() { echo "queue.sh: $*" >&2; echo "queue: FAILED"; exit 1; }
 
 TMP=$(mktemp -d /tmp/idemd-queue.XXXXXX) || exit 1
 chmod 711 "$TMP"
-pids=() own_pg=0 DB='' rabbit_pid='' epmd_pid=''
+# shellcheck source=tests/lib/pg.sh
+. tests/lib/pg.sh
+pids=() DB='' rabbit_pid='' epmd_pid=''
 # shellcheck disable=SC2317
 cleanup() {
   local p
@@ -45,11 +45,7 @@ cleanup() {
   # The Erlang VM's helpers (erl_child_setup, inet_gethost) die with it;
   # epmd is ours and goes last.
   if [ -n "$epmd_pid" ]; then kill "$epmd_pid" 2>/dev/null; wait "$epmd_pid" 2>/dev/null; fi
-  if [ -n "$DB" ]; then
-    PGHOST=$IDEMD_TEST_PGHOST PGUSER=$IDEMD_TEST_PGUSER \
-      "$PSQL" -X -q -d postgres -c "DROP DATABASE IF EXISTS \"$DB\" WITH (FORCE)" >/dev/null 2>&1
-  fi
-  if [ "$own_pg" = 1 ]; then bash deploy/pg.sh stop "$TMP/pg" >/dev/null 2>&1; fi
+  pg_cleanup
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -59,20 +55,10 @@ trap 'exit 143' TERM
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # ---------------------------------------------------------------- idemd
-if [ -z "${IDEMD_TEST_PGHOST:-}" ] || [ -z "${IDEMD_TEST_PGUSER:-}" ]; then
-  say "starting a throwaway PostgreSQL"
-  if ! { bash deploy/pg.sh init "$TMP/pg" >/dev/null && bash deploy/pg.sh start "$TMP/pg" >/dev/null; }; then
-    die "PostgreSQL did not start"
-  fi
-  own_pg=1
-  IDEMD_TEST_PGHOST=$(bash deploy/pg.sh socket "$TMP/pg")
-  IDEMD_TEST_PGUSER=$(bash deploy/pg.sh role "$TMP/pg")
-fi
+pg_use || die "PostgreSQL did not start"
 
 say "starting idemd on a fresh database"
-DB=idemd_queue_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
-PGHOST=$IDEMD_TEST_PGHOST PGUSER=$IDEMD_TEST_PGUSER \
-  "$PSQL" -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE \"$DB\"" || die "CREATE DATABASE failed"
+pg_createdb idemd_queue || die "CREATE DATABASE failed"
 IDEMD_PORT=$(free_port)
 cat >"$TMP/idemd.json" <<EOF
 {"listen": "127.0.0.1:$IDEMD_PORT",

@@ -85,33 +85,35 @@ suite() {
   if [ "$rc" -ne 0 ] || [ "$f" -ne 0 ]; then problems+=("$name tests"); fi
 }
 
+# stage NAME LIMIT CMD...: run one stage under timeout's LIMIT ("1200",
+# "-k 60 600"; - for none), with IDEMD_BIN the release build's binary. The
+# summary gets "NAME: ok" ("NAME: $STAGE_OK" when set) or "NAME: FAILED";
+# a failure adds NAME, less any "(...)" tail, to the problem list.
+stage() {
+  local name=$1 limit=$2 lim=(); shift 2
+  if [ "$limit" != - ]; then read -ra lim <<<"timeout $limit"; fi
+  if IDEMD_BIN="$ROOT/build/idemd" "${lim[@]}" "$@"; then
+    results+=("$name: ${STAGE_OK:-ok}")
+  else
+    results+=("$name: FAILED"); problems+=("${name% (*}")
+  fi
+}
+
 suite release build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEMD_WERROR="$werror" -DIDEMD_SANITIZE=OFF
 
 say "mutants (tests/mutants.sh: each safety mechanism broken in turn must be caught)"
 # Bounded: one build tree, each mutant recompiles a few files and runs the
 # safety tests only until one fails.
-if timeout 1200 bash tests/mutants.sh; then
-  results+=("mutants: all caught")
-else
-  results+=("mutants: FAILED"); problems+=("mutants")
-fi
+STAGE_OK="all caught" stage mutants 1200 bash tests/mutants.sh
 
 say "history checker (tests/checker.sh: contending clients, two instances, faults)"
 # Bounded: its PostgreSQL, idemd instances and upstream are stopped on exit.
-if IDEMD_BIN="$ROOT/build/idemd" timeout -k 60 600 bash tests/checker.sh; then
-  results+=("history checker: ok")
-else
-  results+=("history checker: FAILED"); problems+=("history checker")
-fi
+stage "history checker" "-k 60 600" bash tests/checker.sh
 
 say "the published contract (tests/contract.sh: the suite through a validating relay, schemathesis, Prism)"
 # Bounded: its idemd servers, relays and Prism are stopped on exit.
 # Installs Prism (@stoplight/prism-cli, pinned) in build/node.
-if IDEMD_BIN="$ROOT/build/idemd" timeout -k 60 900 bash tests/contract.sh; then
-  results+=("contract: ok")
-else
-  results+=("contract: FAILED"); problems+=("contract")
-fi
+stage contract "-k 60 900" bash tests/contract.sh
 
 say "linting api/openapi.yaml"
 export REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true
@@ -121,90 +123,51 @@ redocly=build/node/node_modules/.bin/redocly
 if ! grep -qs "\"version\": \"$redocly_version\"" build/node/node_modules/@redocly/cli/package.json; then
   npm install --prefix build/node --no-audit --no-fund --loglevel=error "@redocly/cli@$redocly_version"
 fi
-if [ -x "$redocly" ] && "$redocly" lint api/openapi.yaml; then
-  results+=("openapi lint: ok")
-else
-  results+=("openapi lint: FAILED"); problems+=("openapi lint")
-fi
+redocly_lint() { [ -x "$redocly" ] && "$redocly" lint api/openapi.yaml; }
+stage "openapi lint" - redocly_lint
 
 say "Debian package (tests/package.sh)"
 # builds, inspects, unpacks and runs the .deb; as root also installs it on
 # this machine and purges it again (restored on failure too)
-if timeout 900 bash tests/package.sh; then
-  results+=("debian package: ok")
-else
-  results+=("debian package: FAILED"); problems+=("debian package")
-fi
+stage "debian package" 900 bash tests/package.sh
 
 say "client libraries (clients/python, clients/node, clients/go, clients/jvm)"
-if bash tests/clients.sh; then
-  results+=("client libraries: ok")
-else
-  results+=("client libraries: FAILED"); problems+=("client libraries")
-fi
+stage "client libraries" - bash tests/clients.sh
 
 say "queue consumers under chaos (RabbitMQ, with and without idemd)"
 # Bounded: RabbitMQ, idemd and the consumers it starts are stopped on exit,
 # and timeout kills the whole stage (its servers included) if it hangs.
-if IDEMD_BIN="$ROOT/build/idemd" timeout 480 bash tests/queue.sh; then
-  results+=("queue consumers (RabbitMQ): ok")
-else
-  results+=("queue consumers (RabbitMQ): FAILED"); problems+=("queue consumers")
-fi
+stage "queue consumers (RabbitMQ)" 480 bash tests/queue.sh
 
 say "prometheus (promtool on deploy/prometheus, a real Prometheus scraping idemd)"
 # Bounded: Prometheus and idemd listen on 127.0.0.1 and are stopped on exit.
-if IDEMD_BIN="$ROOT/build/idemd" timeout 300 bash tests/prometheus.sh; then
-  results+=("prometheus: ok")
-else
-  results+=("prometheus: FAILED"); problems+=("prometheus")
-fi
+stage prometheus 300 bash tests/prometheus.sh
 
 say "high availability (tests/ha.sh: Patroni, etcd, HAProxy, faults under a storm)"
 # Bounded: etcd, Patroni, PostgreSQL, idemd and HAProxy listen on 127.0.0.1
 # and are stopped on exit, also when its own 900 s limit strikes.
-if IDEMD_BIN="$ROOT/build/idemd" timeout -k 120 1000 bash tests/ha.sh; then
-  results+=("high availability: ok")
-else
-  results+=("high availability: FAILED"); problems+=("high availability")
-fi
+stage "high availability" "-k 120 1000" bash tests/ha.sh
 
-say "checking the C formatting (tests/format.sh, .clang-format)"
-if bash tests/format.sh; then
-  results+=("c formatting: ok")
-else
-  results+=("c formatting: FAILED"); problems+=("c formatting")
-fi
+say "checking the C formatting (tests/static/format.sh, .clang-format)"
+stage "c formatting" - bash tests/static/format.sh
 
-say "checking the layers of src/ (tests/layers.py: includes run downward, no cycles)"
-if python3 tests/layers.py; then
-  results+=("layers: ok")
-else
-  results+=("layers: FAILED"); problems+=("layers")
-fi
+say "checking the layers of src/ (tests/static/layers.py: includes run downward, no cycles)"
+stage layers - python3 tests/static/layers.py
+
+say "checking the size of src/'s functions (tests/static/functions.py: lizard, 60 lines, complexity 15)"
+# Bounded: installs lizard (pinned) in build/lizard-venv on first use.
+stage "function size" 300 python3 tests/static/functions.py
 
 say "checking the problem codes against api/openapi.yaml"
-if python3 tests/problem_codes.py; then
-  results+=("problem codes: ok")
-else
-  results+=("problem codes: FAILED"); problems+=("problem codes")
-fi
+stage "problem codes" - python3 tests/static/problem_codes.py
 
-say "docs examples (tests/docs.py: README.md and docs/ run against idemd, outputs compared)"
+say "docs examples (tests/static/docs.py: README.md and docs/ run against idemd, outputs compared)"
 # Bounded: its idemd listens on 127.0.0.1 and is stopped, its databases
 # dropped, on exit.
-if IDEMD_BIN="$ROOT/build/idemd" timeout -k 30 300 python3 tests/docs.py; then
-  results+=("docs examples: ok")
-else
-  results+=("docs examples: FAILED"); problems+=("docs examples")
-fi
+stage "docs examples" "-k 30 300" python3 tests/static/docs.py
 
 say "checking the links of the Markdown files"
-if python3 tests/links.py; then
-  results+=("markdown links: ok")
-else
-  results+=("markdown links: FAILED"); problems+=("markdown links")
-fi
+stage "markdown links" - python3 tests/static/links.py
 
 if [ "$sanitize" = 1 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -225,11 +188,7 @@ if [ "$sanitize" = 1 ]; then
   if [ "$vg_fail" -ne 0 ] || [ "$vg_count" -eq 0 ]; then problems+=("valgrind"); fi
 
   say "fuzzing (${IDEMD_FUZZ_SECONDS:-30} s per target)"
-  if bash tests/fuzz/run.sh "${IDEMD_FUZZ_SECONDS:-30}"; then
-    results+=("fuzz: ok")
-  else
-    results+=("fuzz: FAILED"); problems+=("fuzz")
-  fi
+  stage fuzz - bash tests/fuzz/run.sh "${IDEMD_FUZZ_SECONDS:-30}"
 else
   results+=("sanitizer, valgrind, fuzz: skipped (use --sanitize)")
 fi

@@ -3,8 +3,8 @@
  * append keeps what was there and marks the buffer failed, so a caller may
  * append several pieces and check once (buf_failed).
  *
- * Ownership: b_data belongs to the buffer until buf_take() hands it over;
- * buf_free() releases it. A zeroed struct buf is an empty buffer.
+ * Ownership: b_data is owned by the buffer until buf_take() returns it,
+ * owned, to the caller; buf_free() frees it. A zeroed struct buf is an empty buffer.
  */
 #ifndef IDEMD_BUF_H
 #define IDEMD_BUF_H
@@ -27,8 +27,8 @@ int buf_add(struct buf *b, const void *data, size_t len);
 /* buf_add() of the string S without its NUL. */
 int buf_str(struct buf *b, const char *s);
 
-/* Hands the data over (the caller frees it; NULL when nothing was added)
- * and leaves B empty. */
+/* The data, owned: the caller frees it with free() (NULL when nothing was
+ * added); leaves B empty. */
 char *buf_take(struct buf *b) IDEMD_WUR;
 
 /* Frees the data; B is empty afterwards. */

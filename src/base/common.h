@@ -1,4 +1,5 @@
-/* Small definitions shared by every module: attributes and helpers. */
+/* Small definitions shared by every module: attributes and helpers.
+ * Ownership: macros only; nothing here allocates. */
 #ifndef IDEMD_COMMON_H
 #define IDEMD_COMMON_H
 

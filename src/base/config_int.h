@@ -3,6 +3,10 @@
  * free), config_routes.c (the routes' key table), config_set.c (the table
  * walker: one setter and one free per value type) and config_check.c
  * (string checks and listen addresses). Not for other modules.
+
+ *
+ * Ownership: as config.h says: what a setter stores is owned by the config
+ * and freed by config_free(); the key tables are static.
  */
 #ifndef IDEMD_CONFIG_INT_H
 #define IDEMD_CONFIG_INT_H
@@ -83,7 +87,7 @@ int config_load_object(void *base, const struct cfg_key *keys, size_t nkeys, jso
 		       const char *prefix, char *err, size_t errlen);
 /* Frees what BASE holds by the table KEYS (not BASE itself). */
 void config_free_object(void *base, const struct cfg_key *keys, size_t nkeys);
-/* Parses S into *HOST (a new string) and *PORT; LABEL names the source in
+/* Parses S into *HOST (owned: free() it) and *PORT; LABEL names the source in
  * errors (config_check.c). */
 int config_store_address(char **host, uint16_t *port, const char *s, const char *label, char *err,
 			 size_t errlen);

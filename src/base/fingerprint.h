@@ -13,7 +13,7 @@
  * json_int_t and duplicate keys are the parser's business, not this one's.
  *
  * Ownership: inputs are borrowed for the call; fingerprint_canonical_json
- * returns a new string the caller frees with free().
+ * returns an owned string: the caller frees it with free().
  */
 #ifndef IDEMD_FINGERPRINT_H
 #define IDEMD_FINGERPRINT_H
@@ -33,7 +33,7 @@ void fingerprint_of_string(const char *s, size_t len, uint8_t out[FINGERPRINT_BY
 /* BLAKE2b-256("j:" + canonical JSON of v). Returns 0 or -1 (out of memory). */
 IDEMD_WUR int fingerprint_of_json(const json_t *v, uint8_t out[FINGERPRINT_BYTES]);
 
-/* Canonical JSON text of v (new, free with free()), NULL on failure. */
+/* Canonical JSON text of v (owned: free() it), NULL on failure. */
 IDEMD_WUR char *fingerprint_canonical_json(const json_t *v);
 
 #endif

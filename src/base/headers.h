@@ -1,6 +1,9 @@
 /* HTTP header rules: which names and values are valid, which headers are
  * hop-by-hop, which a gateway forward sends upstream, and which may be
- * stored with a response and replayed. Pure functions, no I/O. */
+ * stored with a response and replayed. Pure functions, no I/O.
+ * Ownership: arguments are borrowed for the call, except a tiling's BLOCK,
+ * borrowed until headers_tiling_end(); the list headers_forward() fills is
+ * owned: the caller frees it with curl_slist_free_all(). */
 #ifndef IDEMD_HEADERS_H
 #define IDEMD_HEADERS_H
 
@@ -96,7 +99,7 @@ enum {
  * (Idempotency-Key, Idempotency-Subject, X-Request-Id) or appends to
  * (X-Forwarded-For), and, unless trusted, Forwarded, X-Real-IP and
  * X-Forwarded-Host/-Proto/-Port; then idemd's own. On HEADERS_OK *OUT is a
- * new list (curl_slist_free_all); otherwise *OUT is NULL.
+ * list, owned (curl_slist_free_all()); otherwise *OUT is NULL.
  */
 int headers_forward(const struct headers_field *fields, size_t n,
 		    const struct headers_forward_args *a, struct curl_slist **out) IDEMD_WUR;

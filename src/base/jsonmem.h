@@ -7,6 +7,10 @@
  * jsonmem_init() must run before anything allocates through jansson (first
  * thing in main()); without it jansson keeps the C library's allocator and
  * jsonmem_load() parses without a bound.
+
+ *
+ * Ownership: BUF is borrowed for the call; jsonmem_load() returns an owned
+ * value: the caller releases it with json_decref().
  */
 #ifndef IDEMD_JSONMEM_H
 #define IDEMD_JSONMEM_H

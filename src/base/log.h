@@ -1,4 +1,5 @@
-/* Logging: JSON lines on stderr, levels checked before formatting. */
+/* Logging: JSON lines on stderr, levels checked before formatting.
+ * Ownership: arguments are borrowed for the call. */
 #ifndef IDEMD_LOG_H
 #define IDEMD_LOG_H
 

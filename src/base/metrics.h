@@ -2,7 +2,9 @@
  * Prometheus text format. Every update is a few relaxed atomic additions
  * (no lock); labels come from bounded sets fixed at start: routes (the
  * API's and the gateway's, at most METRICS_ROUTES), tenant/operation pairs
- * named in the config (at most METRICS_PAIRS), everything else "other". */
+ * named in the config (at most METRICS_PAIRS), everything else "other".
+ * Ownership: arguments are borrowed for the call unless a comment below says
+ * until what; metrics_render() returns an owned string (free()). */
 #ifndef IDEMD_METRICS_H
 #define IDEMD_METRICS_H
 
@@ -123,7 +125,8 @@ struct metrics_gauges {
 	int mg_pool_size, mg_pool_in_use, mg_pool_waiting; /* db_pool_usage */
 };
 
-/* Renders every metric and G (borrowed) into a new string (free()), or NULL. */
+/* Renders every metric and G (borrowed) into a string (owned: free() it),
+ * or NULL. */
 char *metrics_render(const struct metrics_gauges *g);
 
 #endif

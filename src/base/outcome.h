@@ -3,6 +3,9 @@
  * it, in words that know nothing of HTTP. http/outcome.c is the one table
  * that turns each into an answer (status, problem code, one detail text,
  * headers), for single requests, batch items and gateway submits alike.
+
+ *
+ * Ownership: an outcome is a value; nothing here allocates.
  */
 #ifndef IDEMD_OUTCOME_H
 #define IDEMD_OUTCOME_H

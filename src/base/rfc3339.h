@@ -1,4 +1,5 @@
-/* RFC 3339 times (rfc3339.c). */
+/* RFC 3339 times (rfc3339.c).
+ * Ownership: OUT is the caller's; rfc3339_json() returns an owned value. */
 #ifndef IDEMD_RFC3339_H
 #define IDEMD_RFC3339_H
 
@@ -8,7 +9,8 @@
 
 #include "common.h"
 
-/* RFC 3339 UTC time of unix milliseconds (new reference). */
+/* RFC 3339 UTC time of unix milliseconds; owned: the caller releases it
+ * with json_decref(). */
 json_t *rfc3339_json(int64_t unix_ms);
 
 /* Room for rfc3339_text()'s text and its NUL. */

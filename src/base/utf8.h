@@ -1,4 +1,6 @@
-/* UTF-8 text cut to fit a buffer, and escaped for a person's terminal. */
+/* UTF-8 text cut to fit a buffer, and escaped for a person's terminal.
+ * Ownership: arguments are borrowed for the call; utf8_escape_controls()
+ * returns an owned string (free()). */
 #ifndef IDEMD_UTF8_H
 #define IDEMD_UTF8_H
 
@@ -19,7 +21,7 @@ void utf8_cut_tail(char *s);
  * UTF8_ESCAPE_JSON: S is JSON text (jansson escapes C0 already): DEL and C1
  * become \u007f .. \u009f, which a JSON reader reads as the same string.
  *
- * Returns a new string (free() it), or NULL when out of memory.
+ * Returns an owned string (free() it), or NULL when out of memory.
  */
 enum utf8_escape { UTF8_ESCAPE_TEXT, UTF8_ESCAPE_JSON };
 char *utf8_escape_controls(const char *s, enum utf8_escape how) IDEMD_WUR;

@@ -1,5 +1,6 @@
 /* Version keys: validation and expansion of an operation's version_key
- * template ("orders:{subject}") for one subject. */
+ * template ("orders:{subject}") for one subject.
+ * Ownership: arguments are borrowed for the call; OUT is the caller's. */
 #ifndef IDEMD_VERSIONKEY_H
 #define IDEMD_VERSIONKEY_H
 

@@ -8,8 +8,8 @@
  * stays the caller's); takers still empty it, and a waiting take returns
  * nothing once it is closed and empty: that is how worker threads stop.
  *
- * Ownership: the queue borrows each item from its push until a take hands
- * it back; it owns no memory.
+ * Ownership: an item pushed is borrowed by the queue until a take returns
+ * it; the queue owns no memory.
  */
 #ifndef IDEMD_WORKQ_H
 #define IDEMD_WORKQ_H

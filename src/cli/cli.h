@@ -1,6 +1,7 @@
 /* cli.c: the operator subcommands, each run once from main() with the
  * loaded config: migrate, tenant create/list/delete/key add/key revoke,
- * keys rotate, master-key rotate, records. Each returns the process's exit status. */
+ * keys rotate, master-key rotate, records. Each returns the process's exit status.
+ * Ownership: arguments are borrowed for the call. */
 #ifndef IDEMD_CLI_H
 #define IDEMD_CLI_H
 

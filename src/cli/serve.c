@@ -193,10 +193,188 @@ static int serve_wait_database(const struct config *cfg, const sigset_t *set,
 	return rc;
 }
 
+/* Whether this binary may run on the schema CHK describes: 0 (a schema
+ * ahead, migrations a newer idemd applied, is fine: rolling upgrades run
+ * old and new binaries side by side), -1, or -2 when restarting cannot
+ * help (exit 2). */
+static int serve_check_schema(const struct migrate_check *chk)
+{
+	switch (chk->state) {
+	case MIGRATE_CHANGED:
+		log_error("serve: the database schema does not match this idemd: %s applied with "
+			  "other contents",
+			  chk->changed_names);
+		return -1;
+	case MIGRATE_BEHIND:
+		log_error("serve: the database schema is behind: %s not applied; "
+			  "run 'idemd migrate'",
+			  chk->pending_names);
+		return -1;
+	case MIGRATE_TOO_OLD:
+		/* a newer idemd applied a migration marked breaking: this binary
+		 * would misread the schema */
+		log_error("serve: refusing to start: the database holds %s, applied by a newer "
+			  "idemd and marked breaking (not backward-compatible); this idemd is too "
+			  "old for the schema: run the newer idemd",
+			  chk->breaking_names);
+		return -2;
+	case MIGRATE_AHEAD:
+		log_warn("serve: the database schema is ahead of this idemd: %s unknown "
+			 "(applied by a newer idemd); starting anyway",
+			 chk->unknown_names);
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+/* The signing keys loaded: 0, -1, or -2 when the master key is not the
+ * one the other instances use (exit 2). */
+static int serve_load_keys(const struct config *cfg)
+{
+	int krc = keys_refresh();
+
+	if (krc == KEYS_WRONG_MASTER) {
+		const char *where;
+		(void)keys_master_source(cfg->master_key_file, &where);
+		log_error("serve: refusing to start: %s cannot open the signing keys; use the "
+			  "master key the other instances use",
+			  where);
+		return -2;
+	}
+	if (krc < 0 || !keys_ready()) {
+		log_error("serve: no signing key could be loaded; run 'idemd migrate' first");
+		return -1;
+	}
+	return 0;
+}
+
+/* Until SIGTERM or SIGINT (returned): SIGHUP reloads the config file
+ * (what may change live; the rest is named and keeps its running value),
+ * and each second the configs a reload replaced are reclaimed. */
+static int serve_wait_signals(const struct config *cfg, const sigset_t *set)
+{
+	const struct config *live = cfg;
+	const struct timespec tick = { 1, 0 };
+	int sig;
+
+	for (;;) {
+		sig = sigtimedwait(set, NULL, &tick);
+		if (sig == SIGHUP)
+			serve_reload(&live);
+		else if (sig == SIGTERM || sig == SIGINT)
+			return sig;
+		serve_reclaim();
+	}
+}
+
+/* Frees the configs reloads made; every request has ended (http_stop),
+ * so nothing reads them. */
+static void serve_free_configs(void)
+{
+	serve_free_retired(serve_grace);
+	serve_free_retired(serve_retired);
+	serve_grace = serve_retired = NULL;
+	if (serve_current != NULL) {
+		config_free(serve_current);
+		free(serve_current);
+		serve_current = NULL;
+	}
+}
+
+/* How far serve_start() got: what serve_stop() must stop. */
+enum serve_up {
+	SERVE_UP_NONE,
+	SERVE_UP_BATCHER,
+	SERVE_UP_WAITERS,
+	SERVE_UP_GATEWAY,
+	SERVE_UP_HTTP
+};
+
+/* Starts the engine, its threads and the listener, in order, *UP saying
+ * how far it got; 0 when all run (the janitor last), else -1. */
+static int serve_start(const struct config *cfg, enum serve_up *up)
+{
+	engine_init(cfg);
+	metrics_init(cfg);
+	routes_init();
+	/* one clock: the database's, before the first request is timed */
+	(void)janitor_measure_clock();
+	/* two batches in flight: one commits while the next gathers */
+	if (batcher_start(cfg->pool_size < 2 ? 1 : 2) < 0)
+		return -1;
+	*up = SERVE_UP_BATCHER;
+	if (waiters_start(cfg) < 0)
+		return -1;
+	*up = SERVE_UP_WAITERS;
+	if (gateway_start(cfg) < 0)
+		return -1;
+	*up = SERVE_UP_GATEWAY;
+	if (replaycount_start() < 0) {
+		log_error("serve: cannot start the replay count thread");
+		return -1;
+	}
+	/* every API key in memory before the first request: a genuine key
+	 * never waits on the rate-limited lookup of unknown ones */
+	if (auth_refresh() < 0)
+		log_warn("serve: could not read the API keys; each is looked up on its first "
+			 "use until the janitor reads them");
+	if (http_start(cfg) < 0)
+		return -1;
+	*up = SERVE_UP_HTTP;
+	if (janitor_start(cfg) < 0) {
+		log_error("serve: cannot start the janitor thread");
+		return -1;
+	}
+	return 0;
+}
+
+/* Stops, in order, what serve_start() started (UP), the janitor aside. */
+static void serve_stop(enum serve_up up)
+{
+	switch (up) {
+	case SERVE_UP_HTTP:
+		/* the order matters: no new requests; forwards in flight end and
+		 * are answered (their connections resume); only then may the
+		 * daemon stop, which libmicrohttpd refuses while any connection
+		 * is suspended; waiting duplicates get their 409 first */
+		http_quiesce();
+		waiters_drain();
+		gateway_drain();
+		if (http_stop() < 0) {
+			/* connections still suspended hold jobs that may run: free
+			 * nothing under them; the replay counts are written, then
+			 * the process ends here */
+			replaycount_stop();
+			log_error("serve: stopping without teardown: requests were still in "
+				  "flight");
+			log_flush();
+			_exit(1);
+		}
+		/* fall through */
+	case SERVE_UP_GATEWAY:
+		/* after the last request was answered: every replay is counted */
+		replaycount_stop();
+		gateway_stop();
+		/* fall through */
+	case SERVE_UP_WAITERS:
+		waiters_stop();
+		/* fall through */
+	case SERVE_UP_BATCHER:
+		batcher_stop();
+		/* fall through */
+	case SERVE_UP_NONE:
+	default:
+		break;
+	}
+}
+
 int serve(const struct config *cfg, const char *config_path)
 {
+	struct migrate_check chk;
 	sigset_t set;
-	int sig, ret = 1;
+	enum serve_up up = SERVE_UP_NONE;
+	int sig, rc, ret = 1;
 
 	serve_config_path = config_path;
 
@@ -218,136 +396,27 @@ int serve(const struct config *cfg, const char *config_path)
 	db_set_quiet(1); /* until serve_wait_database() has said it its way */
 	if (db_pool_init(cfg->database_url, cfg->pool_size) < 0)
 		goto keys;
-	/* a schema ahead (migrations a newer idemd applied) is fine: rolling
-	 * upgrades run old and new binaries side by side */
-	struct migrate_check chk;
-	int wrc = serve_wait_database(cfg, &set, &chk);
-	if (wrc < 0) {
-		if (wrc == -2)
+	if ((rc = serve_wait_database(cfg, &set, &chk)) == 0 &&
+	    (rc = serve_check_schema(&chk)) == 0)
+		rc = serve_load_keys(cfg);
+	if (rc < 0) {
+		if (rc == -2)
 			ret = EXIT_USAGE;
 		goto pool;
 	}
-	if (chk.state == MIGRATE_CHANGED) {
-		log_error("serve: the database schema does not match this idemd: %s applied with "
-			  "other contents",
-			  chk.changed_names);
-		goto pool;
+	if (serve_start(cfg, &up) == 0) {
+		sig = serve_wait_signals(cfg, &set);
+		log_info("serve: %s received, finishing in-flight requests", strsignal(sig));
+		ret = 0;
+		janitor_stop();
 	}
-	if (chk.state == MIGRATE_BEHIND) {
-		log_error("serve: the database schema is behind: %s not applied; "
-			  "run 'idemd migrate'",
-			  chk.pending_names);
-		goto pool;
-	}
-	if (chk.state == MIGRATE_TOO_OLD) {
-		/* a newer idemd applied a migration marked breaking: this binary
-		 * would misread the schema; restarting does not help (exit 2) */
-		log_error("serve: refusing to start: the database holds %s, applied by a newer "
-			  "idemd and marked breaking (not backward-compatible); this idemd is too "
-			  "old for the schema: run the newer idemd",
-			  chk.breaking_names);
-		ret = EXIT_USAGE;
-		goto pool;
-	}
-	if (chk.state == MIGRATE_AHEAD)
-		log_warn("serve: the database schema is ahead of this idemd: %s unknown "
-			 "(applied by a newer idemd); starting anyway",
-			 chk.unknown_names);
-	int krc = keys_refresh();
-	if (krc == KEYS_WRONG_MASTER) {
-		const char *where;
-		(void)keys_master_source(cfg->master_key_file, &where);
-		log_error("serve: refusing to start: %s cannot open the signing keys; use the "
-			  "master key the other instances use",
-			  where);
-		ret = EXIT_USAGE;
-		goto pool;
-	}
-	if (krc < 0 || !keys_ready()) {
-		log_error("serve: no signing key could be loaded; run 'idemd migrate' first");
-		goto pool;
-	}
-	engine_init(cfg);
-	metrics_init(cfg);
-	routes_init();
-	/* two batches in flight: one commits while the next gathers */
-	/* one clock: the database's, before the first request is timed */
-	(void)janitor_measure_clock();
-	if (batcher_start(cfg->pool_size < 2 ? 1 : 2) < 0)
-		goto pool;
-	if (waiters_start(cfg) < 0)
-		goto batcher;
-	if (gateway_start(cfg) < 0)
-		goto waiters;
-	if (replaycount_start() < 0) {
-		log_error("serve: cannot start the replay count thread");
-		goto gateway;
-	}
-	/* every API key in memory before the first request: a genuine key
-	 * never waits on the rate-limited lookup of unknown ones */
-	if (auth_refresh() < 0)
-		log_warn("serve: could not read the API keys; each is looked up on its first "
-			 "use until the janitor reads them");
-	if (http_start(cfg) < 0)
-		goto gateway;
-	if (janitor_start(cfg) < 0) {
-		log_error("serve: cannot start the janitor thread");
-		goto http;
-	}
-	/* SIGHUP reloads the config file (what may change live; the rest is
-	 * named and keeps its running value) */
-	const struct config *live = cfg;
-	const struct timespec tick = { 1, 0 };
-	for (;;) {
-		sig = sigtimedwait(&set, NULL, &tick);
-		if (sig == SIGHUP)
-			serve_reload(&live);
-		else if (sig == SIGTERM || sig == SIGINT)
-			break;
-		serve_reclaim();
-	}
-	log_info("serve: %s received, finishing in-flight requests", strsignal(sig));
-	ret = 0;
-	janitor_stop();
-http:
-	/* the order matters: no new requests; forwards in flight end and are
-	 * answered (their connections resume); only then may the daemon stop,
-	 * which libmicrohttpd refuses while any connection is suspended;
-	 * waiting duplicates get their 409 first */
-	http_quiesce();
-	waiters_drain();
-	gateway_drain();
-	if (http_stop() < 0) {
-		/* connections still suspended hold jobs that may run: free
-		 * nothing under them; the replay counts are written, then the
-		 * process ends here */
-		replaycount_stop();
-		log_error("serve: stopping without teardown: requests were still in flight");
-		log_flush();
-		_exit(1);
-	}
-gateway:
-	/* after the last request was answered: every replay is counted */
-	replaycount_stop();
-	gateway_stop();
-waiters:
-	waiters_stop();
-batcher:
-	batcher_stop();
+	serve_stop(up);
 pool:
 	db_pool_close();
 keys:
 	keys_shutdown();
 	metrics_shutdown();
-	/* every request has ended (http_stop): nothing reads these */
-	serve_free_retired(serve_grace);
-	serve_free_retired(serve_retired);
-	serve_grace = serve_retired = NULL;
-	if (serve_current != NULL) {
-		config_free(serve_current);
-		free(serve_current);
-		serve_current = NULL;
-	}
+	serve_free_configs();
 	if (ret == 0)
 		log_info("serve: stopped");
 	return ret;

@@ -1,4 +1,5 @@
-/* idemd serve (serve.c). */
+/* idemd serve (serve.c).
+ * Ownership: CFG and CONFIG_PATH are borrowed until serve() returns. */
 #ifndef IDEMD_SERVE_H
 #define IDEMD_SERVE_H
 

@@ -1,5 +1,8 @@
 /* Database pool: a fixed set of libpq connections made at start, statements
- * prepared lazily per connection, transparent reconnect, bounded waits. */
+ * prepared lazily per connection, transparent reconnect, bounded waits.
+ * Ownership: arguments are borrowed for the call; a connection from
+ * db_acquire() is owned until db_release() gives it back; db_exec()'s result
+ * and db_connect()'s connection are owned (PQclear(), PQfinish()). */
 #ifndef IDEMD_DB_H
 #define IDEMD_DB_H
 
@@ -33,22 +36,25 @@ void db_use_prepared(int on);
 void db_set_timeout(long ms);
 void db_pool_close(void);
 
-/* Opens one connection outside the pool (for the CLI). NULL after logging. */
+/* Opens one connection outside the pool (for the CLI), owned: the caller
+ * closes it with PQfinish(). NULL after logging. */
 PGconn *db_connect(const char *conninfo);
 /* With QUIET, a failed connection is not logged (db_last_error() keeps
  * what it said). */
 void db_set_quiet(int quiet);
-/* The last connection error's text (a copy owned by the calling thread). */
+/* The last connection error's text: a per-thread copy, borrowed until the
+ * calling thread's next db_last_error(). */
 const char *db_last_error(void);
 
-/* Takes a healthy connection, waiting at most about a second; NULL when
- * none is free in time or PostgreSQL cannot be reached. */
+/* A healthy connection from the pool, waiting at most about a second;
+ * owned until db_release() gives it back; NULL when none is free in time
+ * or PostgreSQL cannot be reached. */
 struct db_conn *db_acquire(void);
 void db_release(struct db_conn *c);
 
 /*
  * Runs STMT with text parameters (VALUES may hold NULLs; LENGTHS and FORMATS
- * may be NULL for all-text). Returns a new result that the caller PQclear()s,
+ * may be NULL for all-text). Returns an owned result: the caller PQclear()s it,
  * or NULL when the connection failed (the connection is then marked broken
  * and reconnected on a later acquire). A result with an error status is
  * logged and cleared, and NULL returned.

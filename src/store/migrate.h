@@ -6,7 +6,9 @@
  * A migration whose first line is MIGRATE_BREAKING_MARK is not backward-
  * compatible: binaries that do not know it must not serve the schema it
  * made. schema_migrations.breaking records the mark, so that such a binary
- * (one older than the migration) sees it and refuses. */
+ * (one older than the migration) sees it and refuses.
+ * Ownership: arguments are borrowed for the call; a struct migrate_check is
+ * the caller's, its names held inside it. */
 #ifndef IDEMD_MIGRATE_H
 #define IDEMD_MIGRATE_H
 

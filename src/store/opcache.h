@@ -3,7 +3,9 @@
  * a PUT on this instance replaces its entry at once. The janitor reloads
  * the entries in use before they expire (opcache_refresh), so request
  * threads read the database only for an operation they have not used
- * lately, or when the janitor could not reach it. */
+ * lately, or when the janitor could not reach it.
+ * Ownership: arguments are borrowed for the call; a lookup copies the
+ * operation into OP, the caller's. */
 #ifndef IDEMD_OPCACHE_H
 #define IDEMD_OPCACHE_H
 

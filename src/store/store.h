@@ -1,6 +1,9 @@
 /* Store: every SQL statement idemd runs against its tables, behind plain C
  * structs. Functions return 0 on success and -1 when the database could not
- * answer (the caller replies 503); "not found" is a result, not an error. */
+ * answer (the caller replies 503); "not found" is a result, not an error.
+ * Ownership: arguments are borrowed for the call; what a function fills in
+ * for the caller is owned by it and freed with what the function's comment
+ * names (a store_*_free(), free(), json_decref()). */
 #ifndef IDEMD_STORE_H
 #define IDEMD_STORE_H
 
@@ -55,7 +58,7 @@ struct tenant_info {
 	uint32_t *ti_key_ids;  /* owned, ascending */
 	size_t ti_nkeys;
 };
-/* Fills a new array (store_tenants_free()) with every tenant, by name. */
+/* Fills an owned array (store_tenants_free()) with every tenant, by name. */
 int store_tenant_list(struct tenant_info **tenants, size_t *n) IDEMD_WUR;
 void store_tenants_free(struct tenant_info *tenants, size_t n);
 /* Deletes the tenant NAME with its records, counters, operations and API
@@ -78,7 +81,7 @@ struct api_key_row {
 	uint32_t ak_tenant_id;
 	uint32_t ak_key_id;
 };
-/* Every API key: *KEYS is new (free() it; NULL when there are none), *N
+/* Every API key: *KEYS is owned (free() it; NULL when there are none), *N
  * how many. -1 when the database did not answer. */
 int store_api_keys_all(struct api_key_row **keys, size_t *n) IDEMD_WUR;
 /* How many API keys there are and the sum of their ids: key ids only grow,
@@ -91,7 +94,7 @@ int store_operation_put(struct operation *op, int *created) IDEMD_WUR;
 int store_operation_get(uint32_t tenant_id, const char *name, struct operation *op,
 			int *found) IDEMD_WUR;
 int store_operation_by_id(uint32_t op_id, struct operation *op, int *found) IDEMD_WUR;
-/* Fills a new array (free()) with the tenant's operations, ordered by name. */
+/* Fills an owned array (free()) with the tenant's operations, ordered by name. */
 int store_operation_list(uint32_t tenant_id, struct operation **ops, size_t *n) IDEMD_WUR;
 
 /* Signing keys, sealed under the master key. */
@@ -257,7 +260,7 @@ void store_record_view_free(struct record_view *v);
 int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_view *v) IDEMD_WUR;
 
 /* One page of a record's audit trail, oldest first: at most LIMIT events
- * after sequence number AFTER (0: from the first), as a new JSON array of
+ * after sequence number AFTER (0: from the first), as an owned JSON array of
  * {"at","event","attempt"?,"status"?,"phase"?,"by"}; *NEXT: the sequence
  * number the next page starts after, 0 when this page is the last. */
 int store_events_get(uint32_t tenant_id, const uint8_t *token_id, int64_t after, int limit,
@@ -283,7 +286,7 @@ struct record_row {
 	int64_t rr_lease_expires_at, rr_expires_at; /* unix ms */
 	int64_t rr_created_us;			    /* the first claim, unix microseconds */
 };
-/* One page of a tenant's records, newest first claim first: a new array
+/* One page of a tenant's records, newest first claim first: an owned array
  * of *N rows (free()). */
 int store_record_list(uint32_t tenant_id, const struct record_filter *f, size_t limit,
 		      struct record_row **rows, size_t *n) IDEMD_WUR;
@@ -311,7 +314,7 @@ int store_fences_sweep(int limit, int keep_seconds, int *deleted) IDEMD_WUR;
  *   RECORD, EVENTS: the record id (32 hex)
  *   LIST: tenant, operation, state, older-than seconds, limit
  *   RELEASE: the record id, the attempt, who ("cli:<user>")
- * *ROWS: a new JSON array of one object per row. */
+ * *ROWS: an owned JSON array of one object per row. */
 enum store_cli_query { STORE_CLI_RECORD, STORE_CLI_EVENTS, STORE_CLI_LIST, STORE_CLI_RELEASE };
 int store_cli_rows(enum store_cli_query q, const char *const *values,
 		   struct json_t **rows) IDEMD_WUR;
@@ -325,7 +328,7 @@ int store_clock(int64_t *db_ms) IDEMD_WUR;
 int store_replays_add(size_t n, const uint32_t *tenant_ids, const uint8_t (*ids)[16],
 		      const int64_t *counts) IDEMD_WUR;
 
-/* Records in progress past their lease, per tenant and operation: a new
+/* Records in progress past their lease, per tenant and operation: an owned
  * array of *N rows (free()). */
 int store_records_stuck(struct metrics_stuck **rows, size_t *n) IDEMD_WUR;
 

@@ -6,6 +6,9 @@
  * counts), store_admin.c (tenants, API keys, operations, signing keys),
  * store_cli.c (the records CLI's) and store_rows.c (the table-driven row
  * reader). Not for other modules: they see store.h.
+
+ *
+ * Ownership: as store.h says.
  */
 #ifndef IDEMD_STORE_INT_H
 #define IDEMD_STORE_INT_H
@@ -146,12 +149,12 @@ struct store_col {
 int store_read_row(const PGresult *r, int row, const struct store_col *cols, size_t ncols,
 		   void *base);
 void store_free_row(void *base, const struct store_col *cols, size_t ncols);
-/* Every row of R (which this clears; NULL: the statement failed) into a
- * new array *ROWS of *N structs of SIZE bytes (store_free_rows); 0 or -1. */
+/* Every row of R (taken: this clears it; NULL: the statement failed) into
+ * an owned array *ROWS of *N structs of SIZE bytes (store_free_rows); 0 or -1. */
 int store_read_rows(PGresult *r, const struct store_col *cols, size_t ncols, size_t size,
 		    void *rows, size_t *n);
 void store_free_rows(void *rows, size_t n, const struct store_col *cols, size_t ncols, size_t size);
-/* ROW of R as a new JSON object by COLS; the first NROWS rows as a new
+/* ROW of R as an owned JSON object by COLS; the first NROWS rows as an owned
  * array of them. NULL when out of memory. */
 struct json_t *store_row_json(const PGresult *r, int row, const struct store_col *cols,
 			      size_t ncols);

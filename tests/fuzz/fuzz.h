@@ -31,6 +31,16 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* A driver's LLVMFuzzerInitialize: runs the statement STMT, returns 0. */
+#define FUZZ_INITIALIZE(stmt)                                               \
+	int LLVMFuzzerInitialize(int *argc, char ***argv)                   \
+	{                                                                   \
+		(void)argc;                                                 \
+		(void)argv;                                                 \
+		stmt;                                                       \
+		return 0;                                                   \
+	}
+
 static inline void
 fuzz_init(void)
 {

@@ -162,14 +162,7 @@ check_secret(const char *text, int rc, const char *err)
 	free(alt);
 }
 
-int
-LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-	(void)argc;
-	(void)argv;
-	fuzz_init();
-	return 0;
-}
+FUZZ_INITIALIZE(fuzz_init())
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -664,14 +664,7 @@ check_forward(const struct input *in, const struct curl_slist *list)
 	free(req.s);
 }
 
-int
-LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-	(void)argc;
-	(void)argv;
-	fuzz_init();
-	return 0;
-}
+FUZZ_INITIALIZE(fuzz_init())
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

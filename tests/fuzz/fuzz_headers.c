@@ -286,14 +286,7 @@ check_hop(const char *name, const char *connection)
 		FUZZ_CHECK(headers_hop_by_hop(name, name) == 1);
 }
 
-int
-LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-	(void)argc;
-	(void)argv;
-	fuzz_init();
-	return 0;
-}
+FUZZ_INITIALIZE(fuzz_init())
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

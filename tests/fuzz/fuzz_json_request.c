@@ -228,14 +228,7 @@ member(json_t *obj, const char *name)
 	return s != NULL ? s : "";
 }
 
-int
-LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-	(void)argc;
-	(void)argv;
-	fuzz_init();
-	return 0;
-}
+FUZZ_INITIALIZE(fuzz_init())
 
 /* Whatever reqjson_flat takes, jansson reads the same way. */
 static void

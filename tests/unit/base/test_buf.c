@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "buf.h"
+#include "unit.h"
 
 static void test_append_and_take(void **state)
 {
@@ -67,13 +68,5 @@ static void test_failed_is_sticky(void **state)
 	assert_false(b.b_failed);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_append_and_take),
-		cmocka_unit_test(test_growth),
-		cmocka_unit_test(test_failed_is_sticky),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_append_and_take), cmocka_unit_test(test_growth),
+	  cmocka_unit_test(test_failed_is_sticky))

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "headers.h"
+#include "unit.h"
 
 #define LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -159,6 +160,11 @@ static void test_never_stored(void **state)
 /* ------------------------------------------------------------- forward */
 
 #define HEX "000102030405060708090a0b0c0d0e0f"
+#define FIELDS(...) \
+	(const struct headers_field[]){ __VA_ARGS__ }, \
+		LEN(((const struct headers_field[]){ __VA_ARGS__ }))
+#define LINES(...) ((const char *const[]){ __VA_ARGS__, NULL })
+#define NO_LINES ((const char *const[]){ NULL })
 
 static const struct headers_forward_args fwd_args = {
 	.fa_token_id = HEX,
@@ -166,6 +172,84 @@ static const struct headers_forward_args fwd_args = {
 	.fa_client_ip = "203.0.113.7",
 	.fa_request_id = "req-1",
 	.fa_trust_forwarded = 0,
+};
+
+/* One forward with fwd_args (trust and subject aside) and the lines it must
+ * give, in order: KEEP (the client's fields that go through), then idemd's
+ * own (Idempotency-Key, Idempotency-Subject, "X-Forwarded-For: " XFF,
+ * X-Request-Id, "Expect:"), then "Content-Type:" when CT_REMOVED (the
+ * client sent none, so libcurl's default one is removed). */
+struct fwd_case {
+	const struct headers_field *f;
+	size_t n;
+	int trust;
+	const char *subject; /* NULL: fwd_args' */
+	const char *const *keep;
+	const char *xff;
+	int ct_removed;
+};
+
+#define XFF_OWN "203.0.113.7"
+
+static const struct fwd_case fwd_cases[] = {
+	/* plain: every end-to-end field, repeated ones too */
+	{ FIELDS({ "Content-Type", "application/json" }, { "Authorization", "Bearer abc" },
+		 { "X-Note", "a, b" }, { "X-Note", "c" }),
+	  0, NULL,
+	  LINES("Content-Type: application/json", "Authorization: Bearer abc", "X-Note: a, b",
+		"X-Note: c"),
+	  XFF_OWN, 0 },
+	{ NULL, 0, 0, NULL, NO_LINES, XFF_OWN, 1 },
+	/* dropped: framing, hop-by-hop, idemd's own names */
+	{ FIELDS({ "Host", "evil.example" }, { "Content-Length", "40" },
+		 { "Transfer-Encoding", "chunked" }, { "Expect", "100-continue" },
+		 { "Accept-Encoding", "gzip" }, { "idempotency-key", "other" },
+		 { "IDEMPOTENCY-SUBJECT", "mallory" }, { "X-Request-Id", "theirs" },
+		 { "Connection", "keep-alive" }, { "Keep-Alive", "timeout=5" },
+		 { "TE", "trailers" }, { "Trailer", "X-T" }, { "Upgrade", "h2c" },
+		 { "Proxy-Authorization", "Basic eA==" }, { "proxy-connection", "close" },
+		 { "Accept", "application/json" }, { "X-Keep", "1" }),
+	  0, NULL, LINES("Accept: application/json", "X-Keep: 1"), XFF_OWN, 1 },
+	/* a client's own X-Forwarded-For chain is dropped unless the route
+	 * trusts its proxy */
+	{ FIELDS({ "X-Forwarded-For", "10.0.0.1, 10.0.0.2" }, { "X-Note", "n" },
+		 { "X-Forwarded-For", "" }, { "x-forwarded-for", "192.168.1.1" }),
+	  0, NULL, LINES("X-Note: n"), XFF_OWN, 1 },
+	{ FIELDS({ "X-Forwarded-For", "" }), 0, NULL, NO_LINES, XFF_OWN, 1 },
+	{ FIELDS({ "X-Forwarded-For", "10.0.0.1, 10.0.0.2" }, { "X-Note", "n" },
+		 { "X-Forwarded-For", "" }, { "x-forwarded-for", "192.168.1.1" }),
+	  1, NULL, LINES("X-Note: n"), "10.0.0.1, 10.0.0.2, 192.168.1.1, 203.0.113.7", 1 },
+	{ FIELDS({ "X-Forwarded-For", "" }), 1, NULL, NO_LINES, XFF_OWN, 1 },
+	/* the proxy's own fields pass only when the route trusts it */
+	{ FIELDS({ "Forwarded", "for=192.0.2.1;proto=https" }, { "X-Real-IP", "192.0.2.1" },
+		 { "X-Forwarded-Host", "shop.example" }, { "X-Forwarded-Proto", "https" },
+		 { "X-Forwarded-Port", "443" }, { "X-Note", "n" }),
+	  0, NULL, LINES("X-Note: n"), XFF_OWN, 1 },
+	{ FIELDS({ "Forwarded", "for=192.0.2.1;proto=https" }, { "X-Real-IP", "192.0.2.1" },
+		 { "X-Forwarded-Host", "shop.example" }, { "X-Forwarded-Proto", "https" },
+		 { "X-Forwarded-Port", "443" }, { "X-Note", "n" }),
+	  1, NULL,
+	  LINES("Forwarded: for=192.0.2.1;proto=https", "X-Real-IP: 192.0.2.1",
+		"X-Forwarded-Host: shop.example", "X-Forwarded-Proto: https",
+		"X-Forwarded-Port: 443", "X-Note: n"),
+	  XFF_OWN, 1 },
+	/* the Connection header may come after the headers it names, and
+	 * there may be several */
+	{ FIELDS({ "X-Foo", "1" }, { "X-Bar", "2" }, { "X-Baz", "3" },
+		 { "Content-Type", "text/plain" }, { "Connection", "X-Foo,\tcontent-type" },
+		 { "connection", " x-bar " }, { "X-Foo-Bar", "4" }),
+	  0, NULL, LINES("X-Baz: 3", "X-Foo-Bar: 4"), XFF_OWN, 1 },
+	/* naming idemd's own headers removes only the client's copies */
+	{ FIELDS({ "Connection", "Idempotency-Key, X-Request-Id, X-Forwarded-For" },
+		 { "X-Forwarded-For", "10.0.0.1" }),
+	  1, NULL, NO_LINES, "10.0.0.1, 203.0.113.7", 1 },
+	/* empty values go as "Name;" (libcurl's way to send one) */
+	{ FIELDS({ "X-Empty", "" }, { "Content-Type", "" }, { "X-Tab", "a\tb" }), 0, NULL,
+	  LINES("X-Empty;", "Content-Type;", "X-Tab: a\tb"), XFF_OWN, 0 },
+	/* test_forward_invalid_field's fields minus the bad one */
+	{ FIELDS({ "X-Ok", "1" }), 0, NULL, LINES("X-Ok: 1"), XFF_OWN, 1 },
+	/* inner spaces and non-ASCII bytes in the subject are fine */
+	{ FIELDS({ "X-Ok", "1" }), 0, "a b\tc\xc3\xa9", LINES("X-Ok: 1"), XFF_OWN, 1 },
 };
 
 /* Runs headers_forward and checks the list is exactly WANT (NULL-ended). */
@@ -193,219 +277,34 @@ static void expect_invalid(const struct headers_field *f, size_t n,
 	assert_null(list);
 }
 
-static void test_forward_plain(void **state)
+static void test_forward_cases(void **state)
 {
-	static const struct headers_field f[] = {
-		{ "Content-Type", "application/json" },
-		{ "Authorization", "Bearer abc" },
-		{ "X-Note", "a, b" },
-		{ "X-Note", "c" },
-	};
-	static const char *const want[] = { "Content-Type: application/json",
-					    "Authorization: Bearer abc",
-					    "X-Note: a, b",
-					    "X-Note: c",
-					    "Idempotency-Key: " HEX,
-					    "Idempotency-Subject: alice",
-					    "X-Forwarded-For: 203.0.113.7",
-					    "X-Request-Id: req-1",
-					    "Expect:",
-					    NULL };
-	static const char *const want_none[] = { "Idempotency-Key: " HEX,
-						 "Idempotency-Subject: alice",
-						 "X-Forwarded-For: 203.0.113.7",
-						 "X-Request-Id: req-1",
-						 "Expect:",
-						 "Content-Type:",
-						 NULL };
-
 	(void)state;
-	expect_forward(f, LEN(f), &fwd_args, want);
-	/* no client Content-Type: libcurl's default one is removed */
-	expect_forward(NULL, 0, &fwd_args, want_none);
-}
+	for (size_t c = 0; c < LEN(fwd_cases); c++) {
+		const struct fwd_case *k = &fwd_cases[c];
+		struct headers_forward_args a = fwd_args;
+		char subject[64], xff[128];
+		const char *want[32];
+		size_t n = 0;
 
-static void test_forward_drops(void **state)
-{
-	static const struct headers_field f[] = {
-		{ "Host", "evil.example" },
-		{ "Content-Length", "40" },
-		{ "Transfer-Encoding", "chunked" },
-		{ "Expect", "100-continue" },
-		{ "Accept-Encoding", "gzip" },
-		{ "idempotency-key", "other" },
-		{ "IDEMPOTENCY-SUBJECT", "mallory" },
-		{ "X-Request-Id", "theirs" },
-		{ "Connection", "keep-alive" },
-		{ "Keep-Alive", "timeout=5" },
-		{ "TE", "trailers" },
-		{ "Trailer", "X-T" },
-		{ "Upgrade", "h2c" },
-		{ "Proxy-Authorization", "Basic eA==" },
-		{ "proxy-connection", "close" },
-		{ "Accept", "application/json" },
-		{ "X-Keep", "1" },
-	};
-	static const char *const want[] = { "Accept: application/json",
-					    "X-Keep: 1",
-					    "Idempotency-Key: " HEX,
-					    "Idempotency-Subject: alice",
-					    "X-Forwarded-For: 203.0.113.7",
-					    "X-Request-Id: req-1",
-					    "Expect:",
-					    "Content-Type:",
-					    NULL };
-
-	(void)state;
-	expect_forward(f, LEN(f), &fwd_args, want);
-}
-
-static void test_forward_xff(void **state)
-{
-	static const struct headers_field chain[] = {
-		{ "X-Forwarded-For", "10.0.0.1, 10.0.0.2" },
-		{ "X-Note", "n" },
-		{ "X-Forwarded-For", "" },
-		{ "x-forwarded-for", "192.168.1.1" },
-	};
-	static const char *const want_chain[] = {
-		"X-Note: n",
-		"Idempotency-Key: " HEX,
-		"Idempotency-Subject: alice",
-		"X-Forwarded-For: 10.0.0.1, 10.0.0.2, 192.168.1.1, 203.0.113.7",
-		"X-Request-Id: req-1",
-		"Expect:",
-		"Content-Type:",
-		NULL
-	};
-	static const struct headers_field empty[] = { { "X-Forwarded-For", "" } };
-	static const char *const want_alone[] = { "Idempotency-Key: " HEX,
-						  "Idempotency-Subject: alice",
-						  "X-Forwarded-For: 203.0.113.7",
-						  "X-Request-Id: req-1",
-						  "Expect:",
-						  "Content-Type:",
-						  NULL };
-	static const char *const want_untrusted[] = { "X-Note: n",
-						      "Idempotency-Key: " HEX,
-						      "Idempotency-Subject: alice",
-						      "X-Forwarded-For: 203.0.113.7",
-						      "X-Request-Id: req-1",
-						      "Expect:",
-						      "Content-Type:",
-						      NULL };
-	struct headers_forward_args trusted = fwd_args;
-
-	(void)state;
-	/* a client's own chain is dropped unless the route trusts its proxy */
-	expect_forward(chain, LEN(chain), &fwd_args, want_untrusted);
-	expect_forward(empty, LEN(empty), &fwd_args, want_alone);
-	trusted.fa_trust_forwarded = 1;
-	expect_forward(chain, LEN(chain), &trusted, want_chain);
-	expect_forward(empty, LEN(empty), &trusted, want_alone);
-}
-
-static void test_forward_trust(void **state)
-{
-	static const struct headers_field f[] = {
-		{ "Forwarded", "for=192.0.2.1;proto=https" },
-		{ "X-Real-IP", "192.0.2.1" },
-		{ "X-Forwarded-Host", "shop.example" },
-		{ "X-Forwarded-Proto", "https" },
-		{ "X-Forwarded-Port", "443" },
-		{ "X-Note", "n" },
-	};
-	static const char *const want_off[] = { "X-Note: n",
-						"Idempotency-Key: " HEX,
-						"Idempotency-Subject: alice",
-						"X-Forwarded-For: 203.0.113.7",
-						"X-Request-Id: req-1",
-						"Expect:",
-						"Content-Type:",
-						NULL };
-	static const char *const want_on[] = { "Forwarded: for=192.0.2.1;proto=https",
-					       "X-Real-IP: 192.0.2.1",
-					       "X-Forwarded-Host: shop.example",
-					       "X-Forwarded-Proto: https",
-					       "X-Forwarded-Port: 443",
-					       "X-Note: n",
-					       "Idempotency-Key: " HEX,
-					       "Idempotency-Subject: alice",
-					       "X-Forwarded-For: 203.0.113.7",
-					       "X-Request-Id: req-1",
-					       "Expect:",
-					       "Content-Type:",
-					       NULL };
-	struct headers_forward_args trusted = fwd_args;
-
-	(void)state;
-	expect_forward(f, LEN(f), &fwd_args, want_off);
-	trusted.fa_trust_forwarded = 1;
-	expect_forward(f, LEN(f), &trusted, want_on);
-}
-
-static void test_forward_connection(void **state)
-{
-	/* the Connection header may come after the headers it names, and
-	 * there may be several */
-	static const struct headers_field f[] = {
-		{ "X-Foo", "1" },
-		{ "X-Bar", "2" },
-		{ "X-Baz", "3" },
-		{ "Content-Type", "text/plain" },
-		{ "Connection", "X-Foo,\tcontent-type" },
-		{ "connection", " x-bar " },
-		{ "X-Foo-Bar", "4" },
-	};
-	static const char *const want[] = { "X-Baz: 3",
-					    "X-Foo-Bar: 4",
-					    "Idempotency-Key: " HEX,
-					    "Idempotency-Subject: alice",
-					    "X-Forwarded-For: 203.0.113.7",
-					    "X-Request-Id: req-1",
-					    "Expect:",
-					    "Content-Type:",
-					    NULL };
-	/* naming idemd's own headers removes only the client's copies */
-	static const struct headers_field own[] = {
-		{ "Connection", "Idempotency-Key, X-Request-Id, X-Forwarded-For" },
-		{ "X-Forwarded-For", "10.0.0.1" },
-	};
-	static const char *const want_own[] = { "Idempotency-Key: " HEX,
-						"Idempotency-Subject: alice",
-						"X-Forwarded-For: 10.0.0.1, 203.0.113.7",
-						"X-Request-Id: req-1",
-						"Expect:",
-						"Content-Type:",
-						NULL };
-
-	struct headers_forward_args trusted = fwd_args;
-
-	(void)state;
-	trusted.fa_trust_forwarded = 1;
-	expect_forward(f, LEN(f), &fwd_args, want);
-	expect_forward(own, LEN(own), &trusted, want_own);
-}
-
-static void test_forward_empty_values(void **state)
-{
-	static const struct headers_field f[] = {
-		{ "X-Empty", "" },
-		{ "Content-Type", "" },
-		{ "X-Tab", "a\tb" },
-	};
-	static const char *const want[] = { "X-Empty;",
-					    "Content-Type;",
-					    "X-Tab: a\tb",
-					    "Idempotency-Key: " HEX,
-					    "Idempotency-Subject: alice",
-					    "X-Forwarded-For: 203.0.113.7",
-					    "X-Request-Id: req-1",
-					    "Expect:",
-					    NULL };
-
-	(void)state;
-	expect_forward(f, LEN(f), &fwd_args, want);
+		a.fa_trust_forwarded = k->trust;
+		if (k->subject != NULL)
+			a.fa_subject = k->subject;
+		snprintf(subject, sizeof(subject), "Idempotency-Subject: %s", a.fa_subject);
+		snprintf(xff, sizeof(xff), "X-Forwarded-For: %s", k->xff);
+		for (size_t i = 0; k->keep[i] != NULL; i++)
+			want[n++] = k->keep[i];
+		want[n++] = "Idempotency-Key: " HEX;
+		want[n++] = subject;
+		want[n++] = xff;
+		want[n++] = "X-Request-Id: req-1";
+		want[n++] = "Expect:";
+		if (k->ct_removed)
+			want[n++] = "Content-Type:";
+		want[n] = NULL;
+		assert_true(n < LEN(want));
+		expect_forward(k->f, k->n, &a, want);
+	}
 }
 
 static void test_forward_invalid_field(void **state)
@@ -427,20 +326,6 @@ static void test_forward_invalid_field(void **state)
 	(void)state;
 	for (size_t i = 0; i < LEN(bad); i++)
 		expect_invalid(bad[i], 2, &fwd_args);
-	/* the same fields minus the bad one go through */
-	{
-		static const struct headers_field ok[] = { { "X-Ok", "1" } };
-		static const char *const want[] = { "X-Ok: 1",
-						    "Idempotency-Key: " HEX,
-						    "Idempotency-Subject: alice",
-						    "X-Forwarded-For: 203.0.113.7",
-						    "X-Request-Id: req-1",
-						    "Expect:",
-						    "Content-Type:",
-						    NULL };
-
-		expect_forward(ok, LEN(ok), &fwd_args, want);
-	}
 }
 
 static void test_forward_invalid_args(void **state)
@@ -462,20 +347,6 @@ static void test_forward_invalid_args(void **state)
 		a.fa_subject = subjects[i];
 		expect_invalid(f, LEN(f), &a);
 		expect_invalid(NULL, 0, &a);
-	}
-	/* inner spaces and non-ASCII bytes are fine */
-	{
-		static const char *const want[] = { "X-Ok: 1",
-						    "Idempotency-Key: " HEX,
-						    "Idempotency-Subject: a b\tc\xc3\xa9",
-						    "X-Forwarded-For: 203.0.113.7",
-						    "X-Request-Id: req-1",
-						    "Expect:",
-						    "Content-Type:",
-						    NULL };
-
-		a.fa_subject = "a b\tc\xc3\xa9";
-		expect_forward(f, LEN(f), &a, want);
 	}
 	a = fwd_args;
 	a.fa_request_id = "req\r\nX-Evil: 1";
@@ -594,28 +465,10 @@ static void test_tiling_bounds(void **state)
 	assert_false(headers_tiling_end(&t));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_fixed_names),
-		cmocka_unit_test(test_connection_tokens),
-		cmocka_unit_test(test_is_token),
-		cmocka_unit_test(test_value_ok),
-		cmocka_unit_test(test_is_alias),
-		cmocka_unit_test(test_never_stored),
-		cmocka_unit_test(test_forward_plain),
-		cmocka_unit_test(test_forward_drops),
-		cmocka_unit_test(test_forward_xff),
-		cmocka_unit_test(test_forward_trust),
-		cmocka_unit_test(test_forward_connection),
-		cmocka_unit_test(test_forward_empty_values),
-		cmocka_unit_test(test_forward_invalid_field),
-		cmocka_unit_test(test_forward_invalid_args),
-		cmocka_unit_test(test_tiling_plain),
-		cmocka_unit_test(test_tiling_nul_in_value),
-		cmocka_unit_test(test_tiling_obs_fold),
-		cmocka_unit_test(test_tiling_bounds),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_fixed_names), cmocka_unit_test(test_connection_tokens),
+	  cmocka_unit_test(test_is_token), cmocka_unit_test(test_value_ok),
+	  cmocka_unit_test(test_is_alias), cmocka_unit_test(test_never_stored),
+	  cmocka_unit_test(test_forward_cases), cmocka_unit_test(test_forward_invalid_field),
+	  cmocka_unit_test(test_forward_invalid_args), cmocka_unit_test(test_tiling_plain),
+	  cmocka_unit_test(test_tiling_nul_in_value), cmocka_unit_test(test_tiling_obs_fold),
+	  cmocka_unit_test(test_tiling_bounds))

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "randpool.h"
+#include "unit.h"
 
 static void test_fills_and_differs(void **state)
 {
@@ -41,12 +42,4 @@ static void test_refills(void **state)
 	randpool_buf(big, 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_fills_and_differs),
-		cmocka_unit_test(test_refills),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_fills_and_differs), cmocka_unit_test(test_refills))

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "utf8.h"
+#include "unit.h"
 
 static void check(const char *in, enum utf8_escape how, const char *want)
 {
@@ -96,13 +97,5 @@ static void test_cut_tail(void **state)
 	assert_string_equal(s, "ab");
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_text_controls),
-		cmocka_unit_test(test_json_controls),
-		cmocka_unit_test(test_every_byte_pair_is_safe),
-		cmocka_unit_test(test_cut_tail),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_text_controls), cmocka_unit_test(test_json_controls),
+	  cmocka_unit_test(test_every_byte_pair_is_safe), cmocka_unit_test(test_cut_tail))

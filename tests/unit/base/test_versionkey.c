@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "versionkey.h"
+#include "unit.h"
 
 static void assert_expands(const char *tmpl, const char *subject, const char *expected);
 static void assert_refused(const char *tmpl, const char *subject);
@@ -175,15 +176,6 @@ static void test_expand_small_buffer(void **state)
 		assert_int_equal(out[i], '#');
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_valid),
-		cmocka_unit_test(test_expand),
-		cmocka_unit_test(test_expand_invalid),
-		cmocka_unit_test(test_expand_lengths),
-		cmocka_unit_test(test_expand_small_buffer),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_valid), cmocka_unit_test(test_expand),
+	  cmocka_unit_test(test_expand_invalid), cmocka_unit_test(test_expand_lengths),
+	  cmocka_unit_test(test_expand_small_buffer))

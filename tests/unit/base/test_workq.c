@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "workq.h"
+#include "unit.h"
 
 struct job {
 	int kind;
@@ -185,14 +186,5 @@ static void test_threads(void **state)
 			assert_int_equal(seen[p][i], 1);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_order_and_match),
-		cmocka_unit_test(test_pick_passes_over_the_head),
-		cmocka_unit_test(test_close_drains),
-		cmocka_unit_test(test_threads),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_order_and_match), cmocka_unit_test(test_pick_passes_over_the_head),
+	  cmocka_unit_test(test_close_drains), cmocka_unit_test(test_threads))

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "batcher.h"
+#include "unit.h"
 
 #define MAX_CALLS 64
 
@@ -322,13 +323,7 @@ static void test_single_job_and_inline_when_stopped(void **state)
 	assert_int_equal(batcher_start(0), -1);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_queued_jobs_share_a_batch),
-		cmocka_unit_test(test_failed_batch_runs_one_by_one),
-		cmocka_unit_test(test_stop_drains_the_queue),
-		cmocka_unit_test(test_single_job_and_inline_when_stopped),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_queued_jobs_share_a_batch),
+	  cmocka_unit_test(test_failed_batch_runs_one_by_one),
+	  cmocka_unit_test(test_stop_drains_the_queue),
+	  cmocka_unit_test(test_single_job_and_inline_when_stopped))

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "callerkey.h"
+#include "unit.h"
 
 static void test_valid(void **state)
 {
@@ -118,14 +119,5 @@ static void test_from_json(void **state)
 	json_decref(doc);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_valid),
-		cmocka_unit_test(test_record_ids),
-		cmocka_unit_test(test_from_header),
-		cmocka_unit_test(test_from_json),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_valid), cmocka_unit_test(test_record_ids),
+	  cmocka_unit_test(test_from_header), cmocka_unit_test(test_from_json))

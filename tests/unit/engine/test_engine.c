@@ -29,6 +29,7 @@
 #include "fake_http.h"
 #include "opcache.h"
 #include "replaycache.h"
+#include "unit.h"
 
 #define TENANT 7
 #define OP_ID 4242
@@ -420,20 +421,13 @@ static void test_rate_check(void **state)
 	engine_init(NULL);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_claim_queues_the_record, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_claimed, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_in_progress, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_database_unavailable, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_replay_fills_the_cache, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_refused_at_once, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_keeps, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_claim_outcomes, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_rate_check, setup, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test_setup_teardown(test_claim_queues_the_record, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_claimed, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_in_progress, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_database_unavailable, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_replay_fills_the_cache, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_refused_at_once, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_keeps, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_claim_outcomes, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_rate_check, setup, teardown))

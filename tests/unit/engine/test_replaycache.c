@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "replaycache.h"
+#include "unit.h"
 
 static int64_t now_ms(void)
 {
@@ -424,22 +425,9 @@ static void test_full_set(void **state)
 	replaycache_clear();
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_hit_is_a_copy),
-		cmocka_unit_test(test_other_tenant_never_served),
-		cmocka_unit_test(test_fingerprint_mismatch),
-		cmocka_unit_test(test_expired_not_served),
-		cmocka_unit_test(test_many_entries_and_eviction),
-		cmocka_unit_test(test_full_set),
-		cmocka_unit_test(test_tenant_share),
-		cmocka_unit_test(test_byte_bound_turns_over),
-		cmocka_unit_test(test_reply_and_raw_key),
-		cmocka_unit_test(test_usage),
-		cmocka_unit_test(test_raw_key_rules),
-		cmocka_unit_test(test_reply_kinds_apart),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_hit_is_a_copy), cmocka_unit_test(test_other_tenant_never_served),
+	  cmocka_unit_test(test_fingerprint_mismatch), cmocka_unit_test(test_expired_not_served),
+	  cmocka_unit_test(test_many_entries_and_eviction), cmocka_unit_test(test_full_set),
+	  cmocka_unit_test(test_tenant_share), cmocka_unit_test(test_byte_bound_turns_over),
+	  cmocka_unit_test(test_reply_and_raw_key), cmocka_unit_test(test_usage),
+	  cmocka_unit_test(test_raw_key_rules), cmocka_unit_test(test_reply_kinds_apart))

@@ -14,6 +14,7 @@
 
 #include "replaycount.h"
 #include "store.h"
+#include "unit.h"
 
 static struct {
 	int calls;
@@ -168,14 +169,8 @@ static void full_table_drops_and_counts(void **state)
 	assert_int_equal(st.total, (long)pending);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(counts_summed_per_record_in_one_sorted_call, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(refused_flush_keeps_counts, setup, teardown),
-		cmocka_unit_test_setup_teardown(stop_writes_what_is_left, setup, teardown),
-		cmocka_unit_test_setup_teardown(full_table_drops_and_counts, setup, teardown),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test_setup_teardown(counts_summed_per_record_in_one_sorted_call, setup,
+					  teardown),
+	  cmocka_unit_test_setup_teardown(refused_flush_keeps_counts, setup, teardown),
+	  cmocka_unit_test_setup_teardown(stop_writes_what_is_left, setup, teardown),
+	  cmocka_unit_test_setup_teardown(full_table_drops_and_counts, setup, teardown))

@@ -25,6 +25,7 @@
 #include "config.h"
 #include "fake_http.h"
 #include "gateway_int.h"
+#include "unit.h"
 
 /* ---------------------------------------------------------------- the request */
 
@@ -246,16 +247,8 @@ static void test_headers_derived_key(void **state)
 	curl_slist_free_all(list);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_query_rebuilt, setup, fake_http_reset),
-		cmocka_unit_test_setup_teardown(test_url_and_call, setup, fake_http_reset),
-		cmocka_unit_test_setup_teardown(test_timeout_cut_to_the_lease, setup,
-						fake_http_reset),
-		cmocka_unit_test_setup_teardown(test_headers_token_route, setup, fake_http_reset),
-		cmocka_unit_test_setup_teardown(test_headers_derived_key, setup, fake_http_reset),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test_setup_teardown(test_query_rebuilt, setup, fake_http_reset),
+	  cmocka_unit_test_setup_teardown(test_url_and_call, setup, fake_http_reset),
+	  cmocka_unit_test_setup_teardown(test_timeout_cut_to_the_lease, setup, fake_http_reset),
+	  cmocka_unit_test_setup_teardown(test_headers_token_route, setup, fake_http_reset),
+	  cmocka_unit_test_setup_teardown(test_headers_derived_key, setup, fake_http_reset))

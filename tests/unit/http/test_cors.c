@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "cors.h"
+#include "unit.h"
 
 static char origin_a[] = "http://localhost:3000";
 static char origin_b[] = "https://shop.example";
@@ -150,16 +151,9 @@ static void test_decorate(void **state)
 	MHD_destroy_response(r);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup(test_exact_origin_match, setup_two),
-		cmocka_unit_test_setup(test_is_preflight, setup_two),
-		cmocka_unit_test_setup(test_preflight_headers, setup_two),
-		cmocka_unit_test_setup(test_response_headers, setup_two),
-		cmocka_unit_test_setup(test_nothing_configured, setup_none),
-		cmocka_unit_test_setup(test_decorate, setup_two),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test_setup(test_exact_origin_match, setup_two),
+	  cmocka_unit_test_setup(test_is_preflight, setup_two),
+	  cmocka_unit_test_setup(test_preflight_headers, setup_two),
+	  cmocka_unit_test_setup(test_response_headers, setup_two),
+	  cmocka_unit_test_setup(test_nothing_configured, setup_none),
+	  cmocka_unit_test_setup(test_decorate, setup_two))

@@ -17,6 +17,7 @@
 #include "request.h"
 #include "http_int.h"
 #include "problem.h"
+#include "unit.h"
 
 static void req_init(struct request *req, const char *body, size_t len);
 static void req_done(struct request *req);
@@ -255,14 +256,7 @@ static void test_problem_fallback(void **state)
 	req_done(&req);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_redact_paths), cmocka_unit_test(test_body_object),
-		cmocka_unit_test(test_body_refused), cmocka_unit_test(test_body_deep),
-		cmocka_unit_test(test_reply_json),   cmocka_unit_test(test_reply_empty),
-		cmocka_unit_test(test_headers),	     cmocka_unit_test(test_problem_fallback),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_redact_paths), cmocka_unit_test(test_body_object),
+	  cmocka_unit_test(test_body_refused), cmocka_unit_test(test_body_deep),
+	  cmocka_unit_test(test_reply_json), cmocka_unit_test(test_reply_empty),
+	  cmocka_unit_test(test_headers), cmocka_unit_test(test_problem_fallback))

@@ -17,6 +17,7 @@
 #include "fake_http.h"
 #include "request.h"
 #include "problem.h"
+#include "unit.h"
 
 static void assert_problem(unsigned status, const char *code, const char *detail);
 
@@ -230,23 +231,12 @@ static void test_api_codes(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_titles),
-		cmocka_unit_test(test_document_fields),
-		cmocka_unit_test(test_document_text),
-		cmocka_unit_test(test_document_utf8),
-		cmocka_unit_test_setup_teardown(test_reply, fake_http_reset, fake_http_reset),
-		cmocka_unit_test_setup_teardown(test_reply_format, fake_http_reset,
-						fake_http_reset),
-		cmocka_unit_test_setup_teardown(test_reply_invalid_utf8, fake_http_reset,
-						fake_http_reset),
-		cmocka_unit_test_setup_teardown(test_reply_long_detail, fake_http_reset,
-						fake_http_reset),
-		cmocka_unit_test_setup_teardown(test_unavailable, fake_http_reset, fake_http_reset),
-		cmocka_unit_test_setup_teardown(test_api_codes, fake_http_reset, fake_http_reset),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_titles), cmocka_unit_test(test_document_fields),
+	  cmocka_unit_test(test_document_text), cmocka_unit_test(test_document_utf8),
+	  cmocka_unit_test_setup_teardown(test_reply, fake_http_reset, fake_http_reset),
+	  cmocka_unit_test_setup_teardown(test_reply_format, fake_http_reset, fake_http_reset),
+	  cmocka_unit_test_setup_teardown(test_reply_invalid_utf8, fake_http_reset,
+					  fake_http_reset),
+	  cmocka_unit_test_setup_teardown(test_reply_long_detail, fake_http_reset, fake_http_reset),
+	  cmocka_unit_test_setup_teardown(test_unavailable, fake_http_reset, fake_http_reset),
+	  cmocka_unit_test_setup_teardown(test_api_codes, fake_http_reset, fake_http_reset))

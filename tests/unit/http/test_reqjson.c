@@ -21,6 +21,7 @@
 #include "request.h"
 #include "reqjson.h"
 #include "store.h"
+#include "unit.h"
 
 static json_t *load(const char *text);
 static void assert_no_reply(void);
@@ -739,25 +740,13 @@ static void test_escape_matches_jansson(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_only, fake_http_reset, fake_http_reset),
-		cmocka_unit_test_setup_teardown(test_int, fake_http_reset, fake_http_reset),
-		cmocka_unit_test_setup_teardown(test_string, fake_http_reset, fake_http_reset),
-		cmocka_unit_test(test_etag_parse),
-		cmocka_unit_test(test_etag_format),
-		cmocka_unit_test(test_valid_name),
-		cmocka_unit_test(test_time),
-		cmocka_unit_test(test_time_text_matches_strftime),
-		cmocka_unit_test(test_escape_matches_jansson),
-		cmocka_unit_test(test_flat),
-		cmocka_unit_test(test_flat_each),
-		cmocka_unit_test(test_response_json),
-		cmocka_unit_test(test_response_base64),
-		cmocka_unit_test(test_response_empty),
-		cmocka_unit_test(test_response_order),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test_setup_teardown(test_only, fake_http_reset, fake_http_reset),
+	  cmocka_unit_test_setup_teardown(test_int, fake_http_reset, fake_http_reset),
+	  cmocka_unit_test_setup_teardown(test_string, fake_http_reset, fake_http_reset),
+	  cmocka_unit_test(test_etag_parse), cmocka_unit_test(test_etag_format),
+	  cmocka_unit_test(test_valid_name), cmocka_unit_test(test_time),
+	  cmocka_unit_test(test_time_text_matches_strftime),
+	  cmocka_unit_test(test_escape_matches_jansson), cmocka_unit_test(test_flat),
+	  cmocka_unit_test(test_flat_each), cmocka_unit_test(test_response_json),
+	  cmocka_unit_test(test_response_base64), cmocka_unit_test(test_response_empty),
+	  cmocka_unit_test(test_response_order))

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "tracectx.h"
+#include "unit.h"
 
 #define TRACE "4bf92f3577b34da6a3ce929d0e0e4736"
 #define PARENT "00f067aa0ba902b7"
@@ -57,12 +58,5 @@ static void test_starts_a_trace_on_anything_else(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_joins_a_valid_trace),
-		cmocka_unit_test(test_starts_a_trace_on_anything_else),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_joins_a_valid_trace),
+	  cmocka_unit_test(test_starts_a_trace_on_anything_else))

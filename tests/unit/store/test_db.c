@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "db.h"
+#include "unit.h"
 
 static void test_failover_states_drop(void **state)
 {
@@ -51,12 +52,5 @@ static void test_malformed_keep(void **state)
 	assert_int_equal(db_sqlstate_drops("57P01 "), 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_failover_states_drop),
-		cmocka_unit_test(test_other_errors_keep),
-		cmocka_unit_test(test_malformed_keep),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_failover_states_drop), cmocka_unit_test(test_other_errors_keep),
+	  cmocka_unit_test(test_malformed_keep))

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "migrate.h"
+#include "unit.h"
 
 static void test_embedded_list(void **state)
 {
@@ -61,13 +62,5 @@ static void test_breaking_mark(void **state)
 	assert_false(breaking(""));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_embedded_list),
-		cmocka_unit_test(test_first_is_init),
-		cmocka_unit_test(test_breaking_mark),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_embedded_list), cmocka_unit_test(test_first_is_init),
+	  cmocka_unit_test(test_breaking_mark))

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "opcache.h"
+#include "unit.h"
 
 /* ---------------------------------------------------------------- stand-ins */
 
@@ -128,12 +129,6 @@ static void test_refresh_without_database_keeps_entries(void **state)
 	assert_int_equal(op.op_lease_seconds, 31);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_refresh_reloads_what_was_read),
-		cmocka_unit_test(test_refresh_skips_what_nobody_read),
-		cmocka_unit_test(test_refresh_without_database_keeps_entries),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_refresh_reloads_what_was_read),
+	  cmocka_unit_test(test_refresh_skips_what_nobody_read),
+	  cmocka_unit_test(test_refresh_without_database_keeps_entries))

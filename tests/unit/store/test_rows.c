@@ -15,6 +15,7 @@
 
 #include "rfc3339.h"
 #include "store_int.h"
+#include "unit.h"
 
 /* A result of NF text columns named NAMES typed TYPES and NROWS rows of
  * VALUES (row by row; NULL for SQL NULL). */
@@ -169,13 +170,5 @@ static void test_json_rows(void **state)
 	PQclear(r);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_struct_rows),
-		cmocka_unit_test(test_struct_refusals),
-		cmocka_unit_test(test_json_rows),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_MAIN(cmocka_unit_test(test_struct_rows), cmocka_unit_test(test_struct_refusals),
+	  cmocka_unit_test(test_json_rows))

@@ -2,7 +2,7 @@
 """Docs that run: the fenced examples of README.md and docs/**/*.md, run
 against a real idemd and compared with what the page shows.
 
-    IDEMD_BIN=build/idemd python3 tests/docs.py [FILE.md ...]
+    IDEMD_BIN=build/idemd python3 tests/static/docs.py [FILE.md ...]
 
 Needs the PostgreSQL of the integration tests (IDEMD_TEST_PGHOST,
 IDEMD_TEST_PGUSER; tests/integration/harness.py). It starts one idemd on
@@ -96,8 +96,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(HERE, "integration"))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import harness  # noqa: E402
 
 QUICKSTART_ADDR = "127.0.0.1:8080"

@@ -1,11 +1,11 @@
 #!/bin/bash
 # Checks that src/ and tests/unit/ are formatted as .clang-format says.
-#   tests/format.sh           list the files that differ; exit 1 if any
-#   tests/format.sh --count   also print how many lines a reformat would change
-#   tests/format.sh --fix     reformat the files in place
+#   tests/static/format.sh           list the files that differ; exit 1 if any
+#   tests/static/format.sh --count   also print how many lines a reformat would change
+#   tests/static/format.sh --fix     reformat the files in place
 # Needs clang-format (Debian package clang-format; deploy/deps.sh --test).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 mode=check
 case "${1:-}" in
@@ -39,7 +39,7 @@ if [ "$mode" = count ]; then
   echo "format.sh: $bad files, $lines lines would change"
 fi
 if [ "$bad" -gt 0 ]; then
-  echo "format.sh: $bad files are not formatted (tests/format.sh --fix)" >&2
+  echo "format.sh: $bad files are not formatted (tests/static/format.sh --fix)" >&2
   exit 1
 fi
 echo "format.sh: all files formatted"

@@ -12,7 +12,7 @@ The files checked are the Markdown files git tracks, or, outside a git
 checkout, every *.md file below the root except build trees and
 node_modules.
 
-    python3 tests/links.py [ROOT]
+    python3 tests/static/links.py [ROOT]
 
 Prints one line per broken link (file:line: ...) and a summary; exits 1 when
 a link is broken.
@@ -137,7 +137,7 @@ def links(text):
 
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
-                           os.path.join(os.path.dirname(__file__), ".."))
+                           os.path.join(os.path.dirname(__file__), "..", ".."))
     files = markdown_files(root)
     cache = {}
 

@@ -26,7 +26,7 @@ import sys
 LAYERS = ["base", "store", "http", "engine", "gateway", "api", "cli"]
 TOP = "main.c"  # above every layer
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
