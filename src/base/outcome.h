@@ -1,6 +1,6 @@
 /*
  * Outcomes: what became of a request on a record, as the engine decides
- * it, in words that know nothing of HTTP. http/outcome.c is the one table
+ * it, in words that know nothing of HTTP. http/answer.c is the one table
  * that turns each into an answer (status, problem code, one detail text,
  * headers), for single requests, batch items and gateway submits alike.
 
