@@ -1,4 +1,6 @@
-/* Handler entry points, one per route (see router.c). Each replies exactly once. */
+/* Handler entry points, one per route (see router.c). Each replies exactly once.
+ * Ownership: REQ is borrowed for the call, or until http_resume() when the
+ * handler suspends it (http_suspend). */
 #ifndef IDEMD_HANDLERS_H
 #define IDEMD_HANDLERS_H
 

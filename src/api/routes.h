@@ -1,10 +1,12 @@
-/* The API's own routes (routes.c). */
+/* The API's own routes (routes.c).
+ * Ownership: nothing is passed; the table is static. */
 #ifndef IDEMD_ROUTES_H
 #define IDEMD_ROUTES_H
 
 #include "common.h"
 
-/* Hands the API's route table to the router: once, before serving. */
+/* Gives the router the API's route table (router_set_table, borrowed for
+ * good): once, before serving. */
 void routes_init(void);
 
 #endif

@@ -1,8 +1,11 @@
-/* Batcher: group commit for claims and completes. Requests hand their claim
- * or complete to a queue; a few batcher threads each take whatever has
- * queued up meanwhile and run it as one statement (one transaction, one
- * commit), so that concurrent requests share the cost of a durable commit
- * instead of weakening it. Nothing is acknowledged before its commit. */
+/* Batcher: group commit for claims and completes. Requests queue their
+ * claim or complete; a few batcher threads each take whatever has queued up
+ * meanwhile and run it as one statement (one transaction, one commit), so
+ * that concurrent requests share the cost of a durable commit instead of
+ * weakening it. Nothing is acknowledged before its commit.
+ * Ownership: a job and everything it points to (the results and bj_rcs,
+ * which it fills in) stay the submitter's, borrowed by the batcher until its
+ * bj_done has run. */
 #ifndef IDEMD_BATCHER_H
 #define IDEMD_BATCHER_H
 
@@ -39,8 +42,9 @@ void batcher_stop(void);
 /* Most elements of a set, and of a batch request. */
 #define BATCHER_SET_MAX 500
 
-/* Queues J; its bj_done runs later on a batcher thread. After
- * batcher_stop() (or when not started) J runs at once on this thread. */
+/* Queues J (borrowed until its bj_done has run; bj_done may free it); its
+ * bj_done runs later on a batcher thread. After batcher_stop() (or when not
+ * started) J runs at once on this thread. */
 void batcher_submit(struct batcher_job *j);
 
 #endif

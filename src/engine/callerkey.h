@@ -1,5 +1,6 @@
 /* Caller keys: the keys callers bring themselves (a UUID, an event id, a
- * business key), and the record each names under an operation. */
+ * business key), and the record each names under an operation.
+ * Ownership: arguments are borrowed for the call. */
 #ifndef IDEMD_CALLERKEY_H
 #define IDEMD_CALLERKEY_H
 

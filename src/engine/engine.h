@@ -3,7 +3,8 @@
  * verifying a token and its scope, the claim and its outcomes, complete,
  * release, extend and checkpoint. A record is (tenant, operation, record
  * id); a token is one way to name it, a caller key or a derived gateway key
- * another: the engine does not care which. */
+ * another: the engine does not care which.
+ * Ownership: arguments are borrowed for the call unless noted. */
 #ifndef IDEMD_ENGINE_H
 #define IDEMD_ENGINE_H
 
@@ -19,6 +20,8 @@
 
 struct config;
 
+/* CFG is borrowed until a grace period begun after the next engine_init()
+ * is done (http_reload). */
 void engine_init(const struct config *cfg);
 
 /*
@@ -39,7 +42,7 @@ int engine_from_path(struct request *req, struct token *t) IDEMD_WUR;
 /*
  * How a route answers a duplicate of a completed claim of T from its
  * stored response R (both borrowed for the call): either with a JSON
- * envelope that RENDER makes (new text of *LEN bytes, free with free; NULL
+ * envelope that RENDER makes (text of *LEN bytes, owned: free() it; NULL
  * when out of memory), sent with 200 and Idempotent-Replayed: true, or by
  * SEND, which replies itself (the gateway's stored response). An envelope
  * is rendered once per cached record and kept with it, tagged KIND (above
@@ -83,9 +86,10 @@ int engine_claim_cached(struct request *req, const struct token *t, const uint8_
  * in every case. With KEEPS 0 (CLAIMED always returns 0) the answer is
  * built on the request's own thread after the resume; with KEEPS 1 on the
  * batcher thread, where CLAIMED may keep the connection suspended.
- * REPLAY NULL: the direct API's envelope. Returns 0 when the request is
- * suspended (CLAIMED takes ARG), -1 after replying at once (validation;
- * CLAIMED is not called and ARG stays the caller's).
+ * REPLAY NULL: the direct API's envelope. T and FP are copied; REPLAY is
+ * borrowed until CLAIMED has run. Returns 0 when the request is suspended
+ * (CLAIMED takes ARG), -1 after replying at once (validation; CLAIMED is not
+ * called and ARG stays owned by the caller).
  */
 int engine_claim(struct request *req, const struct token *t, const uint8_t *fp,
 		 const struct engine_replay *replay, engine_claimed_fn claimed, int keeps,
@@ -129,15 +133,16 @@ const char *engine_record_state(const struct record_view *rv, int64_t now_ms, in
  * response, checkpoint (O may be NULL). */
 void engine_record_fields(json_t *o, const struct record_view *rv, const char *state);
 
-/* The latest checkpoint of RV as {"phase","data","attempt"} (new
- * reference), or NULL when it has none. */
+/* The latest checkpoint of RV as {"phase","data","attempt"}, owned
+ * (json_decref()), or NULL when it has none. */
 json_t *engine_checkpoint_json(const struct record_view *rv);
 
 /*
  * The claim arguments of T under policy OP into A: fingerprint FP (NULL:
  * none), the precondition IF_MATCH (NULL: the version T carries, if any);
- * VKEY receives the expanded counter name A points to. NULL, or why the
- * claim is refused (400 invalid_request).
+ * VKEY receives the expanded counter name. A borrows T, FP and VKEY for as
+ * long as it is used. NULL, or why the claim is refused (400
+ * invalid_request, a literal).
  */
 const char *engine_claim_args(const struct token *t, const struct operation *op, const uint8_t *fp,
 			      const char *if_match, char vkey[VERSIONKEY_MAX + 1],

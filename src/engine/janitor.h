@@ -1,7 +1,9 @@
 /* Janitor: one background thread for periodic maintenance — reloading the
  * operations in use before they expire from the cache, picking up rotated
  * signing keys, measuring the database's clock, ending expired records'
- * lives, returning freed memory. */
+ * lives, returning freed memory.
+ * Ownership: arguments are borrowed for the call (janitor_start() copies
+ * what it needs of CFG). */
 #ifndef IDEMD_JANITOR_H
 #define IDEMD_JANITOR_H
 

@@ -1,5 +1,6 @@
 /* Keys: the master key file and the signing keys it protects. This module
- * is the only holder of key material; it signs and verifies tokens. */
+ * is the only holder of key material; it signs and verifies tokens.
+ * Ownership: arguments are borrowed for the call. */
 #ifndef IDEMD_KEYS_H
 #define IDEMD_KEYS_H
 
@@ -27,8 +28,8 @@ enum keys_source {
 };
 
 /* Where the master key comes from (decided once per process); *WHERE (may
- * be NULL) names it for messages ("the master key file PATH"). PATH is the
- * config's master_key_file. */
+ * be NULL) names it for messages ("the master key file PATH"), borrowed for
+ * the process's life. PATH is the config's master_key_file. */
 enum keys_source keys_master_source(const char *path, const char **where);
 
 /* Creates PATH with a fresh random master key (mode 0600) unless it exists.

@@ -2,7 +2,9 @@
  * a completed submit are answered without a database round trip. A
  * completed response never changes, so an entry is valid until its
  * retention ends; entries are keyed by tenant and token id, so no tenant
- * can ever be served another's entry. */
+ * can ever be served another's entry.
+ * Ownership: arguments are borrowed for the call (what is kept is copied);
+ * what a lookup fills in is owned by the caller, freed as its comment says. */
 #ifndef IDEMD_REPLAYCACHE_H
 #define IDEMD_REPLAYCACHE_H
 
@@ -35,8 +37,8 @@ enum replaycache_hit {
 };
 
 /*
- * Looks up (TENANT, ID). REPLAYCACHE_HIT, filling OUT with a new copy (free
- * with store_response_free), when a live entry exists and FP equals its
+ * Looks up (TENANT, ID). REPLAYCACHE_HIT, filling OUT with an owned copy
+ * (store_response_free()), when a live entry exists and FP equals its
  * fingerprint; REPLAYCACHE_OTHER_FP when a live entry exists with another
  * fingerprint; REPLAYCACHE_MISS when nothing usable is cached.
  */
@@ -52,8 +54,8 @@ int replaycache_has(uint32_t tenant_id, const uint8_t id[16]);
  * chooses, since one record may be replayed by routes of different forms.
  *
  * replaycache_get() that, when REPLY is not NULL and the entry holds a
- * rendered reply of KIND, returns a new copy of that (NUL-terminated, free
- * with free) in *REPLY and *REPLY_LEN instead of filling OUT. Otherwise
+ * rendered reply of KIND, returns a copy of that, owned (NUL-terminated,
+ * free()), in *REPLY and *REPLY_LEN instead of filling OUT. Otherwise
  * *REPLY is NULL and OUT is filled as by replaycache_get().
  */
 enum replaycache_hit replaycache_lookup(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
@@ -72,10 +74,11 @@ void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8
 
 /*
  * The rendered reply of KIND of (TENANT, ID) for a request whose body is
- * RAW (RAW_LEN bytes): REPLAYCACHE_HIT with a new copy in *REPLY when a
- * live entry holds a reply of KIND and RAW equals the body last attached to
- * it byte for byte; REPLAYCACHE_MISS otherwise (go the full way). The same
- * body gives the same fingerprint, so a hit answers as the full way would.
+ * RAW (RAW_LEN bytes): REPLAYCACHE_HIT with an owned copy (free()) in
+ * *REPLY when a live entry holds a reply of KIND and RAW equals the body
+ * last attached to it byte for byte; REPLAYCACHE_MISS otherwise (go the
+ * full way). The same body gives the same fingerprint, so a hit answers as
+ * the full way would.
  */
 enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], int kind,
 					 const void *raw, size_t raw_len, char **reply,

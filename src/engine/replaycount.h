@@ -1,7 +1,8 @@
 /* Replay counts: how many duplicates each record answered from its stored
  * response, counted in memory so that a replay writes nothing to
  * PostgreSQL on its path, and added to records.replays by one statement per
- * flush, at most REPLAYCOUNT_FLUSH_SECONDS (plus one statement) late. */
+ * flush, at most REPLAYCOUNT_FLUSH_SECONDS (plus one statement) late.
+ * Ownership: arguments are borrowed for the call. */
 #ifndef IDEMD_REPLAYCOUNT_H
 #define IDEMD_REPLAYCOUNT_H
 

@@ -12,8 +12,9 @@
  * claims again or answers. While the LISTEN connection is down, waiters are
  * woken every 250 ms to look again, so none waits past its deadline.
  *
- * Ownership: a struct waiter belongs to its owner; between waiters_add()
- * and its wake call this module only links it.
+ * Ownership: arguments are borrowed for the call, but for a struct waiter:
+ * owned by the caller, it is borrowed by this module from waiters_add() to
+ * its wake call, which only links it; the wake callback may free it.
  */
 #ifndef IDEMD_WAITERS_H
 #define IDEMD_WAITERS_H

@@ -6,15 +6,18 @@
  *
  * Threads: the token checks and the claim run on the HTTP thread that
  * received the request; the connection is then suspended and the forward
- * handed to one forwarder thread (a libcurl multi handle: any number of
+ * queued for one forwarder thread (a libcurl multi handle: any number of
  * transfers at once, connections to the upstreams kept alive and reused).
  * When a transfer ends, one of a few finisher threads stores or releases
  * the claim, builds the reply and resumes the connection. A slow upstream
  * therefore holds only its own connections, never an HTTP thread.
  *
- * Ownership: the route table lives from gateway_start() to gateway_stop();
- * its routes are added to the router (router_add), which borrows them for
- * that long. The config passed to gateway_start() must outlive the module.
+ * Ownership: arguments are borrowed for the call unless noted. The route
+ * tables are owned by this module from gateway_start() to gateway_stop();
+ * their routes are added to the router (router_add), which borrows them for
+ * that long. A config passed in is borrowed until a grace period begun after
+ * the next gateway_reload() is done (http_grace_begin), or until
+ * gateway_stop().
  */
 #ifndef IDEMD_GATEWAY_H
 #define IDEMD_GATEWAY_H
@@ -50,8 +53,8 @@ void gateway_drain(void);
 
 /* SIGHUP: CFG's routes replace the running ones in one swap (requests
  * already routed finish on the old ones, which are kept until
- * gateway_stop); CFG must outlive the process's serving. 0, or -1 after
- * logging: the old routes keep serving. */
+ * gateway_stop); CFG is borrowed as said above. 0, or -1 after logging:
+ * the old routes keep serving. */
 int gateway_reload(const struct config *cfg) IDEMD_WUR;
 
 /* The longest forward, in ms with its margin, of the running routes of
@@ -63,7 +66,7 @@ long gateway_longest_forward(uint32_t tenant_id, const char *operation);
  * come from requests (a derived key: no subject), or NULL: an operation
  * guarding a version counter cannot serve one (PUT /v1/operations
  * refuses, as start and reload refuse such a route). Callable from any
- * thread; the text lives until gateway_stop(). */
+ * thread; the text is borrowed until gateway_stop(). */
 const char *gateway_derived_route(uint32_t tenant_id, const char *operation);
 
 /* gateway_drain(), then frees the route table and libcurl's state: call it

@@ -3,6 +3,7 @@
  * submit, on the HTTP thread), gateway_forward.c (the request sent
  * upstream, built on the batcher thread) and gateway_finish.c (the outcome,
  * on the finisher threads). Not for other modules: they see gateway.h.
+ * Ownership: arguments are borrowed for the call unless noted.
  */
 #ifndef IDEMD_GATEWAY_INT_H
 #define IDEMD_GATEWAY_INT_H
@@ -33,12 +34,15 @@ struct gateway_route {
 	struct route gr_route;		   /* first member: handlers get &gr_route */
 	const struct config_route *gr_cfg; /* borrowed from the config */
 	uint32_t gr_tenant_id;
-	char *gr_target; /* URL the request goes to, before its query */
+	char *gr_target; /* URL the request goes to, before its query; owned */
 	enum gateway_key gr_key;
 	const char *gr_key_arg; /* the header name or JSON pointer, in gr_cfg */
-	char *gr_by;		/* "route:METHOD path", for the audit trail */
+	char *gr_by;		/* "route:METHOD path", for the audit trail; owned */
 };
 
+/* A forward: gj_route is borrowed; gj_url and the call's headers and
+ * results are owned, freed with the job (gateway_job_free()); gj_resp's
+ * headers are freed by the step that stores them. */
 struct gateway_job {
 	struct upstream_call gj_call;
 	struct workq_item gj_item; /* in the finishers' queue */
@@ -60,14 +64,18 @@ struct gateway_job {
 };
 
 /* gateway_forward.c */
-/* The headers sent upstream (headers_forward): a new list, or NULL. */
+/* The headers sent upstream (headers_forward): owned
+ * (curl_slist_free_all()), or NULL. */
 struct curl_slist *gateway_request_headers(struct request *req, const struct gateway_route *gr,
 					   const struct token *t);
-/* The request's query string rebuilt: into *OUT as a new string ("" when
- * there is none). 0 or -1. */
+/* The request's query string rebuilt: into *OUT, owned (free()); "" when
+ * there is none. 0 or -1. */
 int gateway_query(struct request *req, char **out);
-/* Builds the job for a request that now holds the claim RES; takes
- * *HEADERS (set to NULL). NULL on OOM. Runs on a batcher thread. */
+/* Builds the job for a request that now holds the claim RES, owned
+ * (gateway_job_free()); REQ (its body too) and GR are borrowed until the job
+ * ends. Takes *HEADERS, setting it to NULL, unless it fails before that
+ * (then *HEADERS stays the caller's). NULL on OOM. Runs on a batcher
+ * thread. */
 struct gateway_job *gateway_job_new(struct request *req, const struct gateway_route *gr,
 				    const struct token *t, const struct operation *op,
 				    const struct claim_result *res, const char *query,
@@ -80,9 +88,11 @@ extern const struct engine_replay gateway_replay;
 /* Gives the claim back so that the same token can be submitted again. */
 void gateway_release(const struct gateway_route *gr, const uint8_t *token_id, int attempt,
 		     const char *request_id);
-/* Writes the outcome of a finished (or refused) forward and resumes. */
+/* Writes the outcome of a finished (or refused) forward and resumes;
+ * takes J. */
 void gateway_finish(struct gateway_job *j);
-/* Upstream thread: queues the ended call's job for a finisher. */
+/* Upstream thread: queues the ended call's job for a finisher; takes the
+ * job C is in. */
 void gateway_on_done(struct upstream_call *c);
 /* Starts the finisher threads: 0, or -1 after logging. */
 int gateway_finish_start(void);
@@ -91,9 +101,9 @@ void gateway_finish_stop(void);
 
 /* gateway_keys.c: the record a derived-key route's submit names (its key
  * from a header, the body's JSON or its hash BYTES_FP, scoped and under the
- * route's operation), *DOC the body parsed when it was (the caller
- * decrefs); and *DOC parsed once within its memory budget (NULL: empty or
- * not JSON). Each 0, or -1 after replying. */
+ * route's operation), *DOC the body parsed when it was, owned
+ * (json_decref()); and *DOC parsed once within its memory budget (NULL:
+ * empty or not JSON), owned likewise. Each 0, or -1 after replying. */
 int gateway_derived_address(struct request *req, const struct gateway_route *gr,
 			    const uint8_t *bytes_fp, json_t **doc, struct token *t,
 			    struct operation *op);

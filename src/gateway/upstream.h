@@ -15,9 +15,10 @@
  * happens to the rest of it (UPSTREAM_BROKEN): the upstream has acted. Hop-by-hop headers are the caller's to
  * drop (headers.h); redirects are not followed.
  *
- * Ownership: the caller owns the struct upstream_call and everything its
- * inputs point to until uc_done has run. The results (uc_resp_headers,
- * uc_resp) are owned by the call and released by upstream_call_clear().
+ * Ownership: the struct upstream_call and everything its inputs point to
+ * (uc_headers included) stay the caller's, borrowed by this module from
+ * upstream_call() until uc_done has run. The results (uc_resp_headers,
+ * uc_resp) are owned by the call and freed by upstream_call_clear().
  */
 #ifndef IDEMD_UPSTREAM_H
 #define IDEMD_UPSTREAM_H

@@ -3,6 +3,8 @@
  * status, problem code, one detail text and the headers it carries. Every
  * path renders refusals through it: single requests (a recorded problem),
  * batch items (an item object) and gateway submits.
+ * Ownership: arguments are borrowed for the call; codes returned are
+ * literals.
  */
 #ifndef IDEMD_ANSWER_H
 #define IDEMD_ANSWER_H

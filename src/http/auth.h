@@ -1,7 +1,8 @@
 /* Authentication: API keys (generation, hashing), every key the database
  * holds kept in memory (the known set) and a cache from key hash to tenant,
  * so that requests need no database round trip and a genuine key never
- * waits on the rate-limited lookup of unknown keys. */
+ * waits on the rate-limited lookup of unknown keys.
+ * Ownership: arguments are borrowed for the call. */
 #ifndef IDEMD_AUTH_H
 #define IDEMD_AUTH_H
 

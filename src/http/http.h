@@ -1,5 +1,6 @@
 /* HTTP core: the libmicrohttpd daemon (http.c): start, reload, stop.
- * What a request is and how it is answered: request.h. */
+ * What a request is and how it is answered: request.h.
+ * Ownership: arguments are borrowed, for as long as each function says. */
 #ifndef IDEMD_HTTP_H
 #define IDEMD_HTTP_H
 
@@ -7,9 +8,11 @@
 
 struct config;
 
+/* Starts the daemon; CFG is borrowed until http_stop() (the request
+ * deadline reaper reads it until then, not the reloaded ones). */
 int http_start(const struct config *cfg) IDEMD_WUR;
 /* SIGHUP: the body limits and CORS origins of CFG from now on (what only a
- * restart changes, the listener and its threads, stays). CFG must stay
+ * restart changes, the listener and its threads, stays). CFG is borrowed
  * until a grace period begun after the next reload is done (below). */
 void http_reload(const struct config *cfg);
 /*

@@ -2,6 +2,7 @@
  * HTTP internals shared by http.c (the daemon and the request path),
  * http_conn.c (per-connection state and the request deadline reaper) and
  * http_reply.c (replies). Not for other modules: they see http.h.
+ * Ownership: arguments are borrowed for the call unless noted.
  */
 #ifndef IDEMD_HTTP_INT_H
 #define IDEMD_HTTP_INT_H
@@ -26,9 +27,10 @@ extern atomic_int http_active;
 extern atomic_int http_suspended;
 
 /* A request's context from its connection, URL, method and version as
- * libmicrohttpd hands them to the access handler (its headers scanned and
+ * libmicrohttpd gives them to the access handler (its headers scanned and
  * their raw section checked, its id and trace set), or NULL when out of
- * memory. */
+ * memory. URL is copied; CONN and METHOD are borrowed for the request's
+ * life. Owned: http_completed() frees it, the one place that does. */
 struct request *http_request_new(struct MHD_Connection *conn, const char *url, const char *method,
 				 const char *version);
 /* 1 when the libmicrohttpd running is the one whose header section
@@ -56,8 +58,8 @@ void http_receiving(struct request *req, int yes);
 /* libmicrohttpd's connection notification: makes or wipes its state. */
 void http_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
 		     enum MHD_ConnectionNotificationCode toe);
-/* Starts the reaper (request_timeout_seconds of CFG, borrowed): 0, or -1
- * after logging. */
+/* Starts the reaper (request_timeout_seconds of CFG, borrowed until
+ * http_conn_stop()): 0, or -1 after logging. */
 int http_conn_start(const struct config *cfg);
 /* Stops the reaper; safe when not started. */
 void http_conn_stop(void);
@@ -78,13 +80,15 @@ void http_redact_paths(const char *in, char *out, size_t outlen);
 /* libmicrohttpd's messages as warn lines. */
 void http_mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 /* The daemon's TLS options into OPTS (MHD_OPTION_END alone for plain HTTP),
- * the PEM texts into *CERT and *KEY (new, the caller wipes the key and
- * frees both); MHD_USE_TLS added to *FLAGS. 0, or -1 after logging. */
+ * the PEM texts into *CERT and *KEY, owned: the caller frees both with
+ * free(), the key wiped first, once the daemon has started (OPTS point into
+ * them); MHD_USE_TLS added to *FLAGS. 0, or -1 after logging (*CERT and
+ * *KEY may still be set: the caller frees them as well). */
 int http_tls_options(const struct config *cfg, struct MHD_OptionItem opts[3], char **cert,
 		     char **key, unsigned *flags);
 /* Starts the admin_listen daemon (plain HTTP, one thread, few
- * connections), whose requests get ACCESS_CLS: the daemon, or NULL after
- * logging. */
+ * connections), whose requests get ACCESS_CLS (borrowed for the daemon's
+ * life): the daemon, owned (MHD_stop_daemon()), or NULL after logging. */
 struct MHD_Daemon *http_admin_start(const struct config *cfg, void *access_cls);
 
 /* http_reply.c */
@@ -93,7 +97,9 @@ void http_clear_reply(struct request *req);
 
 /* The body budget (http_budget.c). Take counts N more bytes of REQ's body
  * against the whole budget, its client address's share and its tenant's:
- * 1, or 0 when one of them would be passed. Give hands back all REQ holds. */
+ * 1, or 0 when one of them would be passed. Give returns all REQ holds.
+ * Start reads CFG's limits, borrowed until a grace period begun after the
+ * next http_budget_start() is done (http_reload). */
 void http_budget_start(const struct config *cfg);
 #define HTTP_CLIENT_SLOTS AUTH_CLIENT_SLOTS
 /* The slot (0 .. HTTP_CLIENT_SLOTS - 1) of CONN's client, the peer's

@@ -1,6 +1,8 @@
 /* Request JSON helpers: strict field checks shared by the handlers, each
  * replying 400 invalid_request with the field's name on failure, and the
- * JSON shapes handlers send back (times, stored responses). */
+ * JSON shapes handlers send back (times, stored responses).
+ * Ownership: arguments are borrowed for the call; a json_t * returned is
+ * owned (json_decref()). */
 #ifndef IDEMD_REQJSON_H
 #define IDEMD_REQJSON_H
 
@@ -20,8 +22,8 @@ int reqjson_only(struct request *req, json_t *obj, const char *const *allowed) I
 int reqjson_int(struct request *req, json_t *obj, const char *name, int required, int64_t min,
 		int64_t max, int64_t *out, int *present) IDEMD_WUR;
 
-/* String field of MINLEN..MAXLEN bytes without NUL (borrowed). NULL when
- * absent and optional; -1 (replied) on error. */
+/* String field of MINLEN..MAXLEN bytes without NUL (borrowed from OBJ).
+ * NULL when absent and optional; -1 (replied) on error. */
 int reqjson_string(struct request *req, json_t *obj, const char *name, int required, size_t minlen,
 		   size_t maxlen, const char **out) IDEMD_WUR;
 
@@ -68,7 +70,8 @@ int reqjson_flat_each(const char *s, size_t len,
  * 6 * LEN bytes; returns the length written (no NUL). */
 size_t reqjson_escape(char *out, const char *s, size_t len);
 
-/* {"status","headers","body"|"body_base64"} of a stored response (new). */
+/* {"status","headers","body"|"body_base64"} of a stored response, owned
+ * (json_decref()). */
 json_t *reqjson_response(const struct stored_response *r);
 
 /* What reqjson_etag() gives for a weak ETag: no counter is ever at it. */
@@ -94,11 +97,11 @@ int reqjson_valid_name(const char *s);
 const char *reqjson_name_param(struct request *req, unsigned i) IDEMD_WUR;
 
 /* The request body parsed as JSON within its memory budget (jsonmem.h):
- * a new reference, or NULL when it is not JSON (ERR says where; may be
+ * owned (json_decref()), or NULL when it is not JSON (ERR says where; may be
  * NULL) or, *OVER 1, after replying 413 payload_too_large. */
 json_t *reqjson_load_body(struct request *req, json_error_t *err, int *over) IDEMD_WUR;
 
-/* Parses the request body as a JSON object: returns a new reference, or
+/* Parses the request body as a JSON object, owned (json_decref()), or
  * NULL after replying 400 invalid_request (413 payload_too_large when its
  * parse outgrows the budget, jsonmem.h). An empty body parses as {}. */
 json_t *http_body_object(struct request *req);

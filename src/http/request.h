@@ -1,6 +1,8 @@
 /* A request as the handlers see it: its context (struct request), its
- * headers and query, the reply helpers, and handing the reply to another
- * thread. http.c runs the daemon that makes them. */
+ * headers and query, the reply helpers, and leaving the reply to another
+ * thread. http.c runs the daemon that makes them.
+ * Ownership: arguments are borrowed for the call unless noted; REQ is
+ * owned by http.c, never freed by a handler. */
 #ifndef IDEMD_REQUEST_H
 #define IDEMD_REQUEST_H
 
@@ -37,7 +39,8 @@ struct request_problem {
 };
 
 /* One per request: created on the first callback, freed in the completion
- * callback (http.c), nowhere else. Strings are owned unless noted. */
+ * callback (http.c), nowhere else. Pointers are owned by it (freed with
+ * it) unless noted. */
 struct request {
 	struct MHD_Connection *req_conn; /* borrowed */
 	struct http_conn *req_conn_ctx;	 /* borrowed: the connection's own state, or NULL */
@@ -62,7 +65,7 @@ struct request {
 	int req_n_transfer_encoding; /* how many Transfer-Encoding headers */
 	int req_n_idempotency_key;   /* how many Idempotency-Key headers */
 	int req_n_if_match;	     /* how many If-Match headers */
-	const char *req_bad_header;  /* first header whose name or value is malformed */
+	const char *req_bad_header;  /* borrowed: first header whose name or value is malformed */
 	int req_has_underscore;	     /* some header name holds '_' */
 	int req_no_if_match;	     /* a gateway route that ignores If-Match */
 	int req_waited;		     /* seconds of Prefer: wait applied (answer says so) */
@@ -70,7 +73,7 @@ struct request {
 	size_t req_budget_client;    /* its client address's slot (http_budget.c) */
 	size_t req_budget_tenant;    /* 1 + its tenant's slot, 0: none */
 	uint32_t req_tenant_id;	     /* set by authentication */
-	/* who acts, for the audit trail: "api_key:<id>" (set by
+	/* who acts, for the audit trail, borrowed: "api_key:<id>" (set by
 	 * authentication, in req_by_buf) or the gateway route's name */
 	const char *req_by;
 	char req_by_buf[320];
@@ -80,7 +83,8 @@ struct request {
 	unsigned req_epoch;  /* which grace counter holds it (http_grace_begin) */
 	char req_record[33]; /* the record addressed (32 hex, "": none), logged */
 	int req_suspended;   /* another thread builds the reply (http_suspend) */
-	/* set by http_resume_then(): builds the reply on the request's thread */
+	/* set by http_resume_then(): builds the reply on the request's thread;
+	 * the arg is borrowed */
 	void (*req_on_resume)(struct request *req, void *arg);
 	void *req_on_resume_arg;
 
@@ -116,7 +120,7 @@ void http_each_query(const struct request *req, http_field_fn fn, void *arg);
 void http_client_ip(const struct request *req, char *out, size_t len);
 
 /* V as JSON text (json_dumps FLAGS) followed by a newline, so that
- * answers printed in a terminal end their line: new string (free()), its
+ * answers printed in a terminal end their line: owned (free()), its
  * length in *LEN (may be NULL); NULL when out of memory. */
 char *http_json_text(const json_t *v, size_t flags, size_t *len);
 
@@ -133,13 +137,16 @@ void request_fail(struct request *req, unsigned status, const char *code, const 
  * found it away. */
 void request_unavailable(struct request *req);
 
-/* Replies. BODY is stolen. Each replaces any earlier reply (and a recorded
- * problem). JSON bodies end with a newline. */
+/* Replies. http_reply_json() takes BODY (json_decref()s it, also when it
+ * fails); http_reply_bytes() copies DATA. Each replaces any earlier reply
+ * (and a recorded problem). JSON bodies end with a newline. */
 void http_reply_json(struct request *req, unsigned status, json_t *body);
 void http_reply_bytes(struct request *req, unsigned status, const char *content_type,
 		      const void *data, size_t len);
 void http_reply_empty(struct request *req, unsigned status);
-/* http_reply_bytes() that takes DATA (from malloc) instead of copying it. */
+/* http_reply_bytes() that takes DATA (from malloc; free()d when the reply
+ * is sent or replaced, or at once when it cannot be made) instead of
+ * copying it. */
 void http_reply_take(struct request *req, unsigned status, const char *content_type, char *data,
 		     size_t len);
 
@@ -154,7 +161,7 @@ void http_reply_discard(struct request *req);
 void http_set_header(struct request *req, const char *name, const char *value);
 
 /*
- * Hands the reply to another thread: call from a handler, which then returns
+ * Leaves the reply to another thread: call from a handler, which then returns
  * without replying. The connection sleeps until that thread has built the
  * reply with the helpers above and called http_resume(); from then on it
  * must not touch REQ. The request context stays valid (and is freed by the
@@ -165,7 +172,7 @@ void http_resume(struct request *req);
 
 /* http_resume(), with the reply left to build: FN(REQ, ARG) runs on the
  * request's own thread when it picks the connection up again, so the thread
- * that resumes spends no time on it. */
+ * that resumes spends no time on it. ARG is borrowed until FN has run. */
 void http_resume_then(struct request *req, void (*fn)(struct request *req, void *arg), void *arg);
 
 /* Notes the record (16-byte id) REQ addresses, for its access log line. */

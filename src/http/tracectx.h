@@ -1,6 +1,7 @@
 /* W3C Trace Context (traceparent): the trace a request belongs to, read
  * from the caller's header or started here, and idemd's own span in it,
- * which goes upstream and back to the caller. No allocation. */
+ * which goes upstream and back to the caller. No allocation.
+ * Ownership: arguments are borrowed for the call. */
 #ifndef IDEMD_TRACECTX_H
 #define IDEMD_TRACECTX_H
 
