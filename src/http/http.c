@@ -450,6 +450,9 @@ int http_start(const struct config *cfg)
 	if (http_tls_options(cfg, tls, &cert, &key, &flags) < 0) {
 		freeaddrinfo(ai);
 		free(cert);
+		/* a key read before the certificate failed is a secret too */
+		if (key != NULL)
+			sodium_memzero(key, strlen(key));
 		free(key);
 		return -1;
 	}
