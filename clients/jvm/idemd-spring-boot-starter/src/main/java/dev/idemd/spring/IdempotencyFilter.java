@@ -3,6 +3,7 @@ package dev.idemd.spring;
 import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.idemd.client.CallerScope;
 import dev.idemd.client.ClaimOptions;
 import dev.idemd.client.ClaimTarget;
 import dev.idemd.client.Claimed;
@@ -28,6 +29,7 @@ import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -103,6 +105,24 @@ public class IdempotencyFilter extends OncePerRequestFilter {
                 key = key.substring(1, key.length() - 1); // an sf-string
             }
         }
+        ClaimOptions subjectOption = ClaimOptions.NONE;
+        if (ann.key() == KeySource.HEADER && key != null && !key.isEmpty()) {
+            try {
+                key = CallerScope.scopedKey(key, name -> headerValue(request, name), scopeHeaders(ann));
+            } catch (IdemdProblemException e) {
+                problem(response, e.getStatus(), e.getCode(), e.getDetail(), null);
+                return;
+            }
+            SubjectSource source = SubjectSource.parse(ann.subject());
+            if (source != null) {
+                String subject = source.resolve(request, context);
+                if (subject == null) {
+                    problem(response, 400, "invalid_request", source.missing(), null);
+                    return;
+                }
+                subjectOption = ClaimOptions.NONE.withSubject(subject);
+            }
+        }
         // what idemd fingerprints (its canonical JSON): the same JSON meaning
         // is the same request, as for every client and the gateway
         ObjectNode identity = Json.MAPPER.createObjectNode();
@@ -140,7 +160,7 @@ public class IdempotencyFilter extends OncePerRequestFilter {
             return;
         }
         int wait = ann.waitSeconds() >= 0 ? ann.waitSeconds() : properties.getWaitSeconds();
-        ClaimOptions options = ClaimOptions.NONE.withRequest(identity).withWaitSeconds(Math.min(60, wait));
+        ClaimOptions options = subjectOption.withRequest(identity).withWaitSeconds(Math.min(60, wait));
         ClaimTarget target = ann.key() == KeySource.TOKEN ? ClaimTarget.token(key)
                 : ClaimTarget.key(ann.operation(), key);
         Claimed claimed;
@@ -196,6 +216,23 @@ public class IdempotencyFilter extends OncePerRequestFilter {
             }
         }
         wrapped.copyBodyToResponse();
+    }
+
+    private List<String> scopeHeaders(Idempotent ann) {
+        String[] names = ann.scopeHeaders();
+        if (names.length == 0) {
+            return properties.getScopeHeaders() == null ? List.of() : properties.getScopeHeaders();
+        }
+        if (names.length == 1 && names[0].equals("-")) {
+            return List.of();
+        }
+        return List.of(names);
+    }
+
+    /** A header's values joined with ", " (as every middleware reads them), or null. */
+    private static String headerValue(HttpServletRequest request, String name) {
+        List<String> values = Collections.list(request.getHeaders(name));
+        return values.isEmpty() ? null : String.join(", ", values);
     }
 
     private void releaseQuietly(ClaimTarget target, int attempt) {
