@@ -25,6 +25,9 @@ import java.io.BufferedReader;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.io.InputStreamReader;
+import java.nio.ByteBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
@@ -137,21 +140,7 @@ public class IdempotencyFilter extends OncePerRequestFilter {
         } else {
             byte[] body = request.getInputStream().readAllBytes();
             req = new CachedBodyRequest(request, body);
-            JsonNode doc = null;
-            if (body.length > 0) {
-                try {
-                    doc = Json.MAPPER.reader().with(DeserializationFeature.FAIL_ON_TRAILING_TOKENS).readTree(body);
-                } catch (IOException notJson) {
-                    doc = null;
-                }
-            }
-            if (doc != null && !doc.isMissingNode()) {
-                identity.set("json", doc);
-            } else if (body.length == 0) {
-                identity.putNull("body");
-            } else {
-                identity.put("body_sha256", sha256(new String(body, StandardCharsets.ISO_8859_1)));
-            }
+            putBody(identity, body);
         }
         if (key == null || key.isEmpty()) {
             problem(response, 400, "idempotency_key_missing", ann.key() == KeySource.TOKEN
@@ -285,6 +274,36 @@ public class IdempotencyFilter extends OncePerRequestFilter {
         response.setContentType("application/problem+json");
         response.setContentLength(out.length);
         response.getOutputStream().write(out);
+    }
+
+    /**
+     * The body of a request's identity, as Go's RequestIdentity and the
+     * Express middleware put it: {@code json} when it is JSON, else
+     * {@code body} (its text when it is UTF-8, null when empty) or
+     * {@code body_sha256} (bytes that are not UTF-8).
+     */
+    static void putBody(ObjectNode identity, byte[] body) {
+        JsonNode doc = null;
+        if (body.length > 0) {
+            try {
+                doc = Json.MAPPER.reader().with(DeserializationFeature.FAIL_ON_TRAILING_TOKENS).readTree(body);
+            } catch (IOException notJson) {
+                doc = null;
+            }
+        }
+        if (doc != null && !doc.isMissingNode()) {
+            identity.set("json", doc);
+        } else if (body.length == 0) {
+            identity.putNull("body");
+        } else {
+            try {
+                identity.put("body", StandardCharsets.UTF_8.newDecoder()
+                        .onMalformedInput(CodingErrorAction.REPORT).onUnmappableCharacter(CodingErrorAction.REPORT)
+                        .decode(ByteBuffer.wrap(body)).toString());
+            } catch (CharacterCodingException notText) {
+                identity.put("body_sha256", sha256(new String(body, StandardCharsets.ISO_8859_1)));
+            }
+        }
     }
 
     static String sha256(String s) {

@@ -61,6 +61,24 @@ class IdempotentTest {
     }
 
     @Test
+    void theBodyIsPutAsGoAndExpressPutIt() {
+        com.fasterxml.jackson.databind.node.ObjectNode id = dev.idemd.client.internal.Json.MAPPER.createObjectNode();
+        IdempotencyFilter.putBody(id, "{ \"a\": [1, 2.0] }".getBytes(java.nio.charset.StandardCharsets.UTF_8));
+        assertEquals("{\"json\":{\"a\":[1,2.0]}}", id.toString());
+        id.removeAll();
+        IdempotencyFilter.putBody(id, "sku=A-1&qty=2 é".getBytes(java.nio.charset.StandardCharsets.UTF_8));
+        assertEquals("{\"body\":\"sku=A-1&qty=2 é\"}", id.toString());
+        id.removeAll();
+        IdempotencyFilter.putBody(id, new byte[0]);
+        assertEquals("{\"body\":null}", id.toString());
+        id.removeAll();
+        IdempotencyFilter.putBody(id, new byte[] {(byte) 0xff, (byte) 0xfe});
+        // sha256 of the two bytes, as Go's RequestIdentity and Express's requestIdentity put it
+        assertEquals("{\"body_sha256\":\"b3d510ef04275ca8e698e5b3cbb0ece3949ef9252f0cdc839e9ee347409a2209\"}",
+                id.toString());
+    }
+
+    @Test
     void keysAreScopedPerCaller() throws Exception {
         operation();
         String key = "order:" + UUID.randomUUID();
