@@ -119,6 +119,16 @@ class IdempotentTest {
         HttpResponse<String> none = post("/api/me/orders", "order:" + UUID.randomUUID(), "application/json", "{}");
         assertEquals(400, none.statusCode());
         assertTrue(none.body().contains("invalid_request") && none.body().contains("X-User-Id"), none.body());
+
+        String team = "order:" + UUID.randomUUID();
+        String t = "t" + UUID.randomUUID().toString().substring(0, 8);
+        HttpResponse<String> byBean = post("/api/team/orders", team, "application/json", "{}", "X-Team", t,
+                "X-User-Id", "u-9");
+        assertEquals(200, byBean.statusCode(), byBean.body());
+        assertEquals(1L, idemd.getVersion("orders:" + t + ".u-9").getVersion()); // the claim bumped it
+        HttpResponse<String> noTeam = post("/api/team/orders", team + "x", "application/json", "{}");
+        assertEquals(400, noTeam.statusCode());
+        assertTrue(noTeam.body().contains("teamSubject"), noTeam.body());
     }
 
     @Test

@@ -4,6 +4,7 @@ import java.net.URI;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.springframework.boot.autoconfigure.SpringBootApplication;
+import org.springframework.context.annotation.Bean;
 import org.springframework.http.HttpStatus;
 import org.springframework.http.MediaType;
 import org.springframework.http.ResponseEntity;
@@ -62,6 +63,19 @@ public class TestShop {
     @Idempotent(operation = GUARDED, subject = "header:X-User-Id", scopeHeaders = "-")
     public Map<String, Object> myOrder() {
         return Map.of("order_id", "o-" + apiRuns.incrementAndGet());
+    }
+
+    @PostMapping("/api/team/orders")
+    @Idempotent(operation = GUARDED, subject = "bean:teamSubject")
+    public Map<String, Object> teamOrder() {
+        return Map.of("order_id", "o-" + apiRuns.incrementAndGet());
+    }
+
+    /** The subject of /api/team/orders: the team and the user, from two headers. */
+    @Bean
+    SubjectResolver teamSubject() {
+        return request -> request.getHeader("X-Team") == null ? null
+                : request.getHeader("X-Team") + "." + request.getHeader("X-User-Id");
     }
 
     @GetMapping(path = "/checkout", produces = MediaType.TEXT_HTML_VALUE)
