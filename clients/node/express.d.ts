@@ -35,7 +35,7 @@ export interface IdempotentOptions<Req extends IdempotentRequest = IdempotentReq
   header?: string;
   /** Without the header: 400 idempotency_key_missing (true, default) or no protection (false). */
   required?: boolean;
-  /** What identifies the request; default {method, path, body}. */
+  /** What identifies the request; default requestIdentity: {method, path, query, json | body | body_sha256}. */
   request?: (req: Req) => Json;
   /** The subject (fills the operation's version_key; required for a guarded operation). */
   subject?: (req: Req) => string;
@@ -56,6 +56,8 @@ export default idempotent;
 export function createIdempotent<Req extends IdempotentRequest = IdempotentRequest>(
   client: Client, options?: IdempotentOptions<Req>,
 ): Promise<(req: Req, res: IdempotentResponse, next: NextFunction) => Promise<void>>;
+/** The request the middleware sends by default: method, path, query and the body (parsed when JSON), as Go and Spring send it. */
+export function requestIdentity(req: IdempotentRequest & { _body?: boolean }): Json;
 export const DEFAULT_SCOPE_HEADERS: readonly string[];
 export function callerScope(headers: Record<string, string | string[] | undefined>, names: readonly string[]): string;
 export function scopedKey(key: string, headers: Record<string, string | string[] | undefined>, names?: readonly string[]): string;

@@ -900,7 +900,7 @@ static void usage(FILE *f)
 		"  --gateway-url URL            where the page submits (default: --idemd-url)\n"
 		"  --operation NAME             idemd operation (default order.create)\n"
 		"  --assets DIR                 index.html, checkout.js, checkout.css\n"
-		"  --js FILE                    clients/js/idemd.js\n"
+		"  --js FILE                    clients/node/src/browser.js\n"
 		"  --order-delay-ms N           pretend payments take N ms (default 0)\n"
 		"Environment: SHOP_DATABASE_URL, SHOP_IDEMD_API_KEY stand in for the first two.\n");
 }

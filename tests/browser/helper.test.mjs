@@ -1,4 +1,4 @@
-// Tests of clients/js/idemd.js in node (no browser): its retry logic against
+// Tests of clients/node/src/browser.js (idemd/browser) in node (no browser): its retry logic against
 // a scripted HTTP server standing in for idemd's gateway. The form-specific
 // parts (disabling the button, reading the fields) are tested in Chromium by
 // checkout.test.mjs.
@@ -10,7 +10,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const src = process.env.IDEMD_SOURCE_DIR || path.resolve(here, '..', '..');
-const idemd = await import(pathToFileURL(path.join(src, 'clients', 'js', 'idemd.js')).href);
+const idemd = await import(pathToFileURL(path.join(src, 'clients', 'node', 'src', 'browser.js')).href);
 const { submitWithToken, IdemdSubmitError, parseRetryAfter, backoffDelay, DEFAULT_RETRY_ON } = idemd;
 
 const TOKEN = 'AQEBAAAAAQAAAAEAAAB2c2LkQ0Rj7y1hYdW0V3nGZmFoZQ';

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs one of the browser-side test files with node's test runner:
-#   run.sh helper     clients/js/idemd.js in node against a scripted server
+#   run.sh helper     clients/node/src/browser.js in node against a scripted server
 #   run.sh checkout   examples/checkout in headless Chromium (playwright-core):
 #                     installs Debian's chromium when it is missing (as root)
 #                     and playwright-core into build/node-browser (pinned).

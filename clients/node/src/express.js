@@ -103,6 +103,42 @@ export function replay(res, stored) {
   res.end(body);
 }
 
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+function bytesIdentity(id, buf) {
+  if (buf.length === 0) { id.body = null; return id; }
+  const text = (() => { try { return utf8.decode(buf); } catch { return null; } })();
+  if (text !== null) {
+    try { id.json = JSON.parse(text); return id; } catch { /* not JSON */ }
+    id.body = text;
+  } else id.body_sha256 = createHash('sha256').update(buf).digest('hex');
+  return id;
+}
+
+/**
+ * What the middleware sends as a request's `request` (idemd fingerprints its
+ * canonical JSON), the same shape as Go's and Spring's: method, path, query
+ * (without the "?"), and the body: `json` when a parser left a JSON value in
+ * req.body (express.json(), express.urlencoded()) or the raw body
+ * (express.raw(), express.text()) is JSON, else `body` (the text, or null
+ * when there is none) or `body_sha256` (bytes that are not UTF-8). So the
+ * same JSON meaning is the same request, and another query is another one.
+ */
+export function requestIdentity(req) {
+  const url = req.originalUrl ?? req.url ?? '/';
+  const q = url.indexOf('?');
+  const id = { method: req.method, path: q < 0 ? url : url.slice(0, q), query: q < 0 ? '' : url.slice(q + 1) };
+  const b = req.body;
+  if (Buffer.isBuffer(b) || b instanceof Uint8Array) return bytesIdentity(id, Buffer.from(b));
+  if (typeof b === 'string') return bytesIdentity(id, Buffer.from(b, 'utf8'));
+  // Express 4's body parsers leave {} when they parsed nothing (req._body unset)
+  const placeholder = b !== null && typeof b === 'object' && !Array.isArray(b)
+    && Object.keys(b).length === 0 && req._body !== true;
+  if (b === undefined || b === null || placeholder) id.body = null;
+  else id.json = b;
+  return id;
+}
+
 /**
  * idempotent(client, options) → Express middleware.
  *
@@ -111,7 +147,8 @@ export function replay(res, stored) {
  *   'token' (it is an idemd token the backend issued).
  * options.header: where the key is ('Idempotency-Key').
  * options.request(req): what identifies the request (its fingerprint);
- *   default {method, path, body}: the same key with another body is 422.
+ *   default requestIdentity(req): method, path, query and body, as every
+ *   middleware sends it; the same key with another request is 422.
  * options.subject(req): the subject (fills the operation's version_key;
  *   required for a guarded operation: see createIdempotent).
  * options.scopeHeaders: headers whose values, hashed, scope the key per
@@ -124,7 +161,7 @@ export function replay(res, stored) {
  */
 export function idempotent(client, options = {}) {
   const { operation, by = 'key', header = 'Idempotency-Key', required = true, wait,
-    request = (req) => ({ method: req.method, path: req.originalUrl ?? req.url, body: req.body ?? null }),
+    request = requestIdentity,
     subject, scopeHeaders = DEFAULT_SCOPE_HEADERS, onError = () => {} } = options;
   if (by !== 'key' && by !== 'token') throw new TypeError("by must be 'key' or 'token'");
   if (by === 'key' && !operation) throw new TypeError('operation is required with by: key');

@@ -1,7 +1,9 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import express from 'express';
-import { idempotent, createIdempotent, scopedKey, storableHeaders, parseIdempotencyKey } from 'idemd/express';
+import { idempotent, createIdempotent, scopedKey, storableHeaders, parseIdempotencyKey, requestIdentity }
+  from 'idemd/express';
 import { client, newOperation, uniq } from './env.js';
 
 let server;
@@ -199,4 +201,28 @@ test('a guarded operation: createIdempotent refuses without a subject, fills it 
   } finally {
     srv.close();
   }
+});
+
+test('the request is method, path, query and body (parsed when JSON), as Go and Spring send it', async () => {
+  const key = uniq('k');
+  const r1 = await post('/orders?coupon=A', key, { amount: 5 });
+  assert.equal(r1.status, 201);
+  const r2 = await post('/orders?coupon=A', key, { amount: 5 });
+  assert.equal(r2.headers.get('idempotent-replayed'), 'true');
+  const other = await post('/orders?coupon=B', key, { amount: 5 }); // another query: another request
+  assert.equal(other.status, 422);
+  assert.equal((await other.json()).code, 'fingerprint_mismatch');
+  const rec = await globalThis.idemdTestClient.getKey(op, scopedKey(key, {}));
+  assert.equal(rec.state, 'completed');
+
+  const id = (url, body, extra = {}) => requestIdentity({ method: 'POST', originalUrl: url, headers: {}, body, ...extra });
+  assert.deepEqual(id('/o?b=1&a=2', { amount: 1 }, { _body: true }),
+    { method: 'POST', path: '/o', query: 'b=1&a=2', json: { amount: 1 } });
+  assert.deepEqual(id('/o', undefined), { method: 'POST', path: '/o', query: '', body: null });
+  assert.deepEqual(id('/o', {}), { method: 'POST', path: '/o', query: '', body: null }); // express 4: nothing parsed
+  assert.deepEqual(id('/o', {}, { _body: true }), { method: 'POST', path: '/o', query: '', json: {} });
+  assert.deepEqual(id('/o', Buffer.from('{"a": [1, 2]}')), { method: 'POST', path: '/o', query: '', json: { a: [1, 2] } });
+  assert.deepEqual(id('/o', 'plain text'), { method: 'POST', path: '/o', query: '', body: 'plain text' });
+  assert.deepEqual(id('/o', Buffer.from([0xff, 0xfe])), { method: 'POST', path: '/o', query: '',
+    body_sha256: createHash('sha256').update(Buffer.from([0xff, 0xfe])).digest('hex') });
 });

@@ -95,3 +95,10 @@ test('consume: handler only for new messages, one batch claim and completion', a
   assert.deepEqual(handled, [ids[3]]);
   assert.deepEqual(again.map((o) => o.outcome), ['replayed', 'replayed', 'in_progress', 'processed']);
 });
+
+test('idemd/browser: the page-side helper is the package\'s "./browser" export', async () => {
+  const b = await import('idemd/browser');
+  assert.equal(typeof b.submitWithToken, 'function');
+  assert.deepEqual([...b.DEFAULT_RETRY_ON], [409, 429, 502, 503, 504]);
+  assert.equal(b.parseRetryAfter('3', 0), 3000);
+});

@@ -6,6 +6,7 @@ import {
   type IdemdRecord, type RecordEvent, type RecordPage,
 } from 'idemd';
 import idempotent, { storableHeaders, type IdempotentRequest } from 'idemd/express';
+import { submitWithToken, IdemdSubmitError, type SubmitResult } from 'idemd/browser';
 
 function use(...values: unknown[]): void { void values; }
 
@@ -67,3 +68,14 @@ async function main(): Promise<void> {
   use(stored, state, v, ops, mw, storableHeaders({ 'set-cookie': ['a'], etag: '"1"' }));
 }
 void main;
+
+// the browser helper, by its "./browser" export
+async function submitOnce(token: string): Promise<boolean> {
+  try {
+    const r: SubmitResult = await submitWithToken({ url: '/orders', body: { sku: 'A-1' } }, { token, as: 'json' });
+    return r.ok && !r.stale;
+  } catch (e) {
+    return !(e instanceof IdemdSubmitError);
+  }
+}
+void submitOnce;

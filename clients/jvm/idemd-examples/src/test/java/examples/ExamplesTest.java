@@ -37,7 +37,8 @@ class ExamplesTest {
 
     static IdemdClient idemd() {
         IdemdClient c = IdemdClient.builder(System.getenv("IDEMD_URL")).apiKey(System.getenv("IDEMD_API_KEY")).build();
-        c.putOperation("order.create", OperationPolicy.of(3600, 86400, 30));
+        // as the quick start leaves it: guarding orders:{subject}
+        c.putOperation("order.create", OperationPolicy.of(3600, 86400, 30).withVersionKey("orders:{subject}"));
         c.putOperation("payment.capture", OperationPolicy.of(3600, 86400, 30));
         c.putOperation("payment.webhook", OperationPolicy.of(3600, 86400, 30));
         return c;
@@ -48,7 +49,7 @@ class ExamplesTest {
         idemd();
         HttpClient http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
         String key = "order:user-42:" + UUID.randomUUID();
-        HttpRequest req = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/orders"))
+        HttpRequest req = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/users/user-42/orders"))
                 .header("Content-Type", "application/json").header("Idempotency-Key", key)
                 .POST(HttpRequest.BodyPublishers.ofString("{\"amount\":4200}")).build();
         int before = OrderController.ORDERS.get();
@@ -58,6 +59,11 @@ class ExamplesTest {
         assertEquals(a.body(), b.body());
         assertEquals("true", b.headers().firstValue("Idempotent-Replayed").orElse(""));
         assertEquals(before + 1, OrderController.ORDERS.get());
+        // another caller (Authorization) with the same key is another request
+        HttpResponse<String> c = http.send(HttpRequest.newBuilder(req, (n, v) -> true)
+                .header("Authorization", "Bearer other").build(), HttpResponse.BodyHandlers.ofString());
+        assertEquals("false", c.headers().firstValue("Idempotent-Replayed").orElse(""));
+        assertEquals(before + 2, OrderController.ORDERS.get());
     }
 
     @Test

@@ -3,14 +3,16 @@ package dev.idemd.client;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 
-/** One key of a batch claim with its request, fingerprint and subject. */
-public final class BatchClaimItem {
-    private final String key;
-    private final ClaimOptions options;
-
-    private BatchClaimItem(String key, ClaimOptions options) {
-        this.key = key;
-        this.options = options == null ? ClaimOptions.NONE : options;
+/**
+ * One key of a batch claim with its request, fingerprint and subject
+ * ({@link #of(String, ClaimOptions)}; If-Match and wait do not apply to batches).
+ *
+ * @param key the caller key
+ * @param options its request, fingerprint and subject (null: none)
+ */
+public record BatchClaimItem(String key, ClaimOptions options) {
+    public BatchClaimItem {
+        options = options == null ? ClaimOptions.NONE : options;
     }
 
     public static BatchClaimItem of(String key) {

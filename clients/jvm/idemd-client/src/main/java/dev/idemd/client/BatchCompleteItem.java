@@ -2,18 +2,14 @@ package dev.idemd.client;
 
 import com.fasterxml.jackson.databind.node.ObjectNode;
 
-/** One key of a batch completion: its attempt and outcome. */
-public final class BatchCompleteItem {
-    private final String key;
-    private final int attempt;
-    private final Outcome outcome;
-
-    private BatchCompleteItem(String key, int attempt, Outcome outcome) {
-        this.key = key;
-        this.attempt = attempt;
-        this.outcome = outcome;
-    }
-
+/**
+ * One key of a batch completion: its attempt and outcome.
+ *
+ * @param key the caller key
+ * @param attempt the attempt its claim got
+ * @param outcome what to store
+ */
+public record BatchCompleteItem(String key, int attempt, Outcome outcome) {
     public static BatchCompleteItem of(String key, int attempt, Outcome outcome) {
         return new BatchCompleteItem(key, attempt, outcome);
     }

@@ -1,5 +1,6 @@
 package dev.idemd.client;
 
+import dev.idemd.client.internal.Validation;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;

@@ -1,6 +1,7 @@
 package dev.idemd.client;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import dev.idemd.client.internal.Json;
 
 /**
  * What a claim sends beside its key: the request (fingerprinted by idemd) or

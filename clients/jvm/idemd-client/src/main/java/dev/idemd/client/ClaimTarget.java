@@ -1,17 +1,14 @@
 package dev.idemd.client;
 
-/** What a claim addresses: a token, or a caller key under an operation. */
-public final class ClaimTarget {
-    private final String token;
-    private final String operation;
-    private final String key;
-
-    private ClaimTarget(String token, String operation, String key) {
-        this.token = token;
-        this.operation = operation;
-        this.key = key;
-    }
-
+/**
+ * What a claim addresses: a token, or a caller key under an operation
+ * ({@link #token(String)}, {@link #key(String, String)}).
+ *
+ * @param token the token, or null for a caller key
+ * @param operation the caller key's operation, or null for a token
+ * @param key the caller key, or null for a token
+ */
+public record ClaimTarget(String token, String operation, String key) {
     public static ClaimTarget token(String token) {
         return new ClaimTarget(token, null, null);
     }

@@ -4,6 +4,8 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.idemd.client.internal.Json;
+import dev.idemd.client.internal.Validation;
 import java.io.IOException;
 import java.net.ConnectException;
 import java.net.URI;

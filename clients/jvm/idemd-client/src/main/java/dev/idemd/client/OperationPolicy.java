@@ -2,6 +2,7 @@ package dev.idemd.client;
 
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.idemd.client.internal.Json;
 
 /**
  * An operation's policy for {@link IdemdClient#putOperation}. The three

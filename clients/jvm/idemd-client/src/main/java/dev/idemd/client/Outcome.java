@@ -3,6 +3,7 @@ package dev.idemd.client;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.idemd.client.internal.Json;
 import java.util.Base64;
 import java.util.Collections;
 import java.util.LinkedHashMap;

@@ -10,26 +10,17 @@ import java.util.concurrent.ThreadLocalRandom;
  * n+1 is the answer's Retry-After (capped at {@code maxRetryAfter}) plus a
  * random jitter in [0, min(maxDelay, baseDelay * 2^(n-1))].
  */
-public final class RetryPolicy {
+public record RetryPolicy(int attempts, Duration baseDelay, Duration maxDelay, Duration maxRetryAfter) {
     /** Four tries, 200 ms base, 5 s jitter cap, Retry-After honoured up to 30 s. */
     public static final RetryPolicy DEFAULT = new RetryPolicy(4, Duration.ofMillis(200), Duration.ofSeconds(5),
             Duration.ofSeconds(30));
     /** One try. */
     public static final RetryPolicy NONE = new RetryPolicy(1, Duration.ZERO, Duration.ZERO, Duration.ZERO);
 
-    private final int attempts;
-    private final Duration baseDelay;
-    private final Duration maxDelay;
-    private final Duration maxRetryAfter;
-
-    public RetryPolicy(int attempts, Duration baseDelay, Duration maxDelay, Duration maxRetryAfter) {
+    public RetryPolicy {
         if (attempts < 1) {
             throw new IllegalArgumentException("attempts must be >= 1");
         }
-        this.attempts = attempts;
-        this.baseDelay = baseDelay;
-        this.maxDelay = maxDelay;
-        this.maxRetryAfter = maxRetryAfter;
     }
 
     /** The total number of tries (1: never retry). */

@@ -1,6 +1,7 @@
 package dev.idemd.client;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import dev.idemd.client.internal.Json;
 import java.nio.charset.StandardCharsets;
 import java.util.Base64;
 import java.util.Collections;

@@ -8,6 +8,8 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import dev.idemd.client.internal.Json;
+import dev.idemd.client.internal.Validation;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -22,6 +24,21 @@ import org.junit.jupiter.api.Test;
 /** The whole API against a real idemd. */
 class ClientTest {
     private final IdemdClient idemd = TestEnv.client();
+
+    @Test
+    void valueTypesAreRecordsWithTheirGetters() {
+        assertEquals(ClaimTarget.key("op", "k"), ClaimTarget.key("op", "k"));
+        assertEquals("k", ClaimTarget.key("op", "k").getKey());
+        assertEquals("op/k", ClaimTarget.key("op", "k").toString());
+        assertTrue(ClaimTarget.token("t").isToken());
+        assertEquals(new RetryPolicy(4, java.time.Duration.ofMillis(200), java.time.Duration.ofSeconds(5),
+                java.time.Duration.ofSeconds(30)), RetryPolicy.DEFAULT);
+        assertEquals(4, RetryPolicy.DEFAULT.getAttempts());
+        assertThrows(IllegalArgumentException.class, () -> new RetryPolicy(0, null, null, null));
+        assertEquals(ClaimOptions.NONE, BatchClaimItem.of("k", null).getOptions());
+        assertEquals(BatchCompleteItem.of("k", 2, null), BatchCompleteItem.of("k", 2, null));
+        assertTrue(Record.class.isAssignableFrom(ClaimResult.class));
+    }
 
     @Test
     void tokenLifecycle() {

@@ -19,7 +19,8 @@ import org.springframework.core.Ordered;
 /**
  * Auto-configuration from {@code idemd.*}, when {@code idemd.url} is set:
  * an {@link IdemdClient} (unless the application defines its own), {@link IdemdFormTokens}, the filter behind
- * {@link Idempotent} in servlet web applications, and the {@code idemd}
+ * {@link Idempotent} in servlet web applications (and its check at start of
+ * every {@code @Idempotent} method's subject), and the {@code idemd}
  * health indicator when the actuator is present.
  */
 @AutoConfiguration
@@ -59,6 +60,14 @@ public class IdemdAutoConfiguration {
             // after Spring Security and the encoding filters, before the dispatcher
             r.setOrder(Ordered.LOWEST_PRECEDENCE - 10);
             return r;
+        }
+
+        /** Refuses, at start, an {@link Idempotent} method that could never fill its operation's subject. */
+        @Bean
+        @ConditionalOnProperty(prefix = "idemd", name = "url")
+        @ConditionalOnMissingBean(name = "idemdIdempotentRoutesCheck")
+        static IdempotentRoutesCheck idemdIdempotentRoutesCheck(IdemdClient client, ApplicationContext context) {
+            return new IdempotentRoutesCheck(client, context);
         }
     }
 

@@ -24,6 +24,11 @@ public class IdemdProperties {
     private String modelAttribute = "idemdToken";
     /** Response headers stored and replayed beside Content-Type and Location. */
     private List<String> storeHeaders = new ArrayList<>();
+    /**
+     * Headers whose values, hashed, scope {@link Idempotent} caller keys per
+     * caller (default Authorization and Cookie; empty: keys as sent).
+     */
+    private List<String> scopeHeaders = new ArrayList<>(dev.idemd.client.CallerScope.DEFAULT_HEADERS);
 
     public String getUrl() {
         return url;
@@ -87,5 +92,13 @@ public class IdemdProperties {
 
     public void setStoreHeaders(List<String> storeHeaders) {
         this.storeHeaders = storeHeaders;
+    }
+
+    public List<String> getScopeHeaders() {
+        return scopeHeaders;
+    }
+
+    public void setScopeHeaders(List<String> scopeHeaders) {
+        this.scopeHeaders = scopeHeaders;
     }
 }

@@ -3,16 +3,17 @@ package dev.idemd.spring;
 import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.idemd.client.CallerScope;
 import dev.idemd.client.ClaimOptions;
 import dev.idemd.client.ClaimTarget;
 import dev.idemd.client.Claimed;
 import dev.idemd.client.IdemdClient;
 import dev.idemd.client.IdemdException;
 import dev.idemd.client.IdemdProblemException;
-import dev.idemd.client.Json;
 import dev.idemd.client.Outcome;
 import dev.idemd.client.Problems;
 import dev.idemd.client.StoredResponse;
+import dev.idemd.client.internal.Json;
 import jakarta.servlet.FilterChain;
 import jakarta.servlet.ReadListener;
 import jakarta.servlet.ServletException;
@@ -24,10 +25,14 @@ import java.io.BufferedReader;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.io.InputStreamReader;
+import java.nio.ByteBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -103,6 +108,24 @@ public class IdempotencyFilter extends OncePerRequestFilter {
                 key = key.substring(1, key.length() - 1); // an sf-string
             }
         }
+        ClaimOptions subjectOption = ClaimOptions.NONE;
+        if (ann.key() == KeySource.HEADER && key != null && !key.isEmpty()) {
+            try {
+                key = CallerScope.scopedKey(key, name -> headerValue(request, name), scopeHeaders(ann));
+            } catch (IdemdProblemException e) {
+                problem(response, e.getStatus(), e.getCode(), e.getDetail(), null);
+                return;
+            }
+            SubjectSource source = SubjectSource.parse(ann.subject());
+            if (source != null) {
+                String subject = source.resolve(request, context);
+                if (subject == null) {
+                    problem(response, 400, "invalid_request", source.missing(), null);
+                    return;
+                }
+                subjectOption = ClaimOptions.NONE.withSubject(subject);
+            }
+        }
         // what idemd fingerprints (its canonical JSON): the same JSON meaning
         // is the same request, as for every client and the gateway
         ObjectNode identity = Json.MAPPER.createObjectNode();
@@ -117,21 +140,7 @@ public class IdempotencyFilter extends OncePerRequestFilter {
         } else {
             byte[] body = request.getInputStream().readAllBytes();
             req = new CachedBodyRequest(request, body);
-            JsonNode doc = null;
-            if (body.length > 0) {
-                try {
-                    doc = Json.MAPPER.reader().with(DeserializationFeature.FAIL_ON_TRAILING_TOKENS).readTree(body);
-                } catch (IOException notJson) {
-                    doc = null;
-                }
-            }
-            if (doc != null && !doc.isMissingNode()) {
-                identity.set("json", doc);
-            } else if (body.length == 0) {
-                identity.putNull("body");
-            } else {
-                identity.put("body_sha256", sha256(new String(body, StandardCharsets.ISO_8859_1)));
-            }
+            putBody(identity, body);
         }
         if (key == null || key.isEmpty()) {
             problem(response, 400, "idempotency_key_missing", ann.key() == KeySource.TOKEN
@@ -140,7 +149,7 @@ public class IdempotencyFilter extends OncePerRequestFilter {
             return;
         }
         int wait = ann.waitSeconds() >= 0 ? ann.waitSeconds() : properties.getWaitSeconds();
-        ClaimOptions options = ClaimOptions.NONE.withRequest(identity).withWaitSeconds(Math.min(60, wait));
+        ClaimOptions options = subjectOption.withRequest(identity).withWaitSeconds(Math.min(60, wait));
         ClaimTarget target = ann.key() == KeySource.TOKEN ? ClaimTarget.token(key)
                 : ClaimTarget.key(ann.operation(), key);
         Claimed claimed;
@@ -198,6 +207,23 @@ public class IdempotencyFilter extends OncePerRequestFilter {
         wrapped.copyBodyToResponse();
     }
 
+    private List<String> scopeHeaders(Idempotent ann) {
+        String[] names = ann.scopeHeaders();
+        if (names.length == 0) {
+            return properties.getScopeHeaders() == null ? List.of() : properties.getScopeHeaders();
+        }
+        if (names.length == 1 && names[0].equals("-")) {
+            return List.of();
+        }
+        return List.of(names);
+    }
+
+    /** A header's values joined with ", " (as every middleware reads them), or null. */
+    private static String headerValue(HttpServletRequest request, String name) {
+        List<String> values = Collections.list(request.getHeaders(name));
+        return values.isEmpty() ? null : String.join(", ", values);
+    }
+
     private void releaseQuietly(ClaimTarget target, int attempt) {
         try {
             if (target.isToken()) {
@@ -248,6 +274,36 @@ public class IdempotencyFilter extends OncePerRequestFilter {
         response.setContentType("application/problem+json");
         response.setContentLength(out.length);
         response.getOutputStream().write(out);
+    }
+
+    /**
+     * The body of a request's identity, as Go's RequestIdentity and the
+     * Express middleware put it: {@code json} when it is JSON, else
+     * {@code body} (its text when it is UTF-8, null when empty) or
+     * {@code body_sha256} (bytes that are not UTF-8).
+     */
+    static void putBody(ObjectNode identity, byte[] body) {
+        JsonNode doc = null;
+        if (body.length > 0) {
+            try {
+                doc = Json.MAPPER.reader().with(DeserializationFeature.FAIL_ON_TRAILING_TOKENS).readTree(body);
+            } catch (IOException notJson) {
+                doc = null;
+            }
+        }
+        if (doc != null && !doc.isMissingNode()) {
+            identity.set("json", doc);
+        } else if (body.length == 0) {
+            identity.putNull("body");
+        } else {
+            try {
+                identity.put("body", StandardCharsets.UTF_8.newDecoder()
+                        .onMalformedInput(CodingErrorAction.REPORT).onUnmappableCharacter(CodingErrorAction.REPORT)
+                        .decode(ByteBuffer.wrap(body)).toString());
+            } catch (CharacterCodingException notText) {
+                identity.put("body_sha256", sha256(new String(body, StandardCharsets.ISO_8859_1)));
+            }
+        }
     }
 
     static String sha256(String s) {

@@ -4,12 +4,14 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.idemd.client.CallerScope;
 import dev.idemd.client.IdemdClient;
 import dev.idemd.client.OperationPolicy;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
 import java.util.regex.Matcher;
@@ -45,13 +47,88 @@ class IdempotentTest {
         idemd.putOperation(TestShop.OP, OperationPolicy.of(3600, 86400, 30));
     }
 
-    HttpResponse<String> post(String path, String key, String type, String body) throws Exception {
+    HttpResponse<String> post(String path, String key, String type, String body, String... headers)
+            throws Exception {
         HttpRequest.Builder b = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path))
                 .header("Content-Type", type).POST(HttpRequest.BodyPublishers.ofString(body));
         if (key != null) {
             b.header("Idempotency-Key", key);
         }
+        if (headers.length > 0) {
+            b.headers(headers);
+        }
         return http.send(b.build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    @Test
+    void theBodyIsPutAsGoAndExpressPutIt() {
+        com.fasterxml.jackson.databind.node.ObjectNode id = dev.idemd.client.internal.Json.MAPPER.createObjectNode();
+        IdempotencyFilter.putBody(id, "{ \"a\": [1, 2.0] }".getBytes(java.nio.charset.StandardCharsets.UTF_8));
+        assertEquals("{\"json\":{\"a\":[1,2.0]}}", id.toString());
+        id.removeAll();
+        IdempotencyFilter.putBody(id, "sku=A-1&qty=2 é".getBytes(java.nio.charset.StandardCharsets.UTF_8));
+        assertEquals("{\"body\":\"sku=A-1&qty=2 é\"}", id.toString());
+        id.removeAll();
+        IdempotencyFilter.putBody(id, new byte[0]);
+        assertEquals("{\"body\":null}", id.toString());
+        id.removeAll();
+        IdempotencyFilter.putBody(id, new byte[] {(byte) 0xff, (byte) 0xfe});
+        // sha256 of the two bytes, as Go's RequestIdentity and Express's requestIdentity put it
+        assertEquals("{\"body_sha256\":\"b3d510ef04275ca8e698e5b3cbb0ece3949ef9252f0cdc839e9ee347409a2209\"}",
+                id.toString());
+    }
+
+    @Test
+    void keysAreScopedPerCaller() throws Exception {
+        operation();
+        String key = "order:" + UUID.randomUUID();
+        int before = TestShop.apiRuns.get();
+        HttpResponse<String> alice = post("/api/orders", key, "application/json", "{\"amount\":1}",
+                "Authorization", "Bearer alice");
+        HttpResponse<String> bob = post("/api/orders", key, "application/json", "{\"amount\":1}",
+                "Authorization", "Bearer bob");
+        HttpResponse<String> again = post("/api/orders", key, "application/json", "{\"amount\":1}",
+                "Authorization", "Bearer alice");
+        assertEquals("false", alice.headers().firstValue("Idempotent-Replayed").orElse(null));
+        assertEquals("false", bob.headers().firstValue("Idempotent-Replayed").orElse(null)); // not alice's answer
+        assertEquals("true", again.headers().firstValue("Idempotent-Replayed").orElse(null));
+        assertEquals(alice.body(), again.body());
+        assertEquals(before + 2, TestShop.apiRuns.get());
+        // stored under the key every middleware sends: <scope>:<key>
+        String scoped = CallerScope.scopedKey(key, Map.of("authorization", "Bearer alice"),
+                CallerScope.DEFAULT_HEADERS);
+        assertEquals(1, idemd.getKey(TestShop.OP, scoped).getAttempt());
+        assertEquals(33 + key.length(), scoped.length());
+    }
+
+    @Test
+    void guardedOperationTakesTheSubjectFromThePathOrAHeader() throws Exception {
+        idemd.putOperation(TestShop.GUARDED, OperationPolicy.of(3600, 86400, 30).withVersionKey("orders:{subject}"));
+        String key = "order:" + UUID.randomUUID();
+        HttpResponse<String> first = post("/api/users/u-7/orders", key, "application/json", "{}");
+        assertEquals(200, first.statusCode(), first.body());
+        HttpResponse<String> again = post("/api/users/u-7/orders", key, "application/json", "{}");
+        assertEquals("true", again.headers().firstValue("Idempotent-Replayed").orElse(null));
+        assertEquals(first.body(), again.body());
+
+        String mine = "order:" + UUID.randomUUID();
+        HttpResponse<String> byHeader = post("/api/me/orders", mine, "application/json", "{}", "X-User-Id", "u-8");
+        assertEquals(200, byHeader.statusCode(), byHeader.body());
+        // scopeHeaders = "-": the key as sent
+        assertEquals(1, idemd.getKey(TestShop.GUARDED, mine).getAttempt());
+        HttpResponse<String> none = post("/api/me/orders", "order:" + UUID.randomUUID(), "application/json", "{}");
+        assertEquals(400, none.statusCode());
+        assertTrue(none.body().contains("invalid_request") && none.body().contains("X-User-Id"), none.body());
+
+        String team = "order:" + UUID.randomUUID();
+        String t = "t" + UUID.randomUUID().toString().substring(0, 8);
+        HttpResponse<String> byBean = post("/api/team/orders", team, "application/json", "{}", "X-Team", t,
+                "X-User-Id", "u-9");
+        assertEquals(200, byBean.statusCode(), byBean.body());
+        assertEquals(1L, idemd.getVersion("orders:" + t + ".u-9").getVersion()); // the claim bumped it
+        HttpResponse<String> noTeam = post("/api/team/orders", team + "x", "application/json", "{}");
+        assertEquals(400, noTeam.statusCode());
+        assertTrue(noTeam.body().contains("teamSubject"), noTeam.body());
     }
 
     @Test
@@ -123,7 +200,9 @@ class IdempotentTest {
         HttpResponse<String> retried = post("/api/flaky", key, "application/json", "{}");
         assertEquals(200, retried.statusCode(), retried.body());
         assertEquals(2, TestShop.failRuns.get());
-        assertEquals(2, idemd.getKey(TestShop.OP, key).getAttempt());
+        // no Authorization, no Cookie: the scope of their empty values
+        assertEquals(2, idemd.getKey(TestShop.OP, CallerScope.scopedKey(key, Map.of(), CallerScope.DEFAULT_HEADERS))
+                .getAttempt());
     }
 
     @Test

@@ -4,11 +4,13 @@ import java.net.URI;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.springframework.boot.autoconfigure.SpringBootApplication;
+import org.springframework.context.annotation.Bean;
 import org.springframework.http.HttpStatus;
 import org.springframework.http.MediaType;
 import org.springframework.http.ResponseEntity;
 import org.springframework.ui.Model;
 import org.springframework.web.bind.annotation.GetMapping;
+import org.springframework.web.bind.annotation.PathVariable;
 import org.springframework.web.bind.annotation.PostMapping;
 import org.springframework.web.bind.annotation.RequestBody;
 import org.springframework.web.bind.annotation.RequestParam;
@@ -20,6 +22,8 @@ import org.springframework.web.bind.annotation.RestController;
 @RestController
 public class TestShop {
     static final String OP = "spring.order";
+    /** Guards orders:{subject}, as the quick start's order.create does. */
+    static final String GUARDED = "spring.guarded";
     static final AtomicInteger apiRuns = new AtomicInteger();
     static final AtomicInteger formRuns = new AtomicInteger();
     static final AtomicInteger failRuns = new AtomicInteger();
@@ -47,6 +51,31 @@ public class TestShop {
             throw new IllegalStateException("the payment provider timed out");
         }
         return Map.of("charged", true);
+    }
+
+    @PostMapping("/api/users/{user}/orders")
+    @Idempotent(operation = GUARDED, subject = "path:user")
+    public Map<String, Object> userOrder(@PathVariable("user") String user) {
+        return Map.of("order_id", "o-" + apiRuns.incrementAndGet(), "user", user);
+    }
+
+    @PostMapping("/api/me/orders")
+    @Idempotent(operation = GUARDED, subject = "header:X-User-Id", scopeHeaders = "-")
+    public Map<String, Object> myOrder() {
+        return Map.of("order_id", "o-" + apiRuns.incrementAndGet());
+    }
+
+    @PostMapping("/api/team/orders")
+    @Idempotent(operation = GUARDED, subject = "bean:teamSubject")
+    public Map<String, Object> teamOrder() {
+        return Map.of("order_id", "o-" + apiRuns.incrementAndGet());
+    }
+
+    /** The subject of /api/team/orders: the team and the user, from two headers. */
+    @Bean
+    SubjectResolver teamSubject() {
+        return request -> request.getHeader("X-Team") == null ? null
+                : request.getHeader("X-Team") + "." + request.getHeader("X-User-Id");
     }
 
     @GetMapping(path = "/checkout", produces = MediaType.TEXT_HTML_VALUE)

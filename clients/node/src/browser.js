@@ -1,12 +1,12 @@
 /**
- * idemd.js: submit a browser form (or any request) through an idemd gateway
+ * idemd/browser: submit a browser form (or any request) through an idemd gateway
  * route with an idempotency token, so that a double click, a flaky network
  * or an impatient retry still performs the operation once.
  *
  * A dependency-free ES module; it needs only fetch (every current browser,
  * and Node.js 18 or later for the object form of the target).
  *
- *   import { submitWithToken } from './idemd.js';
+ *   import { submitWithToken } from 'idemd/browser';   // or a copy of this file
  *
  *   form.addEventListener('submit', async (event) => {
  *     event.preventDefault();

@@ -1,4 +1,4 @@
-package dev.idemd.client;
+package dev.idemd.client.internal;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.DeserializationFeature;
@@ -7,7 +7,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 
-/** The client's one ObjectMapper and its small helpers. */
+/** Internal (not part of the client's API): the client's one ObjectMapper and its small helpers. */
 public final class Json {
     /** Shared, configured once; ObjectMapper is thread-safe for reads and writes. */
     public static final ObjectMapper MAPPER = new ObjectMapper()

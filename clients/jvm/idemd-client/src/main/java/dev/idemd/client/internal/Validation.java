@@ -1,10 +1,16 @@
-package dev.idemd.client;
+package dev.idemd.client.internal;
 
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import dev.idemd.client.IdempotencyKeyInvalidException;
+import dev.idemd.client.IdemdProblemException;
+import dev.idemd.client.InvalidRequestException;
+import dev.idemd.client.Problems;
+import dev.idemd.client.TokenMalformedException;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.util.Collections;
 
 /**
+ * Internal: not part of the client's API, may change in any release.
  * What the client refuses before sending, with the very problem idemd would
  * have answered: a caller key that is empty, over 255 bytes or holds a byte
  * outside 0x21-0x7E ({@code idempotency_key_invalid}), an attempt below 1
@@ -55,7 +61,8 @@ public final class Validation {
         }
     }
 
-    static IdemdProblemException problem(int status, String code, String detail) {
+    /** The problem idemd would answer, as its exception. */
+    public static IdemdProblemException problem(int status, String code, String detail) {
         ObjectNode p = JsonNodeFactory.instance.objectNode();
         p.put("type", "https://idemd.dev/problems/" + code);
         p.put("title", Problems.title(status));
