@@ -326,7 +326,7 @@ def consumer(mode: str, instance: str) -> None:
 
         try:
             outcomes = client.consume(operation, [m for _, m in batch], key=key,
-                                      handler=handler, request=lambda m: m, with_claim=True)
+                                      handler=handler, request=lambda m: m)
         except idemd.IdemdError as e:
             # idemd unreachable or refusing after the client's retries: the
             # batch comes back later; what was paid is left unsettled
