@@ -16,6 +16,9 @@
 #                              lease has less left
 #   admit_in_progress          a claim of a record in progress under a live lease
 #                              is granted as a takeover
+#   takeover_judged_late       a claim is judged when PostgreSQL gets round to it,
+#                              not when it came: one that waited out a lease in
+#                              a stall takes the record over (migrations/0015)
 #   release_after_2xx          an upstream 2xx that cannot be stored (too large,
 #                              malformed) is released and so run again
 #   release_after_broken_answer  an upstream answer that broke off after its
@@ -84,7 +87,8 @@ tests_of() {
   for t in "${SAFETY[@]}"; do [ "$t" = "$first" ] || echo "$t"; done
 }
 MUTANTS=(fence_resets no_fence lease_from_txn_start lease_spent_acked forward_on_spent_lease
-         forward_uncut admit_in_progress release_after_2xx release_after_broken_answer
+         forward_uncut admit_in_progress takeover_judged_late release_after_2xx
+         release_after_broken_answer
          release_unknown_outcome route_outlives_lease replay_ignores_expiry
          replay_db_ignores_expiry complete_ignores_expiry complete_fn_ignores_expiry
          checkpoint_unfenced batch_twins told_events_lost told_events_lost_on_delete

@@ -201,6 +201,7 @@ const char *engine_claim_args(const struct token *t, const struct operation *op,
 	a->token_expires_at = t->expires_at;
 	a->lease_seconds = op->op_lease_seconds;
 	a->audit_seconds = store_audit_seconds(op);
+	a->seen_ms = idemd_unix_ms();
 	/* a malformed If-Match is refused whether or not a counter is guarded */
 	if (if_match != NULL && reqjson_etag(if_match, &a->expected) < 0)
 		return "If-Match must be one strong ETag like \"7\"";
@@ -487,6 +488,7 @@ static void engine_woken(struct waiter *w, int expired)
 	}
 	c->tc_from_cache = 0;
 	c->tc_submitted = idemd_unix_ms();
+	c->tc_args.seen_ms = c->tc_submitted; /* judged as of this try */
 	batcher_submit(&c->tc_job);
 }
 
@@ -556,6 +558,7 @@ int engine_claim(struct request *req, const struct token *t, const uint8_t *fp,
 	c->tc_answer_later = keeps == 0;
 	c->tc_job.bj_done = engine_claim_done;
 	c->tc_submitted = idemd_unix_ms();
+	c->tc_args.seen_ms = c->tc_submitted;
 	c->tc_wait_until = c->tc_submitted + (int64_t)c->tc_wait * 1000;
 	http_suspend(req);
 	batcher_submit(&c->tc_job);

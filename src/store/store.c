@@ -65,7 +65,7 @@ static const struct db_stmt st_claim_many = {
 	ST_CLAIM_MANY, "claim_many",
 	"WITH r AS (SELECT * FROM idemd.claim($1::int[], $2::bytea[], $3::int[], $4::text[], "
 	"$5::bytea[], $6::bigint[], $7::int[], $8::text[], $9::bigint[], $10::boolean[], "
-	"$11::boolean[])), "
+	"$11::boolean[], $14::bigint[])), "
 	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[r.i], ($2::bytea[])[r.i], " CLAIM_EVENT ", "
 	"r.attempt, NULL, NULL, " EVENT_BY("($12::text[])[r.i]") ", " EVENT_UNTIL(
 		"($13::int[])[r.i]") " FROM r "
@@ -73,7 +73,7 @@ static const struct db_stmt st_claim_many = {
 				     "SELECT outcome, attempt, " MS(
 					     "lease_expires_at") ", retry_after, resp_status, "
 								 "resp_headers, resp_body, resp_is_json, current_version, i FROM r ORDER BY i",
-	13
+	14
 };
 static const struct db_stmt st_complete_many = {
 	ST_COMPLETE_MANY, "complete_many",
@@ -341,7 +341,7 @@ static PGresult *store_run_arrays(const struct db_stmt *stmt, struct store_array
 	return r;
 }
 
-/* The claim's thirteen arrays (as st_claim_many's parameters) of A[0..N). */
+/* The claim's fourteen arrays (as st_claim_many's parameters) of A[0..N). */
 static int store_claim_arrays(struct store_array *arrs, const struct claim_args *const *a, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -371,15 +371,19 @@ static int store_claim_arrays(struct store_array *arrs, const struct claim_args 
 		store_array_bool(&arrs[10], c->wait);
 		store_array_text(&arrs[11], STORE_BY(c->by), strlen(STORE_BY(c->by)));
 		store_array_i64(&arrs[12], c->audit_seconds);
+		if (c->seen_ms > 0)
+			store_array_i64(&arrs[13], c->seen_ms);
+		else
+			store_array_null(&arrs[13]);
 	}
-	return store_arrays_close(arrs, 13);
+	return store_arrays_close(arrs, 14);
 }
 
 /* Every element through idemd.claim. */
 static int store_claim_all(const struct claim_args *const *a, struct claim_result *const *res,
 			   size_t n)
 {
-	struct store_array arrs[13] = { { 0 } };
+	struct store_array arrs[14] = { { 0 } };
 	PGresult *r = NULL;
 	int rc = -1;
 
@@ -398,7 +402,7 @@ static int store_claim_all(const struct claim_args *const *a, struct claim_resul
 	}
 done:
 	PQclear(r);
-	store_arrays_free(arrs, 13);
+	store_arrays_free(arrs, 14);
 	return rc;
 }
 
@@ -470,7 +474,7 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 	if (n == 0 || !store_claim_fresh_fits(a, n))
 		return store_claim_all(a, res, n);
 
-	struct store_array arrs[13] = { { 0 } };
+	struct store_array arrs[14] = { { 0 } };
 	const struct claim_args **ra = malloc(n * sizeof(*ra));
 	struct claim_result **rr = malloc(n * sizeof(*rr));
 	char *done = calloc(n, 1);
@@ -496,7 +500,7 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 		store_claims_forget(res, done, n);
 out:
 	PQclear(r);
-	store_arrays_free(arrs, 13);
+	store_arrays_free(arrs, 14);
 	free(ra);
 	free(rr);
 	free(done);

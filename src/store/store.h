@@ -141,6 +141,10 @@ struct claim_args {
 	int wait;	   /* the caller waits if the record is in progress */
 	const char *by;	   /* who, for the audit trail: "api_key:<id>" or "route:..." */
 	int audit_seconds; /* how long its event is kept (store_audit_seconds) */
+	/* when the claim reached idemd, in unix ms on the database's clock
+	 * (idemd_unix_ms; 0: at the statement): a record in progress is taken
+	 * over only if its lease was already over then (migrations/0015) */
+	int64_t seen_ms;
 };
 
 enum claim_outcome {

@@ -31,7 +31,11 @@ table in docs/reliability.md names each):
       needs (a margin and 100 ms) is released, not forwarded;
   forward_uncut
       a forward on a claim that spent part of its lease inside PostgreSQL
-      ends, and tells the upstream it ends, before the lease does.
+      ends, and tells the upstream it ends, before the lease does;
+  takeover_judged_late
+      a claim that came while a lease was live and waited past its end (a
+      stall inside PostgreSQL) is answered 409, not granted as a takeover,
+      and the holder's completion still lands.
 """
 
 import base64
@@ -214,6 +218,28 @@ class Leases(IdemdCase):
         left = parse_time(items[second]["lease_expires_at"]) - got
         self.assertGreater(left, 2.5, "the lease was counted from before the lock wait: "
                            "%.2f s of 3 left when answered" % left)
+
+    def test_claim_that_waited_past_the_lease_does_not_take_over(self):
+        op = self.put_operation(lease_seconds=2)
+        k = uniq("k")
+        assert_status(self, self.client.post(key_path(op, k, "claim"), {}), 201)
+        t0 = time.time()
+        # a stall inside PostgreSQL that outlasts the lease: the duplicate
+        # comes while the lease is live and is decided after it ended
+        locker = threading.Thread(target=psql, args=(
+            "BEGIN; LOCK TABLE records IN EXCLUSIVE MODE; SELECT pg_sleep(2.6); COMMIT;",),
+            kwargs={"db": self.idemd.db})
+        locker.start()
+        time.sleep(0.4)
+        r = self.client.post(key_path(op, k, "claim"), {})
+        waited = time.time() - t0
+        locker.join(10)
+        self.assertGreater(waited, 2.2, "the claim did not wait out the lease: " + r.describe())
+        assert_problem(self, r, 409, "request_in_progress")
+        # the holder, whose completion waited as long, still stores its answer
+        assert_status(self, self.client.post(key_path(op, k, "complete"),
+                                              {"attempt": 1, "status": 200, "body": {"ok": 1}}),
+                      200)
 
     def slow_inserts(self, op, seconds):
         psql("CREATE OR REPLACE FUNCTION slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$ "
