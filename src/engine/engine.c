@@ -149,28 +149,63 @@ struct engine_claim {
 	int tc_from_cache; /* tc_res is a replay found in the replay cache */
 };
 
-int engine_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
-			const struct engine_replay *replay)
+/* A replay wins over a version check, not over a malformed header: 0, or
+ * -1 after replying 400. */
+static int engine_if_match_check(struct request *req)
 {
-	const struct engine_replay *rp = replay != NULL ? replay : &engine_replay_direct;
 	const char *im = req->req_no_if_match ? NULL : http_header(req, "If-Match");
-	struct stored_response r;
-	char *reply = NULL;
-	size_t reply_len = 0;
 	int64_t v;
 
-	/* a replay wins over a version check, not over a malformed header */
 	if (im != NULL && reqjson_etag(im, &v) < 0) {
 		request_fail(req, 400, "invalid_request",
 			     "If-Match must be one strong ETag like \"7\"");
 		return -1;
 	}
+	return 0;
+}
+
+int engine_replay_alias(struct request *req, const struct token *t, const uint8_t *alias,
+			const struct engine_replay *replay)
+{
+	struct stored_response r;
+
+	if (replay->er_render != NULL ||
+	    replaycache_get_alias(t->tenant_id, t->id, alias, &r) != REPLAYCACHE_HIT)
+		return 0;
+	if (engine_if_match_check(req) == 0) {
+		http_note_record(req, t->id);
+		metrics_add(METRIC_REPLAYS, 1);
+		engine_count_replay(t, 0);
+		replay->er_send(req, &r);
+	}
+	store_response_free(&r);
+	return -1;
+}
+
+int engine_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
+			const struct engine_replay *replay)
+{
+	return engine_claim_cached_as(req, t, fp, NULL, replay);
+}
+
+int engine_claim_cached_as(struct request *req, const struct token *t, const uint8_t *fp,
+			   const uint8_t *alias, const struct engine_replay *replay)
+{
+	const struct engine_replay *rp = replay != NULL ? replay : &engine_replay_direct;
+	struct stored_response r;
+	char *reply = NULL;
+	size_t reply_len = 0;
+
+	if (engine_if_match_check(req) < 0)
+		return -1;
 	enum replaycache_hit cached = replaycache_lookup(t->tenant_id, t->id, fp, rp->er_kind, &r,
 							 rp->er_render != NULL ? &reply : NULL,
 							 &reply_len);
 
 	http_note_record(req, t->id);
 	if (cached == REPLAYCACHE_HIT) {
+		if (alias != NULL)
+			replaycache_set_alias(t->tenant_id, t->id, fp, alias);
 		metrics_add(METRIC_REPLAYS, 1);
 		engine_count_replay(t, 0);
 		engine_replay_answer(req, rp, t, fp, &r, reply, reply_len);

@@ -75,6 +75,17 @@ typedef int (*engine_claimed_fn)(struct request *req, const struct claim_result 
  */
 int engine_claim_cached(struct request *req, const struct token *t, const uint8_t *fp,
 			const struct engine_replay *replay) IDEMD_WUR;
+/* engine_claim_cached() for a request that ALIAS (a hash of its exact
+ * bytes, borrowed) names too: a hit keeps ALIAS with the cached record, so
+ * that engine_replay_alias() answers the next duplicate with those bytes
+ * without working out its fingerprint (a route's that parses the body). */
+int engine_claim_cached_as(struct request *req, const struct token *t, const uint8_t *fp,
+			   const uint8_t *alias, const struct engine_replay *replay) IDEMD_WUR;
+/* -1 after replying, when an earlier duplicate of T with ALIAS was
+ * answered from the replay cache (REPLAY replies by its er_send; a
+ * rendering REPLAY is never answered so); 0: go the full way. */
+int engine_replay_alias(struct request *req, const struct token *t, const uint8_t *alias,
+			const struct engine_replay *replay) IDEMD_WUR;
 
 /*
  * Claims T with fingerprint FP (NULL: none), honouring If-Match, without

@@ -26,6 +26,8 @@ struct replaycache_entry {
 	uint8_t re_used, re_has_fp, re_is_json, re_has_raw;
 	uint8_t re_reply_kind; /* 0: no rendered reply */
 	uint8_t re_fp[STORE_HASH_BYTES];
+	uint8_t re_has_alias;
+	uint8_t re_alias[STORE_HASH_BYTES]; /* replaycache_set_alias */
 	int32_t re_status;
 	int64_t re_expires_at;
 	uint64_t re_tick; /* last use, for least-recently-used eviction */
@@ -435,6 +437,44 @@ enum replaycache_hit replaycache_get(uint32_t tenant_id, const uint8_t id[16], c
 				     struct stored_response *out)
 {
 	return replaycache_lookup(tenant_id, id, fp, 0, out, NULL, NULL);
+}
+
+void replaycache_set_alias(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
+			   const uint8_t alias[STORE_HASH_BYTES])
+{
+	pthread_mutex_t *lock;
+	struct replaycache_entry *e = replaycache_find_locked(tenant_id, id, &lock);
+
+	if (e == NULL)
+		return;
+	if (replaycache_fp_equal(e, fp)) {
+		memcpy(e->re_alias, alias, STORE_HASH_BYTES);
+		e->re_has_alias = 1;
+	}
+	pthread_mutex_unlock(lock);
+}
+
+enum replaycache_hit replaycache_get_alias(uint32_t tenant_id, const uint8_t id[16],
+					   const uint8_t alias[STORE_HASH_BYTES],
+					   struct stored_response *out)
+{
+	pthread_mutex_t *lock;
+	enum replaycache_hit ret = REPLAYCACHE_MISS;
+
+	memset(out, 0, sizeof(*out));
+	struct replaycache_entry *e = replaycache_find_locked(tenant_id, id, &lock);
+	if (e == NULL)
+		return REPLAYCACHE_MISS;
+	if (e->re_has_alias && memcmp(e->re_alias, alias, STORE_HASH_BYTES) == 0 &&
+	    replaycache_copy(out, e) == 0) {
+		e->re_tick = atomic_fetch_add(&replaycache_clock, 1);
+		ret = REPLAYCACHE_HIT;
+	}
+	pthread_mutex_unlock(lock);
+	/* a miss here goes on to replaycache_lookup, which counts it */
+	if (ret == REPLAYCACHE_HIT)
+		metrics_add(METRIC_REPLAY_CACHE_HITS, 1);
+	return ret;
 }
 
 enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], int kind,

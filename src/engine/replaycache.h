@@ -84,6 +84,22 @@ enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16
 					 const void *raw, size_t raw_len, char **reply,
 					 size_t *reply_len);
 
+/*
+ * A second name for the request that gave fingerprint FP: ALIAS, a hash of
+ * the request's exact bytes (a route whose fingerprint is the body's JSON
+ * meaning hashes its bytes too). Kept on the live entry of (TENANT, ID) if
+ * its fingerprint is FP; the last one set stays.
+ * replaycache_get_alias() answers a request with those bytes without
+ * working out its fingerprint: REPLAYCACHE_HIT with OUT filled as by
+ * replaycache_get() when the entry holds ALIAS, else REPLAYCACHE_MISS (go
+ * the full way). The same bytes give the same fingerprint.
+ */
+void replaycache_set_alias(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
+			   const uint8_t alias[STORE_HASH_BYTES]);
+enum replaycache_hit replaycache_get_alias(uint32_t tenant_id, const uint8_t id[16],
+					   const uint8_t alias[STORE_HASH_BYTES],
+					   struct stored_response *out);
+
 /* What the cache holds now: response bytes (counted against
  * REPLAYCACHE_MAX_BYTES) and entries. */
 void replaycache_usage(size_t *bytes, size_t *entries);

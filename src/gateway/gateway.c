@@ -309,9 +309,13 @@ static void gateway_submit(struct request *req)
 	if ((gr->gr_key == GATEWAY_KEY_TOKEN
 		     ? gateway_token_address(req, gr, &t, &op)
 		     : gateway_derived_address(req, gr, bytes_fp, &doc, &t, &op)) < 0 ||
+	    engine_replay_alias(req, &t, bytes_fp, &gateway_replay) < 0 ||
 	    gateway_route_fingerprint(req, gr, query, bytes_fp, &doc, json_fp, &fp) < 0)
 		goto done;
-	if (engine_claim_cached(req, &t, fp, &gateway_replay) < 0)
+	/* a duplicate with the same bytes is answered by them next time,
+	 * without parsing its body (engine_replay_alias) */
+	if (engine_claim_cached_as(req, &t, fp, fp == json_fp ? bytes_fp : NULL, &gateway_replay) <
+	    0)
 		goto done;
 	p = calloc(1, sizeof(*p));
 	if (p == NULL) {

@@ -278,13 +278,19 @@ class Gateway(IdemdCase):
         # the API and every client), any other body byte for byte (above)
         tok, tid, _ = self.token()
         self.assert_forwarded(self.submit(tok, body=b'{"amount":4200,"cart":"c-1"}'), "false")
-        self.assert_forwarded(self.submit(tok, body=b'{ "cart": "c-1",\n "amount": 4200 }'),
-                              "true")
+        spaced = b'{ "cart": "c-1",\n "amount": 4200 }'
+        self.assert_forwarded(self.submit(tok, body=spaced), "true")
         assert_problem(self, self.submit(tok, body=b'{"amount":4201,"cart":"c-1"}'), 422,
                        "fingerprint_mismatch")
         # the query is part of the request: another one is another request
         assert_problem(self, self.submit(tok, path="/orders?coupon=1",
                                          body=b'{"amount":4200,"cart":"c-1"}'), 422,
+                       "fingerprint_mismatch")
+        # bytes replayed before are answered by their bytes alone (no parse):
+        # still the same answer, and still nothing else's
+        for body in (spaced, spaced, b'{"amount":4200,"cart":"c-1"}', spaced):
+            self.assert_forwarded(self.submit(tok, body=body), "true")
+        assert_problem(self, self.submit(tok, path="/orders?coupon=1", body=spaced), 422,
                        "fingerprint_mismatch")
         self.assertEqual(len(self.up.requests(tid)), 1)
 
