@@ -144,7 +144,7 @@ static struct h_batch *h_batch_new(struct request *req)
 		goto fail;
 	}
 	if (!found) {
-		request_fail(req, 422, "operation_unknown", "no operation of that name");
+		answer_problem(req, OUTCOME_OPERATION_UNKNOWN, NULL);
 		goto fail;
 	}
 	b->hb_n = json_array_size(items);

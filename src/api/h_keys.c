@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "answer.h"
 #include "callerkey.h"
 #include "fingerprint.h"
 #include "handlers.h"
@@ -39,7 +40,7 @@ static int h_key_address(struct request *req, struct token *t, struct operation 
 		return -1;
 	}
 	if (!found) {
-		request_fail(req, 422, "operation_unknown", "no operation of that name");
+		answer_problem(req, OUTCOME_OPERATION_UNKNOWN, NULL);
 		return -1;
 	}
 	callerkey_address(req->req_tenant_id, op, key, klen, NULL, idemd_unix_ms(), t);

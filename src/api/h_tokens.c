@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "answer.h"
 #include "batcher.h"
 #include "fingerprint.h"
 #include "handlers.h"
@@ -169,7 +170,7 @@ void h_token_issue(struct request *req)
 		goto done;
 	}
 	if (!found) {
-		request_fail(req, 422, "operation_unknown", "no operation named %s", opname);
+		answer_problem(req, OUTCOME_OPERATION_UNKNOWN, NULL);
 		goto done;
 	}
 	if (has_ttl && ttl > op.op_token_ttl_seconds) {

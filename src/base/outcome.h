@@ -13,22 +13,27 @@
 #include <stdint.h>
 
 enum outcome {
-	OUTCOME_CLAIMED,	      /* the claim is granted */
-	OUTCOME_REPLAY,		      /* a duplicate of a completed submit: its response */
-	OUTCOME_STORED,		      /* a completion stored (or the same one again) */
-	OUTCOME_IN_PROGRESS,	      /* another holder's lease still runs */
-	OUTCOME_REVOKED,	      /* the token (or key) was revoked */
-	OUTCOME_FINGERPRINT_MISMATCH, /* the key was first used with another request */
-	OUTCOME_TOKEN_EXPIRED,	      /* the token, or the key's record, is past its life */
-	OUTCOME_KEY_LIFE_SPENT,	      /* a caller key's claim reached the database too late */
-	OUTCOME_VERSION_MISMATCH,     /* the counter moved: ov_version is where it is */
-	OUTCOME_VERSION_REQUIRED,     /* the operation needs If-Match */
-	OUTCOME_LEASE_SPENT,	      /* granted too late for its lease: not acknowledged */
-	OUTCOME_LEASE_LOST,	      /* ov_attempt is no longer the current attempt */
-	OUTCOME_NOT_IN_PROGRESS,      /* the record is not claimed by ov_attempt */
-	OUTCOME_COMPLETION_CONFLICT,  /* ov_attempt was completed with another response */
-	OUTCOME_RECORD_NOT_FOUND,     /* a caller key never claimed (or forgotten) */
-	OUTCOME_UNAVAILABLE,	      /* the database could not be asked */
+	OUTCOME_CLAIMED,	       /* the claim is granted */
+	OUTCOME_REPLAY,		       /* a duplicate of a completed submit: its response */
+	OUTCOME_STORED,		       /* a completion stored (or the same one again) */
+	OUTCOME_IN_PROGRESS,	       /* another holder's lease still runs */
+	OUTCOME_REVOKED,	       /* the token (or key) was revoked */
+	OUTCOME_FINGERPRINT_MISMATCH,  /* the key was first used with another request */
+	OUTCOME_TOKEN_EXPIRED,	       /* the token, or the key's record, is past its life */
+	OUTCOME_KEY_LIFE_SPENT,	       /* a caller key's claim reached the database too late */
+	OUTCOME_VERSION_MISMATCH,      /* the counter moved: ov_version is where it is */
+	OUTCOME_VERSION_REQUIRED,      /* the operation needs If-Match */
+	OUTCOME_LEASE_SPENT,	       /* granted too late for its lease: not acknowledged */
+	OUTCOME_LEASE_LOST,	       /* ov_attempt is no longer the current attempt */
+	OUTCOME_NOT_IN_PROGRESS,       /* the record is not claimed by ov_attempt */
+	OUTCOME_COMPLETION_CONFLICT,   /* ov_attempt was completed with another response */
+	OUTCOME_RECORD_NOT_FOUND,      /* a caller key never claimed (or forgotten) */
+	OUTCOME_UNAVAILABLE,	       /* the database could not be asked */
+	OUTCOME_TOKEN_MALFORMED,       /* not a token at all */
+	OUTCOME_TOKEN_INVALID,	       /* a token whose signature does not verify */
+	OUTCOME_TOKEN_OTHER_TENANT,    /* a token of another tenant */
+	OUTCOME_TOKEN_OTHER_OPERATION, /* a token of another operation than the route's */
+	OUTCOME_OPERATION_UNKNOWN,     /* the tenant has no operation of that name */
 	OUTCOME_COUNT
 };
 

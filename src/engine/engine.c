@@ -214,8 +214,7 @@ int engine_claim_cached_as(struct request *req, const struct token *t, const uin
 	}
 	if (cached == REPLAYCACHE_OTHER_FP) {
 		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_FINGERPRINT_MISMATCH);
-		request_fail(req, 422, "fingerprint_mismatch",
-			     "the key (or token) was first used with a different request");
+		answer_problem(req, OUTCOME_FINGERPRINT_MISMATCH, NULL);
 		return -1;
 	}
 	return 0;
@@ -295,7 +294,7 @@ static int engine_claim_prepare(struct request *req, struct engine_claim *c)
 		return -1;
 	}
 	if (!found || op.op_tenant_id != t->tenant_id) {
-		request_fail(req, 422, "operation_unknown", "the operation no longer exists");
+		answer_problem(req, OUTCOME_OPERATION_UNKNOWN, NULL);
 		return -1;
 	}
 	c->tc_wait = engine_wait_seconds(req, &op);

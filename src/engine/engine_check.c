@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "answer.h"
 #include "config.h"
 #include "fingerprint.h"
 #include "headers.h"
@@ -42,21 +43,20 @@ int engine_verify(struct request *req, const char *text, struct token *t)
 	size_t len = strlen(text);
 
 	if (len == 0 || len > TOKEN_MAX_CHARS) {
-		request_fail(req, 400, "token_malformed", "the token is not a valid idemd token");
+		answer_problem(req, OUTCOME_TOKEN_MALFORMED, NULL);
 		return -1;
 	}
 	int rc = keys_verify_token(text, len, t);
 	if (rc == TOKEN_MALFORMED) {
-		request_fail(req, 400, "token_malformed", "the token is not a valid idemd token");
+		answer_problem(req, OUTCOME_TOKEN_MALFORMED, NULL);
 		return -1;
 	}
 	if (rc != TOKEN_OK) {
-		request_fail(req, 403, "token_invalid", "the token's signature does not verify");
+		answer_problem(req, OUTCOME_TOKEN_INVALID, NULL);
 		return -1;
 	}
 	if (t->tenant_id != req->req_tenant_id) {
-		request_fail(req, 403, "token_scope_mismatch",
-			     "the token belongs to another tenant");
+		answer_problem(req, OUTCOME_TOKEN_OTHER_TENANT, NULL);
 		return -1;
 	}
 	return 0;
@@ -65,7 +65,7 @@ int engine_verify(struct request *req, const char *text, struct token *t)
 int engine_from_path(struct request *req, struct token *t)
 {
 	if (strlen(req->req_params[0]) != req->req_param_lens[0]) {
-		request_fail(req, 400, "token_malformed", "the token is not a valid idemd token");
+		answer_problem(req, OUTCOME_TOKEN_MALFORMED, NULL);
 		return -1;
 	}
 	if (engine_verify(req, req->req_params[0], t) < 0)

@@ -193,7 +193,7 @@ void engine_complete(struct request *req, const struct token *tok, int is_key)
 		goto done;
 	}
 	if (!found) {
-		request_fail(req, 422, "operation_unknown", "the operation no longer exists");
+		answer_problem(req, OUTCOME_OPERATION_UNKNOWN, NULL);
 		goto done;
 	}
 	c->hc_req = req;

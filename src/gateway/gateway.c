@@ -23,6 +23,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "answer.h"
 #include "callerkey.h"
 #include "config.h"
 #include "fingerprint.h"
@@ -215,7 +216,7 @@ static int gateway_token_address(struct request *req, const struct gateway_route
 
 	/* gateway_check_headers() has seen exactly one Idempotency-Key */
 	if (token_from_header(req->req_h_idempotency_key, text, sizeof(text)) < 0) {
-		request_fail(req, 400, "token_malformed", "the token is not a valid idemd token");
+		answer_problem(req, OUTCOME_TOKEN_MALFORMED, NULL);
 		return -1;
 	}
 	if (engine_verify(req, text, t) < 0)
@@ -226,8 +227,7 @@ static int gateway_token_address(struct request *req, const struct gateway_route
 	}
 	if (!found || op->op_tenant_id != gr->gr_tenant_id ||
 	    strcmp(op->op_name, gr->gr_cfg->operation) != 0) {
-		request_fail(req, 403, "token_scope_mismatch",
-			     "the token is for another operation than this route's");
+		answer_problem(req, OUTCOME_TOKEN_OTHER_OPERATION, NULL);
 		return -1;
 	}
 	if (!headers_arg_ok(t->subject)) {

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "answer.h"
 #include "callerkey.h"
 #include "config.h"
 #include "fingerprint.h"
@@ -77,8 +78,7 @@ int gateway_derived_address(struct request *req, const struct gateway_route *gr,
 		return -1;
 	}
 	if (!found) {
-		request_fail(req, 422, "operation_unknown",
-			     "the route's operation does not exist yet");
+		answer_problem(req, OUTCOME_OPERATION_UNKNOWN, NULL);
 		return -1;
 	}
 	switch (gr->gr_key) {

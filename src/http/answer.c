@@ -62,6 +62,18 @@ static const struct outcome_row {
 				       0 },
 	[OUTCOME_UNAVAILABLE] = { 503, "unavailable", "the database is unavailable; retry shortly",
 				  OA_NONE, "", 1 },
+	[OUTCOME_TOKEN_MALFORMED] = { 400, "token_malformed",
+				      "the token is not a valid idemd token", OA_NONE, "", 0 },
+	[OUTCOME_TOKEN_INVALID] = { 403, "token_invalid", "the token's signature does not verify",
+				    OA_NONE, "", 0 },
+	[OUTCOME_TOKEN_OTHER_TENANT] = { 403, "token_scope_mismatch",
+					 "the token belongs to another tenant", OA_NONE, "", 0 },
+	[OUTCOME_TOKEN_OTHER_OPERATION] = { 403, "token_scope_mismatch",
+					    "the token is for another operation than this route's",
+					    OA_NONE, "", 0 },
+	[OUTCOME_OPERATION_UNKNOWN] = { 422, "operation_unknown",
+					"the tenant has no operation of that name", OA_NONE, "",
+					0 },
 };
 
 unsigned answer_status(enum outcome o)
