@@ -480,10 +480,11 @@ static void engine_claim_finish(struct request *req, void *arg)
 	engine_claim_free(c);
 }
 
-/* Batcher thread: the claim's result is committed. A claim whose CLAIMED
- * may keep the connection (the gateway's forward) is answered here; every
- * other is resumed at once and answered on its request thread, so that the
- * batcher is free for the next batch sooner. */
+/* Batcher thread: the claim's result is committed. A granted claim whose
+ * CLAIMED may keep the connection (the gateway's forward) goes on here;
+ * every other is resumed at once and answered on its request's thread (the
+ * one thread that answers), so that the batcher is free for the next batch
+ * sooner. */
 static void engine_claim_done(struct batcher_job *j);
 
 /* Waiters' thread: the record C waits for settled, or its lease or C's
@@ -560,14 +561,15 @@ static void engine_claim_done(struct batcher_job *j)
 	if (engine_wait(c))
 		return;
 
-	if (c->tc_answer_later) {
+	/* every answer is built on the request's own thread */
+	if (c->tc_answer_later || j->bj_rc != 0 || c->tc_res.cr_outcome != CLAIM_CLAIMED) {
 		http_resume_then(req, engine_claim_finish, c);
 		return;
 	}
-	if (engine_claim_answer(req, c, j->bj_rc) == 0)
-		keep = c->tc_claimed(req, &c->tc_res, c->tc_arg);
-	else
-		(void)c->tc_claimed(req, NULL, c->tc_arg);
+	/* a granted claim whose CLAIMED may keep the connection (the gateway
+	 * starts its forward) goes on here; nothing is answered yet */
+	(void)engine_claim_answer(req, c, 0);
+	keep = c->tc_claimed(req, &c->tc_res, c->tc_arg);
 	engine_claim_free(c);
 	if (!keep)
 		http_resume(req);

@@ -58,12 +58,15 @@ struct engine_replay {
 #define ENGINE_REPLAY_DIRECT 1 /* the direct API's */
 #define ENGINE_REPLAY_KEY 2    /* the caller-key API's */
 
-/* Called on a batcher thread when an asynchronous claim has its answer,
- * with the connection still suspended. RES is the successful claim
- * (borrowed for the call): build the reply or start more work, and return
- * 0 to have the connection resumed now or 1 when the callee takes over
- * resuming it (http_resume). RES is NULL when the claim was answered
- * otherwise (409, 410, replay...): only release ARG, and return 0. */
+/* Called when an asynchronous claim has its answer, with the connection
+ * still suspended. RES is the granted claim (borrowed for the call): build
+ * the reply or start more work, and return 0 to have the connection
+ * resumed now or 1 when the callee takes over resuming it (http_resume,
+ * http_resume_then). RES is NULL when the claim was answered otherwise
+ * (409, 410, replay...): only release ARG, and return 0. It runs on the
+ * request's own thread, but for a granted claim with KEEPS 1
+ * (engine_claim), which runs on the batcher thread and answers nothing
+ * there. */
 typedef int (*engine_claimed_fn)(struct request *req, const struct claim_result *res, void *arg);
 
 /*
@@ -94,9 +97,10 @@ int engine_replay_alias(struct request *req, const struct token *t, const uint8_
  * the database step runs on a batcher thread (in a batch with other
  * claims) while the connection is suspended, every outcome is answered
  * (REPLAY answers a duplicate of a completed claim), and CLAIMED is called
- * in every case. With KEEPS 0 (CLAIMED always returns 0) the answer is
- * built on the request's own thread after the resume; with KEEPS 1 on the
- * batcher thread, where CLAIMED may keep the connection suspended.
+ * in every case. Every answer is built on the request's own thread after
+ * the resume; with KEEPS 1 a granted claim's CLAIMED runs on the batcher
+ * thread instead, where it may keep the connection suspended (the
+ * gateway's forward) and answers nothing.
  * REPLAY NULL: the direct API's envelope. T and FP are copied; REPLAY is
  * borrowed until CLAIMED has run. Returns 0 when the request is suspended
  * (CLAIMED takes ARG), -1 after replying at once (validation; CLAIMED is not

@@ -96,8 +96,17 @@ static void gateway_pending_free(struct gateway_pending *p)
 	free(p);
 }
 
-/* Batcher thread: the claim is answered. When it succeeded, the forward
- * starts (the connection stays suspended until gateway_finish). */
+/* Request thread: the forward could not start (out of memory). */
+static void gateway_unavailable(struct request *req, void *arg)
+{
+	(void)arg;
+	request_unavailable(req);
+}
+
+/* Batcher thread: the claim was granted (RES), and the forward starts; the
+ * connection stays suspended until gateway_finish. RES NULL: the claim was
+ * answered otherwise, on the request's thread (engine_claim). Returns 1:
+ * this side resumes the connection. */
 static int gateway_claimed(struct request *req, const struct claim_result *res, void *arg)
 {
 	struct gateway_pending *p = arg;
@@ -107,11 +116,11 @@ static int gateway_claimed(struct request *req, const struct claim_result *res, 
 		struct gateway_job *j = gateway_job_new(req, p->gp_route, &p->gp_token, &p->gp_op,
 							res, p->gp_query, &p->gp_headers,
 							gw.cfg->max_body_bytes);
+		keep = 1;
 		if (j == NULL) {
 			gateway_release(p->gp_route, p->gp_token.id, res->cr_attempt, req->req_id);
-			request_unavailable(req);
+			http_resume_then(req, gateway_unavailable, NULL);
 		} else {
-			keep = 1;
 			clock_gettime(CLOCK_MONOTONIC, &j->gj_sent);
 			if (upstream_call(&j->gj_call) < 0) {
 				/* stopping: resumed at once with 503 */

@@ -233,16 +233,14 @@ static int gateway_retention(const struct gateway_route *gr, int status, int ret
 
 /* The upstream answered 2xx-4xx: queue the complete (in a batch with other
  * completes); gateway_store_answer() answers once it committed. Returns 0
- * when queued (the job is no longer the caller's), -1 after answering. */
+ * when queued (the job is no longer the caller's), -1 when nothing could be
+ * (out of memory). */
 static int gateway_store(struct gateway_job *j)
 {
 	struct upstream_call *c = &j->gj_call;
 
-	if (c->uc_result != UPSTREAM_ANSWERED && gateway_unstorable(j) < 0) {
-		/* out of memory: nothing to store, and nothing safe to say */
-		request_unavailable(j->gj_req);
-		return -1;
-	}
+	if (c->uc_result != UPSTREAM_ANSWERED && gateway_unstorable(j) < 0)
+		return -1; /* out of memory: nothing to store, and nothing safe to say */
 	j->gj_resp.sr_status = (int)c->uc_status;
 	j->gj_resp.sr_headers =
 		c->uc_result == UPSTREAM_ANSWERED
@@ -252,7 +250,6 @@ static int gateway_store(struct gateway_job *j)
 	j->gj_resp.sr_body_len = c->uc_resp.b_len;
 	if (j->gj_resp.sr_headers == NULL) {
 		gateway_job_release(j);
-		request_unavailable(j->gj_req);
 		return -1;
 	}
 	j->gj_cargs.tenant_id = j->gj_route->gr_tenant_id;
@@ -320,22 +317,14 @@ static void gateway_held(struct gateway_job *j)
 		 req->req_id, req->req_method, req->req_path, c->uc_error, j->gj_attempt, secs);
 }
 
-/* Every other outcome but a final answer gives the claim back, so the
- * client may retry with the same token; a 5xx is passed through unstored. */
+/* Answers every outcome but a final answer, whose claim was given back
+ * (gateway_finish), so the client may retry with the same token; a 5xx is
+ * passed through unstored. */
 static void gateway_not_final(struct gateway_job *j)
 {
 	const struct upstream_call *c = &j->gj_call;
 	struct request *req = j->gj_req;
 
-	if (gateway_outcome_unknown(j)) {
-		gateway_held(j);
-		return;
-	}
-	gateway_job_release(j);
-	if (j->gj_stopped) {
-		request_unavailable(req);
-		return;
-	}
 	switch (c->uc_result) {
 	case UPSTREAM_ANSWERED:
 		/* an answer release_on names (5xx by default): passed through */
@@ -410,7 +399,25 @@ static int gateway_final(const struct gateway_job *j)
 	       !j->gj_route->gr_cfg->release_on[c->uc_status];
 }
 
-/* Writes the outcome of a finished (or refused) forward and resumes. */
+/* Request thread: answers a forward that stored nothing, then frees the
+ * job. */
+static void gateway_answer(struct request *req, void *arg)
+{
+	struct gateway_job *j = arg;
+
+	if (j->gj_unavailable || j->gj_stopped)
+		request_unavailable(req);
+	else if (gateway_outcome_unknown(j))
+		gateway_held(j);
+	else
+		gateway_not_final(j);
+	gateway_job_free(j);
+}
+
+/* Writes the outcome of a finished (or refused) forward: a final answer is
+ * stored (gateway_store_answer answers it), a forward whose outcome is
+ * unknown keeps the claim, any other gives it back; then the request's own
+ * thread answers (gateway_answer). */
 void gateway_finish(struct gateway_job *j)
 {
 	const struct upstream_call *c = &j->gj_call;
@@ -422,11 +429,11 @@ void gateway_finish(struct gateway_job *j)
 	if (gateway_final(j)) {
 		if (gateway_store(j) == 0)
 			return;
-	} else {
-		gateway_not_final(j);
+		j->gj_unavailable = 1;
+	} else if (!gateway_outcome_unknown(j)) {
+		gateway_job_release(j);
 	}
-	gateway_job_free(j);
-	http_resume(req);
+	http_resume_then(req, gateway_answer, j);
 }
 
 /* ---------------------------------------------------------------- finishers */

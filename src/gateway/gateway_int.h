@@ -55,6 +55,7 @@ struct gateway_job {
 	int gj_audit_seconds; /* how long its audit events are kept */
 	char *gj_url;
 	int gj_stopped;		 /* refused: the gateway is stopping */
+	int gj_unavailable;	 /* a final answer that could not be queued to store */
 	struct timespec gj_sent; /* CLOCK_MONOTONIC: the forward's start */
 	/* storing a final answer (gateway_store) */
 	struct batcher_job gj_bj;

@@ -338,9 +338,9 @@ static int on_claimed_keep(struct request *r, const struct claim_result *res, vo
 	return res != NULL; /* the forward goes on: the callee resumes later */
 }
 
-/* KEEPS 1 (the gateway): answered on the batcher thread; a successful
- * claim stays suspended for CLAIMED, any other outcome is replied and
- * resumed at once. */
+/* KEEPS 1 (the gateway): a granted claim stays suspended for CLAIMED,
+ * which runs on the batcher thread; any other outcome is resumed at once
+ * and answered on the request's own thread, never on the batcher's. */
 static void test_keeps(void **state)
 {
 	assert_int_equal(engine_claim(&req, &tok, fp, NULL, on_claimed_keep, 1, &req), 0);
@@ -358,10 +358,12 @@ static void test_keeps(void **state)
 	queued->bj_rc = 0;
 	queued->bj_claim_result->cr_outcome = CLAIM_REVOKED;
 	queued->bj_done(queued);
+	assert_int_equal(fake_http.fh_resumes, 1);
+	assert_int_equal(claimed.calls, 0);
+	assert_int_equal(fake_http.fh_replies, 0); /* nothing built on the batcher */
+	fake_http_run_then(&req);
 	assert_int_equal(claimed.calls, 1);
 	assert_int_equal(claimed.with_result, 0);
-	assert_int_equal(fake_http.fh_resumes, 1);
-	assert_null(fake_http.fh_then);
 	assert_int_equal(fake_http.fh_status, 410);
 }
 
