@@ -34,14 +34,28 @@ enum outcome {
 	OUTCOME_TOKEN_OTHER_TENANT,    /* a token of another tenant */
 	OUTCOME_TOKEN_OTHER_OPERATION, /* a token of another operation than the route's */
 	OUTCOME_OPERATION_UNKNOWN,     /* the tenant has no operation of that name */
+	/* a forward that ended without an answer to store (the claim given
+	 * back); ov_number is the figure the detail names */
+	OUTCOME_UPSTREAM_STATUS,      /* an answer with a status outside 200-599 */
+	OUTCOME_UPSTREAM_MALFORMED,   /* an answer with a malformed header line */
+	OUTCOME_UPSTREAM_TOO_LARGE,   /* an answer over ov_number bytes */
+	OUTCOME_UPSTREAM_BROKE_OFF,   /* status ov_number (released), then cut */
+	OUTCOME_UPSTREAM_UNREACHABLE, /* not sent */
+	OUTCOME_UPSTREAM_FAILED,      /* the connection failed before an answer */
+	OUTCOME_UPSTREAM_TIMEOUT,     /* no answer within ov_number ms */
+	/* a forward whose outcome is unknown: the key stays held for
+	 * ov_retry_after seconds (the rest of its lease) */
+	OUTCOME_UPSTREAM_TIMEOUT_HELD, /* no answer within ov_number ms */
+	OUTCOME_UPSTREAM_LOST_HELD,    /* the connection broke after the request was sent */
 	OUTCOME_COUNT
 };
 
 /* The few values an answer needs besides its outcome. */
 struct outcome_values {
-	int ov_retry_after; /* IN_PROGRESS: seconds until the lease ends */
+	int ov_retry_after; /* IN_PROGRESS, UPSTREAM_*_HELD: seconds until the lease ends */
 	int64_t ov_version; /* VERSION_MISMATCH: the counter's current version */
 	int64_t ov_attempt; /* LEASE_LOST, NOT_IN_PROGRESS, COMPLETION_CONFLICT */
+	int64_t ov_number;  /* UPSTREAM_*: the status, bytes or ms the detail names */
 };
 
 #endif

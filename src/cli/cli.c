@@ -110,33 +110,62 @@ static int cli_print_new_key(const char *name, const char *key, uint32_t key_id)
 	return fflush(stdout) == 0 ? 0 : 1;
 }
 
-int cli_tenant_create(const struct config *cfg, const char *name)
+/* Where a new key's hash goes: into a new tenant NAME, or beside NAME's
+ * keys. 0, or -1 when the database could not be asked; *REFUSED says why
+ * nothing was stored (the tenant exists, or there is none). */
+typedef int (*cli_key_store_fn)(const char *name, const uint8_t hash[32], uint32_t *key_id,
+				int *refused);
+
+static int cli_store_tenant(const char *name, const uint8_t hash[32], uint32_t *key_id,
+			    int *refused)
+{
+	uint32_t id;
+
+	return store_tenant_create(name, hash, &id, key_id, refused);
+}
+
+static int cli_store_key(const char *name, const uint8_t hash[32], uint32_t *key_id, int *refused)
+{
+	int found;
+	int rc = store_api_key_add(name, hash, key_id, &found);
+
+	*refused = !found;
+	return rc;
+}
+
+/* Makes a new API key, has STORE keep its hash for tenant NAME and prints
+ * it; FAILED, or NOT_BEFORE NAME NOT_AFTER when refused, says what went
+ * wrong. The key and its hash are wiped. 0 or 1. */
+static int cli_new_key(const struct config *cfg, const char *name, cli_key_store_fn store,
+		       const char *failed, const char *not_before, const char *not_after)
 {
 	char key[AUTH_KEY_CHARS + 8];
 	uint8_t hash[32];
-	uint32_t id, key_id;
-	int exists, ret = 1;
+	uint32_t key_id;
+	int refused, ret = 1;
 
-	if (!cli_tenant_name_ok(name))
-		return EXIT_USAGE;
 	if (db_pool_init(cfg->database_url, 1) < 0)
 		return 1;
 	auth_key_generate(key, sizeof(key));
 	auth_key_hash(key, strlen(key), hash);
-	if (store_tenant_create(name, hash, &id, &key_id, &exists) < 0) {
-		fprintf(stderr, "idemd: could not create the tenant (is the database migrated?)\n");
-		goto out;
-	}
-	if (exists) {
-		fprintf(stderr, "idemd: tenant %s already exists\n", name);
-		goto out;
-	}
-	ret = cli_print_new_key(name, key, key_id);
-out:
+	if (store(name, hash, &key_id, &refused) < 0)
+		fprintf(stderr, "idemd: %s (is the database migrated?)\n", failed);
+	else if (refused)
+		fprintf(stderr, "idemd: %s%s%s\n", not_before, name, not_after);
+	else
+		ret = cli_print_new_key(name, key, key_id);
 	sodium_memzero(key, sizeof(key));
 	sodium_memzero(hash, sizeof(hash));
 	db_pool_close();
 	return ret;
+}
+
+int cli_tenant_create(const struct config *cfg, const char *name)
+{
+	if (!cli_tenant_name_ok(name))
+		return EXIT_USAGE;
+	return cli_new_key(cfg, name, cli_store_tenant, "could not create the tenant", "tenant ",
+			   " already exists");
 }
 
 int cli_tenant_list(const struct config *cfg)
@@ -205,29 +234,8 @@ out:
 
 int cli_tenant_key_add(const struct config *cfg, const char *name)
 {
-	char key[AUTH_KEY_CHARS + 8];
-	uint8_t hash[32];
-	uint32_t key_id;
-	int found, ret = 1;
-
-	if (db_pool_init(cfg->database_url, 1) < 0)
-		return 1;
-	auth_key_generate(key, sizeof(key));
-	auth_key_hash(key, strlen(key), hash);
-	if (store_api_key_add(name, hash, &key_id, &found) < 0) {
-		fprintf(stderr, "idemd: could not add the key (is the database migrated?)\n");
-		goto out;
-	}
-	if (!found) {
-		fprintf(stderr, "idemd: no tenant named '%s'; no key added\n", name);
-		goto out;
-	}
-	ret = cli_print_new_key(name, key, key_id);
-out:
-	sodium_memzero(key, sizeof(key));
-	sodium_memzero(hash, sizeof(hash));
-	db_pool_close();
-	return ret;
+	return cli_new_key(cfg, name, cli_store_key, "could not add the key", "no tenant named '",
+			   "'; no key added");
 }
 
 int cli_tenant_key_revoke(const struct config *cfg, const char *name, uint32_t key_id)

@@ -131,6 +131,11 @@ void engine_count_replay(const struct token *t, int waited);
  * answered after the commit) and replies.
  */
 void engine_complete(struct request *req, const struct token *t, int is_key);
+/* A completion RES of (TENANT, ID) that committed (stored now, or the same
+ * one before): counts it and keeps its stored response in the replay cache
+ * for the duplicates that follow. */
+void engine_completion_keep(uint32_t tenant_id, const uint8_t id[16],
+			    const struct complete_result *res);
 void engine_release(struct request *req, const struct token *t, int is_key);
 /* POST .../extend {"attempt","lease_seconds"?} (at most, and by default,
  * the operation's lease) and .../checkpoint {"attempt","phase","data"?}

@@ -136,12 +136,7 @@ static void engine_complete_answer(struct request *req, void *arg)
 	switch (res->cpr_outcome) {
 	case COMPLETE_STORED:
 	case COMPLETE_ALREADY:
-		if (res->cpr_outcome == COMPLETE_STORED)
-			metrics_add(METRIC_COMPLETIONS, 1);
-		/* duplicates that follow are answered from memory */
-		replaycache_put(req->req_tenant_id, c->hc_token.id,
-				res->cpr_has_fingerprint ? res->cpr_fingerprint : NULL,
-				&res->cpr_stored, res->cpr_expires_at);
+		engine_completion_keep(req->req_tenant_id, c->hc_token.id, res);
 		http_reply_json(req, 200,
 				json_pack("{s:s,s:o,s:o}", "state", "completed", "response",
 					  reqjson_response(&res->cpr_stored), "expires_at",
@@ -159,6 +154,16 @@ static void engine_complete_answer(struct request *req, void *arg)
 	}
 done:
 	engine_complete_free(c);
+}
+
+void engine_completion_keep(uint32_t tenant_id, const uint8_t id[16],
+			    const struct complete_result *res)
+{
+	if (res->cpr_outcome == COMPLETE_STORED)
+		metrics_add(METRIC_COMPLETIONS, 1);
+	/* duplicates that follow are answered from memory */
+	replaycache_put(tenant_id, id, res->cpr_has_fingerprint ? res->cpr_fingerprint : NULL,
+			&res->cpr_stored, res->cpr_expires_at);
 }
 
 /* Batcher thread: the complete is committed (or refused); resume at once. */

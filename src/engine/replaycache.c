@@ -439,6 +439,21 @@ enum replaycache_hit replaycache_get(uint32_t tenant_id, const uint8_t id[16], c
 	return replaycache_lookup(tenant_id, id, fp, 0, out, NULL, NULL);
 }
 
+/* Ends a lookup by a second name of the request (its bytes, or its body)
+ * on E, whose set's LOCK is held: a HIT marks E used and is counted; a
+ * miss goes on to replaycache_lookup, which counts it. */
+static enum replaycache_hit replaycache_end_second(struct replaycache_entry *e,
+						   pthread_mutex_t *lock, int hit)
+{
+	if (hit)
+		e->re_tick = atomic_fetch_add(&replaycache_clock, 1);
+	pthread_mutex_unlock(lock);
+	if (!hit)
+		return REPLAYCACHE_MISS;
+	metrics_add(METRIC_REPLAY_CACHE_HITS, 1);
+	return REPLAYCACHE_HIT;
+}
+
 void replaycache_set_alias(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 			   const uint8_t alias[STORE_HASH_BYTES])
 {
@@ -459,22 +474,15 @@ enum replaycache_hit replaycache_get_alias(uint32_t tenant_id, const uint8_t id[
 					   struct stored_response *out)
 {
 	pthread_mutex_t *lock;
-	enum replaycache_hit ret = REPLAYCACHE_MISS;
 
 	memset(out, 0, sizeof(*out));
 	struct replaycache_entry *e = replaycache_find_locked(tenant_id, id, &lock);
 	if (e == NULL)
 		return REPLAYCACHE_MISS;
-	if (e->re_has_alias && memcmp(e->re_alias, alias, STORE_HASH_BYTES) == 0 &&
-	    replaycache_copy(out, e) == 0) {
-		e->re_tick = atomic_fetch_add(&replaycache_clock, 1);
-		ret = REPLAYCACHE_HIT;
-	}
-	pthread_mutex_unlock(lock);
-	/* a miss here goes on to replaycache_lookup, which counts it */
-	if (ret == REPLAYCACHE_HIT)
-		metrics_add(METRIC_REPLAY_CACHE_HITS, 1);
-	return ret;
+	return replaycache_end_second(
+		e, lock,
+		e->re_has_alias && sodium_memcmp(e->re_alias, alias, STORE_HASH_BYTES) == 0 &&
+			replaycache_copy(out, e) == 0);
 }
 
 enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16], int kind,
@@ -482,7 +490,6 @@ enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16
 					 size_t *reply_len)
 {
 	pthread_mutex_t *lock;
-	enum replaycache_hit ret = REPLAYCACHE_MISS;
 
 	*reply = NULL;
 	struct replaycache_entry *e = replaycache_find_locked(tenant_id, id, &lock);
@@ -494,16 +501,8 @@ enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16
 	    sodium_memcmp(replaycache_raw(e), raw, raw_len) == 0) {
 		*reply = replaycache_dup(replaycache_reply(e), e->re_reply_len);
 		*reply_len = e->re_reply_len;
-		if (*reply != NULL) {
-			e->re_tick = atomic_fetch_add(&replaycache_clock, 1);
-			ret = REPLAYCACHE_HIT;
-		}
 	}
-	pthread_mutex_unlock(lock);
-	/* a miss here goes on to replaycache_lookup, which counts it */
-	if (ret == REPLAYCACHE_HIT)
-		metrics_add(METRIC_REPLAY_CACHE_HITS, 1);
-	return ret;
+	return replaycache_end_second(e, lock, *reply != NULL);
 }
 
 void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp, int kind,

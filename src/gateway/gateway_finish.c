@@ -156,11 +156,7 @@ static void gateway_store_answer(struct request *req, void *arg)
 	switch (res->cpr_outcome) {
 	case COMPLETE_STORED:
 	case COMPLETE_ALREADY:
-		if (res->cpr_outcome == COMPLETE_STORED)
-			metrics_add(METRIC_COMPLETIONS, 1);
-		replaycache_put(j->gj_route->gr_tenant_id, j->gj_token_id,
-				res->cpr_has_fingerprint ? res->cpr_fingerprint : NULL,
-				&res->cpr_stored, res->cpr_expires_at);
+		engine_completion_keep(j->gj_route->gr_tenant_id, j->gj_token_id, res);
 		gateway_reply_response(req, &res->cpr_stored, "false");
 		break;
 	case COMPLETE_LEASE_LOST:
@@ -296,25 +292,19 @@ static void gateway_held(struct gateway_job *j)
 	const struct upstream_call *c = &j->gj_call;
 	struct request *req = j->gj_req;
 	int64_t left_ms = j->gj_lease_expires_at - idemd_unix_ms();
-	long secs = left_ms > 0 ? (long)((left_ms + 999) / 1000) : 1;
-	char retry[24];
+	struct outcome_values v = {
+		.ov_retry_after = left_ms > 0 ? (int)((left_ms + 999) / 1000) : 1,
+		.ov_number = c->uc_timeout_ms,
+	};
 
-	if (c->uc_result == UPSTREAM_TIMEOUT)
-		request_fail(req, 504, "upstream_timeout",
-			     "the upstream did not answer within %ld ms; it may still act on the "
-			     "request, so the key is held until its lease ends (in %ld s)",
-			     c->uc_timeout_ms, secs);
-	else
-		request_fail(req, 502, "upstream_unavailable",
-			     "the connection to the upstream broke after the request was sent and "
-			     "before it answered; it may still act on the request, so the key is "
-			     "held until its lease ends (in %ld s)",
-			     secs);
-	snprintf(retry, sizeof(retry), "%ld", secs);
-	http_set_header(req, "Retry-After", retry);
+	answer_problem(req,
+		       c->uc_result == UPSTREAM_TIMEOUT ? OUTCOME_UPSTREAM_TIMEOUT_HELD
+							: OUTCOME_UPSTREAM_LOST_HELD,
+		       &v);
 	log_warn("gateway: request %s: %s %s: %s (request sent, outcome unknown): attempt %d "
-		 "keeps the key until its lease ends in %ld s",
-		 req->req_id, req->req_method, req->req_path, c->uc_error, j->gj_attempt, secs);
+		 "keeps the key until its lease ends in %d s",
+		 req->req_id, req->req_method, req->req_path, c->uc_error, j->gj_attempt,
+		 v.ov_retry_after);
 }
 
 /* Answers every outcome but a final answer, whose claim was given back
@@ -322,52 +312,37 @@ static void gateway_held(struct gateway_job *j)
  * passed through unstored. */
 static void gateway_not_final(struct gateway_job *j)
 {
+	static const enum outcome outcomes[] = {
+		[UPSTREAM_ANSWERED] = OUTCOME_UPSTREAM_STATUS,
+		[UPSTREAM_INVALID] = OUTCOME_UPSTREAM_MALFORMED,
+		[UPSTREAM_TOO_LARGE] = OUTCOME_UPSTREAM_TOO_LARGE,
+		[UPSTREAM_BROKEN] = OUTCOME_UPSTREAM_BROKE_OFF,
+		[UPSTREAM_UNREACHABLE] = OUTCOME_UPSTREAM_UNREACHABLE,
+		[UPSTREAM_FAILED] = OUTCOME_UPSTREAM_FAILED,
+		[UPSTREAM_TIMEOUT] = OUTCOME_UPSTREAM_TIMEOUT,
+	};
 	const struct upstream_call *c = &j->gj_call;
 	struct request *req = j->gj_req;
+	struct outcome_values v = { .ov_number = c->uc_status };
 
-	switch (c->uc_result) {
-	case UPSTREAM_ANSWERED:
-		/* an answer release_on names (5xx by default): passed through */
-		if (c->uc_status >= 200 && c->uc_status <= 599) {
-			struct stored_response pass = { (int)c->uc_status, NULL,
-							(unsigned char *)c->uc_resp.b_data,
-							c->uc_resp.b_len, 0 };
-			pass.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT);
-			gateway_reply_response(req, &pass, "false");
-			free(pass.sr_headers);
-			return;
-		}
-		request_fail(req, 502, "upstream_invalid", "the upstream answered with status %ld",
-			     c->uc_status);
-		break;
-	case UPSTREAM_INVALID:
-		request_fail(req, 502, "upstream_invalid",
-			     "the upstream's answer has a malformed header line");
-		break;
-	case UPSTREAM_TOO_LARGE:
-		request_fail(req, 502, "upstream_invalid",
-			     "the upstream's answer exceeds %zu bytes", c->uc_max_body);
-		break;
-	case UPSTREAM_BROKEN:
-		/* a status release_on names (or a refusal on a derived-key
-		 * route), then the answer broke off: given back like it */
-		request_fail(req, 502, "upstream_unavailable",
-			     "the upstream answered %ld, then its answer broke off", c->uc_status);
-		break;
-	case UPSTREAM_UNREACHABLE:
-		request_fail(req, 502, "upstream_unavailable", "the upstream could not be reached");
-		break;
-	case UPSTREAM_FAILED:
-		request_fail(req, 502, "upstream_unavailable",
-			     "the connection to the upstream failed before it answered");
-		break;
-	case UPSTREAM_TIMEOUT:
-		request_fail(req, 504, "upstream_timeout",
-			     "the upstream did not answer within %ld ms", c->uc_timeout_ms);
-		break;
+	/* an answer release_on names (5xx by default): passed through */
+	if (c->uc_result == UPSTREAM_ANSWERED && c->uc_status >= 200 && c->uc_status <= 599) {
+		struct stored_response pass = { (int)c->uc_status, NULL,
+						(unsigned char *)c->uc_resp.b_data,
+						c->uc_resp.b_len, 0 };
+		pass.sr_headers = json_dumps(c->uc_resp_headers, JSON_COMPACT);
+		gateway_reply_response(req, &pass, "false");
+		free(pass.sr_headers);
+		return;
 	}
-	/* the claim is given back: the same token may be submitted again */
-	http_set_header(req, "Retry-After", "1");
+	if (c->uc_result == UPSTREAM_TOO_LARGE)
+		v.ov_number = (int64_t)c->uc_max_body;
+	else if (c->uc_result == UPSTREAM_TIMEOUT)
+		v.ov_number = c->uc_timeout_ms;
+	/* a status release_on names (or a refusal on a derived-key route) that
+	 * then broke off is given back like it; every one carries Retry-After:
+	 * 1, since the same token may be submitted again */
+	answer_problem(req, outcomes[c->uc_result], &v);
 	log_warn("gateway: request %s: %s %s: %s (%s)", req->req_id, req->req_method, req->req_path,
 		 c->uc_error, c->uc_sent ? "request sent" : "request not sent");
 }

@@ -8,7 +8,10 @@
 #include "reqjson.h"
 
 /* Which value of struct outcome_values a detail text names. */
-enum outcome_arg { OA_NONE, OA_SECONDS, OA_VERSION, OA_ATTEMPT };
+enum outcome_arg { OA_NONE, OA_SECONDS, OA_VERSION, OA_ATTEMPT, OA_NUMBER };
+
+/* The Retry-After an answer carries. */
+enum outcome_retry { RA_NONE, RA_ONE, RA_SECONDS /* ov_retry_after */ };
 
 static const struct outcome_row {
 	unsigned status;
@@ -16,7 +19,9 @@ static const struct outcome_row {
 	const char *detail; /* the detail, or what comes before the value ARG names */
 	enum outcome_arg arg;
 	const char *after; /* what comes after that value */
-	int retry_after_1; /* Retry-After: 1 */
+	enum outcome_retry retry;
+	enum outcome_arg arg2; /* a second value, after AFTER (OA_NONE: none) */
+	const char *after2;
 } outcome_rows[OUTCOME_COUNT] = {
 	[OUTCOME_CLAIMED] = { 201, NULL, NULL, OA_NONE, "", 0 },
 	[OUTCOME_REPLAY] = { 200, NULL, NULL, OA_NONE, "", 0 },
@@ -74,6 +79,35 @@ static const struct outcome_row {
 	[OUTCOME_OPERATION_UNKNOWN] = { 422, "operation_unknown",
 					"the tenant has no operation of that name", OA_NONE, "",
 					0 },
+	[OUTCOME_UPSTREAM_STATUS] = { 502, "upstream_invalid", "the upstream answered with status ",
+				      OA_NUMBER, "", RA_ONE },
+	[OUTCOME_UPSTREAM_MALFORMED] = { 502, "upstream_invalid",
+					 "the upstream's answer has a malformed header line",
+					 OA_NONE, "", RA_ONE },
+	[OUTCOME_UPSTREAM_TOO_LARGE] = { 502, "upstream_invalid", "the upstream's answer exceeds ",
+					 OA_NUMBER, " bytes", RA_ONE },
+	[OUTCOME_UPSTREAM_BROKE_OFF] = { 502, "upstream_unavailable", "the upstream answered ",
+					 OA_NUMBER, ", then its answer broke off", RA_ONE },
+	[OUTCOME_UPSTREAM_UNREACHABLE] = { 502, "upstream_unavailable",
+					   "the upstream could not be reached", OA_NONE, "",
+					   RA_ONE },
+	[OUTCOME_UPSTREAM_FAILED] = { 502, "upstream_unavailable",
+				      "the connection to the upstream failed before it answered",
+				      OA_NONE, "", RA_ONE },
+	[OUTCOME_UPSTREAM_TIMEOUT] = { 504, "upstream_timeout",
+				       "the upstream did not answer within ", OA_NUMBER, " ms",
+				       RA_ONE },
+	/* the upstream may still act: the key is held until the lease ends */
+	[OUTCOME_UPSTREAM_TIMEOUT_HELD] = { 504, "upstream_timeout",
+					    "the upstream did not answer within ", OA_NUMBER,
+					    " ms; it may still act on the request, so the key is held "
+					    "until its lease ends (in ",
+					    RA_SECONDS, OA_SECONDS, " s)" },
+	[OUTCOME_UPSTREAM_LOST_HELD] = { 502, "upstream_unavailable",
+					 "the connection to the upstream broke after the request was "
+					 "sent and before it answered; it may still act on the "
+					 "request, so the key is held until its lease ends (in ",
+					 OA_SECONDS, " s)", RA_SECONDS },
 };
 
 unsigned answer_status(enum outcome o)
@@ -86,21 +120,40 @@ const char *answer_code(enum outcome o)
 	return outcome_rows[o].code;
 }
 
-/* The detail text of O with its value from V (NULL: zeros) into BUF. */
+/* The value of V that ARG names. */
+static int64_t outcome_value(enum outcome_arg arg, const struct outcome_values *v)
+{
+	switch (arg) {
+	case OA_SECONDS:
+		return v->ov_retry_after;
+	case OA_VERSION:
+		return v->ov_version;
+	case OA_ATTEMPT:
+		return v->ov_attempt;
+	case OA_NUMBER:
+		return v->ov_number;
+	case OA_NONE:
+		break;
+	}
+	return 0;
+}
+
+/* The detail text of O with its values from V (NULL: zeros) into BUF. */
 static void outcome_detail(enum outcome o, const struct outcome_values *v, char *buf, size_t len)
 {
-	static const struct outcome_values none = { 0, 0, 0 };
+	static const struct outcome_values none = { 0, 0, 0, 0 };
 	const struct outcome_row *r = &outcome_rows[o];
 
 	if (v == NULL)
 		v = &none;
-	int64_t value = r->arg == OA_SECONDS   ? v->ov_retry_after
-			: r->arg == OA_VERSION ? v->ov_version
-					       : v->ov_attempt;
 	if (r->arg == OA_NONE)
 		snprintf(buf, len, "%s", r->detail);
+	else if (r->arg2 == OA_NONE)
+		snprintf(buf, len, "%s%" PRId64 "%s", r->detail, outcome_value(r->arg, v),
+			 r->after);
 	else
-		snprintf(buf, len, "%s%" PRId64 "%s", r->detail, value, r->after);
+		snprintf(buf, len, "%s%" PRId64 "%s%" PRId64 "%s", r->detail,
+			 outcome_value(r->arg, v), r->after, outcome_value(r->arg2, v), r->after2);
 }
 
 void answer_problem(struct request *req, enum outcome o, const struct outcome_values *v)
@@ -116,8 +169,14 @@ void answer_problem(struct request *req, enum outcome o, const struct outcome_va
 	}
 	outcome_detail(o, v, detail, sizeof(detail));
 	request_fail(req, r->status, r->code, "%s", detail);
-	if (r->retry_after_1)
+	if (r->retry == RA_ONE) {
 		http_set_header(req, "Retry-After", "1");
+	} else if (r->retry == RA_SECONDS) {
+		char secs[24];
+		snprintf(secs, sizeof(secs), "%d",
+			 v != NULL && v->ov_retry_after > 0 ? v->ov_retry_after : 1);
+		http_set_header(req, "Retry-After", secs);
+	}
 	if (o == OUTCOME_VERSION_MISMATCH && v != NULL) {
 		reqjson_etag_format(v->ov_version, etag, sizeof(etag));
 		http_set_header(req, "ETag", etag);

@@ -33,18 +33,29 @@ int reqjson_only(struct request *req, json_t *obj, const char *const *allowed)
 	return 0;
 }
 
+/* OBJ's member NAME into *V (NULL: absent). 0, or -1 after replying 400
+ * when it is REQUIRED and absent. */
+static int reqjson_member(struct request *req, json_t *obj, const char *name, int required,
+			  json_t **v)
+{
+	*v = json_object_get(obj, name);
+	if (*v != NULL || !required)
+		return 0;
+	request_fail(req, 400, "invalid_request", "field %s is required", name);
+	return -1;
+}
+
 int reqjson_int(struct request *req, json_t *obj, const char *name, int required, int64_t min,
 		int64_t max, int64_t *out, int *present)
 {
-	json_t *v = json_object_get(obj, name);
+	json_t *v;
 
-	*present = v != NULL;
-	if (v == NULL) {
-		if (!required)
-			return 0;
-		request_fail(req, 400, "invalid_request", "field %s is required", name);
+	*present = 0;
+	if (reqjson_member(req, obj, name, required, &v) < 0)
 		return -1;
-	}
+	if (v == NULL)
+		return 0;
+	*present = 1;
 	/* JSON Schema (OpenAPI 3.1) counts 30.0 as an integer: so does idemd */
 	double r = json_is_real(v) ? json_real_value(v) : 0;
 	int integral = json_is_real(v) && r >= (double)min && r <= (double)max &&
@@ -64,15 +75,13 @@ int reqjson_int(struct request *req, json_t *obj, const char *name, int required
 int reqjson_string(struct request *req, json_t *obj, const char *name, int required, size_t minlen,
 		   size_t maxlen, const char **out)
 {
-	json_t *v = json_object_get(obj, name);
+	json_t *v;
 
 	*out = NULL;
-	if (v == NULL) {
-		if (!required)
-			return 0;
-		request_fail(req, 400, "invalid_request", "field %s is required", name);
+	if (reqjson_member(req, obj, name, required, &v) < 0)
 		return -1;
-	}
+	if (v == NULL)
+		return 0;
 	if (!json_is_string(v) || json_string_length(v) < minlen ||
 	    json_string_length(v) > maxlen ||
 	    strlen(json_string_value(v)) != json_string_length(v)) {
