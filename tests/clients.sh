@@ -17,8 +17,11 @@
 # installs the Python package the ordinary way (pip from the directory, and
 # from a wheel built with pip wheel, each into a fresh virtualenv, build
 # dependencies from PyPI; the test virtualenv also gets FastAPI, Starlette,
-# httpx2 and Django, pinned, for the integrations' tests) and the Node package with npm under
-# build/node-clients (pinned typescript and express), and runs the suites.
+# httpx2 and Django, pinned, for the integrations' tests) and the Node
+# package from its npm pack tarball (build/node-pack; its file list is
+# checked) into the test app build/node-clients (with typescript and express
+# pinned in clients/node's devDependencies), whose "npm test" runs the
+# suite, and runs the suites.
 # Go's build cache is build/go-cache, so a repeat is fast. Prints each
 # runner's own summary lines and the conformance table; exits non-zero on
 # any failure.
@@ -30,13 +33,11 @@ BIN=${IDEMD_BIN:-$ROOT/build/idemd}
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=$(command -v python3)
 
-typescript_version=5.9.3
-express_version=4.21.2
 # The web frameworks the Python integrations are tested under (their own
 # test clients: FastAPI/Starlette's TestClient on httpx2, Django's Client).
 python_web=(fastapi==0.163.2 starlette==1.10.0 httpx2==2.16.2 django==5.2.17)
 
-say() { printf '\n==> %s\n' "$*"; }
+say() { printf '\n==> [%ds] %s\n' "$SECONDS" "$*"; }
 fail=0 problems=() results=()
 if [ ! -x "$BIN" ]; then echo "clients.sh: $BIN not built" >&2; exit 1; fi
 
@@ -149,12 +150,59 @@ results+=("pytest: ${line:-no summary}")
 if [ "$rc" -ne 0 ]; then problems+=("pytest"); fail=1; fi
 
 # ---------------------------------------------------------------- Node
-say "node: npm install ./clients/node (with typescript and express, under build/node-clients)"
+say "node: npm pack clients/node into build/node-pack; what the tarball holds"
+# The release artifact: what npm publish would upload. The stage asserts
+# that it holds what an application needs (the sources the exports name,
+# their .d.ts, README.md) and nothing else (no tests, no examples, no
+# node_modules), then installs the test app from it, as from a registry.
+pack=build/node-pack
+rm -rf "$pack" && mkdir -p "$pack"
+tgz=
+if npm pack --loglevel=error --json --pack-destination "$pack" ./clients/node >"$TMP/npm-pack.json" &&
+   tgz=$pack/$("$PY" -c 'import json,sys; print(json.load(sys.stdin)[0]["filename"])' <"$TMP/npm-pack.json") &&
+   tar -tzf "$tgz" >"$TMP/npm-pack.files" &&
+   "$PY" - "$TMP/npm-pack.files" clients/node/package.json <<'PY'
+import json, sys
+files = {l.strip().removeprefix("package/") for l in open(sys.argv[1]) if l.strip()}
+pkg = json.load(open(sys.argv[2]))
+named = {"package.json", "README.md", pkg["types"].removeprefix("./")}
+for entry in pkg["exports"].values():
+    named |= {p.removeprefix("./") for p in entry.values()}
+missing = sorted(named - files)
+def allowed(f):
+    return (f in named or f == "browser.md" or f.endswith(".d.ts") or
+            (f.startswith("src/") and f.endswith(".js")))
+extra = sorted(f for f in files if not allowed(f))
+print("  " + " ".join(sorted(files)))
+if missing:
+    print("missing from the tarball:", *missing)
+if extra:
+    print("not for the tarball:", *extra)
+sys.exit(1 if missing or extra else 0)
+PY
+then
+  results+=("npm pack $(basename "$tgz"): ok ($(wc -l <"$TMP/npm-pack.files") files, no tests)")
+else
+  results+=("npm pack: FAILED"); problems+=("npm pack"); fail=1
+fi
+
+say "node: the test app installs idemd from the tarball (typescript, express; build/node-clients)"
+# The test app is build/node-clients: its package.json is written here, and
+# its "npm test" runs the package's tests against the idemd that npm
+# installed from the tarball (files, not a link to clients/node).
+# typescript and express are the versions clients/node's devDependencies pin.
 nm=build/node-clients
+dev() { node -p "require('./clients/node/package.json').devDependencies['$1']"; }
+typescript_version=$(dev typescript) express_version=$(dev express)
 mkdir -p "$nm"
-if npm install --prefix "$nm" --no-audit --no-fund --loglevel=error \
-     "typescript@$typescript_version" "express@$express_version" "$ROOT/clients/node"; then
-  results+=("node install: ok")
+rm -rf "$nm/package-lock.json" "$nm/node_modules/idemd"
+printf '%s\n' '{"name": "idemd-client-tests", "private": true, "type": "module",' \
+  ' "scripts": {"test": "node --test --test-reporter=spec test/*.test.js"}}' >"$nm/package.json"
+if [ -n "$tgz" ] && [ -f "$tgz" ] &&
+   npm install --prefix "$nm" --save-exact --no-audit --no-fund --loglevel=error \
+     "typescript@$typescript_version" "express@$express_version" "$ROOT/$tgz" &&
+   [ -f "$nm/node_modules/idemd/package.json" ] && [ ! -L "$nm/node_modules/idemd" ]; then
+  results+=("node install from $(basename "$tgz"): ok")
 else
   results+=("node install: FAILED"); problems+=("node install"); fail=1
 fi
@@ -166,11 +214,11 @@ else
   results+=("tsc: FAILED"); problems+=("tsc"); fail=1
 fi
 
-say "node: node --test"
+say "node: npm test in the test app (node --test)"
 # The tests import "idemd" and "express" as an application would: run them
 # from where npm installed both.
 rm -rf "$nm/test" && cp -r clients/node/test "$nm/test"
-node --test --test-reporter=spec "$nm"/test/*.test.js 2>&1 | tee "$TMP/node.log"
+npm test --prefix "$nm" --silent 2>&1 | tee "$TMP/node.log"
 rc=${PIPESTATUS[0]}
 np=$(sed -nE 's/^ℹ pass ([0-9]+)$/\1/p' "$TMP/node.log" | tail -n 1)
 nf=$(sed -nE 's/^ℹ fail ([0-9]+)$/\1/p' "$TMP/node.log" | tail -n 1)
