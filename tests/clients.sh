@@ -14,14 +14,15 @@
 # tests; the main one also has a gateway route POST /shop/orders for
 # tenant acme's order.create, forwarding to 127.0.0.1:$IDEMD_UPSTREAM_PORT,
 # where the JVM suite's mobile-checkout test starts its own upstream),
-# installs the Python package the ordinary way (pip from the directory, and
-# from a wheel built with pip wheel, each into a fresh virtualenv, build
-# dependencies from PyPI; the test virtualenv also gets FastAPI, Starlette,
-# httpx2 and Django, pinned, for the integrations' tests) and the Node
-# package from its npm pack tarball (build/node-pack; its file list is
-# checked) into the test app build/node-clients (with typescript and express
-# pinned in clients/node's devDependencies), whose "npm test" runs the
-# suite, and runs the suites.
+# builds each client's release artifacts and installs the tests' apps from
+# them, as from a registry: Python's sdist and wheel (pyproject-build, into
+# build/python-dist; pip installs the checkout, the sdist and the wheel,
+# each into a fresh virtualenv, build dependencies from PyPI; the tests run
+# against the wheel's, which also gets FastAPI, Starlette, httpx2 and
+# Django, pinned, for the integrations' tests), Node's npm pack tarball
+# (build/node-pack; its file list is checked), installed with the pinned
+# typescript and express into the test app build/node-clients, whose
+# "npm test" runs the suite. Then it runs the suites.
 # Go's build cache is build/go-cache, so a repeat is fast. Prints each
 # runner's own summary lines and the conformance table; exits non-zero on
 # any failure.
@@ -33,6 +34,8 @@ BIN=${IDEMD_BIN:-$ROOT/build/idemd}
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=$(command -v python3)
 
+# The PyPA build frontend that makes Python's sdist and wheel.
+python_build_version=1.6.1
 # The web frameworks the Python integrations are tested under (their own
 # test clients: FastAPI/Starlette's TestClient on httpx2, Django's Client).
 python_web=(fastapi==0.163.2 starlette==1.10.0 httpx2==2.16.2 django==5.2.17)
@@ -107,30 +110,80 @@ curl -fsS -o /dev/null -X PUT "$IDEMD_URL/v1/operations/order.create" \
   { echo "clients.sh: cannot create operation order.create" >&2; exit 1; }
 
 # ---------------------------------------------------------------- Python
-say "python: pip install clients/python, and a wheel built from it (fresh virtualenvs)"
+say "python: sdist and wheel (pyproject-build) into build/python-dist; what they hold"
 export PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-# The ordinary way: pip builds the package in an isolated environment with
-# setuptools fetched from PyPI. pytest comes from the system (Debian's
-# python3-pytest), hence --system-site-packages; idemd itself is not there.
-venv=$TMP/venv
-if "$PY" -m venv --system-site-packages "$TMP/venv-dir" &&
-   "$TMP/venv-dir/bin/pip" install -q clients/python &&
-   "$TMP/venv-dir/bin/python" -c 'import idemd, sys; sys.exit(0 if idemd.Client else 1)'; then
-  results+=("pip install clients/python: ok")
+# The release artifacts, as a maintainer makes them: build (pinned, from
+# PyPI) writes the sdist, then builds the wheel from that sdist, each in an
+# isolated environment with setuptools fetched from PyPI. Its script, not
+# python -m build: the directory build/ here would shadow the module.
+dist=build/python-dist
+rm -rf "$dist" && mkdir -p "$dist"
+sdist= whl=
+if "$PY" -m venv "$TMP/venv-build" &&
+   "$TMP/venv-build/bin/pip" install -q "build==$python_build_version" &&
+   "$TMP/venv-build/bin/pyproject-build" clients/python --outdir "$dist" \
+     >"$TMP/python-build.log" 2>&1 &&
+   sdist=$(ls "$dist"/idemd-*.tar.gz) && whl=$(ls "$dist"/idemd-*.whl) &&
+   "$PY" - "$sdist" "$whl" clients/python/src/idemd <<'PY'
+import os, sys, tarfile, zipfile
+sdist, whl, src = sys.argv[1:]
+pkg = {f for f in os.listdir(src) if f.endswith(".py") or f == "py.typed"}
+top = os.path.basename(sdist)[: -len(".tar.gz")]
+with tarfile.open(sdist) as t:
+    in_sdist = {n.removeprefix(top + "/") for n in t.getnames()}
+with zipfile.ZipFile(whl) as z:
+    in_whl = set(z.namelist())
+bad = []
+bad += [f"sdist lacks {f}" for f in ["pyproject.toml", "README.md", "PKG-INFO"] if f not in in_sdist]
+bad += [f"sdist lacks src/idemd/{f}" for f in sorted(pkg) if f"src/idemd/{f}" not in in_sdist]
+bad += [f"wheel lacks idemd/{f}" for f in sorted(pkg) if f"idemd/{f}" not in in_whl]
+bad += [f"wheel holds {f}" for f in sorted(in_whl)
+        if not (f.startswith("idemd/") and f.removeprefix("idemd/") in pkg or ".dist-info/" in f)]
+print(f"  {os.path.basename(sdist)}: {len(in_sdist)} entries; "
+      f"{os.path.basename(whl)}: {len(in_whl)} files")
+for b in bad:
+    print("  " + b)
+sys.exit(1 if bad else 0)
+PY
+then
+  results+=("python build: ok ($(basename "$sdist"), $(basename "$whl"))")
 else
-  results+=("pip install clients/python: FAILED"); problems+=("pip install clients/python"); fail=1
+  cat "$TMP/python-build.log" 2>/dev/null | tail -n 30
+  results+=("python build: FAILED"); problems+=("python build"); fail=1
 fi
 rm -rf clients/python/build clients/python/src/idemd.egg-info
-# From a wheel: build it, install the .whl into another fresh virtualenv;
-# the tests run against that install.
-if "$PY" -m venv --system-site-packages "$venv" &&
-   "$venv/bin/pip" wheel -q --no-deps -w "$TMP/wheels" clients/python &&
-   whl=$(ls "$TMP"/wheels/idemd-*.whl) &&
+
+say "python: pip install from the checkout, the sdist and the wheel (fresh virtualenvs)"
+# pytest comes from the system (Debian's python3-pytest), hence
+# --system-site-packages; idemd itself is not there. From the checkout and
+# from the sdist pip builds the package (setuptools from PyPI): those two
+# run in the background, beside the wheel's install; the wheel's virtualenv
+# also gets the web frameworks, and the tests run against it.
+imports='import idemd, idemd.aio, idemd.asgi, sys; sys.exit(0 if idemd.Client else 1)'
+install_from() {  # NAME FROM: FROM into the fresh virtualenv $TMP/venv-NAME
+  [ -n "$2" ] && "$PY" -m venv --system-site-packages "$TMP/venv-$1" &&
+    "$TMP/venv-$1/bin/pip" install -q "$2" &&
+    (cd "$TMP" && "$TMP/venv-$1/bin/python" -c "$imports")
+}
+install_from checkout clients/python >"$TMP/pip-checkout.log" 2>&1 & pip_checkout=$!
+install_from sdist "$sdist" >"$TMP/pip-sdist.log" 2>&1 & pip_sdist=$!
+pids+=("$pip_checkout" "$pip_sdist")
+venv=$TMP/venv
+if [ -n "$whl" ] && "$PY" -m venv --system-site-packages "$venv" &&
    "$venv/bin/pip" install -q "$whl" "${python_web[@]}"; then
-  results+=("python wheel $(basename "$whl"): ok")
+  results+=("pip install $(basename "$whl"): ok")
 else
-  results+=("python wheel: FAILED"); problems+=("python wheel"); fail=1
+  results+=("pip install the wheel: FAILED"); problems+=("python wheel"); fail=1
 fi
+for what in checkout sdist; do
+  if [ "$what" = checkout ]; then pid=$pip_checkout from=clients/python; else pid=$pip_sdist from=${sdist#"$dist"/}; fi
+  if wait "$pid"; then
+    results+=("pip install $from: ok")
+  else
+    cat "$TMP/pip-$what.log"
+    results+=("pip install from the $what: FAILED"); problems+=("pip install ($what)"); fail=1
+  fi
+done
 rm -rf clients/python/build clients/python/src/idemd.egg-info
 
 say "python: mypy --strict on the idemd package"
