@@ -22,7 +22,9 @@
 # Django, pinned, for the integrations' tests), Node's npm pack tarball
 # (build/node-pack; its file list is checked), installed with the pinned
 # typescript and express into the test app build/node-clients, whose
-# "npm test" runs the suite. Then it runs the suites.
+# "npm test" runs the suite; the JVM's jars (with -sources and -javadoc
+# jars) are installed into build/m2 by clients/jvm/run-tests.sh. Then it
+# runs the suites.
 # Go's build cache is build/go-cache, so a repeat is fast. Prints each
 # runner's own summary lines and the conformance table; exits non-zero on
 # any failure.
