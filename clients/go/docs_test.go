@@ -90,13 +90,41 @@ func checkDocBlocks(t *testing.T, page string) {
 	}
 }
 
-// TestInstallWithReplace runs the install commands of the README in a
-// fresh module (the checkout's path instead of ../idemd) and builds a
-// program importing the client.
-func TestInstallWithReplace(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command")
+// installLines returns the line of README.md and of docs/clients/go.md
+// that starts with prefix (an install command), failing unless both pages
+// show the same one.
+func installLines(t *testing.T, prefix string) string {
+	t.Helper()
+	var found []string
+	for _, page := range []string{"README.md", filepath.Join("..", "..", "docs", "clients", "go.md")} {
+		text, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := ""
+		for _, l := range strings.Split(string(text), "\n") {
+			if strings.HasPrefix(l, prefix) {
+				line = l
+				break
+			}
+		}
+		if line == "" {
+			t.Fatalf("%s: no line starting with %q", page, prefix)
+		}
+		found = append(found, line)
 	}
+	if found[0] != found[1] {
+		t.Fatalf("the pages differ:\n%s\n%s", found[0], found[1])
+	}
+	return found[0]
+}
+
+// installAndRun runs the install line of the pages in a fresh module (the
+// checkout's path instead of ../idemd, commands joined with &&, each a go
+// command), then builds and runs a program importing the client, with no
+// module proxy.
+func installAndRun(t *testing.T, line string, env ...string) {
+	t.Helper()
 	dir := t.TempDir()
 	src, err := filepath.Abs(".")
 	if err != nil {
@@ -106,15 +134,19 @@ func TestInstallWithReplace(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(main), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{
-		{"mod", "init", "example.com/shop"},
-		{"mod", "edit", "-require=idemd.dev/go/idemd@v0.0.0", "-replace=idemd.dev/go/idemd=" + src},
-		{"mod", "tidy"},
-		{"run", "."},
-	} {
+	cmds := [][]string{{"mod", "init", "example.com/shop"}}
+	for _, c := range strings.Split(strings.ReplaceAll(line, "../idemd/clients/go", src), " && ") {
+		f := strings.Fields(c)
+		if len(f) < 2 || f[0] != "go" {
+			t.Fatalf("not a go command: %q", c)
+		}
+		cmds = append(cmds, f[1:])
+	}
+	cmds = append(cmds, []string{"run", "."})
+	for _, args := range cmds {
 		cmd := exec.Command("go", args...)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off")
+		cmd.Env = append(os.Environ(), append([]string{"GOPROXY=off"}, env...)...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("go %v: %v\n%s", args, err, out)
@@ -123,4 +155,22 @@ func TestInstallWithReplace(t *testing.T) {
 			t.Fatalf("go run: %s", out)
 		}
 	}
+}
+
+// TestInstallWithReplace runs the install line of the README and of
+// docs/clients/go.md (a replace directive and go get).
+func TestInstallWithReplace(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	installAndRun(t, installLines(t, "go mod edit -replace="), "GOFLAGS=-mod=mod", "GOWORK=off")
+}
+
+// TestInstallWithWorkspace runs the pages' other way, a go.work that uses
+// the checkout's module (workspace mode refuses -mod=mod: GOFLAGS empty).
+func TestInstallWithWorkspace(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	installAndRun(t, installLines(t, "go work init "), "GOFLAGS=", "GOWORK=")
 }
