@@ -18,6 +18,7 @@
 #include "answer.h"
 #include "batcher.h"
 #include "callerkey.h"
+#include "claim.h"
 #include "handlers.h"
 #include "log.h"
 #include "metrics.h"
@@ -351,7 +352,7 @@ static json_t *h_claim_item_answer(struct h_batch *b, struct h_item *it)
 		metrics_add(METRIC_DB_UNAVAILABLE, 1);
 		return h_item_outcome(it, OUTCOME_UNAVAILABLE, NULL);
 	}
-	o = h_item_outcome(it, engine_claim_outcome(res, 1, &v), &v);
+	o = h_item_outcome(it, claim_outcome(res, 1, &v), &v);
 	switch (res->cr_outcome) {
 	case CLAIM_CLAIMED:
 		metrics_add(METRIC_CLAIMS, 1);
@@ -363,7 +364,7 @@ static json_t *h_claim_item_answer(struct h_batch *b, struct h_item *it)
 		break;
 	case CLAIM_REPLAY:
 		metrics_add(METRIC_REPLAYS, 1);
-		engine_count_replay(&it->t, 0);
+		claim_count_replay(&it->t, 0);
 		replaycache_put(it->t.tenant_id, it->t.id, it->has_fp ? it->fp : NULL,
 				&res->cr_response, res->cr_record_expires_at);
 		json_object_set_new(o, "id", h_item_id(it));
@@ -420,7 +421,7 @@ static void h_claim_item_prepare(struct h_batch *b, struct h_item *it, json_t *o
 				   &it->cached, NULL, NULL)) {
 	case REPLAYCACHE_HIT:
 		metrics_add(METRIC_REPLAYS, 1);
-		engine_count_replay(&it->t, 0);
+		claim_count_replay(&it->t, 0);
 		it->status = 200;
 		return;
 	case REPLAYCACHE_OTHER_FP:
@@ -432,8 +433,8 @@ static void h_claim_item_prepare(struct h_batch *b, struct h_item *it, json_t *o
 		break;
 	}
 	size_t k = b->hb_m;
-	if (engine_claim_args(&it->t, &b->hb_op, it->has_fp ? it->fp : NULL, NULL, b->hb_vkeys[k],
-			      &b->hb_cargs[k]) != NULL) {
+	if (claim_args_fill(&it->t, &b->hb_op, it->has_fp ? it->fp : NULL, NULL, b->hb_vkeys[k],
+			    &b->hb_cargs[k]) != NULL) {
 		h_item_refuse(it, 400, "invalid_request");
 		return;
 	}

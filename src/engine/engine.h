@@ -119,11 +119,6 @@ int engine_claim(struct request *req, const struct token *t, const uint8_t *fp,
  */
 int engine_replay_raw(struct request *req, const struct token *t) IDEMD_WUR;
 
-/* Counts one duplicate of T answered with its stored response: its record's
- * replay count (replaycount.c) and idemd_duplicates_total, outcome
- * "waited" when WAITED (it waited with Prefer: wait), else "replayed". */
-void engine_count_replay(const struct token *t, int waited);
-
 /*
  * POST .../complete and .../release of the record T addresses (a token, or
  * a caller key when IS_KEY: a record never claimed is then 404
@@ -156,22 +151,6 @@ void engine_record_fields(json_t *o, const struct record_view *rv, const char *s
 /* The latest checkpoint of RV as {"phase","data","attempt"}, owned
  * (json_decref()), or NULL when it has none. */
 json_t *engine_checkpoint_json(const struct record_view *rv);
-
-/*
- * The claim arguments of T under policy OP into A: fingerprint FP (NULL:
- * none), the precondition IF_MATCH (NULL: the version T carries, if any);
- * VKEY receives the expanded counter name. A borrows T, FP and VKEY for as
- * long as it is used. NULL, or why the claim is refused (400
- * invalid_request, a literal).
- */
-const char *engine_claim_args(const struct token *t, const struct operation *op, const uint8_t *fp,
-			      const char *if_match, char vkey[VERSIONKEY_MAX + 1],
-			      struct claim_args *a);
-
-/* The outcome of claim RES (a caller key's when IS_KEY), with the values
- * its answer names in *V: what a single claim and a batch item answer. */
-enum outcome engine_claim_outcome(const struct claim_result *res, int is_key,
-				  struct outcome_values *v);
 
 /* The fingerprint of a claim body: its "fingerprint" string, else the
  * canonical JSON of its "request", else none (*HAS_FP 0). 0, or -1 after

@@ -5,9 +5,10 @@
  * through CLAIMED, 409 with Retry-After, 410, 412 with the ETag, 422, 428,
  * 503 when the database did not answer, a replay that fills the cache); a
  * claim refused before the database replies at once and never suspends;
- * with KEEPS the answer is built on the batcher thread and a successful
- * claim stays suspended; the return rule (0 carry on, -1 replied); the
- * issuance rate limit.
+ * with KEEPS a granted claim stays suspended for CLAIMED on the batcher
+ * thread and every other outcome is answered on the request's thread; the
+ * return rule (0 carry on, -1 replied); the issuance rate limit. The claim
+ * core's outcomes alone are tested in test_claim.c.
  *
  * The batcher is replaced by the stand-in below, which keeps the job so
  * the test plays the batcher thread; HTTP by tests/unit/fake_http.c. */
@@ -25,6 +26,7 @@
 #include "batcher.h"
 #include "config.h"
 #include "answer.h"
+#include "claim.h"
 #include "engine.h"
 #include "fake_http.h"
 #include "opcache.h"
@@ -376,23 +378,23 @@ static void test_claim_outcomes(void **state)
 
 	(void)state;
 	res.cr_outcome = CLAIM_CLAIMED;
-	assert_int_equal(engine_claim_outcome(&res, 0, &v), OUTCOME_CLAIMED);
+	assert_int_equal(claim_outcome(&res, 0, &v), OUTCOME_CLAIMED);
 	res.cr_outcome = CLAIM_REPLAY;
-	assert_int_equal(engine_claim_outcome(&res, 0, &v), OUTCOME_REPLAY);
+	assert_int_equal(claim_outcome(&res, 0, &v), OUTCOME_REPLAY);
 	res.cr_outcome = CLAIM_IN_PROGRESS;
 	res.cr_retry_after = 7;
-	assert_int_equal(engine_claim_outcome(&res, 0, &v), OUTCOME_IN_PROGRESS);
+	assert_int_equal(claim_outcome(&res, 0, &v), OUTCOME_IN_PROGRESS);
 	assert_int_equal(v.ov_retry_after, 7);
 	res.cr_outcome = CLAIM_VERSION_MISMATCH;
 	res.cr_current_version = 42;
-	assert_int_equal(engine_claim_outcome(&res, 0, &v), OUTCOME_VERSION_MISMATCH);
+	assert_int_equal(claim_outcome(&res, 0, &v), OUTCOME_VERSION_MISMATCH);
 	assert_int_equal(v.ov_version, 42);
 	/* a token past its expiry; a caller key's claim too late for its life */
 	res.cr_outcome = CLAIM_EXPIRED;
-	assert_int_equal(engine_claim_outcome(&res, 0, &v), OUTCOME_TOKEN_EXPIRED);
-	assert_int_equal(engine_claim_outcome(&res, 1, &v), OUTCOME_KEY_LIFE_SPENT);
+	assert_int_equal(claim_outcome(&res, 0, &v), OUTCOME_TOKEN_EXPIRED);
+	assert_int_equal(claim_outcome(&res, 1, &v), OUTCOME_KEY_LIFE_SPENT);
 	res.cr_outcome = CLAIM_VERSION_REQUIRED;
-	assert_int_equal(engine_claim_outcome(&res, 0, &v), OUTCOME_VERSION_REQUIRED);
+	assert_int_equal(claim_outcome(&res, 0, &v), OUTCOME_VERSION_REQUIRED);
 	assert_int_equal(answer_status(OUTCOME_VERSION_REQUIRED), 428);
 	assert_string_equal(answer_code(OUTCOME_IN_PROGRESS), "request_in_progress");
 	assert_null(answer_code(OUTCOME_CLAIMED));
