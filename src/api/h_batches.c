@@ -23,7 +23,6 @@
 #include "log.h"
 #include "metrics.h"
 #include "opcache.h"
-#include "replaycache.h"
 #include "reqjson.h"
 #include "engine.h"
 #include "store.h"
@@ -353,9 +352,9 @@ static json_t *h_claim_item_answer(struct h_batch *b, struct h_item *it)
 		return h_item_outcome(it, OUTCOME_UNAVAILABLE, NULL);
 	}
 	o = h_item_outcome(it, claim_outcome(res, 1, &v), &v);
+	claim_settled(&it->t, it->has_fp ? it->fp : NULL, res, 0, 0);
 	switch (res->cr_outcome) {
 	case CLAIM_CLAIMED:
-		metrics_add(METRIC_CLAIMS, 1);
 		json_object_set_new(o, "id", h_item_id(it));
 		json_object_set_new(o, "attempt", json_integer(res->cr_attempt));
 		json_object_set_new(o, "lease_expires_at", rfc3339_json(res->cr_lease_expires_at));
@@ -363,22 +362,12 @@ static json_t *h_claim_item_answer(struct h_batch *b, struct h_item *it)
 			h_item_checkpoint(o, &it->t);
 		break;
 	case CLAIM_REPLAY:
-		metrics_add(METRIC_REPLAYS, 1);
-		claim_count_replay(&it->t, 0);
-		replaycache_put(it->t.tenant_id, it->t.id, it->has_fp ? it->fp : NULL,
-				&res->cr_response, res->cr_record_expires_at);
 		json_object_set_new(o, "id", h_item_id(it));
 		json_object_set_new(o, "attempt", json_integer(res->cr_attempt));
 		json_object_set_new(o, "response", reqjson_response(&res->cr_response));
 		break;
 	case CLAIM_IN_PROGRESS:
-		metrics_add(METRIC_CONFLICTS, 1);
-		metrics_duplicate(it->t.tenant_id, it->t.operation_id, METRICS_DUP_IN_PROGRESS);
 		json_object_set_new(o, "attempt", json_integer(res->cr_attempt));
-		break;
-	case CLAIM_FINGERPRINT_MISMATCH:
-		metrics_duplicate(it->t.tenant_id, it->t.operation_id,
-				  METRICS_DUP_FINGERPRINT_MISMATCH);
 		break;
 	default:
 		break;
@@ -417,16 +406,11 @@ static void h_claim_item_prepare(struct h_batch *b, struct h_item *it, json_t *o
 		it->t.subject_len = strlen(subject);
 		memcpy(it->t.subject, subject, it->t.subject_len + 1);
 	}
-	switch (replaycache_lookup(it->t.tenant_id, it->t.id, it->has_fp ? it->fp : NULL, 0,
-				   &it->cached, NULL, NULL)) {
+	switch (claim_cached(&it->t, it->has_fp ? it->fp : NULL, 0, &it->cached, NULL, NULL)) {
 	case REPLAYCACHE_HIT:
-		metrics_add(METRIC_REPLAYS, 1);
-		claim_count_replay(&it->t, 0);
 		it->status = 200;
 		return;
 	case REPLAYCACHE_OTHER_FP:
-		metrics_duplicate(it->t.tenant_id, it->t.operation_id,
-				  METRICS_DUP_FINGERPRINT_MISMATCH);
 		h_item_decided(it, OUTCOME_FINGERPRINT_MISMATCH);
 		return;
 	case REPLAYCACHE_MISS:
@@ -485,11 +469,7 @@ static json_t *h_complete_item_answer(struct h_batch *b, struct h_item *it)
 		if (res->cpr_outcome == COMPLETE_ALREADY &&
 		    !engine_same_response(&b->hb_resp[it->db], &res->cpr_stored))
 			return h_item_outcome(it, OUTCOME_COMPLETION_CONFLICT, &v);
-		if (res->cpr_outcome == COMPLETE_STORED)
-			metrics_add(METRIC_COMPLETIONS, 1);
-		replaycache_put(it->t.tenant_id, it->t.id,
-				res->cpr_has_fingerprint ? res->cpr_fingerprint : NULL,
-				&res->cpr_stored, res->cpr_expires_at);
+		engine_completion_keep(it->t.tenant_id, it->t.id, res);
 		return h_item_outcome(it, OUTCOME_STORED, NULL);
 	case COMPLETE_LEASE_LOST:
 		return h_item_outcome(it, OUTCOME_LEASE_LOST, &v);

@@ -176,29 +176,32 @@ void claim_free(struct claim *c)
 	free(c);
 }
 
-/* The claim's outcome from its database step (RC) or the replay cache,
- * counted; then DONE. */
-static void claim_settle(struct claim *c, int rc)
+enum replaycache_hit claim_cached(const struct token *t, const uint8_t *fp, int kind,
+				  struct stored_response *r, char **reply, size_t *len)
 {
-	const struct token *t = &c->cl_in.ci_token;
-	struct claim_out *o = &c->cl_out;
-	struct claim_result *res = &o->co_res;
+	enum replaycache_hit hit = replaycache_lookup(t->tenant_id, t->id, fp, kind, r, reply, len);
 
-	if (rc < 0) {
-		o->co_outcome = OUTCOME_UNAVAILABLE;
-		c->cl_done(c, c->cl_arg);
-		return;
+	if (hit == REPLAYCACHE_HIT) {
+		metrics_add(METRIC_REPLAYS, 1);
+		claim_count_replay(t, 0);
+	} else if (hit == REPLAYCACHE_OTHER_FP) {
+		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_FINGERPRINT_MISMATCH);
 	}
-	o->co_outcome = claim_outcome(res, t->key_id == 0, &o->co_values);
+	return hit;
+}
+
+void claim_settled(const struct token *t, const uint8_t *fp, const struct claim_result *res,
+		   int waited, int from_cache)
+{
 	switch (res->cr_outcome) {
 	case CLAIM_CLAIMED:
 		metrics_add(METRIC_CLAIMS, 1);
 		break;
 	case CLAIM_REPLAY:
 		metrics_add(METRIC_REPLAYS, 1);
-		claim_count_replay(t, o->co_waited > 0);
-		if (!o->co_from_cache)
-			replaycache_put(t->tenant_id, t->id, claim_fp(c), &res->cr_response,
+		claim_count_replay(t, waited);
+		if (!from_cache)
+			replaycache_put(t->tenant_id, t->id, fp, &res->cr_response,
 					res->cr_record_expires_at);
 		break;
 	case CLAIM_IN_PROGRESS:
@@ -213,6 +216,21 @@ static void claim_settle(struct claim *c, int rc)
 		break;
 	default:
 		break;
+	}
+}
+
+/* The claim's outcome from its database step (RC) or the replay cache,
+ * counted; then DONE. */
+static void claim_settle(struct claim *c, int rc)
+{
+	const struct token *t = &c->cl_in.ci_token;
+	struct claim_out *o = &c->cl_out;
+
+	if (rc < 0) {
+		o->co_outcome = OUTCOME_UNAVAILABLE;
+	} else {
+		o->co_outcome = claim_outcome(&o->co_res, t->key_id == 0, &o->co_values);
+		claim_settled(t, claim_fp(c), &o->co_res, o->co_waited > 0, o->co_from_cache);
 	}
 	c->cl_done(c, c->cl_arg);
 }

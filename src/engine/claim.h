@@ -15,6 +15,7 @@
 
 #include "common.h"
 #include "outcome.h"
+#include "replaycache.h"
 #include "store.h"
 #include "token.h"
 #include "versionkey.h"
@@ -105,6 +106,22 @@ const char *claim_args_fill(const struct token *t, const struct operation *op, c
 char *claim_render_kept(const struct token *t, const uint8_t *fp, int kind, claim_render_fn render,
 			const struct stored_response *r, const void *raw, size_t raw_len,
 			size_t *len);
+
+/*
+ * The replay cache's word on a claim of T with fingerprint FP, counted:
+ * REPLAYCACHE_HIT with R (and, when REPLY is not NULL, the reply of KIND
+ * kept with it) as replaycache_lookup() fills them; REPLAYCACHE_OTHER_FP;
+ * or REPLAYCACHE_MISS (the database decides).
+ */
+enum replaycache_hit claim_cached(const struct token *t, const uint8_t *fp, int kind,
+				  struct stored_response *r, char **reply, size_t *len);
+
+/* Counts the database's result RES of a claim of T (fingerprint FP; it
+ * WAITED first; the replay came FROM_CACHE) once, and keeps a replay the
+ * database gave in the replay cache: what a single claim and a batch item
+ * share. */
+void claim_settled(const struct token *t, const uint8_t *fp, const struct claim_result *res,
+		   int waited, int from_cache);
 
 /* Counts one duplicate of T answered with its stored response: its record's
  * replay count (replaycount.c) and idemd_duplicates_total, outcome

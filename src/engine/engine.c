@@ -151,27 +151,23 @@ int engine_claim_cached_as(struct request *req, const struct token *t, const uin
 	struct stored_response r;
 	char *reply = NULL;
 	size_t reply_len = 0;
-
 	int has;
 	int64_t v;
+
 	if (engine_if_match(req, &has, &v) < 0)
 		return -1;
-	enum replaycache_hit cached = replaycache_lookup(t->tenant_id, t->id, fp, rp->er_kind, &r,
-							 rp->er_render != NULL ? &reply : NULL,
-							 &reply_len);
+	enum replaycache_hit cached = claim_cached(
+		t, fp, rp->er_kind, &r, rp->er_render != NULL ? &reply : NULL, &reply_len);
 
 	http_note_record(req, t->id);
 	if (cached == REPLAYCACHE_HIT) {
 		if (alias != NULL)
 			replaycache_set_alias(t->tenant_id, t->id, fp, alias);
-		metrics_add(METRIC_REPLAYS, 1);
-		claim_count_replay(t, 0);
 		engine_replay_answer(req, rp, t, fp, &r, reply, reply_len);
 		store_response_free(&r);
 		return -1;
 	}
 	if (cached == REPLAYCACHE_OTHER_FP) {
-		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_FINGERPRINT_MISMATCH);
 		answer_problem(req, OUTCOME_FINGERPRINT_MISMATCH, NULL);
 		return -1;
 	}
