@@ -23,7 +23,7 @@ import os
 import re
 import sys
 
-LAYERS = ["base", "store", "http", "engine", "gateway", "api", "cli"]
+LAYERS = ["base", "store", "engine", "http", "front", "gateway", "api", "cli"]
 TOP = "main.c"  # above every layer
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
