@@ -1,7 +1,8 @@
 """Helpers for the fault and hostile-input tests (test_faults_*.py,
 test_hostile.py, test_security.py): a worker pool that records every
 exchange, the duplicate storm shared by the storm and pgbouncer tests, a fake
-upstream for gateway routes, and a private pgbouncer.
+upstream for gateway routes, and a private pgbouncer. Its storm() (N calls
+released together) also serves test_concurrency.py and test_gateway.py.
 
 Everything listens on 127.0.0.1 only and every wait is bounded.
 """

@@ -93,6 +93,15 @@ def port_open(port, host="127.0.0.1"):
         return False
 
 
+def rss_kib(pid, field="VmRSS"):
+    """FIELD (VmRSS, VmHWM, ...) of process PID's /proc status, in KiB; 0 if absent."""
+    with open("/proc/%d/status" % pid) as f:
+        for ln in f:
+            if ln.startswith(field + ":"):
+                return int(ln.split()[1])
+    return 0
+
+
 def raw_http(port, head, body_after_continue=None, timeout=5.0):
     """Sends HEAD (bytes, through the blank line) on a raw socket.
 
@@ -463,6 +472,16 @@ class Server:
         raise AssertionError("idemd serve not ready on port %d after %.0fs (last: %r):\n%s"
                              % (self.port, timeout, last, self.stderr_text()))
 
+    def wait_exit(self, timeout):
+        """Waits up to TIMEOUT seconds for a server that is to exit by itself;
+        returns its exit code. Past TIMEOUT it is killed and
+        subprocess.TimeoutExpired is raised."""
+        try:
+            return self.proc.wait(timeout)
+        except Exception:
+            self.kill()
+            raise
+
     def stop(self, timeout=STOP_TIMEOUT):
         """SIGTERM, wait; returns the exit code (None if it had to be killed)."""
         if self.proc.poll() is None:
@@ -505,6 +524,24 @@ class Server:
             except ValueError:
                 out.append(ln)
         return out
+
+
+def shut_down(idemd):
+    """Stops every running server of IDEMD with SIGTERM, then cleans IDEMD up;
+    raises AssertionError if a server did not exit 0."""
+    rc = 0
+    err = ""
+    try:
+        for s in idemd.servers:
+            if s.proc.poll() is None:
+                r = s.stop()
+                if r != 0:
+                    rc = r
+                    err = s.stderr_text()[-3000:]
+    finally:
+        idemd.cleanup()
+    if rc != 0:
+        raise AssertionError("idemd serve did not exit 0 on SIGTERM (got %r):\n%s" % (rc, err))
 
 
 # ---------------------------------------------------------------- assertions
@@ -569,19 +606,21 @@ class IdemdCase(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        rc = 0
-        err = ""
-        try:
-            for s in cls.idemd.servers:
-                if s.proc.poll() is None:
-                    r = s.stop()
-                    if r != 0:
-                        rc = r
-                        err = s.stderr_text()[-3000:]
-        finally:
-            cls.idemd.cleanup()
-        if rc != 0:
-            raise AssertionError("idemd serve did not exit 0 on SIGTERM (got %r):\n%s" % (rc, err))
+        shut_down(cls.idemd)
+
+    @classmethod
+    def stop_after_class(cls, helper):
+        """Has HELPER.stop() called once the class is done: after
+        tearDownClass, or when setUpClass fails. Returns HELPER."""
+        cls.addClassCleanup(helper.stop)
+        return helper
+
+    @classmethod
+    def define_operation(cls, name, client=None, **policy):
+        """For setUpClass: PUTs operation NAME with DEFAULT_POLICY updated by
+        POLICY; anything but 200 or 201 raises AssertionError."""
+        r = (client or cls.client).put("/v1/operations/" + name, dict(DEFAULT_POLICY, **policy))
+        assert r.status in (200, 201), r.describe()
 
     # ---- API helpers (all use tenant 0 unless a client is given)
 
@@ -649,6 +688,20 @@ class IdemdCase(unittest.TestCase):
         r = (client or self.client).get("/v1/versions/%s" % key)
         j = assert_status(self, r, 200)
         return j["version"]
+
+
+class MigratedCase(unittest.TestCase):
+    """One config and one migrated database per class, no tenant and no
+    server: each test starts what it needs."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.idemd = Idemd()
+        cls.idemd.migrate()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.idemd.cleanup()
 
 
 def tamper(token, index):

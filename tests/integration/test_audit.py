@@ -113,24 +113,12 @@ class GatewayAudit(IdemdCase):
     @classmethod
     def setUpClass(cls):
         from test_gateway import Upstream
-        cls.up = Upstream()
+        cls.up = cls.stop_after_class(Upstream())
         cls.extra_config = {"routes": [{
             "method": "POST", "path": "/orders", "tenant": "acme", "operation": "order.create",
             "upstream": "http://127.0.0.1:%d/ok" % cls.up.port}]}
-        try:
-            super().setUpClass()
-        except BaseException:
-            cls.up.stop()
-            raise
-        assert cls.client.put("/v1/operations/order.create",
-                              harness.DEFAULT_POLICY).status in (200, 201)
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.up.stop()
+        super().setUpClass()
+        cls.define_operation("order.create")
 
     def test_route_is_named(self):
         r = self.issue_resp("order.create")

@@ -40,7 +40,7 @@ class BrokenAnswers(IdemdCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.up = Upstream()
+        cls.up = cls.stop_after_class(Upstream())
         u = "http://127.0.0.1:%d" % cls.up.port
         route = {"tenant": "acme", "key": "header:Idempotency-Key"}
         cls.extra_config = {"routes": [
@@ -49,24 +49,13 @@ class BrokenAnswers(IdemdCase):
             dict(route, method="POST", path="/token-pay", operation="pay.token",
                  upstream=u + "/token-pay", timeout_ms=1000, key="token"),
         ]}
-        try:
-            super().setUpClass()
-        except BaseException:
-            cls.up.stop()
-            raise
+        super().setUpClass()
         policy = dict(harness.DEFAULT_POLICY, lease_seconds=3)
         for op in ("pay.held", "pay.token"):
             r = cls.client.put("/v1/operations/" + op, policy)
             if r.status not in (200, 201):
                 cls.tearDownClass()
                 raise AssertionError(r.describe())
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.up.stop()
 
     def executions(self, marker):
         """The requests that reached the upstream with MARKER in their body,
@@ -184,11 +173,7 @@ class RouteOutlivesLease(IdemdCase):
         # refused at start, naming both values
         self.idemd.write_config(routes=[self.route(10000)])
         srv = self.idemd.start(wait=False)
-        try:
-            rc = srv.proc.wait(15)
-        except Exception:
-            srv.kill()
-            raise
+        rc = srv.wait_exit(15)
         self.assertNotEqual(rc, 0, "idemd started with a route that outlives its lease")
         text = srv.stderr_text()
         self.assertIn("timeout_ms 10000", text)

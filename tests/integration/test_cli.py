@@ -20,7 +20,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import BIN, Client, Idemd, assert_status, conninfo, psql, uniq  # noqa: E402
+from harness import (BIN, Client, Idemd, MigratedCase, assert_status, conninfo, psql,  # noqa: E402
+                     uniq)
 
 
 def read(path):
@@ -447,16 +448,7 @@ class Migrate(unittest.TestCase):
                       "run 'idemd migrate'" % last, p.stderr)
 
 
-class TenantCreate(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.idemd = Idemd()
-        cls.idemd.migrate()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.idemd.cleanup()
-
+class TenantCreate(MigratedCase):
     def test_check_config_refuses_a_route_of_an_unknown_tenant(self):
         name = uniq("tenant")
         self.idemd.tenant_create(name)

@@ -4,33 +4,12 @@ sharing one database (concurrent claims, replays, version bumps)."""
 import collections
 import os
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import Client, IdemdCase, assert_status, free_port, uniq  # noqa: E402
-
-
-def storm(n, fn):
-    """Runs fn(i) in N threads released together; returns (results, elapsed)."""
-    barrier = threading.Barrier(n)
-    results = [None] * n
-
-    def run(i):
-        barrier.wait()
-        try:
-            results[i] = fn(i)
-        except Exception as e:  # a connection error is a result too
-            results[i] = e
-
-    ts = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    t0 = time.monotonic()
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return results, time.monotonic() - t0
+from faultkit import storm  # noqa: E402
 
 
 def figures(results):

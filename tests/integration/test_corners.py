@@ -167,7 +167,7 @@ class Leases(IdemdCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.up = Upstream()
+        cls.up = cls.stop_after_class(Upstream())
         u = "http://127.0.0.1:%d" % cls.up.port
         route = {"method": "POST", "tenant": "acme", "key": "header:Idempotency-Key"}
         cls.extra_config = {"routes": [
@@ -175,22 +175,9 @@ class Leases(IdemdCase):
                  timeout_ms=500),
             dict(route, path="/cut", operation="pay.cut", upstream=u + "/cut",
                  timeout_ms=1500)]}
-        try:
-            super().setUpClass()
-            for op, lease in (("pay.tight", 1), ("pay.cut", 2)):
-                r = cls.client.put("/v1/operations/" + op,
-                                   dict(harness.DEFAULT_POLICY, lease_seconds=lease))
-                assert r.status in (200, 201), r.describe()
-        except BaseException:
-            cls.up.stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.up.stop()
+        super().setUpClass()
+        for op, lease in (("pay.tight", 1), ("pay.cut", 2)):
+            cls.define_operation(op, lease_seconds=lease)
 
     def test_second_claim_after_a_lock_wait_gets_a_whole_lease(self):
         op = self.put_operation(lease_seconds=1)
@@ -288,28 +275,15 @@ class Resend(IdemdCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.up = rawupstream.RawUpstream()
+        cls.up = cls.stop_after_class(rawupstream.RawUpstream())
         cls.seen = set()
         cls.up.modes["drop-once"] = cls.drop_once
         cls.extra_config = {"routes": [
             {"method": "POST", "path": "/pay", "tenant": "acme", "operation": "pay.once",
              "upstream": cls.up.url + "/pay", "key": "header:Idempotency-Key",
              "timeout_ms": 2000}]}
-        try:
-            super().setUpClass()
-            r = cls.client.put("/v1/operations/pay.once",
-                               dict(harness.DEFAULT_POLICY, lease_seconds=3))
-            assert r.status in (200, 201), r.describe()
-        except BaseException:
-            cls.up.stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.up.stop()
+        super().setUpClass()
+        cls.define_operation("pay.once", lease_seconds=3)
 
     @classmethod
     def drop_once(cls, req):

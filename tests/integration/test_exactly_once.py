@@ -46,7 +46,7 @@ class Lives(IdemdCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.up = Upstream()
+        cls.up = cls.stop_after_class(Upstream())
         u = "http://127.0.0.1:%d" % cls.up.port
         cls.extra_config = dict(cls.extra_config, routes=[
             {"method": "POST", "path": "/pay", "tenant": "acme", "operation": "pay.slow",
@@ -54,22 +54,9 @@ class Lives(IdemdCase):
             {"method": "POST", "path": "/big", "tenant": "acme", "operation": "pay.big",
              "upstream": u + "/big", "key": "header:Idempotency-Key", "timeout_ms": 5000},
         ])
-        try:
-            super().setUpClass()
-        except BaseException:
-            cls.up.stop()
-            raise
+        super().setUpClass()
         for name, lease in (("pay.slow", 1), ("pay.big", 30)):
-            r = cls.client.put("/v1/operations/" + name,
-                               dict(harness.DEFAULT_POLICY, lease_seconds=lease))
-            assert r.status in (200, 201), r.describe()
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.up.stop()
+            cls.define_operation(name, lease_seconds=lease)
 
     def executions(self, marker):
         """How many requests carrying MARKER in their body reached the upstream

@@ -29,7 +29,7 @@ DONE_FORWARDS = 5  # gateway forwards acknowledged before the kill
 class CrashRestart(IdemdCase):
     @classmethod
     def setUpClass(cls):
-        cls.up = faultkit.Upstream(status=201)
+        cls.up = cls.stop_after_class(faultkit.Upstream(status=201))
         cls.extra_config = {
             "pool_size": 8, "threads": 8,
             "routes": [{"method": "POST", "path": "/orders", "tenant": "acme",
@@ -37,21 +37,8 @@ class CrashRestart(IdemdCase):
                         "store_headers": ["Location"],
                         "connect_timeout_ms": 500, "timeout_ms": 1500}],
         }
-        try:
-            super().setUpClass()
-        except BaseException:
-            cls.up.stop()
-            raise
-        r = cls.client.put("/v1/operations/gw.order",
-                           dict(harness.DEFAULT_POLICY, lease_seconds=LEASE))
-        assert r.status in (200, 201), r.describe()
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.up.stop()
+        super().setUpClass()
+        cls.define_operation("gw.order", lease_seconds=LEASE)
 
     def restart(self, victim):
         """kill -9 VICTIM, start a new idemd on its port; returns it."""

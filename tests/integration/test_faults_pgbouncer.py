@@ -30,10 +30,10 @@ class BehindPgBouncer(IdemdCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.bouncer = faultkit.PgBouncer(pool_size=SERVER_POOL)   # fails if missing
+        cls.bouncer = cls.stop_after_class(faultkit.PgBouncer(pool_size=SERVER_POOL))  # or fails
+        cls.bouncer.start()
+        super().setUpClass()   # migrate and tenants: directly to PostgreSQL
         try:
-            cls.bouncer.start()
-            super().setUpClass()   # migrate and tenants: directly to PostgreSQL
             cls.idemd.write_config(database_url=cls.bouncer.conninfo(cls.idemd.db),
                                    prepared_statements=False, pool_size=IDEMD_POOL, threads=8,
                                    sweep_interval_seconds=1)
@@ -44,19 +44,8 @@ class BehindPgBouncer(IdemdCase):
             cls.clients = [Client(s.port, cls.api_key, timeout=60)
                            for s in (cls.server, cls.server2)]
         except BaseException:
-            try:
-                if hasattr(cls, "idemd"):
-                    cls.idemd.cleanup()
-            finally:
-                cls.bouncer.stop()
+            cls.idemd.cleanup()
             raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.bouncer.stop()
 
     def pools(self):
         rows = self.bouncer.show("POOLS")

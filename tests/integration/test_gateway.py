@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import (Client, Idemd, IdemdCase, assert_problem, assert_retry_after,  # noqa: E402
                      free_port)
+from faultkit import storm  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ORIGIN = "http://shop.example"
@@ -91,7 +92,7 @@ class Gateway(IdemdCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.up = Upstream()
+        cls.up = cls.stop_after_class(Upstream())
         cls.late_port = free_port()
         u = "http://127.0.0.1:%d" % cls.up.port
         route = lambda method, path, upstream, **kw: dict(  # noqa: E731
@@ -117,25 +118,11 @@ class Gateway(IdemdCase):
                       timeout_ms=1000),
             ],
         }
-        try:
-            super().setUpClass()
-        except BaseException:
-            cls.up.stop()
-            raise
+        super().setUpClass()
         for name, lease in (("order.create", 30), ("payment.capture", 30), ("order.fragile", 2),
                             ("order.quick", 2)):
-            r = cls.client.put("/v1/operations/" + name, dict(harness.DEFAULT_POLICY,
-                                                                lease_seconds=lease))
-            assert r.status in (200, 201), r.describe()
-        r = cls.other.put("/v1/operations/order.create", harness.DEFAULT_POLICY)
-        assert r.status in (200, 201), r.describe()
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.up.stop()
+            cls.define_operation(name, lease_seconds=lease)
+        cls.define_operation("order.create", client=cls.other)
 
     # ---- helpers
 
@@ -506,22 +493,8 @@ class Gateway(IdemdCase):
     def test_50_concurrent_identical_submits_reach_upstream_once(self):
         tok, tid, _ = self.token()
         n = 50
-        barrier = threading.Barrier(n)
-        results = [None] * n
-
-        def run(i):
-            barrier.wait()
-            try:
-                results[i] = self.submit(tok, headers={"X-Upstream-Mode": "slow=1"}, timeout=30)
-            except Exception as e:
-                results[i] = e
-        ts = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-        t0 = time.monotonic()
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        elapsed = time.monotonic() - t0
+        results, elapsed = storm(n, lambda i: self.submit(
+            tok, headers={"X-Upstream-Mode": "slow=1"}, timeout=30))
         counts = collections.Counter()
         for r in results:
             if isinstance(r, Exception):

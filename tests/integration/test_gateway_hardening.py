@@ -45,7 +45,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import (BIN, Client, Idemd, IdemdCase, assert_problem, assert_retry_after,  # noqa: E402
-                     assert_status, free_port, uniq)
+                     assert_status, free_port, rss_kib, uniq)
 import rawupstream  # noqa: E402
 from rawupstream import response  # noqa: E402
 
@@ -142,14 +142,6 @@ def assert_raw_problem(tc, r, status, code, what=""):
     tc.assertEqual(j.get("status"), status, "%s: %r" % (what, r))
 
 
-def rss_kib(pid, field="VmRSS"):
-    with open("/proc/%d/status" % pid) as f:
-        for ln in f:
-            if ln.startswith(field + ":"):
-                return int(ln.split()[1])
-    return 0
-
-
 # ---------------------------------------------------------------- gateway
 
 class GatewayHardening(IdemdCase):
@@ -157,7 +149,7 @@ class GatewayHardening(IdemdCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.up = rawupstream.RawUpstream()
+        cls.up = cls.stop_after_class(rawupstream.RawUpstream())
         cls.dead_port = free_port()
         u = cls.up.url
         cls.vk_prefix = uniq("vk")
@@ -183,17 +175,9 @@ class GatewayHardening(IdemdCase):
                       client_if_match=True),
             ],
         }
-        try:
-            super().setUpClass()
-        except BaseException:
-            cls.up.stop()
-            raise
-        r = cls.client.put("/v1/operations/order.create", harness.DEFAULT_POLICY)
-        assert r.status in (200, 201), r.describe()
-        r = cls.client.put("/v1/operations/order.versioned",
-                           dict(harness.DEFAULT_POLICY,
-                                version_key=cls.vk_prefix + ":{subject}"))
-        assert r.status in (200, 201), r.describe()
+        super().setUpClass()
+        cls.define_operation("order.create")
+        cls.define_operation("order.versioned", version_key=cls.vk_prefix + ":{subject}")
         cls.up.modes.update({
             "s503": lambda q: response(503, '{"error":"down"}',
                                        [("Content-Type", "application/json")]),
@@ -219,13 +203,6 @@ class GatewayHardening(IdemdCase):
                 ("X-Foo", "bar"),
                 ("Location", "/orders/77")]),
         })
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.up.stop()
 
     # ---- helpers
 
@@ -315,6 +292,30 @@ class GatewayHardening(IdemdCase):
             self.assertTrue(closed, "%s: the client connection was left open" % what)
         return rs[0]
 
+    def api_request(self, line):
+        """A raw API request (GET /v1/operations) with LINE (a header line
+        with its line end) as its last header line."""
+        return (b"GET /v1/operations HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " +
+                self.api_key.encode() + b"\r\n" + line + b"\r\n")
+
+    def refused_on_both_routes(self, what, line, **api_subtest):
+        """LINE in a gateway request and in an API request: each is 400, and
+        the gateway one is neither forwarded nor claims its token."""
+        with self.subTest(case=what, route="gateway"):
+            tok, tid, _ = self.token()
+            self.refused_400(self.head(tok, extra=line), what)
+            self.assertEqual(self.up.requests(tid), [], "%s was forwarded" % what)
+            self.assertEqual(self.state(tok), "issued", "%s was claimed" % what)
+        with self.subTest(case=what, route="api", **api_subtest):
+            self.refused_400(self.api_request(line), what)
+
+    def answered_200(self, data, what):
+        """DATA, a raw request, gets a 200."""
+        with self.subTest(case=what):
+            rs, _, raw, _ = exchange(self.server.port, data, wait=3.0)
+            self.assertTrue(rs, "%s: no answer (%r)" % (what, raw[:300]))
+            self.assertEqual(rs[0].status, 200, "%s: %r" % (what, rs[0]))
+
     # ---- rule 1
 
     def test_rule01_header_name_not_a_token_400_not_forwarded(self):
@@ -332,15 +333,7 @@ class GatewayHardening(IdemdCase):
             ("obs-fold, bare LF", b"X-Note: a\n folded\n"),
         ]
         for what, line in cases:
-            with self.subTest(case=what, route="gateway"):
-                tok, tid, _ = self.token()
-                self.refused_400(self.head(tok, extra=line), what)
-                self.assertEqual(self.up.requests(tid), [], "%s was forwarded" % what)
-                self.assertEqual(self.state(tok), "issued", "%s was claimed" % what)
-            with self.subTest(case=what, route="api"):
-                data = (b"GET /v1/operations HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " +
-                        self.api_key.encode() + b"\r\n" + line + b"\r\n")
-                self.refused_400(data, what)
+            self.refused_on_both_routes(what, line)
         self.assert_upstream_clean(mark, 0, "rule 1")
 
     # ---- rule 2
@@ -354,15 +347,7 @@ class GatewayHardening(IdemdCase):
             ("0x7f", b"X-Note: a\x7fb\r\n"),
         ]
         for what, line in cases:
-            with self.subTest(case=what, route="gateway"):
-                tok, tid, _ = self.token()
-                self.refused_400(self.head(tok, extra=line), what)
-                self.assertEqual(self.up.requests(tid), [], "%s was forwarded" % what)
-                self.assertEqual(self.state(tok), "issued", "%s was claimed" % what)
-            with self.subTest(case=what, route="api"):
-                data = (b"GET /v1/operations HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " +
-                        self.api_key.encode() + b"\r\n" + line + b"\r\n")
-                self.refused_400(data, what)
+            self.refused_on_both_routes(what, line)
         self.assertNotIn(b"mallory-cr", self.up.all_bytes())
         self.assert_upstream_clean(mark, 0, "rule 2")
 
@@ -382,16 +367,9 @@ class GatewayHardening(IdemdCase):
         # (a NUL before the colon leaves a line without one: libmicrohttpd
         # answers its own 400 page, docs/reliability.md)
         for what, line in cases:
-            with self.subTest(case=what, route="gateway"):
-                tok, tid, _ = self.token()
-                self.refused_400(self.head(tok, extra=line), what)
-                self.assertEqual(self.up.requests(tid), [], "%s was forwarded" % what)
-                self.assertEqual(self.state(tok), "issued", "%s was claimed" % what)
-            with self.subTest(case=what, route="api", last=True):
-                # the last header line, right before the empty line
-                data = (b"GET /v1/operations HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " +
-                        self.api_key.encode() + b"\r\n" + line + b"\r\n")
-                self.refused_400(data, what)
+            # on the API route LINE is the last header line, right before
+            # the empty line
+            self.refused_on_both_routes(what, line, last=True)
         self.assertNotIn(marker.lower(), self.up.all_bytes().lower(),
                          "bytes after a NUL reached the upstream")
         self.assert_upstream_clean(mark, 0, "rule 2 NUL")
@@ -410,21 +388,13 @@ class GatewayHardening(IdemdCase):
             ("a cookie", b"Cookie: a=1; b=2\r\n"),
         ]
         for what, line in cases:
-            with self.subTest(case=what):
-                data = (b"GET /v1/operations HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " +
-                        self.api_key.encode() + b"\r\n" + line + b"\r\n")
-                rs, _, raw, _ = exchange(self.server.port, data, wait=3.0)
-                self.assertTrue(rs, "%s: no answer (%r)" % (what, raw[:300]))
-                self.assertEqual(rs[0].status, 200, "%s: %r" % (what, rs[0]))
+            self.answered_200(self.api_request(line), what)
         # bare LF line ends throughout, and no header at all (HTTP/1.0)
         for what, data in [
                 ("bare LF", b"GET /v1/operations HTTP/1.1\nHost: t\nAuthorization: Bearer " +
                  self.api_key.encode() + b"\nX-Note: a\n\n"),
                 ("no header", b"GET /healthz HTTP/1.0\r\n\r\n")]:
-            with self.subTest(case=what):
-                rs, _, raw, _ = exchange(self.server.port, data, wait=3.0)
-                self.assertTrue(rs, "%s: no answer (%r)" % (what, raw[:300]))
-                self.assertEqual(rs[0].status, 200, "%s: %r" % (what, rs[0]))
+            self.answered_200(data, what)
 
     # ---- rule 3
 

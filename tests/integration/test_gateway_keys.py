@@ -22,7 +22,7 @@ class DerivedKeys(IdemdCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.up = Upstream()
+        cls.up = cls.stop_after_class(Upstream())
         u = "http://127.0.0.1:%d" % cls.up.port
 
         def route(path, **kw):
@@ -38,20 +38,8 @@ class DerivedKeys(IdemdCase):
             route("/forms", key="body"),
             route("/retry429", key="header:Idempotency-Key", release_on=["5xx", 429]),
         ]}
-        try:
-            super().setUpClass()
-        except BaseException:
-            cls.up.stop()
-            raise
-        r = cls.client.put("/v1/operations/webhook.receive", harness.DEFAULT_POLICY)
-        assert r.status in (200, 201), r.describe()
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.up.stop()
+        super().setUpClass()
+        cls.define_operation("webhook.receive")
 
     def post(self, path, body=b"{}", headers=None, client=None):
         h = {"Content-Type": "application/json"}
@@ -242,11 +230,7 @@ class GuardedOperation(IdemdCase):
         self.assertEqual(plain.stop(), 0)
         self.idemd.write_config(routes=[self.route("header:Idempotency-Key")])
         srv = self.idemd.start(wait=False)
-        try:
-            rc = srv.proc.wait(15)
-        except Exception:
-            srv.kill()
-            raise
+        rc = srv.wait_exit(15)
         self.assertNotEqual(rc, 0, "a derived-key route on a guarded operation started")
         self.assertIn('give the route \\"key\\": \\"token\\"', srv.stderr_text())
         # a token route serves it; a reload to a derived key is refused

@@ -80,31 +80,18 @@ def exchange(port, data, wait=1.5, all_of_it=False):
 class Hostile(IdemdCase):
     @classmethod
     def setUpClass(cls):
-        cls.up = faultkit.Upstream(status=201)
+        cls.up = cls.stop_after_class(faultkit.Upstream(status=201))
         cls.extra_config = {
             "threads": 4, "pool_size": 4, "max_body_bytes": MAX_BODY,
             "routes": [{"method": "POST", "path": "/orders", "tenant": "acme",
                         "operation": "order.create", "upstream": cls.up.url + "/orders"}],
         }
-        try:
-            super().setUpClass()
-        except BaseException:
-            cls.up.stop()
-            raise
+        super().setUpClass()
         for name in ("order.create", "payment.capture"):
-            r = cls.client.put("/v1/operations/" + name, harness.DEFAULT_POLICY)
-            assert r.status in (200, 201), r.describe()
-        r = cls.other.put("/v1/operations/order.create", harness.DEFAULT_POLICY)
-        assert r.status in (200, 201), r.describe()
+            cls.define_operation(name)
+        cls.define_operation("order.create", client=cls.other)
         cls.op = "order.create"
         cls.mhd_bodies = {}
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.up.stop()
 
     def alive(self):
         self.assertIsNone(self.server.proc.poll(), "idemd exited:\n" +

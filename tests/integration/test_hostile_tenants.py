@@ -37,7 +37,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import IdemdCase, assert_problem, assert_status, psql, uniq  # noqa: E402
+from harness import IdemdCase, assert_problem, assert_status, psql, rss_kib, uniq  # noqa: E402
 from test_gateway import Upstream  # noqa: E402
 
 BUDGET = 4 * 1024 * 1024
@@ -46,14 +46,6 @@ BUDGET = 4 * 1024 * 1024
 def connect(port, source="127.0.0.1"):
     s = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
     return s
-
-
-def rss_kib(pid, field="VmRSS"):
-    with open("/proc/%d/status" % pid) as f:
-        for ln in f:
-            if ln.startswith(field + ":"):
-                return int(ln.split()[1])
-    return 0
 
 
 def read_status(s, timeout):
@@ -76,7 +68,7 @@ class HostileTenants(IdemdCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.up = Upstream()
+        cls.up = cls.stop_after_class(Upstream())
         u = "http://127.0.0.1:%d" % cls.up.port
         cls.extra_config = {
             "max_inflight_body_bytes": BUDGET,
@@ -89,21 +81,9 @@ class HostileTenants(IdemdCase):
                  "fingerprint": "none", "scope_headers": []},
             ],
         }
-        try:
-            super().setUpClass()
-        except BaseException:
-            cls.up.stop()
-            raise
+        super().setUpClass()
         for name in ("order.create", "hook.receive"):
-            r = cls.client.put("/v1/operations/" + name, harness.DEFAULT_POLICY)
-            assert r.status in (200, 201), r.describe()
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.up.stop()
+            cls.define_operation(name)
 
     def key_claim(self, op, source="127.0.0.1"):
         """A caller-key claim with a 1 KiB body from SOURCE: its status."""
@@ -503,37 +483,25 @@ class Ipv6Clients(IdemdCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.up = Upstream()
-        try:
-            super().setUpClass()
-            cls.port6 = free_port6()
-            cls.idemd.extra_config.update({
-                "listen": "[::1]:%d" % cls.port6,
-                "admin_listen": "127.0.0.1:%d" % cls.idemd.port,
-                "ipv6_client_prefix": 64,
-                "max_inflight_body_bytes": BUDGET,
-                "max_body_bytes": 2 * 1024 * 1024,
-                "routes": [{"method": "POST", "path": "/hooks", "tenant": "acme",
-                            "operation": "hook.receive",
-                            "upstream": "http://127.0.0.1:%d/hook" % cls.up.port,
-                            "key": "json:/id", "fingerprint": "none",
-                            "scope_headers": []}],
-            })
-            cls.idemd.write_config()
-            cls.server = cls.idemd.start()
-            cls.client = harness.Client(cls.port6, cls.api_key, host="::1")
-            r = cls.client.put("/v1/operations/hook.receive", harness.DEFAULT_POLICY)
-            assert r.status in (200, 201), r.describe()
-        except BaseException:
-            cls.up.stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.up.stop()
+        cls.up = cls.stop_after_class(Upstream())
+        super().setUpClass()
+        cls.port6 = free_port6()
+        cls.idemd.extra_config.update({
+            "listen": "[::1]:%d" % cls.port6,
+            "admin_listen": "127.0.0.1:%d" % cls.idemd.port,
+            "ipv6_client_prefix": 64,
+            "max_inflight_body_bytes": BUDGET,
+            "max_body_bytes": 2 * 1024 * 1024,
+            "routes": [{"method": "POST", "path": "/hooks", "tenant": "acme",
+                        "operation": "hook.receive",
+                        "upstream": "http://127.0.0.1:%d/hook" % cls.up.port,
+                        "key": "json:/id", "fingerprint": "none",
+                        "scope_headers": []}],
+        })
+        cls.idemd.write_config()
+        cls.server = cls.idemd.start()
+        cls.client = harness.Client(cls.port6, cls.api_key, host="::1")
+        cls.define_operation("hook.receive")
 
     def send6(self, data, timeout=5):
         s = socket.create_connection(("::1", self.port6), timeout=timeout)

@@ -39,12 +39,7 @@ class Instances(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            for s in cls.idemd.servers:
-                if s.proc.poll() is None:
-                    assert s.stop() == 0, s.stderr_text()[-2000:]
-        finally:
-            cls.idemd.cleanup()
+        harness.shut_down(cls.idemd)
 
     def issue(self, client, **kw):
         body = {"operation": self.op, "subject": "u-1"}

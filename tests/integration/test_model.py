@@ -1078,12 +1078,7 @@ class Model(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            for s in World.servers:
-                if s.proc.poll() is None:
-                    assert s.stop() == 0, s.stderr_text()[-2000:]
-        finally:
-            World.idemd.cleanup()
+        harness.shut_down(World.idemd)
 
     def test_record_state_machine(self):
         phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if SHRINK else [])

@@ -46,36 +46,23 @@ def value(samples, name, **labels):
 class Replays(IdemdCase):
     @classmethod
     def setUpClass(cls):
-        cls.up = Upstream()
+        cls.up = cls.stop_after_class(Upstream())
         cls.extra_config = {
             "metrics_operations": ["acme/" + OP, "acme/" + LONG, "acme/not.there"],
             "routes": [{"method": "POST", "path": "/pay", "tenant": "acme", "operation": OP,
                         "upstream": cls.up.url + "/pay"}],
         }
-        try:
-            super().setUpClass()
-            for name, lease in ((OP, 30), (LONG, 1)):
-                r = cls.client.put("/v1/operations/" + name,
-                                   dict(harness.DEFAULT_POLICY, lease_seconds=lease))
-                assert r.status in (200, 201), r.describe()
-            # a record stuck in progress (lease 1 s, never completed)
-            r = cls.client.post("/v1/tokens", {"operation": LONG, "subject": "u1"})
-            assert r.status == 201, r.describe()
-            r = cls.client.post("/v1/tokens/%s/claim" % r.json["token"], {})
-            assert r.status == 201, r.describe()
-            time.sleep(1.2)  # its lease ends
-            # the pairs' ids are looked up at the janitor's first pass after a start
-            cls.restart()
-        except BaseException:
-            cls.up.stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.up.stop()
+        super().setUpClass()
+        for name, lease in ((OP, 30), (LONG, 1)):
+            cls.define_operation(name, lease_seconds=lease)
+        # a record stuck in progress (lease 1 s, never completed)
+        r = cls.client.post("/v1/tokens", {"operation": LONG, "subject": "u1"})
+        assert r.status == 201, r.describe()
+        r = cls.client.post("/v1/tokens/%s/claim" % r.json["token"], {})
+        assert r.status == 201, r.describe()
+        time.sleep(1.2)  # its lease ends
+        # the pairs' ids are looked up at the janitor's first pass after a start
+        cls.restart()
 
     @classmethod
     def restart(cls):

@@ -26,19 +26,8 @@ class Reload(IdemdCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.up = Upstream()
-        try:
-            super().setUpClass()
-        except BaseException:
-            cls.up.stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.up.stop()
+        cls.up = cls.stop_after_class(Upstream())
+        super().setUpClass()
 
     def route(self, path, target, **kw):
         r = {"method": "POST", "path": path, "tenant": "acme", "operation": "order.create",

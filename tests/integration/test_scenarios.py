@@ -177,11 +177,8 @@ class Scenarios(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         try:
-            for s in cls.idemd.servers:
-                if s.proc.poll() is None:
-                    assert s.stop() == 0, s.stderr_text()[-2000:]
+            harness.shut_down(cls.idemd)
         finally:
-            cls.idemd.cleanup()
             cls.up.stop()
 
     # ---- helpers

@@ -51,18 +51,14 @@ class SecretsNeverLeak(IdemdCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.up = faultkit.Upstream(status=201)
+        cls.up = cls.stop_after_class(faultkit.Upstream(status=201))
         cls.extra_config = {
             "cors_origins": [ORIGIN],
             "max_body_bytes": 65536,
             "routes": [{"method": "POST", "path": "/orders", "tenant": "acme",
                         "operation": "order.create", "upstream": cls.up.url + "/orders"}],
         }
-        try:
-            super().setUpClass()
-        except BaseException:
-            cls.up.stop()
-            raise
+        super().setUpClass()
         # serve again with the database password in the conninfo (the test
         # cluster trusts local connections, so libpq never needs it, but
         # idemd holds it and must never print it)
@@ -72,13 +68,6 @@ class SecretsNeverLeak(IdemdCase):
         cls.client = Client(cls.server.port, cls.api_key)
         cls.anon = Client(cls.server.port)
         cls.other = Client(cls.server.port, cls.keys["globex"])
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.up.stop()
 
     def test_no_secret_in_logs_outputs_or_error_bodies(self):
         responses = []     # every response, for the scan

@@ -11,23 +11,17 @@ import subprocess
 import sys
 import threading
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import Client, Idemd, assert_status, port_open, psql  # noqa: E402
+from harness import Client, assert_status, port_open, psql  # noqa: E402
 
 
-class Shutdown(unittest.TestCase):
+class Shutdown(harness.MigratedCase):
     @classmethod
     def setUpClass(cls):
-        cls.idemd = Idemd()
-        cls.idemd.migrate()
+        super().setUpClass()
         cls.key = cls.idemd.tenant_create("shut")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.idemd.cleanup()
 
     def setUp(self):
         self.srv = self.idemd.start()

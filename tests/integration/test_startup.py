@@ -12,11 +12,10 @@ import subprocess
 import sys
 import threading
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import Idemd, free_port  # noqa: E402
+from harness import MigratedCase, free_port  # noqa: E402
 
 
 class LateDatabase:
@@ -70,16 +69,7 @@ class LateDatabase:
             self.sock.close()
 
 
-class Startup(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.idemd = Idemd()
-        cls.idemd.migrate()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.idemd.cleanup()
-
+class Startup(MigratedCase):
     def late_config(self, late, wait):
         cfg = dict(database_url="host=127.0.0.1 port=%d dbname=%s user=%s"
                    % (late.port, self.idemd.db, harness.PGUSER),

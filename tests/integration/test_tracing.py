@@ -21,24 +21,12 @@ class Tracing(IdemdCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.up = Upstream()
+        cls.up = cls.stop_after_class(Upstream())
         cls.extra_config = {"routes": [
             {"method": "POST", "path": "/orders", "tenant": "acme", "operation": "order.create",
              "upstream": "http://127.0.0.1:%d/ok" % cls.up.port}]}
-        try:
-            super().setUpClass()
-        except BaseException:
-            cls.up.stop()
-            raise
-        r = cls.client.put("/v1/operations/order.create", harness.DEFAULT_POLICY)
-        assert r.status in (200, 201), r.describe()
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.up.stop()
+        super().setUpClass()
+        cls.define_operation("order.create")
 
     def test_one_trace_through_client_idemd_upstream_and_audit(self):
         issued = assert_status(self, self.client.post("/v1/tokens", {"operation": "order.create",
