@@ -1,5 +1,6 @@
 /* What the unit test programs share: UNIT_MAIN(test, ...), the main that
- * runs the cmocka tests listed as one group, with no group setup. */
+ * runs the cmocka tests listed as one group, with no group setup, and
+ * UNIT_COUNT(array), the number of elements of a table of cases. */
 #ifndef IDEMD_UNIT_H
 #define IDEMD_UNIT_H
 
@@ -16,5 +17,7 @@
 		const struct CMUnitTest tests[] = { __VA_ARGS__ }; \
 		return cmocka_run_group_tests(tests, NULL, NULL); \
 	}
+
+#define UNIT_COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

@@ -53,16 +53,37 @@ static const struct route_case route_cases[] = {
 	  "order.create" },
 };
 
-static void params_reset(char *params[HTTP_MAX_PARAMS]);
+/* The router's outputs, for one match or several in a row. */
+struct match {
+	char *params[HTTP_MAX_PARAMS];
+	size_t lens[HTTP_MAX_PARAMS];
+	char allow[ALLOW_LEN];
+	unsigned status;
+};
+
+static void match_reset(struct match *m);
+static const struct route *match(struct match *m, const char *method, const char *path);
 static void params_free(char *params[HTTP_MAX_PARAMS]);
+static void assert_refused(const char *method, const char *path, unsigned expected,
+			   const char *expected_allow);
 static void assert_not_found(const char *method, const char *path);
 static void assert_not_allowed(const char *method, const char *path, const char *allow);
+static const struct route *assert_match(const char *method, const char *path, const char *param0);
 static void assert_param(const char *method, const char *path, const char *param0);
 
-static void params_reset(char *params[HTTP_MAX_PARAMS])
+/* Every parameter the sentinel, the Allow buffer junk, the status 0. */
+static void match_reset(struct match *m)
 {
 	for (int i = 0; i < HTTP_MAX_PARAMS; i++)
-		params[i] = sentinel;
+		m->params[i] = sentinel;
+	memset(m->allow, 'x', sizeof(m->allow));
+	m->status = 0;
+}
+
+static const struct route *match(struct match *m, const char *method, const char *path)
+{
+	return router_match(method, path, m->params, m->lens, &m->status, m->allow,
+			    sizeof(m->allow));
 }
 
 static void params_free(char *params[HTTP_MAX_PARAMS])
@@ -74,80 +95,74 @@ static void params_free(char *params[HTTP_MAX_PARAMS])
 	}
 }
 
+/* METHOD PATH matches no route: status EXPECTED with the Allow list
+ * EXPECTED_ALLOW, and no parameter is touched. */
+static void assert_refused(const char *method, const char *path, unsigned expected,
+			   const char *expected_allow)
+{
+	struct match m;
+
+	match_reset(&m);
+	const struct route *r = match(&m, method, path);
+	if (r != NULL)
+		fail_msg("%s %s matched %s %s, expected %u", method, path, r->method, r->pattern,
+			 expected);
+	if (m.status != expected)
+		fail_msg("%s %s: status %u, expected %u", method, path, m.status, expected);
+	assert_string_equal(m.allow, expected_allow);
+	for (int i = 0; i < HTTP_MAX_PARAMS; i++)
+		assert_ptr_equal(m.params[i], sentinel);
+}
+
 static void assert_not_found(const char *method, const char *path)
 {
-	char *params[HTTP_MAX_PARAMS];
-	size_t lens[HTTP_MAX_PARAMS];
-	char allow[ALLOW_LEN];
-	unsigned status = 0;
-
-	params_reset(params);
-	memset(allow, 'x', sizeof(allow));
-	const struct route *r =
-		router_match(method, path, params, lens, &status, allow, sizeof(allow));
-	if (r != NULL)
-		fail_msg("%s %s matched %s %s, expected 404", method, path, r->method, r->pattern);
-	if (status != 404)
-		fail_msg("%s %s: status %u, expected 404", method, path, status);
-	assert_string_equal(allow, "");
-	for (int i = 0; i < HTTP_MAX_PARAMS; i++)
-		assert_ptr_equal(params[i], sentinel);
+	assert_refused(method, path, 404, "");
 }
 
 static void assert_not_allowed(const char *method, const char *path, const char *expected_allow)
 {
-	char *params[HTTP_MAX_PARAMS];
-	size_t lens[HTTP_MAX_PARAMS];
-	char allow[ALLOW_LEN];
-	unsigned status = 0;
+	assert_refused(method, path, 405, expected_allow);
+}
 
-	params_reset(params);
-	const struct route *r =
-		router_match(method, path, params, lens, &status, allow, sizeof(allow));
-	if (r != NULL)
-		fail_msg("%s %s matched %s %s, expected 405", method, path, r->method, r->pattern);
-	if (status != 405)
-		fail_msg("%s %s: status %u, expected 405", method, path, status);
-	assert_string_equal(allow, expected_allow);
-	for (int i = 0; i < HTTP_MAX_PARAMS; i++)
-		assert_ptr_equal(params[i], sentinel);
+/* METHOD PATH matches; its first parameter is PARAM0 (NULL: none) and
+ * there is no other. Returns the route. */
+static const struct route *assert_match(const char *method, const char *path, const char *param0)
+{
+	struct match m;
+
+	match_reset(&m);
+	const struct route *r = match(&m, method, path);
+	if (r == NULL)
+		fail_msg("%s %s did not match (status %u)", method, path, m.status);
+	if (param0 != NULL) {
+		assert_non_null(m.params[0]);
+		assert_string_equal(m.params[0], param0);
+	} else {
+		assert_null(m.params[0]);
+	}
+	for (int i = 1; i < HTTP_MAX_PARAMS; i++)
+		assert_null(m.params[i]);
+	params_free(m.params);
+	return r;
 }
 
 /* METHOD PATH matches with exactly one parameter PARAM0. */
 static void assert_param(const char *method, const char *path, const char *param0)
 {
-	char *params[HTTP_MAX_PARAMS];
-	size_t lens[HTTP_MAX_PARAMS];
-	char allow[ALLOW_LEN];
-	unsigned status = 0;
-
-	params_reset(params);
-	const struct route *r =
-		router_match(method, path, params, lens, &status, allow, sizeof(allow));
-	if (r == NULL)
-		fail_msg("%s %s did not match (status %u)", method, path, status);
-	assert_non_null(params[0]);
-	assert_string_equal(params[0], param0);
-	for (int i = 1; i < HTTP_MAX_PARAMS; i++)
-		assert_null(params[i]);
-	params_free(params);
+	assert_match(method, path, param0);
 }
 
 /* A decoded NUL shows as a decoded length beyond strlen(). */
 static void test_decoded_nul(void **state)
 {
-	char *params[HTTP_MAX_PARAMS];
-	size_t lens[HTTP_MAX_PARAMS];
-	char allow[ALLOW_LEN];
-	unsigned status = 0;
+	struct match m;
 
 	(void)state;
-	params_reset(params);
-	assert_non_null(router_match("GET", "/v1/versions/abc%00def", params, lens, &status, allow,
-				     sizeof(allow)));
-	assert_int_equal(lens[0], 7);
-	assert_int_equal(strlen(params[0]), 3);
-	params_free(params);
+	match_reset(&m);
+	assert_non_null(match(&m, "GET", "/v1/versions/abc%00def"));
+	assert_int_equal(m.lens[0], 7);
+	assert_int_equal(strlen(m.params[0]), 3);
+	params_free(m.params);
 }
 
 static void test_every_route(void **state)
@@ -155,30 +170,13 @@ static void test_every_route(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(route_cases) / sizeof(route_cases[0]); i++) {
 		const struct route_case *c = &route_cases[i];
-		char *params[HTTP_MAX_PARAMS];
-		size_t lens[HTTP_MAX_PARAMS];
-		char allow[ALLOW_LEN];
-		unsigned status = 0;
+		const struct route *r = assert_match(c->method, c->path, c->param0);
 
-		params_reset(params);
-		const struct route *r = router_match(c->method, c->path, params, lens, &status,
-						     allow, sizeof(allow));
-		if (r == NULL)
-			fail_msg("%s %s did not match (status %u)", c->method, c->path, status);
 		assert_string_equal(r->method, c->method);
 		assert_string_equal(r->pattern, c->pattern);
 		if (r->handler != c->handler)
 			fail_msg("%s %s: wrong handler", c->method, c->path);
 		assert_int_equal(r->auth, c->auth);
-		if (c->param0 != NULL) {
-			assert_non_null(params[0]);
-			assert_string_equal(params[0], c->param0);
-		} else {
-			assert_null(params[0]);
-		}
-		for (int k = 1; k < HTTP_MAX_PARAMS; k++)
-			assert_null(params[k]);
-		params_free(params);
 	}
 }
 
@@ -300,20 +298,16 @@ static void test_pattern_text_in_path(void **state)
 /* A reused output buffer is reset: a 404 after a 405 reports no Allow. */
 static void test_allow_reset(void **state)
 {
-	char *params[HTTP_MAX_PARAMS];
-	size_t lens[HTTP_MAX_PARAMS];
-	char allow[ALLOW_LEN];
-	unsigned status = 0;
+	struct match m;
 
 	(void)state;
-	params_reset(params);
-	assert_null(router_match("PATCH", "/v1/tokens/abc", params, lens, &status, allow,
-				 sizeof(allow)));
-	assert_int_equal(status, 405);
-	assert_string_equal(allow, "GET, HEAD, DELETE");
-	assert_null(router_match("PATCH", "/nowhere", params, lens, &status, allow, sizeof(allow)));
-	assert_int_equal(status, 404);
-	assert_string_equal(allow, "");
+	match_reset(&m);
+	assert_null(match(&m, "PATCH", "/v1/tokens/abc"));
+	assert_int_equal(m.status, 405);
+	assert_string_equal(m.allow, "GET, HEAD, DELETE");
+	assert_null(match(&m, "PATCH", "/nowhere"));
+	assert_int_equal(m.status, 404);
+	assert_string_equal(m.allow, "");
 }
 
 static void test_added_routes(void **state)
@@ -321,31 +315,24 @@ static void test_added_routes(void **state)
 	static const struct route post = { "POST", "/orders", h_healthz, ROUTE_PUBLIC, NULL, 1 };
 	static const struct route put = { "PUT", "/orders", h_metrics, ROUTE_PUBLIC, NULL, 1 };
 	static const struct route get = { "GET", "/catalog", h_readyz, ROUTE_PUBLIC, NULL, 1 };
-	char *params[HTTP_MAX_PARAMS];
-	size_t lens[HTTP_MAX_PARAMS];
-	char allow[ALLOW_LEN];
-	unsigned status = 0;
+	struct match m;
 
 	(void)state;
 	assert_int_equal(router_add(&post), 0);
 	assert_int_equal(router_add(&put), 0);
 	assert_int_equal(router_add(&get), 0);
 	assert_int_equal(router_publish(), 0);
-	params_reset(params);
-	assert_ptr_equal(router_match("POST", "/orders", params, lens, &status, allow,
-				      sizeof(allow)),
-			 &post);
-	assert_null(params[0]);
-	assert_ptr_equal(
-		router_match("PUT", "/orders", params, lens, &status, allow, sizeof(allow)), &put);
+	match_reset(&m);
+	assert_ptr_equal(match(&m, "POST", "/orders"), &post);
+	assert_null(m.params[0]);
+	assert_ptr_equal(match(&m, "PUT", "/orders"), &put);
 	/* exact path only, and HEAD is not GET on an added route */
 	assert_not_found("POST", "/orders/");
 	assert_not_found("POST", "/order");
 	assert_not_allowed("HEAD", "/catalog", "GET");
 	assert_not_allowed("DELETE", "/orders", "POST, PUT");
 	/* the API's own table still answers, HEAD included */
-	assert_non_null(
-		router_match("HEAD", "/healthz", params, lens, &status, allow, sizeof(allow)));
+	assert_non_null(match(&m, "HEAD", "/healthz"));
 	router_clear_added();
 	assert_not_found("POST", "/orders");
 }

@@ -81,26 +81,23 @@ static void test_only(void **state)
 	assert_no_reply();
 	json_decref(o);
 
-	o = load("{\"operation\":\"a\",\"Subject\":\"b\"}");
-	assert_int_equal(reqjson_only(&req, o, allowed), -1);
-	assert_invalid_request("unknown field Subject");
-	json_decref(o);
-
-	o = load("{\"subject\":\"b\",\"\":1}");
-	assert_int_equal(reqjson_only(&req, o, allowed), -1);
-	assert_invalid_request("unknown field ");
-	json_decref(o);
-
-	o = load("{\"a\":1}");
-	assert_int_equal(reqjson_only(&req, o, none), -1);
-	assert_invalid_request("unknown field a");
-	json_decref(o);
-
-	/* a prefix of an allowed name is not that name */
-	o = load("{\"count_\":1}");
-	assert_int_equal(reqjson_only(&req, o, allowed), -1);
-	assert_invalid_request("unknown field count_");
-	json_decref(o);
+	static const struct {
+		const char *doc;
+		const char *const *names;
+		const char *detail;
+	} unknown[] = {
+		{ "{\"operation\":\"a\",\"Subject\":\"b\"}", allowed, "unknown field Subject" },
+		{ "{\"subject\":\"b\",\"\":1}", allowed, "unknown field " },
+		{ "{\"a\":1}", none, "unknown field a" },
+		/* a prefix of an allowed name is not that name */
+		{ "{\"count_\":1}", allowed, "unknown field count_" },
+	};
+	for (size_t i = 0; i < UNIT_COUNT(unknown); i++) {
+		o = load(unknown[i].doc);
+		assert_int_equal(reqjson_only(&req, o, unknown[i].names), -1);
+		assert_invalid_request(unknown[i].detail);
+		json_decref(o);
+	}
 }
 
 /* ---- reqjson_int ---- */
