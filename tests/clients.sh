@@ -46,21 +46,9 @@ say() { printf '\n==> [%ds] %s\n' "$SECONDS" "$*"; }
 fail=0 problems=() results=()
 if [ ! -x "$BIN" ]; then echo "clients.sh: $BIN not built" >&2; exit 1; fi
 
-TMP=$(mktemp -d /tmp/idemd-clients.XXXXXX) || exit 1
-chmod 711 "$TMP"
-# shellcheck source=tests/lib/pg.sh
-. tests/lib/pg.sh
-pids=()
-# shellcheck disable=SC2317
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-  pg_cleanup
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# shellcheck source=tests/lib/stage.sh
+. tests/lib/stage.sh
+stage_start clients || exit 1
 
 pg_use || { echo "clients.sh: PostgreSQL did not start" >&2; exit 1; }
 

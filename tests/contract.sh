@@ -116,22 +116,9 @@ if [ "$run_prism" = 1 ] &&
     { echo "contract.sh: could not install Prism" >&2; exit 1; }
 fi
 
-TMP=$(mktemp -d /tmp/idemd-contract.XXXXXX) || exit 1
-chmod 711 "$TMP"
-# shellcheck source=tests/lib/pg.sh
-. tests/lib/pg.sh
-pids=()
-# shellcheck disable=SC2317
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  pg_cleanup
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# shellcheck source=tests/lib/stage.sh
+. tests/lib/stage.sh
+stage_start contract || exit 1
 
 pg_use || { echo "contract.sh: PostgreSQL did not start" >&2; exit 1; }
 

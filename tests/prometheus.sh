@@ -24,21 +24,9 @@ for b in "$BIN" "$PROMETHEUS" "$PROMTOOL"; do
   [ -x "$b" ] || { echo "prometheus.sh: $b not found" >&2; exit 1; }
 done
 
-TMP=$(mktemp -d /tmp/idemd-prometheus.XXXXXX) || exit 1
-chmod 711 "$TMP"
-# shellcheck source=tests/lib/pg.sh
-. tests/lib/pg.sh
-pids=()
-# shellcheck disable=SC2317
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-  pg_cleanup
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# shellcheck source=tests/lib/stage.sh
+. tests/lib/stage.sh
+stage_start prometheus || exit 1
 
 # ---------------------------------------------------------------- promtool
 say "promtool: check config, check rules, test rules (deploy/prometheus)"

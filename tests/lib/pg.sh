@@ -1,6 +1,7 @@
-# The PostgreSQL a stage script runs against; sourced by tests/clients.sh,
-# tests/prometheus.sh, tests/contract.sh, tests/queue.sh and tests/checker.sh
-# after they set ROOT (the checkout) and TMP (their private folder, 0711).
+# The PostgreSQL a stage script runs against; sourced by tests/lib/stage.sh
+# (for tests/clients.sh, tests/prometheus.sh and tests/contract.sh),
+# tests/queue.sh and tests/checker.sh after they set ROOT (the checkout) and
+# TMP (their private folder, 0711).
 #
 #   pg_use             use the cluster IDEMD_TEST_PGHOST/IDEMD_TEST_PGUSER
 #                      name (tests/run.sh sets them), else start a throwaway
