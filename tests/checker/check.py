@@ -103,7 +103,10 @@ DELIVER = 0.5    # a 201 may take this long from the commit to the client
 GW_MARGIN = 0.25  # an execution this much shorter than the route's timeout
 EXPIRY_SLACK = 0.25  # idemd's estimate of the database's clock may be this far off
 FINAL_READ = 0.3  # a status line sent this long before idemd answered was read by it
-POLICY_CACHE = 2.0  # an instance may use an operation's old policy this long after a change
+# an instance may use an operation's old policy this long after a change:
+# its policy cache keeps an entry up to OPCACHE_TTL_SECONDS (5, src/store/
+# opcache.h, docs/design.md), and the reload itself takes a moment
+POLICY_CACHE = 6.0
 AUDIT_LATE = 6.0  # events past their retention may be shown until the sweep removes them
 BREAK_MODES = ("cl_short", "chunk_cut", "stall_past")
 EVENT_OF = {"claim": ("claimed", "taken_over"), "complete": ("completed",),
