@@ -98,8 +98,8 @@ class ExamplesTest {
         assertThrows(RuntimeException.class, () -> payments.charge(id, 4200)); // released
         StoredResponse first = payments.charge(id, 4200);
         StoredResponse again = payments.charge(id, 4200);
-        assertEquals(201, first.getStatus());
-        assertEquals("ch_1", again.getBody().get("charge_id").asText());
+        assertEquals(201, first.status());
+        assertEquals("ch_1", again.body().get("charge_id").asText());
         assertEquals(1, charges.get());
     }
 
@@ -120,7 +120,7 @@ class ExamplesTest {
         upstream.start();
         try {
             AndroidCheckout app = new AndroidCheckout(files, System.getenv("IDEMD_GATEWAY_URL"));
-            String token = c.issue("order.create", "user-42").getToken();
+            String token = c.issue("order.create", "user-42").token();
             String first = app.placeOrder(token, "{\"cart\":\"c-1\"}");
             String twice = app.placeOrder(token, "{\"cart\":\"c-1\"}");
             assertTrue(first.contains("order_id"), first);

@@ -19,8 +19,8 @@ public final class WebhookConsumer {
                 });
         List<Event> redeliver = new ArrayList<>();
         for (MessageOutcome<Event> o : done) {
-            if (o.isRetry()) {
-                redeliver.add(o.getMessage());
+            if (o.retry()) {
+                redeliver.add(o.message());
             }
         }
         return redeliver;

@@ -22,28 +22,28 @@ public final class ActiveClaim {
     }
 
     public int getAttempt() {
-        return claimed.getAttempt();
+        return claimed.attempt();
     }
 
     /** The record's id (caller keys), to forward downstream as an idempotency key. */
     public String getId() {
-        return claimed.getId();
+        return claimed.id();
     }
 
     /** An earlier attempt's last checkpoint (resume from it), or null. */
     public Checkpoint getCheckpoint() {
-        return claimed.getCheckpoint();
+        return claimed.checkpoint();
     }
 
     /** A fresh lease (null: the operation's lease_seconds). */
     public SimpleResult extend(Integer leaseSeconds) {
-        return target.isToken() ? client.extendToken(target.getToken(), getAttempt(), leaseSeconds)
-                : client.extendKey(target.getOperation(), target.getKey(), getAttempt(), leaseSeconds);
+        return target.isToken() ? client.extendToken(target.token(), getAttempt(), leaseSeconds)
+                : client.extendKey(target.operation(), target.key(), getAttempt(), leaseSeconds);
     }
 
     /** Leaves a recovery point for the next attempt. */
     public SimpleResult checkpoint(String phase, Object data) {
-        return target.isToken() ? client.checkpointToken(target.getToken(), getAttempt(), phase, data)
-                : client.checkpointKey(target.getOperation(), target.getKey(), getAttempt(), phase, data);
+        return target.isToken() ? client.checkpointToken(target.token(), getAttempt(), phase, data)
+                : client.checkpointKey(target.operation(), target.key(), getAttempt(), phase, data);
     }
 }

@@ -24,25 +24,17 @@ public record BatchClaimItem(String key, ClaimOptions options) {
         return new BatchClaimItem(key, options);
     }
 
-    public String getKey() {
-        return key;
-    }
-
-    public ClaimOptions getOptions() {
-        return options;
-    }
-
     ObjectNode toJson() {
         ObjectNode o = JsonNodeFactory.instance.objectNode();
         o.put("key", key);
-        if (options.getFingerprint() != null) {
-            o.put("fingerprint", options.getFingerprint());
+        if (options.fingerprint() != null) {
+            o.put("fingerprint", options.fingerprint());
         }
-        if (options.getRequest() != null) {
-            o.set("request", options.getRequest());
+        if (options.request() != null) {
+            o.set("request", options.request());
         }
-        if (options.getSubject() != null) {
-            o.put("subject", options.getSubject());
+        if (options.subject() != null) {
+            o.put("subject", options.subject());
         }
         return o;
     }

@@ -1,66 +1,40 @@
 package dev.idemd.client;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import dev.idemd.client.internal.Problems;
 import java.time.Instant;
 
-/** One item of a batch claim's answer: what a single claim of that key would have answered. */
-public final class BatchClaimResult extends JsonView {
-    public BatchClaimResult(JsonNode json) {
-        super(json);
-    }
-
-    public String getKey() {
-        return text("key");
-    }
-
-    /** 201 new, 200 replayed, 409 in progress, 4xx refused. */
-    public int getStatus() {
-        Integer s = integer("status");
-        return s == null ? 0 : s;
-    }
-
-    /** The problem code of a refusal, or null. */
-    public String getCode() {
-        return text("code");
-    }
-
-    public String getId() {
-        return text("id");
-    }
-
-    public Integer getAttempt() {
-        return integer("attempt");
-    }
-
-    public Instant getLeaseExpiresAt() {
-        return instant("lease_expires_at");
-    }
-
-    public Checkpoint getCheckpoint() {
-        JsonNode n = node("checkpoint");
-        return n == null || n.isNull() ? null : new Checkpoint(n);
-    }
-
-    public StoredResponse getResponse() {
-        JsonNode n = node("response");
-        return n == null || n.isNull() ? null : new StoredResponse(n);
-    }
-
+/**
+ * One item of a batch claim's answer: what a single claim of that key would
+ * have answered. Fields the item does not carry are null.
+ *
+ * @param key the caller key
+ * @param status 201 new, 200 replayed, 409 in progress, 4xx refused (0 when idemd sent none)
+ * @param code the problem code of a refusal, or null
+ * @param id the record's id
+ * @param attempt the attempt to complete or release with
+ * @param leaseExpiresAt the lease's end
+ * @param checkpoint an earlier attempt's last checkpoint
+ * @param response the stored outcome (200)
+ * @param raw the JSON object as idemd sent it, for fields a newer idemd adds
+ */
+public record BatchClaimResult(String key, int status, String code, String id, Integer attempt,
+        Instant leaseExpiresAt, Checkpoint checkpoint, StoredResponse response, JsonNode raw) {
     /** 201: the key is claimed for this caller. */
     public boolean isClaimed() {
-        return getStatus() == 201;
+        return status == 201;
     }
 
-    /** 200: already completed, {@link #getResponse()} is the stored outcome. */
+    /** 200: already completed, {@link #response()} is the stored outcome. */
     public boolean isReplayed() {
-        return getStatus() == 200;
+        return status == 200;
     }
 
     /** The refusal as the exception a single claim would have thrown (null for 200 and 201). */
     public IdemdProblemException toException() {
-        if (getStatus() == 200 || getStatus() == 201) {
+        if (status == 200 || status == 201) {
             return null;
         }
-        return Problems.of(getStatus(), getCode(), "batch claim item refused", null, json, null);
+        return Problems.of(status, code, "batch claim item refused", null, raw, null);
     }
 }

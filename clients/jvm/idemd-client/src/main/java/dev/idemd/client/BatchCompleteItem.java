@@ -14,18 +14,6 @@ public record BatchCompleteItem(String key, int attempt, Outcome outcome) {
         return new BatchCompleteItem(key, attempt, outcome);
     }
 
-    public String getKey() {
-        return key;
-    }
-
-    public int getAttempt() {
-        return attempt;
-    }
-
-    public Outcome getOutcome() {
-        return outcome;
-    }
-
     ObjectNode toJson() {
         ObjectNode o = outcome.toJson();
         ObjectNode item = o.objectNode();

@@ -11,23 +11,22 @@ import dev.idemd.client.internal.Json;
  * <pre>{@code
  * ClaimOptions.request(Map.of("cart", "c-1")).withWaitSeconds(10)
  * }</pre>
+ *
+ * @param request the request as JSON, or null
+ * @param fingerprint an opaque fingerprint of your own (wins over the request), or null
+ * @param subject the subject filling a caller key's operation's version_key, or null
+ * @param ifMatch the If-Match header value, or null
+ * @param waitSeconds {@code Prefer: wait=N} (0..60), or null
  */
-public final class ClaimOptions {
+public record ClaimOptions(JsonNode request, String fingerprint, String subject, String ifMatch,
+        Integer waitSeconds) {
     /** Nothing but the key. */
     public static final ClaimOptions NONE = new ClaimOptions(null, null, null, null, null);
 
-    private final JsonNode request;
-    private final String fingerprint;
-    private final String subject;
-    private final String ifMatch;
-    private final Integer waitSeconds;
-
-    private ClaimOptions(JsonNode request, String fingerprint, String subject, String ifMatch, Integer waitSeconds) {
-        this.request = request;
-        this.fingerprint = fingerprint;
-        this.subject = subject;
-        this.ifMatch = ifMatch;
-        this.waitSeconds = waitSeconds;
+    public ClaimOptions {
+        if (waitSeconds != null && (waitSeconds < 0 || waitSeconds > 60)) {
+            throw new IllegalArgumentException("wait seconds must be 0..60: " + waitSeconds);
+        }
     }
 
     /** Options with REQUEST (any JSON-serializable value) as the claim's request. */
@@ -61,29 +60,6 @@ public final class ClaimOptions {
 
     /** {@code Prefer: wait=N} (0..60): wait for an in-progress duplicate's outcome instead of 409. */
     public ClaimOptions withWaitSeconds(int seconds) {
-        if (seconds < 0 || seconds > 60) {
-            throw new IllegalArgumentException("wait seconds must be 0..60: " + seconds);
-        }
         return new ClaimOptions(request, fingerprint, subject, ifMatch, seconds);
-    }
-
-    public JsonNode getRequest() {
-        return request;
-    }
-
-    public String getFingerprint() {
-        return fingerprint;
-    }
-
-    public String getSubject() {
-        return subject;
-    }
-
-    public String getIfMatch() {
-        return ifMatch;
-    }
-
-    public Integer getWaitSeconds() {
-        return waitSeconds;
     }
 }

@@ -9,23 +9,4 @@ package dev.idemd.client;
  * @param claimed the claim's answer
  */
 public record ClaimResult(boolean replayed, StoredResponse response, Object value, Claimed claimed) {
-    /** True when the work had been done before: it did not run now. */
-    public boolean isReplayed() {
-        return replayed;
-    }
-
-    /** The stored response: the replayed one, or the one just completed. */
-    public StoredResponse getResponse() {
-        return response;
-    }
-
-    /** What the work returned (null on a replay). */
-    public Object getValue() {
-        return value;
-    }
-
-    /** The claim's answer. */
-    public Claimed getClaimed() {
-        return claimed;
-    }
 }

@@ -17,19 +17,6 @@ public record ClaimTarget(String token, String operation, String key) {
         return new ClaimTarget(null, operation, key);
     }
 
-    /** The token, or null for a caller key. */
-    public String getToken() {
-        return token;
-    }
-
-    public String getOperation() {
-        return operation;
-    }
-
-    public String getKey() {
-        return key;
-    }
-
     public boolean isToken() {
         return token != null;
     }

@@ -5,57 +5,19 @@ import java.time.Instant;
 
 /**
  * A claim's answer: either a new attempt to complete or release
- * ({@link #isReplayed()} false), or the stored response of a completed
- * submit ({@link #isReplayed()} true).
+ * ({@link #replayed()} false), or the stored response of a completed
+ * submit ({@link #replayed()} true). Fields the answer does not carry are null.
+ *
+ * @param replayed true for a duplicate of a completed submit: the work must not run again
+ * @param state {@code in_progress} or {@code completed}
+ * @param id the record's 32-hex id (caller keys)
+ * @param attempt the attempt to complete, release, extend or checkpoint with; null on a replay
+ * @param leaseExpiresAt the lease's end
+ * @param checkpoint on a takeover: the last checkpoint of an earlier attempt, or null
+ * @param response the stored response of a replay, or null
+ * @param preferenceApplied the answer's Preference-Applied header ({@code wait=N} when it waited), or null
+ * @param raw the JSON object as idemd sent it, for fields a newer idemd adds
  */
-public final class Claimed extends JsonView {
-    private final boolean replayed;
-    private final String preferenceApplied;
-
-    public Claimed(JsonNode json, boolean replayed, String preferenceApplied) {
-        super(json);
-        this.replayed = replayed;
-        this.preferenceApplied = preferenceApplied;
-    }
-
-    /** True for a duplicate of a completed submit: the work must not run again. */
-    public boolean isReplayed() {
-        return replayed;
-    }
-
-    /** {@code in_progress} or {@code completed}. */
-    public String getState() {
-        return text("state");
-    }
-
-    /** The record's 32-hex id (caller keys). */
-    public String getId() {
-        return text("id");
-    }
-
-    /** The attempt to complete, release, extend or checkpoint with; null on a replay. */
-    public Integer getAttempt() {
-        return integer("attempt");
-    }
-
-    public Instant getLeaseExpiresAt() {
-        return instant("lease_expires_at");
-    }
-
-    /** On a takeover: the last checkpoint of an earlier attempt, or null. */
-    public Checkpoint getCheckpoint() {
-        JsonNode n = node("checkpoint");
-        return n == null || n.isNull() ? null : new Checkpoint(n);
-    }
-
-    /** The stored response of a replay, or null. */
-    public StoredResponse getResponse() {
-        JsonNode n = node("response");
-        return n == null || n.isNull() ? null : new StoredResponse(n);
-    }
-
-    /** The answer's Preference-Applied header ({@code wait=N} when it waited), or null. */
-    public String getPreferenceApplied() {
-        return preferenceApplied;
-    }
+public record Claimed(boolean replayed, String state, String id, Integer attempt, Instant leaseExpiresAt,
+        Checkpoint checkpoint, StoredResponse response, String preferenceApplied, JsonNode raw) {
 }

@@ -4,7 +4,9 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.idemd.client.internal.Answers;
 import dev.idemd.client.internal.Json;
+import dev.idemd.client.internal.Problems;
 import dev.idemd.client.internal.Validation;
 import java.io.IOException;
 import java.net.ConnectException;
@@ -246,7 +248,7 @@ public final class IdemdClient {
                 }
                 return c.parse.apply(a);
             } catch (IdemdException e) {
-                if (tries >= policy.getAttempts() || !policy.isRetryable(e)) {
+                if (tries >= policy.attempts() || !policy.isRetryable(e)) {
                     throw e;
                 }
                 try {
@@ -284,29 +286,29 @@ public final class IdemdClient {
 
     private static Claimed claimedOf(Answer a) {
         String replayed = a.headers.get("Idempotent-Replayed");
-        return new Claimed(a.json(), a.status == 200 || "true".equalsIgnoreCase(replayed),
+        return Answers.claimed(a.json(), a.status == 200 || "true".equalsIgnoreCase(replayed),
                 a.headers.get("Preference-Applied"));
     }
 
     private Call<Claimed> claimCall(String path, ClaimOptions o, boolean withSubject) {
         ClaimOptions opt = o == null ? ClaimOptions.NONE : o;
         ObjectNode b = obj();
-        if (opt.getRequest() != null) {
-            b.set("request", opt.getRequest());
+        if (opt.request() != null) {
+            b.set("request", opt.request());
         }
-        if (opt.getFingerprint() != null) {
-            b.put("fingerprint", opt.getFingerprint());
+        if (opt.fingerprint() != null) {
+            b.put("fingerprint", opt.fingerprint());
         }
-        if (withSubject && opt.getSubject() != null) {
-            b.put("subject", opt.getSubject());
+        if (withSubject && opt.subject() != null) {
+            b.put("subject", opt.subject());
         }
         Call<Claimed> c = new Call<>("POST", path, b, Set.of(200, 201), true, IdemdClient::claimedOf);
-        if (opt.getIfMatch() != null) {
-            c.headers.put("If-Match", opt.getIfMatch());
+        if (opt.ifMatch() != null) {
+            c.headers.put("If-Match", opt.ifMatch());
         }
-        if (opt.getWaitSeconds() != null) {
-            c.headers.put("Prefer", "wait=" + opt.getWaitSeconds());
-            c.extraTimeout = Duration.ofSeconds(opt.getWaitSeconds());
+        if (opt.waitSeconds() != null) {
+            c.headers.put("Prefer", "wait=" + opt.waitSeconds());
+            c.extraTimeout = Duration.ofSeconds(opt.waitSeconds());
         }
         return c;
     }
@@ -342,7 +344,7 @@ public final class IdemdClient {
     }
 
     private static SimpleResult simple(Answer a) {
-        return new SimpleResult(a.json());
+        return Answers.simpleResult(a.json());
     }
 
     private static String tokenPath(String token) {
@@ -370,7 +372,7 @@ public final class IdemdClient {
         if (ttlSeconds != null) {
             b.put("ttl_seconds", ttlSeconds);
         }
-        return send(new Call<>("POST", "/v1/tokens", b, Set.of(201), true, a -> new IssuedToken(a.json())));
+        return send(new Call<>("POST", "/v1/tokens", b, Set.of(201), true, a -> Answers.issuedToken(a.json())));
     }
 
     /** Issues COUNT (1..100) distinct tokens in one call. */
@@ -384,14 +386,14 @@ public final class IdemdClient {
         }
         return send(new Call<>("POST", "/v1/tokens", b, Set.of(201), true, a -> {
             List<IssuedToken> out = new ArrayList<>();
-            a.json().path("tokens").forEach(t -> out.add(new IssuedToken(t)));
+            a.json().path("tokens").forEach(t -> out.add(Answers.issuedToken(t)));
             return Collections.unmodifiableList(out);
         }));
     }
 
     /** A token's state (issued, in_progress, completed, revoked, expired). */
     public RecordInfo introspect(String token) {
-        return send(call("GET", tokenPath(token), null, a -> new RecordInfo(a.json())));
+        return send(call("GET", tokenPath(token), null, a -> Answers.recordInfo(a.json())));
     }
 
     /** Revokes an unused token; in progress or completed: {@link TokenInUseException}. */
@@ -404,7 +406,7 @@ public final class IdemdClient {
     }
 
     /**
-     * Claims a token: {@link Claimed#isReplayed()} with the stored response,
+     * Claims a token: {@link Claimed#replayed()} with the stored response,
      * or a new attempt to complete or release.
      */
     public Claimed claimToken(String token, ClaimOptions options) {
@@ -465,7 +467,7 @@ public final class IdemdClient {
 
     /** A caller key's record; never claimed: {@link RecordNotFoundException}. */
     public RecordInfo getKey(String operation, String key) {
-        return send(call("GET", keyPath(operation, key), null, a -> new RecordInfo(a.json())));
+        return send(call("GET", keyPath(operation, key), null, a -> Answers.recordInfo(a.json())));
     }
 
     /**
@@ -479,7 +481,7 @@ public final class IdemdClient {
         items.forEach(i -> arr.add(i.toJson()));
         return send(call("POST", "/v1/operations/" + seg(operation) + "/claims", b, a -> {
             List<BatchClaimResult> out = new ArrayList<>();
-            a.json().path("items").forEach(i -> out.add(new BatchClaimResult(i)));
+            a.json().path("items").forEach(i -> out.add(Answers.batchClaimResult(i)));
             return Collections.unmodifiableList(out);
         }));
     }
@@ -489,12 +491,12 @@ public final class IdemdClient {
         ObjectNode b = obj();
         ArrayNode arr = b.putArray("items");
         for (BatchCompleteItem i : items) {
-            Validation.checkAttempt(i.getAttempt());
+            Validation.checkAttempt(i.attempt());
             arr.add(i.toJson());
         }
         return send(call("POST", "/v1/operations/" + seg(operation) + "/completions", b, a -> {
             List<BatchCompleteResult> out = new ArrayList<>();
-            a.json().path("items").forEach(i -> out.add(new BatchCompleteResult(i)));
+            a.json().path("items").forEach(i -> out.add(Answers.batchCompleteResult(i)));
             return Collections.unmodifiableList(out);
         }));
     }
@@ -503,7 +505,7 @@ public final class IdemdClient {
 
     /** A version counter (an unknown key is version 0). */
     public Version getVersion(String key) {
-        return send(call("GET", "/v1/versions/" + seg(key), null, a -> new Version(a.json())));
+        return send(call("GET", "/v1/versions/" + seg(key), null, a -> Answers.version(a.json())));
     }
 
     /** Bumps from IF_MATCH to IF_MATCH+1; stale: {@link VersionMismatchException}. */
@@ -521,17 +523,17 @@ public final class IdemdClient {
     /** Creates or replaces an operation's policy. */
     public Operation putOperation(String name, OperationPolicy policy) {
         return send(new Call<>("PUT", "/v1/operations/" + seg(name), policy.toJson(), Set.of(200, 201), true,
-                a -> new Operation(a.json())));
+                a -> Answers.operation(a.json())));
     }
 
     public Operation getOperation(String name) {
-        return send(call("GET", "/v1/operations/" + seg(name), null, a -> new Operation(a.json())));
+        return send(call("GET", "/v1/operations/" + seg(name), null, a -> Answers.operation(a.json())));
     }
 
     public List<Operation> listOperations() {
         return send(call("GET", "/v1/operations", null, a -> {
             List<Operation> out = new ArrayList<>();
-            a.json().path("operations").forEach(o -> out.add(new Operation(o)));
+            a.json().path("operations").forEach(o -> out.add(Answers.operation(o)));
             return Collections.unmodifiableList(out);
         }));
     }
@@ -540,14 +542,14 @@ public final class IdemdClient {
 
     /** A record by its 32-hex id; unknown: {@link RecordNotFoundException}. */
     public RecordInfo getRecord(String id) {
-        return send(call("GET", "/v1/records/" + seg(id), null, a -> new RecordInfo(a.json())));
+        return send(call("GET", "/v1/records/" + seg(id), null, a -> Answers.recordInfo(a.json())));
     }
 
     /** The record's audit trail, oldest first. */
     public List<RecordEvent> recordEvents(String id) {
         return send(call("GET", "/v1/records/" + seg(id) + "/events", null, a -> {
             List<RecordEvent> out = new ArrayList<>();
-            a.json().path("events").forEach(e -> out.add(new RecordEvent(e)));
+            a.json().path("events").forEach(e -> out.add(Answers.recordEvent(e)));
             return Collections.unmodifiableList(out);
         }));
     }
@@ -556,28 +558,28 @@ public final class IdemdClient {
     public RecordPage listRecords(RecordQuery q) {
         StringBuilder sb = new StringBuilder("/v1/records");
         List<String> parts = new ArrayList<>();
-        if (q.operation != null) {
-            parts.add("operation=" + seg(q.operation));
+        if (q.operation() != null) {
+            parts.add("operation=" + seg(q.operation()));
         }
-        if (q.state != null) {
-            parts.add("state=" + seg(q.state));
+        if (q.state() != null) {
+            parts.add("state=" + seg(q.state()));
         }
-        if (q.subject != null) {
-            parts.add("subject=" + seg(q.subject));
+        if (q.subject() != null) {
+            parts.add("subject=" + seg(q.subject()));
         }
-        if (q.olderThan != null) {
-            parts.add("older_than=" + q.olderThan);
+        if (q.olderThan() != null) {
+            parts.add("older_than=" + q.olderThan());
         }
-        if (q.limit != null) {
-            parts.add("limit=" + q.limit);
+        if (q.limit() != null) {
+            parts.add("limit=" + q.limit());
         }
-        if (q.cursor != null) {
-            parts.add("cursor=" + seg(q.cursor));
+        if (q.cursor() != null) {
+            parts.add("cursor=" + seg(q.cursor()));
         }
         if (!parts.isEmpty()) {
             sb.append('?').append(String.join("&", parts));
         }
-        return send(call("GET", sb.toString(), null, a -> new RecordPage(a.json())));
+        return send(call("GET", sb.toString(), null, a -> Answers.recordPage(a.json())));
     }
 
     /** Every record matching Q, following the cursor page by page. */
@@ -586,11 +588,11 @@ public final class IdemdClient {
         RecordQuery page = q;
         while (true) {
             RecordPage p = listRecords(page);
-            out.addAll(p.getRecords());
-            if (p.getNextCursor() == null) {
+            out.addAll(p.records());
+            if (p.nextCursor() == null) {
                 return out;
             }
-            page = page.withCursor(p.getNextCursor());
+            page = page.withCursor(p.nextCursor());
         }
     }
 
@@ -598,13 +600,13 @@ public final class IdemdClient {
 
     /** {@code GET /healthz}. */
     public Health health() {
-        return send(new Call<>("GET", "/healthz", null, Set.of(200), false, a -> new Health(a.json(), a.status)));
+        return send(new Call<>("GET", "/healthz", null, Set.of(200), false, a -> Answers.health(a.json(), a.status)));
     }
 
     /** {@code GET /readyz}: ready, or not_ready (503) with a reason; never retried. */
     public Health ready() {
         return send(new Call<>("GET", "/readyz", null, Set.of(200, 503), false,
-                a -> new Health(a.json(), a.status)), RetryPolicy.NONE);
+                a -> Answers.health(a.json(), a.status)), RetryPolicy.NONE);
     }
 
     // ------------------------------------------------------------------ claim helper
@@ -629,12 +631,12 @@ public final class IdemdClient {
      */
     public ClaimResult claim(ClaimTarget target, ClaimOptions options, Predicate<Throwable> releaseOn,
             ClaimWork work) {
-        Claimed c = target.isToken() ? claimToken(target.getToken(), options)
-                : claimKey(target.getOperation(), target.getKey(), options);
-        if (c.isReplayed()) {
-            return new ClaimResult(true, c.getResponse(), null, c);
+        Claimed c = target.isToken() ? claimToken(target.token(), options)
+                : claimKey(target.operation(), target.key(), options);
+        if (c.replayed()) {
+            return new ClaimResult(true, c.response(), null, c);
         }
-        int attempt = c.getAttempt();
+        int attempt = c.attempt();
         Object value;
         try {
             value = work.run(new ActiveClaim(this, target, c));
@@ -652,21 +654,21 @@ public final class IdemdClient {
         }
         Outcome outcome = asOutcome(value);
         SimpleResult done = complete(target, attempt, outcome);
-        return new ClaimResult(false, done.getResponse(), value, c);
+        return new ClaimResult(false, done.response(), value, c);
     }
 
     /** Runs WORK at most once for TARGET and returns the stored response (new or replayed). */
     public StoredResponse runOnce(ClaimTarget target, ClaimOptions options, ClaimWork work) {
-        return claim(target, options, work).getResponse();
+        return claim(target, options, work).response();
     }
 
     private SimpleResult complete(ClaimTarget t, int attempt, Outcome o) {
-        return t.isToken() ? completeToken(t.getToken(), attempt, o)
-                : completeKey(t.getOperation(), t.getKey(), attempt, o);
+        return t.isToken() ? completeToken(t.token(), attempt, o)
+                : completeKey(t.operation(), t.key(), attempt, o);
     }
 
     private SimpleResult release(ClaimTarget t, int attempt) {
-        return t.isToken() ? releaseToken(t.getToken(), attempt) : releaseKey(t.getOperation(), t.getKey(), attempt);
+        return t.isToken() ? releaseToken(t.token(), attempt) : releaseKey(t.operation(), t.key(), attempt);
     }
 
     static Outcome asOutcome(Object value) {
@@ -737,60 +739,60 @@ public final class IdemdClient {
         Map<String, Integer> pending = new LinkedHashMap<>();
         List<BatchClaimResult> todo = new ArrayList<>();
         for (BatchClaimResult r : claims) {
-            int i = first.get(r.getKey());
+            int i = first.get(r.key());
             M m = messages.get(i);
-            if (r.getStatus() == 201) {
+            if (r.status() == 201) {
                 todo.add(r);
-            } else if (r.getStatus() == 200) {
-                done.put(i, new MessageOutcome<>(m, r.getKey(), MessageOutcome.Kind.REPLAYED, null, r.getResponse(),
+            } else if (r.status() == 200) {
+                done.put(i, new MessageOutcome<>(m, r.key(), MessageOutcome.Kind.REPLAYED, null, r.response(),
                         null, 200, null, false, null));
-            } else if (RequestInProgressException.CODE.equals(r.getCode())) {
-                done.put(i, new MessageOutcome<>(m, r.getKey(), MessageOutcome.Kind.IN_PROGRESS, null, null, null,
-                        r.getStatus(), r.getCode(), true, null));
+            } else if (RequestInProgressException.CODE.equals(r.code())) {
+                done.put(i, new MessageOutcome<>(m, r.key(), MessageOutcome.Kind.IN_PROGRESS, null, null, null,
+                        r.status(), r.code(), true, null));
             } else {
-                boolean retryLater = r.getStatus() == 429 || r.getStatus() == 503;
-                done.put(i, new MessageOutcome<>(m, r.getKey(), MessageOutcome.Kind.REJECTED, null, null,
-                        r.toException(), r.getStatus(), r.getCode(), retryLater, null));
+                boolean retryLater = r.status() == 429 || r.status() == 503;
+                done.put(i, new MessageOutcome<>(m, r.key(), MessageOutcome.Kind.REJECTED, null, null,
+                        r.toException(), r.status(), r.code(), retryLater, null));
             }
         }
         Throwable fatal = null;
         for (BatchClaimResult r : todo) {
-            int i = first.get(r.getKey());
+            int i = first.get(r.key());
             M m = messages.get(i);
-            int attempt = r.getAttempt();
+            int attempt = r.attempt();
             if (fatal != null) {
-                releaseQuietly(operation, r.getKey(), attempt);
-                done.put(i, new MessageOutcome<>(m, r.getKey(), MessageOutcome.Kind.FAILED, null, null, fatal,
-                        r.getStatus(), null, true, attempt));
+                releaseQuietly(operation, r.key(), attempt);
+                done.put(i, new MessageOutcome<>(m, r.key(), MessageOutcome.Kind.FAILED, null, null, fatal,
+                        r.status(), null, true, attempt));
                 continue;
             }
             try {
                 Object value = handler.handle(m, r);
-                completions.add(BatchCompleteItem.of(r.getKey(), attempt, asOutcome(value)));
-                pending.put(r.getKey(), i);
-                done.put(i, new MessageOutcome<>(m, r.getKey(), MessageOutcome.Kind.PROCESSED, value, null, null,
-                        r.getStatus(), null, false, attempt));
+                completions.add(BatchCompleteItem.of(r.key(), attempt, asOutcome(value)));
+                pending.put(r.key(), i);
+                done.put(i, new MessageOutcome<>(m, r.key(), MessageOutcome.Kind.PROCESSED, value, null, null,
+                        r.status(), null, false, attempt));
             } catch (Throwable e) {
                 if (e instanceof Error || options.releaseOn().test(e)) {
-                    releaseQuietly(operation, r.getKey(), attempt);
-                    done.put(i, new MessageOutcome<>(m, r.getKey(), MessageOutcome.Kind.FAILED, null, null, e,
-                            r.getStatus(), null, true, attempt));
+                    releaseQuietly(operation, r.key(), attempt);
+                    done.put(i, new MessageOutcome<>(m, r.key(), MessageOutcome.Kind.FAILED, null, null, e,
+                            r.status(), null, true, attempt));
                     if (e instanceof Error) {
                         fatal = e;
                     }
                 } else {
-                    completions.add(BatchCompleteItem.of(r.getKey(), attempt, failureOutcome(e)));
-                    pending.put(r.getKey(), i);
-                    done.put(i, new MessageOutcome<>(m, r.getKey(), MessageOutcome.Kind.FAILED, null, null, e,
-                            r.getStatus(), null, false, attempt));
+                    completions.add(BatchCompleteItem.of(r.key(), attempt, failureOutcome(e)));
+                    pending.put(r.key(), i);
+                    done.put(i, new MessageOutcome<>(m, r.key(), MessageOutcome.Kind.FAILED, null, null, e,
+                            r.status(), null, false, attempt));
                 }
             }
         }
         if (!completions.isEmpty()) {
             for (BatchCompleteResult r : completeBatch(operation, completions)) {
-                Integer i = pending.get(r.getKey());
+                Integer i = pending.get(r.key());
                 if (!r.isOk() && i != null) {
-                    done.put(i, done.get(i).lost(r.getStatus(), r.getCode()));
+                    done.put(i, done.get(i).lost(r.status(), r.code()));
                 }
             }
         }

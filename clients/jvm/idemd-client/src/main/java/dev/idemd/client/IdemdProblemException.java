@@ -9,7 +9,7 @@ import java.util.TreeMap;
 
 /**
  * idemd refused a call with an RFC 9457 problem. Each problem code has its own
- * subclass ({@link Problems#classFor(String)}); branch on the class or on
+ * subclass, whose {@code CODE} is that code; branch on the class or on
  * {@link #getCode()}, never on the detail text. An answer that is not a
  * problem (a proxy's HTML page) is this class itself with a null code.
  */

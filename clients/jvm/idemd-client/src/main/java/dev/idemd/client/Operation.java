@@ -2,42 +2,19 @@ package dev.idemd.client;
 
 import com.fasterxml.jackson.databind.JsonNode;
 
-/** An operation's policy as idemd stores it. */
-public final class Operation extends JsonView {
-    public Operation(JsonNode json) {
-        super(json);
-    }
-
-    public String getName() {
-        return text("name");
-    }
-
-    public Integer getTokenTtlSeconds() {
-        return integer("token_ttl_seconds");
-    }
-
-    public Integer getRetentionSeconds() {
-        return integer("retention_seconds");
-    }
-
-    public Integer getLeaseSeconds() {
-        return integer("lease_seconds");
-    }
-
-    public String getVersionKey() {
-        return text("version_key");
-    }
-
-    public boolean isRequireVersion() {
-        JsonNode n = node("require_version");
-        return n != null && n.asBoolean();
-    }
-
-    public Integer getWaitSeconds() {
-        return integer("wait_seconds");
-    }
-
-    public Long getAuditRetentionSeconds() {
-        return longValue("audit_retention_seconds");
-    }
+/**
+ * An operation's policy as idemd stores it. Optional fields are null when absent.
+ *
+ * @param name the operation's name
+ * @param tokenTtlSeconds how long an issued token lives
+ * @param retentionSeconds how long a completed record is kept
+ * @param leaseSeconds a claim's lease
+ * @param versionKey the version counter it guards, or null
+ * @param requireVersion whether a claim must carry a version
+ * @param waitSeconds how long a duplicate waits by default, or null
+ * @param auditRetentionSeconds how long the audit trail is kept, or null
+ * @param raw the JSON object as idemd sent it, for fields a newer idemd adds
+ */
+public record Operation(String name, Integer tokenTtlSeconds, Integer retentionSeconds, Integer leaseSeconds,
+        String versionKey, boolean requireVersion, Integer waitSeconds, Long auditRetentionSeconds, JsonNode raw) {
 }

@@ -4,30 +4,31 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.idemd.client.internal.Json;
+import java.util.Arrays;
 import java.util.Base64;
 import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.Objects;
 
 /**
  * What to store as a submit's outcome: a status, headers and either a JSON
- * body (any value Jackson can serialize) or raw bytes.
+ * body (any value Jackson can serialize) or raw bytes. Two outcomes are
+ * equal when their status, headers, JSON body and bytes are.
+ *
+ * @param status the status, 100..599
+ * @param headers the headers to store (unmodifiable; null: none)
+ * @param body the JSON body, or null (empty body or raw bytes)
+ * @param content the raw bytes, or null when the body is JSON
  */
-public final class Outcome {
-    private final int status;
-    private final Map<String, String> headers;
-    private final JsonNode body;
-    private final byte[] content;
-
-    private Outcome(int status, Map<String, String> headers, JsonNode body, byte[] content) {
+public record Outcome(int status, Map<String, String> headers, JsonNode body, byte[] content) {
+    public Outcome {
         if (status < 100 || status > 599) {
             throw new IllegalArgumentException("status must be 100..599: " + status);
         }
-        this.status = status;
-        this.headers = headers == null ? Collections.emptyMap()
+        headers = headers == null ? Collections.emptyMap()
                 : Collections.unmodifiableMap(new LinkedHashMap<>(headers));
-        this.body = body;
-        this.content = content;
+        content = content == null ? null : content.clone();
     }
 
     /** STATUS with BODY as JSON (null: an empty body). */
@@ -47,24 +48,12 @@ public final class Outcome {
 
     /** STATUS with raw CONTENT bytes (stored as {@code body_base64}). */
     public static Outcome bytes(int status, byte[] content, Map<String, String> headers) {
-        return new Outcome(status, headers, null, content == null ? new byte[0] : content.clone());
+        return new Outcome(status, headers, null, content == null ? new byte[0] : content);
     }
 
-    public int getStatus() {
-        return status;
-    }
-
-    public Map<String, String> getHeaders() {
-        return headers;
-    }
-
-    /** The JSON body, or null (empty body or raw bytes). */
-    public JsonNode getBody() {
-        return body;
-    }
-
-    /** The raw bytes, or null when the body is JSON. */
-    public byte[] getContent() {
+    /** The raw bytes (a copy), or null when the body is JSON. */
+    @Override
+    public byte[] content() {
         return content == null ? null : content.clone();
     }
 
@@ -82,6 +71,17 @@ public final class Outcome {
             o.set("body", body);
         }
         return o;
+    }
+
+    @Override
+    public boolean equals(Object o) {
+        return o instanceof Outcome x && status == x.status && headers.equals(x.headers)
+                && Objects.equals(body, x.body) && Arrays.equals(content, x.content);
+    }
+
+    @Override
+    public int hashCode() {
+        return Objects.hash(status, headers, body, Arrays.hashCode(content));
     }
 
     @Override

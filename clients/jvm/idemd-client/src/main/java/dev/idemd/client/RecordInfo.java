@@ -6,59 +6,21 @@ import java.time.Instant;
 /**
  * A token's or a caller key's record, as introspection and the records API
  * return it. Fields a given call does not send are null.
+ *
+ * @param id the record's 32-hex id
+ * @param operation its operation
+ * @param key the caller key (caller-key records), or null
+ * @param subject its subject
+ * @param state {@code issued}, {@code in_progress}, {@code completed}, {@code revoked} or {@code expired}
+ * @param expiresAt when it expires
+ * @param attempt the latest claim's number (0: never claimed)
+ * @param leaseExpiresAt the lease's end
+ * @param response the stored response
+ * @param checkpoint the latest checkpoint
+ * @param replays how many duplicates got the stored response (records API; may lag by 10 s)
+ * @param raw the JSON object as idemd sent it, for fields a newer idemd adds
  */
-public final class RecordInfo extends JsonView {
-    public RecordInfo(JsonNode json) {
-        super(json);
-    }
-
-    public String getId() {
-        return text("id");
-    }
-
-    public String getOperation() {
-        return text("operation");
-    }
-
-    /** The caller key (caller-key records), or null. */
-    public String getKey() {
-        return text("key");
-    }
-
-    public String getSubject() {
-        return text("subject");
-    }
-
-    /** {@code issued}, {@code in_progress}, {@code completed}, {@code revoked} or {@code expired}. */
-    public String getState() {
-        return text("state");
-    }
-
-    public Instant getExpiresAt() {
-        return instant("expires_at");
-    }
-
-    /** The latest claim's number (0: never claimed). */
-    public Integer getAttempt() {
-        return integer("attempt");
-    }
-
-    public Instant getLeaseExpiresAt() {
-        return instant("lease_expires_at");
-    }
-
-    public StoredResponse getResponse() {
-        JsonNode n = node("response");
-        return n == null || n.isNull() ? null : new StoredResponse(n);
-    }
-
-    public Checkpoint getCheckpoint() {
-        JsonNode n = node("checkpoint");
-        return n == null || n.isNull() ? null : new Checkpoint(n);
-    }
-
-    /** How many duplicates got the stored response (records API; may lag by 10 s). */
-    public Long getReplays() {
-        return longValue("replays");
-    }
+public record RecordInfo(String id, String operation, String key, String subject, String state, Instant expiresAt,
+        Integer attempt, Instant leaseExpiresAt, StoredResponse response, Checkpoint checkpoint, Long replays,
+        JsonNode raw) {
 }

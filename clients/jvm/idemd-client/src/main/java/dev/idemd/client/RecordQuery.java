@@ -1,24 +1,18 @@
 package dev.idemd.client;
 
-/** Filters of {@code GET /v1/records}. Immutable: each {@code with} returns a copy. */
-public final class RecordQuery {
+/**
+ * Filters of {@code GET /v1/records}. Immutable: each {@code with} returns a copy.
+ *
+ * @param operation the operation, or null
+ * @param state the state, or null
+ * @param subject the subject, or null
+ * @param olderThan claimed at least this many seconds ago, or null
+ * @param limit the page size 1..500, or null
+ * @param cursor the cursor of the page to get, or null
+ */
+public record RecordQuery(String operation, String state, String subject, Long olderThan, Integer limit,
+        String cursor) {
     public static final RecordQuery ALL = new RecordQuery(null, null, null, null, null, null);
-
-    final String operation;
-    final String state;
-    final String subject;
-    final Long olderThan;
-    final Integer limit;
-    final String cursor;
-
-    private RecordQuery(String operation, String state, String subject, Long olderThan, Integer limit, String cursor) {
-        this.operation = operation;
-        this.state = state;
-        this.subject = subject;
-        this.olderThan = olderThan;
-        this.limit = limit;
-        this.cursor = cursor;
-    }
 
     public RecordQuery withOperation(String v) {
         return new RecordQuery(v, state, subject, olderThan, limit, cursor);

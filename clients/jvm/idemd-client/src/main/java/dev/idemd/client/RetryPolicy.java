@@ -23,23 +23,6 @@ public record RetryPolicy(int attempts, Duration baseDelay, Duration maxDelay, D
         }
     }
 
-    /** The total number of tries (1: never retry). */
-    public int getAttempts() {
-        return attempts;
-    }
-
-    public Duration getBaseDelay() {
-        return baseDelay;
-    }
-
-    public Duration getMaxDelay() {
-        return maxDelay;
-    }
-
-    public Duration getMaxRetryAfter() {
-        return maxRetryAfter;
-    }
-
     /** Whether ERROR may be retried. */
     public boolean isRetryable(IdemdException error) {
         if (error instanceof IdemdTransportException) {

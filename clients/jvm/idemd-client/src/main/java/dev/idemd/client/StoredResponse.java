@@ -4,64 +4,39 @@ import com.fasterxml.jackson.databind.JsonNode;
 import dev.idemd.client.internal.Json;
 import java.nio.charset.StandardCharsets;
 import java.util.Base64;
-import java.util.Collections;
-import java.util.Iterator;
-import java.util.LinkedHashMap;
 import java.util.Map;
 
-/** A stored outcome: status, headers and a JSON body or raw bytes. */
-public final class StoredResponse extends JsonView {
-    public StoredResponse(JsonNode json) {
-        super(json);
-    }
-
-    public int getStatus() {
-        Integer s = integer("status");
-        return s == null ? 0 : s;
-    }
-
-    /** The stored headers, name to value. */
-    public Map<String, String> getHeaders() {
-        Map<String, String> h = new LinkedHashMap<>();
-        JsonNode n = node("headers");
-        if (n != null) {
-            for (Iterator<Map.Entry<String, JsonNode>> it = n.fields(); it.hasNext();) {
-                Map.Entry<String, JsonNode> e = it.next();
-                h.put(e.getKey(), e.getValue().asText());
-            }
-        }
-        return Collections.unmodifiableMap(h);
-    }
-
-    /** The JSON body (a JSON null node for an empty body), or null when the body is raw bytes. */
-    public JsonNode getBody() {
-        return node("body");
-    }
-
+/**
+ * A stored outcome: status, headers and a JSON body or raw bytes.
+ *
+ * @param status the stored status (0 when idemd sent none)
+ * @param headers the stored headers, name to value (unmodifiable)
+ * @param body the JSON body (a JSON null node for an empty body), or null when the body is raw bytes
+ * @param raw the JSON object as idemd sent it, for fields a newer idemd adds
+ */
+public record StoredResponse(int status, Map<String, String> headers, JsonNode body, JsonNode raw) {
     /** True when the body was stored as raw bytes ({@code body_base64}). */
     public boolean isBinary() {
-        return node("body_base64") != null;
+        return raw.get("body_base64") != null;
     }
 
     /** The body as bytes: the raw bytes, or the JSON body serialized (empty for null). */
-    public byte[] getBodyBytes() {
-        String b64 = text("body_base64");
-        if (b64 != null) {
-            return Base64.getDecoder().decode(b64);
+    public byte[] bodyBytes() {
+        JsonNode b64 = raw.get("body_base64");
+        if (b64 != null && !b64.isNull()) {
+            return Base64.getDecoder().decode(b64.asText());
         }
-        JsonNode b = node("body");
-        if (b == null || b.isNull()) {
+        if (body == null || body.isNull()) {
             return new byte[0];
         }
-        return Json.write(b).getBytes(StandardCharsets.UTF_8);
+        return Json.write(body).getBytes(StandardCharsets.UTF_8);
     }
 
     /** The body's JSON value mapped to TYPE (null for an empty body). */
     public <T> T bodyAs(Class<T> type) {
-        JsonNode b = node("body");
-        if (b == null) {
-            return Json.read(getBodyBytes(), type);
+        if (body == null) {
+            return Json.read(bodyBytes(), type);
         }
-        return b.isNull() ? null : Json.convert(b, type);
+        return body.isNull() ? null : Json.convert(body, type);
     }
 }

@@ -2,23 +2,16 @@ package dev.idemd.client;
 
 import com.fasterxml.jackson.databind.JsonNode;
 
-/** A version counter and its value. */
-public final class Version extends JsonView {
-    public Version(JsonNode json) {
-        super(json);
-    }
-
-    public String getKey() {
-        return text("key");
-    }
-
-    public long getVersion() {
-        Long v = longValue("version");
-        return v == null ? 0 : v;
-    }
-
+/**
+ * A version counter and its value.
+ *
+ * @param key the counter's key
+ * @param version its value (0 when idemd sent none)
+ * @param raw the JSON object as idemd sent it, for fields a newer idemd adds
+ */
+public record Version(String key, long version, JsonNode raw) {
     /** The value as a strong ETag, for If-Match: {@code "7"}. */
-    public String getEtag() {
-        return "\"" + getVersion() + "\"";
+    public String etag() {
+        return "\"" + version + "\"";
     }
 }

@@ -1,6 +1,7 @@
 package dev.idemd.client;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import dev.idemd.client.internal.Problems;
 import java.time.Duration;
 import java.util.Map;
 

@@ -28,14 +28,14 @@ class ClientTest {
     @Test
     void valueTypesAreRecordsWithTheirGetters() {
         assertEquals(ClaimTarget.key("op", "k"), ClaimTarget.key("op", "k"));
-        assertEquals("k", ClaimTarget.key("op", "k").getKey());
+        assertEquals("k", ClaimTarget.key("op", "k").key());
         assertEquals("op/k", ClaimTarget.key("op", "k").toString());
         assertTrue(ClaimTarget.token("t").isToken());
         assertEquals(new RetryPolicy(4, java.time.Duration.ofMillis(200), java.time.Duration.ofSeconds(5),
                 java.time.Duration.ofSeconds(30)), RetryPolicy.DEFAULT);
-        assertEquals(4, RetryPolicy.DEFAULT.getAttempts());
+        assertEquals(4, RetryPolicy.DEFAULT.attempts());
         assertThrows(IllegalArgumentException.class, () -> new RetryPolicy(0, null, null, null));
-        assertEquals(ClaimOptions.NONE, BatchClaimItem.of("k", null).getOptions());
+        assertEquals(ClaimOptions.NONE, BatchClaimItem.of("k", null).options());
         assertEquals(BatchCompleteItem.of("k", 2, null), BatchCompleteItem.of("k", 2, null));
         assertTrue(Record.class.isAssignableFrom(ClaimResult.class));
     }
@@ -44,39 +44,39 @@ class ClientTest {
     void tokenLifecycle() {
         String op = TestEnv.operation(idemd, 30);
         IssuedToken t = idemd.issue(op, "user-42");
-        assertEquals(op, t.getOperation());
-        assertEquals(32, t.getId().length());
-        assertEquals("issued", idemd.introspect(t.getToken()).getState());
+        assertEquals(op, t.operation());
+        assertEquals(32, t.id().length());
+        assertEquals("issued", idemd.introspect(t.token()).state());
 
-        Claimed c = idemd.claimToken(t.getToken(), ClaimOptions.request(Map.of("cart", "c-1")));
-        assertFalse(c.isReplayed());
-        assertEquals(1, c.getAttempt());
-        assertNotNull(c.getLeaseExpiresAt());
+        Claimed c = idemd.claimToken(t.token(), ClaimOptions.request(Map.of("cart", "c-1")));
+        assertFalse(c.replayed());
+        assertEquals(1, c.attempt());
+        assertNotNull(c.leaseExpiresAt());
 
         IdemdClient once = idemd.withRetry(RetryPolicy.NONE);
         RequestInProgressException busy = assertThrows(RequestInProgressException.class,
-                () -> once.claimToken(t.getToken(), ClaimOptions.request(Map.of("cart", "c-1"))));
+                () -> once.claimToken(t.token(), ClaimOptions.request(Map.of("cart", "c-1"))));
         assertEquals(409, busy.getStatus());
         assertNotNull(busy.getRetryAfter());
 
-        SimpleResult done = idemd.completeToken(t.getToken(), 1, Outcome.of(201, Map.of("order_id", "o-1")));
-        assertEquals("completed", done.getState());
-        assertEquals(201, done.getResponse().getStatus());
+        SimpleResult done = idemd.completeToken(t.token(), 1, Outcome.of(201, Map.of("order_id", "o-1")));
+        assertEquals("completed", done.state());
+        assertEquals(201, done.response().status());
 
-        Claimed replay = idemd.claimToken(t.getToken(), ClaimOptions.request(Map.of("cart", "c-1")));
-        assertTrue(replay.isReplayed());
-        assertEquals("o-1", replay.getResponse().getBody().get("order_id").asText());
+        Claimed replay = idemd.claimToken(t.token(), ClaimOptions.request(Map.of("cart", "c-1")));
+        assertTrue(replay.replayed());
+        assertEquals("o-1", replay.response().body().get("order_id").asText());
         assertThrows(FingerprintMismatchException.class,
-                () -> idemd.claimToken(t.getToken(), ClaimOptions.request(Map.of("cart", "c-2"))));
-        assertThrows(TokenInUseException.class, () -> idemd.revoke(t.getToken()));
-        assertThrows(LeaseLostException.class, () -> idemd.releaseToken(t.getToken(), 7));
+                () -> idemd.claimToken(t.token(), ClaimOptions.request(Map.of("cart", "c-2"))));
+        assertThrows(TokenInUseException.class, () -> idemd.revoke(t.token()));
+        assertThrows(LeaseLostException.class, () -> idemd.releaseToken(t.token(), 7));
 
         IssuedToken t2 = idemd.issue(op, "user-42", 60);
-        idemd.revoke(t2.getToken());
-        assertThrows(TokenRevokedException.class, () -> idemd.claimToken(t2.getToken()));
+        idemd.revoke(t2.token());
+        assertThrows(TokenRevokedException.class, () -> idemd.claimToken(t2.token()));
         assertThrows(TokenMalformedException.class, () -> idemd.claimToken("not a token!"));
-        assertThrows(TokenInvalidException.class, () -> idemd.claimToken(t2.getToken().substring(0, 20) + "x"
-                + t2.getToken().substring(21)));
+        assertThrows(TokenInvalidException.class, () -> idemd.claimToken(t2.token().substring(0, 20) + "x"
+                + t2.token().substring(21)));
 
         List<IssuedToken> many = idemd.issueMany(op, "user-43", 3, null);
         assertEquals(3, many.size());
@@ -85,15 +85,15 @@ class ClientTest {
     @Test
     void releaseThenTakeOverWithCheckpoint() {
         String op = TestEnv.operation(idemd, 30);
-        String t = idemd.issue(op, "u").getToken();
+        String t = idemd.issue(op, "u").token();
         Claimed c = idemd.claimToken(t);
-        assertNotNull(idemd.extendToken(t, 1, 10).getLeaseExpiresAt());
+        assertNotNull(idemd.extendToken(t, 1, 10).leaseExpiresAt());
         idemd.checkpointToken(t, 1, "charged", Map.of("charge", "ch_1"));
-        assertEquals("issued", idemd.releaseToken(t, c.getAttempt()).getState());
+        assertEquals("issued", idemd.releaseToken(t, c.attempt()).state());
         Claimed again = idemd.claimToken(t);
-        assertEquals(2, again.getAttempt());
-        assertEquals("charged", again.getCheckpoint().getPhase());
-        assertEquals("ch_1", again.getCheckpoint().getData().get("charge").asText());
+        assertEquals(2, again.attempt());
+        assertEquals("charged", again.checkpoint().phase());
+        assertEquals("ch_1", again.checkpoint().data().get("charge").asText());
         assertThrows(LeaseLostException.class, () -> idemd.checkpointToken(t, 1, "x", null));
     }
 
@@ -102,25 +102,25 @@ class ClientTest {
         String op = TestEnv.operation(idemd, 30);
         String key = "order:user-42/cart?9#x%20" + TestEnv.unique("k");
         Claimed c = idemd.claimKey(op, key, ClaimOptions.request(Map.of("a", 1)).withSubject("user-42"));
-        assertEquals(32, c.getId().length());
-        assertEquals("in_progress", idemd.getKey(op, key).getState());
-        idemd.completeKey(op, key, c.getAttempt(), Outcome.bytes(202, "raw".getBytes(StandardCharsets.UTF_8),
+        assertEquals(32, c.id().length());
+        assertEquals("in_progress", idemd.getKey(op, key).state());
+        idemd.completeKey(op, key, c.attempt(), Outcome.bytes(202, "raw".getBytes(StandardCharsets.UTF_8),
                 Map.of("Content-Type", "text/plain")));
         Claimed r = idemd.claimKey(op, key, ClaimOptions.request(Map.of("a", 1)));
-        assertTrue(r.isReplayed());
-        assertEquals("raw", new String(r.getResponse().getBodyBytes(), StandardCharsets.UTF_8));
-        assertEquals("text/plain", r.getResponse().getHeaders().get("content-type") != null
-                ? r.getResponse().getHeaders().get("content-type") : r.getResponse().getHeaders().get("Content-Type"));
-        RecordInfo rec = idemd.getRecord(c.getId());
-        assertEquals(op, rec.getOperation()); // the key itself is not stored (api/openapi.yaml)
-        List<RecordEvent> events = idemd.recordEvents(c.getId());
-        assertEquals("claimed", events.get(0).getEvent());
-        assertEquals("completed", events.get(events.size() - 1).getEvent());
+        assertTrue(r.replayed());
+        assertEquals("raw", new String(r.response().bodyBytes(), StandardCharsets.UTF_8));
+        assertEquals("text/plain", r.response().headers().get("content-type") != null
+                ? r.response().headers().get("content-type") : r.response().headers().get("Content-Type"));
+        RecordInfo rec = idemd.getRecord(c.id());
+        assertEquals(op, rec.operation()); // the key itself is not stored (api/openapi.yaml)
+        List<RecordEvent> events = idemd.recordEvents(c.id());
+        assertEquals("claimed", events.get(0).event());
+        assertEquals("completed", events.get(events.size() - 1).event());
         assertThrows(RecordNotFoundException.class, () -> idemd.getKey(op, "never-claimed"));
         assertThrows(RecordNotFoundException.class, () -> idemd.completeKey(op, "never", 1, Outcome.ok(null)));
         assertThrows(OperationUnknownException.class, () -> idemd.claimKey("no.such.op", "k"));
         RecordPage page = idemd.listRecords(RecordQuery.ALL.withOperation(op).withLimit(1));
-        assertEquals(1, page.getRecords().size());
+        assertEquals(1, page.records().size());
     }
 
     @Test
@@ -171,8 +171,8 @@ class ClientTest {
     void versions() {
         String key = TestEnv.unique("orders:user");
         Version v = idemd.getVersion(key);
-        assertEquals(0, v.getVersion());
-        assertEquals("\"0\"", v.getEtag());
+        assertEquals(0, v.version());
+        assertEquals("\"0\"", v.etag());
         assertEquals(1, idemd.bumpVersion(key, 0));
         VersionMismatchException e = assertThrows(VersionMismatchException.class, () -> idemd.bumpVersion(key, 0));
         assertEquals(1L, e.getCurrentVersion());
@@ -184,13 +184,13 @@ class ClientTest {
         idemd.putOperation(op, OperationPolicy.of(3600, 3600, 30).withVersionKey("cart:{subject}"));
         String subject = TestEnv.unique("u");
         IssuedToken t = idemd.issue(op, subject);
-        assertEquals(0L, t.getVersion());
+        assertEquals(0L, t.version());
         idemd.bumpVersion("cart:" + subject, 0);
-        VersionMismatchException e = assertThrows(VersionMismatchException.class, () -> idemd.claimToken(t.getToken()));
+        VersionMismatchException e = assertThrows(VersionMismatchException.class, () -> idemd.claimToken(t.token()));
         assertEquals(1L, e.getCurrentVersion());
-        assertEquals(op, idemd.getOperation(op).getName());
-        assertEquals("cart:{subject}", idemd.getOperation(op).getVersionKey());
-        assertTrue(idemd.listOperations().stream().anyMatch(o -> o.getName().equals(op)));
+        assertEquals(op, idemd.getOperation(op).name());
+        assertEquals("cart:{subject}", idemd.getOperation(op).versionKey());
+        assertTrue(idemd.listOperations().stream().anyMatch(o -> o.name().equals(op)));
     }
 
     @Test
@@ -200,11 +200,11 @@ class ClientTest {
         CompletableFuture<Claimed> waiter = CompletableFuture.supplyAsync(
                 () -> idemd.claimKey(op, "w", ClaimOptions.NONE.withWaitSeconds(10)));
         Thread.sleep(300);
-        idemd.completeKey(op, "w", first.getAttempt(), Outcome.of(201, Map.of("ok", true)));
+        idemd.completeKey(op, "w", first.attempt(), Outcome.of(201, Map.of("ok", true)));
         Claimed c = waiter.get();
-        assertTrue(c.isReplayed());
-        assertEquals(201, c.getResponse().getStatus());
-        assertNotNull(c.getPreferenceApplied());
+        assertTrue(c.replayed());
+        assertEquals(201, c.response().status());
+        assertNotNull(c.preferenceApplied());
     }
 
     @Test
@@ -212,11 +212,11 @@ class ClientTest {
         IdemdClient wrong = IdemdClient.builder(TestEnv.get("IDEMD_URL")).apiKey("idk_wrong").build();
         assertThrows(UnauthorizedException.class, () -> wrong.listOperations());
         String op = TestEnv.operation(idemd, 30);
-        String t = idemd.issue(op, "u").getToken();
+        String t = idemd.issue(op, "u").token();
         IdemdClient globex = IdemdClient.builder(TestEnv.get("IDEMD_URL")).apiKey(TestEnv.get("IDEMD_API_KEY_2"))
                 .build();
         assertThrows(TokenScopeMismatchException.class, () -> globex.claimToken(t));
-        assertEquals("ok", idemd.health().getStatus());
+        assertEquals("ok", idemd.health().status());
         assertTrue(idemd.ready().isUp());
     }
 
@@ -239,7 +239,7 @@ class ClientTest {
         long t0 = System.nanoTime();
         once.getOperation(op); // not rate limited
         IssuedToken t = limited.issue(op, "u"); // waits out Retry-After
-        assertNotNull(t.getToken());
+        assertNotNull(t.token());
         assertTrue(Duration.ofNanos(System.nanoTime() - t0).toMillis() >= 200);
     }
 

@@ -9,6 +9,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 import dev.idemd.client.internal.Json;
+import dev.idemd.client.internal.Problems;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
@@ -28,6 +29,7 @@ import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Function;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import java.util.stream.Collectors;
@@ -506,14 +508,14 @@ class ConformanceTest {
 
     static ObjectNode claimed(Claimed c) {
         ObjectNode o = c.raw().isObject() ? ((ObjectNode) c.raw()).deepCopy() : F.objectNode();
-        o.put("replayed", c.isReplayed());
+        o.put("replayed", c.replayed());
         return o;
     }
 
-    static <T extends JsonView> ObjectNode list(String name, List<T> items) {
+    static <T> ObjectNode list(String name, List<T> items, Function<T, JsonNode> raw) {
         ObjectNode o = F.objectNode();
         ArrayNode arr = o.putArray(name);
-        items.forEach(x -> arr.add(x.raw()));
+        items.forEach(x -> arr.add(raw.apply(x)));
         return o;
     }
 
@@ -563,12 +565,12 @@ class ConformanceTest {
             case "get_operation":
                 return c.getOperation(s(a, "name")).raw();
             case "list_operations":
-                return list("operations", c.listOperations());
+                return list("operations", c.listOperations(), Operation::raw);
             case "issue":
                 return c.issue(s(a, "operation"), s(a, "subject"), i(a, "ttl_seconds")).raw();
             case "issue_many":
                 return list("tokens", c.issueMany(s(a, "operation"), s(a, "subject"), i(a, "count"),
-                        i(a, "ttl_seconds")));
+                        i(a, "ttl_seconds")), IssuedToken::raw);
             case "introspect":
                 return c.introspect(s(a, "token")).raw();
             case "revoke":
@@ -600,12 +602,12 @@ class ConformanceTest {
             case "claim_batch": {
                 List<BatchClaimItem> items = new ArrayList<>();
                 a.path("items").forEach(it -> items.add(BatchClaimItem.of(s(it, "key"), claimOptions(it))));
-                return list("items", c.claimBatch(s(a, "operation"), items));
+                return list("items", c.claimBatch(s(a, "operation"), items), BatchClaimResult::raw);
             }
             case "complete_batch": {
                 List<BatchCompleteItem> items = new ArrayList<>();
                 a.path("items").forEach(it -> items.add(BatchCompleteItem.of(s(it, "key"), attempt(it), outcome(it))));
-                return list("items", c.completeBatch(s(a, "operation"), items));
+                return list("items", c.completeBatch(s(a, "operation"), items), BatchCompleteResult::raw);
             }
             case "get_version":
                 return c.getVersion(s(a, "key")).raw();
@@ -619,7 +621,7 @@ class ConformanceTest {
             case "get_record":
                 return c.getRecord(s(a, "id")).raw();
             case "record_events":
-                return list("events", c.recordEvents(s(a, "id")));
+                return list("events", c.recordEvents(s(a, "id")), RecordEvent::raw);
             case "list_records": {
                 RecordQuery q = RecordQuery.ALL;
                 if (s(a, "operation") != null) {
@@ -674,8 +676,8 @@ class ConformanceTest {
         });
         ObjectNode o = F.objectNode();
         o.put("ran", ran[0]);
-        o.put("replayed", r.isReplayed());
-        ObjectNode resp = r.getResponse().raw().deepCopy();
+        o.put("replayed", r.replayed());
+        ObjectNode resp = r.response().raw().deepCopy();
         if (!resp.has("headers")) {
             resp.putObject("headers");
         }
@@ -722,21 +724,21 @@ class ConformanceTest {
         ArrayNode out = o.putArray("outcomes");
         for (MessageOutcome<JsonNode> m : outcomes) {
             ObjectNode x = out.addObject();
-            x.put("key", m.getKey());
-            x.put("outcome", m.getKind().name().toLowerCase());
-            x.put("retry", m.isRetry());
-            if (m.getStatus() != null) {
-                x.put("status", m.getStatus());
+            x.put("key", m.key());
+            x.put("outcome", m.kind().name().toLowerCase());
+            x.put("retry", m.retry());
+            if (m.status() != null) {
+                x.put("status", m.status());
             } else {
                 x.putNull("status");
             }
-            if (m.getCode() != null) {
-                x.put("code", m.getCode());
+            if (m.code() != null) {
+                x.put("code", m.code());
             } else {
                 x.putNull("code");
             }
-            if (m.getResponse() != null) {
-                x.set("response", m.getResponse().raw());
+            if (m.response() != null) {
+                x.set("response", m.response().raw());
             }
         }
         return o;

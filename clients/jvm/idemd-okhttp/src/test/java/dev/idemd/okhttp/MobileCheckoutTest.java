@@ -121,7 +121,7 @@ class MobileCheckoutTest {
     }
 
     static int placed(IssuedToken t) {
-        AtomicInteger n = orders.get(t.getId());
+        AtomicInteger n = orders.get(t.id());
         return n == null ? 0 : n.get();
     }
 
@@ -139,7 +139,7 @@ class MobileCheckoutTest {
         // the first try's answer is lost, and the network is gone for the retries
         proxy.set(TcpProxy.Mode.DROP, 1, TcpProxy.Mode.BLACKHOLE);
         int drops = proxy.drops.get();
-        Process first = app(dir.resolve("first.out"), "submit", shopUrl, store.toString(), t.getToken());
+        Process first = app(dir.resolve("first.out"), "submit", shopUrl, store.toString(), t.token());
         await("the order to be placed and its answer dropped", 30000,
                 () -> placed(t) == 1 && proxy.drops.get() == drops + 1);
         await("the retry to be under way", 10000, () -> proxy.swallowed.get() > 0 || !first.isAlive());
@@ -174,7 +174,7 @@ class MobileCheckoutTest {
         proxy.set(TcpProxy.Mode.DROP, 1, TcpProxy.Mode.PASS);
         try {
             String shown = finish(app(dir.resolve("out"), "submit", shopUrl, dir.resolve("s").toString(),
-                    t.getToken()), dir.resolve("out"));
+                    t.token()), dir.resolve("out"));
             assertTrue(shown.contains("ORDER 201 replayed=true"), shown);
         } finally {
             upstreamDelayMillis = 0;
@@ -189,7 +189,7 @@ class MobileCheckoutTest {
         proxy.holdMillis = 2500; // past the app's 1.5 s read timeout
         proxy.set(TcpProxy.Mode.STALL, 1, TcpProxy.Mode.PASS);
         String shown = finish(app(dir.resolve("out"), "submit", shopUrl, dir.resolve("s").toString(),
-                t.getToken()), dir.resolve("out"));
+                t.token()), dir.resolve("out"));
         assertTrue(shown.contains("ORDER 201 replayed=true"), shown);
         assertEquals(1, placed(t));
         figures.put("timed-out", String.valueOf(placed(t)));
@@ -200,7 +200,7 @@ class MobileCheckoutTest {
         IssuedToken t = idemd.issue("order.create", "user-ok");
         proxy.set(TcpProxy.Mode.PASS);
         String shown = finish(app(dir.resolve("out"), "submit", shopUrl, dir.resolve("s").toString(),
-                t.getToken()), dir.resolve("out"));
+                t.token()), dir.resolve("out"));
         assertTrue(shown.contains("ORDER 201 replayed=false"), shown);
         assertEquals(1, placed(t));
         figures.put("clean", String.valueOf(placed(t)));

@@ -28,7 +28,7 @@ public class IdemdFormTokens {
 
     /** Issues a token and adds it to MODEL under {@code idemdToken}; returns it. */
     public String issue(Model model, String operation, String subject) {
-        String token = client.issue(operation, subject).getToken();
+        String token = client.issue(operation, subject).token();
         model.addAttribute(properties.getModelAttribute(), token);
         return token;
     }

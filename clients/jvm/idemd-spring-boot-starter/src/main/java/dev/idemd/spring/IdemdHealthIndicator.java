@@ -18,11 +18,11 @@ public class IdemdHealthIndicator extends AbstractHealthIndicator {
     protected void doHealthCheck(org.springframework.boot.actuate.health.Health.Builder builder) {
         try {
             Health h = client.ready();
-            builder.withDetail("url", client.getBaseUri().toString()).withDetail("status", String.valueOf(h.getStatus()));
+            builder.withDetail("url", client.getBaseUri().toString()).withDetail("status", String.valueOf(h.status()));
             if (h.isUp()) {
                 builder.up();
             } else {
-                builder.down().withDetail("reason", String.valueOf(h.getReason()));
+                builder.down().withDetail("reason", String.valueOf(h.reason()));
             }
         } catch (IdemdException e) {
             builder.down(e);

@@ -11,9 +11,9 @@ import dev.idemd.client.IdemdClient;
 import dev.idemd.client.IdemdException;
 import dev.idemd.client.IdemdProblemException;
 import dev.idemd.client.Outcome;
-import dev.idemd.client.Problems;
 import dev.idemd.client.StoredResponse;
 import dev.idemd.client.internal.Json;
+import dev.idemd.client.internal.Problems;
 import jakarta.servlet.FilterChain;
 import jakarta.servlet.ReadListener;
 import jakarta.servlet.ServletException;
@@ -165,11 +165,11 @@ public class IdempotencyFilter extends OncePerRequestFilter {
             problem(response, 503, "unavailable", "the idempotency service is unavailable", null);
             return;
         }
-        if (claimed.isReplayed()) {
-            replay(response, claimed.getResponse());
+        if (claimed.replayed()) {
+            replay(response, claimed.response());
             return;
         }
-        int attempt = claimed.getAttempt();
+        int attempt = claimed.attempt();
         ContentCachingResponseWrapper wrapped = new ContentCachingResponseWrapper(response);
         try {
             chain.doFilter(req, wrapped);
@@ -227,9 +227,9 @@ public class IdempotencyFilter extends OncePerRequestFilter {
     private void releaseQuietly(ClaimTarget target, int attempt) {
         try {
             if (target.isToken()) {
-                client.releaseToken(target.getToken(), attempt);
+                client.releaseToken(target.token(), attempt);
             } else {
-                client.releaseKey(target.getOperation(), target.getKey(), attempt);
+                client.releaseKey(target.operation(), target.key(), attempt);
             }
         } catch (IdemdException e) {
             LOG.warn("idemd did not release a claim (its lease will run out): " + e.getMessage());
@@ -237,11 +237,11 @@ public class IdempotencyFilter extends OncePerRequestFilter {
     }
 
     private static void replay(HttpServletResponse response, StoredResponse stored) throws IOException {
-        response.setStatus(stored.getStatus());
-        stored.getHeaders().forEach(response::setHeader);
+        response.setStatus(stored.status());
+        stored.headers().forEach(response::setHeader);
         response.setHeader("Idempotent-Replayed", "true");
-        byte[] body = stored.getBodyBytes();
-        if (!stored.isBinary() && stored.getBody() != null && !stored.getBody().isNull()
+        byte[] body = stored.bodyBytes();
+        if (!stored.isBinary() && stored.body() != null && !stored.body().isNull()
                 && response.getContentType() == null) {
             response.setContentType("application/json");
         }

@@ -87,7 +87,7 @@ class IdempotentRoutesCheck implements SmartInitializingSingleton {
             }
             policies.put(ann.operation(), op);
         }
-        String vk = op == null ? null : op.getVersionKey();
+        String vk = op == null ? null : op.versionKey();
         if (vk == null || !vk.contains("{subject}")) {
             return null;
         }

@@ -97,7 +97,7 @@ class IdempotentTest {
         // stored under the key every middleware sends: <scope>:<key>
         String scoped = CallerScope.scopedKey(key, Map.of("authorization", "Bearer alice"),
                 CallerScope.DEFAULT_HEADERS);
-        assertEquals(1, idemd.getKey(TestShop.OP, scoped).getAttempt());
+        assertEquals(1, idemd.getKey(TestShop.OP, scoped).attempt());
         assertEquals(33 + key.length(), scoped.length());
     }
 
@@ -115,7 +115,7 @@ class IdempotentTest {
         HttpResponse<String> byHeader = post("/api/me/orders", mine, "application/json", "{}", "X-User-Id", "u-8");
         assertEquals(200, byHeader.statusCode(), byHeader.body());
         // scopeHeaders = "-": the key as sent
-        assertEquals(1, idemd.getKey(TestShop.GUARDED, mine).getAttempt());
+        assertEquals(1, idemd.getKey(TestShop.GUARDED, mine).attempt());
         HttpResponse<String> none = post("/api/me/orders", "order:" + UUID.randomUUID(), "application/json", "{}");
         assertEquals(400, none.statusCode());
         assertTrue(none.body().contains("invalid_request") && none.body().contains("X-User-Id"), none.body());
@@ -125,7 +125,7 @@ class IdempotentTest {
         HttpResponse<String> byBean = post("/api/team/orders", team, "application/json", "{}", "X-Team", t,
                 "X-User-Id", "u-9");
         assertEquals(200, byBean.statusCode(), byBean.body());
-        assertEquals(1L, idemd.getVersion("orders:" + t + ".u-9").getVersion()); // the claim bumped it
+        assertEquals(1L, idemd.getVersion("orders:" + t + ".u-9").version()); // the claim bumped it
         HttpResponse<String> noTeam = post("/api/team/orders", team + "x", "application/json", "{}");
         assertEquals(400, noTeam.statusCode());
         assertTrue(noTeam.body().contains("teamSubject"), noTeam.body());
@@ -202,7 +202,7 @@ class IdempotentTest {
         assertEquals(2, TestShop.failRuns.get());
         // no Authorization, no Cookie: the scope of their empty values
         assertEquals(2, idemd.getKey(TestShop.OP, CallerScope.scopedKey(key, Map.of(), CallerScope.DEFAULT_HEADERS))
-                .getAttempt());
+                .attempt());
     }
 
     @Test
@@ -222,7 +222,7 @@ class IdempotentTest {
         assertEquals(first.headers().firstValue("Location"), dbl.headers().firstValue("Location"));
         assertEquals("true", dbl.headers().firstValue("Idempotent-Replayed").orElse(null));
         assertEquals(before + 1, TestShop.formRuns.get());
-        assertEquals("completed", idemd.introspect(token).getState());
+        assertEquals("completed", idemd.introspect(token).state());
 
         HttpResponse<String> forged = post("/checkout", null, "application/x-www-form-urlencoded",
                 "idemd_token=" + token.substring(0, token.length() - 2) + "xx&sku=A-1");

@@ -1,12 +1,11 @@
 package dev.idemd.client.internal;
 
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
-import dev.idemd.client.IdempotencyKeyInvalidException;
-import dev.idemd.client.IdemdProblemException;
-import dev.idemd.client.InvalidRequestException;
-import dev.idemd.client.Problems;
-import dev.idemd.client.TokenMalformedException;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.idemd.client.IdemdProblemException;
+import dev.idemd.client.IdempotencyKeyInvalidException;
+import dev.idemd.client.InvalidRequestException;
+import dev.idemd.client.TokenMalformedException;
 import java.util.Collections;
 
 /**

@@ -1,6 +1,38 @@
-package dev.idemd.client;
+package dev.idemd.client.internal;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import dev.idemd.client.CompletionConflictException;
+import dev.idemd.client.CorsOriginDeniedException;
+import dev.idemd.client.FingerprintMismatchException;
+import dev.idemd.client.IdemdProblemException;
+import dev.idemd.client.IdempotencyKeyInvalidException;
+import dev.idemd.client.IdempotencyKeyMissingException;
+import dev.idemd.client.InternalException;
+import dev.idemd.client.InvalidRequestException;
+import dev.idemd.client.LeaseLostException;
+import dev.idemd.client.MethodNotAllowedException;
+import dev.idemd.client.NotFoundException;
+import dev.idemd.client.NotInProgressException;
+import dev.idemd.client.OperationUnknownException;
+import dev.idemd.client.PayloadTooLargeException;
+import dev.idemd.client.RateLimitedException;
+import dev.idemd.client.RecordNotFoundException;
+import dev.idemd.client.RequestInProgressException;
+import dev.idemd.client.TokenExpiredException;
+import dev.idemd.client.TokenInUseException;
+import dev.idemd.client.TokenInvalidException;
+import dev.idemd.client.TokenMalformedException;
+import dev.idemd.client.TokenRevokedException;
+import dev.idemd.client.TokenScopeMismatchException;
+import dev.idemd.client.UnauthorizedException;
+import dev.idemd.client.UnavailableException;
+import dev.idemd.client.UnsupportedMediaTypeException;
+import dev.idemd.client.UpstreamAnswerUnstorableException;
+import dev.idemd.client.UpstreamInvalidException;
+import dev.idemd.client.UpstreamTimeoutException;
+import dev.idemd.client.UpstreamUnavailableException;
+import dev.idemd.client.VersionMismatchException;
+import dev.idemd.client.VersionRequiredException;
 import java.time.Duration;
 import java.time.ZonedDateTime;
 import java.time.format.DateTimeFormatter;
@@ -10,7 +42,11 @@ import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Set;
 
-/** Problem code to exception class, one per code of idemd's API reference. */
+/**
+ * Internal: not part of the client's API, may change in any release.
+ * Problem code to exception class, one per code of idemd's API reference,
+ * and the parsing of the headers a problem carries (ETag, Retry-After).
+ */
 public final class Problems {
     /** How an exception of one problem code is made. */
     @FunctionalInterface
