@@ -1,8 +1,9 @@
-/* The record engine: the steps every request on a record shares, for the
- * direct API (tokens, caller keys, batches) and gateway routes alike:
- * verifying a token and its scope, the claim and its outcomes, complete,
- * release, extend and checkpoint. A record is (tenant, operation, record
- * id); a token is one way to name it, a caller key or a derived gateway key
+/* The front of the record engine: the steps every request on a record
+ * shares, for the direct API (tokens, caller keys, batches) and gateway
+ * routes alike: verifying a token and its scope, the claim (decided by the
+ * engine's claim core, engine/claim.c) and its answer, complete, release,
+ * extend and checkpoint. A record is (tenant, operation, record id); a
+ * token is one way to name it, a caller key or a derived gateway key
  * another: the engine does not care which.
  * Ownership: arguments are borrowed for the call unless noted. */
 #ifndef IDEMD_ENGINE_H

@@ -1,4 +1,4 @@
-/* The record engine, request checks: a token's verification and scope,
+/* The front of the record engine, request checks: a token's verification and scope,
  * a claim body's fingerprint, a stored headers object, and the per-tenant
  * quotas: token issuance and record claims (a token bucket per tenant slot
  * in a table of each). */

@@ -1,4 +1,4 @@
-/* The record engine, after the claim: complete (batched, answered after
+/* The front of the record engine, after the claim: complete (batched, answered after
  * the commit), release, extend and checkpoint of a record, each fenced by
  * the attempt that holds it. */
 #include "answer.h"
