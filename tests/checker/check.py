@@ -51,6 +51,10 @@ Per key (one record address; its ops are one history):
      no execution of the key after it inside the life that answer would
      have had, whatever came after the status line (a cut body, chunked
      without its last chunk, a stall past the timeout, an answer too large).
+     idemd reads an answer only until the forward's deadline (the
+     Idempotency-Timeout-Ms it sent): a status line sent after it, or one
+     that reached an instance stopped (SIGSTOP) before the deadline passed,
+     may never have been read, and is not counted.
   6o gateway, two forwards of one key never overlap: no execution begins
      while an earlier one of the key that honoured its deadline
      (Idempotency-Timeout-Ms) still worked (until its status line, or its
@@ -103,6 +107,7 @@ DELIVER = 0.5    # a 201 may take this long from the commit to the client
 GW_MARGIN = 0.25  # an execution this much shorter than the route's timeout
 EXPIRY_SLACK = 0.25  # idemd's estimate of the database's clock may be this far off
 FINAL_READ = 0.3  # a status line sent this long before idemd answered was read by it
+DEADLINE_SLACK = 0.05  # a forward's deadline counts from its send, a moment before arrival
 # an instance may use an operation's old policy this long after a change:
 # its policy cache keeps an entry up to OPCACHE_TTL_SECONDS (5, src/store/
 # opcache.h, docs/design.md), and the reload itself takes a moment
@@ -568,6 +573,11 @@ class Checker:
             if e1.get("sl") is None or s1 is None or s1["status"] is None or \
                     s1["status"] == 503 or e1["sl"] > s1["w1"] - FINAL_READ:
                 continue
+            if e1.get("deadline_ms"):
+                dl = e1["a"] + e1["deadline_ms"] / 1000.0
+                if e1["sl"] >= dl - DEADLINE_SLACK or \
+                        self.is_frozen(s1["node"], e1["sl"] - DEADLINE_SLACK, dl):
+                    continue  # idemd stopped reading, or was stopped, by its deadline
             low = e1["sl"] + R - CLOCK
             if texp is not None:
                 low = min(low, texp - CLOCK)
