@@ -34,6 +34,7 @@ struct claim {
 
 void claim_count_replay(const struct token *t, int waited)
 {
+	metrics_add(METRIC_REPLAYS, 1);
 	replaycount_add(t->tenant_id, t->id);
 	metrics_duplicate(t->tenant_id, t->operation_id,
 			  waited ? METRICS_DUP_WAITED : METRICS_DUP_REPLAYED);
@@ -182,7 +183,6 @@ enum replaycache_hit claim_cached(const struct token *t, const uint8_t *fp, int 
 	enum replaycache_hit hit = replaycache_lookup(t->tenant_id, t->id, fp, kind, r, reply, len);
 
 	if (hit == REPLAYCACHE_HIT) {
-		metrics_add(METRIC_REPLAYS, 1);
 		claim_count_replay(t, 0);
 	} else if (hit == REPLAYCACHE_OTHER_FP) {
 		metrics_duplicate(t->tenant_id, t->operation_id, METRICS_DUP_FINGERPRINT_MISMATCH);
@@ -198,7 +198,6 @@ void claim_settled(const struct token *t, const uint8_t *fp, const struct claim_
 		metrics_add(METRIC_CLAIMS, 1);
 		break;
 	case CLAIM_REPLAY:
-		metrics_add(METRIC_REPLAYS, 1);
 		claim_count_replay(t, waited);
 		if (!from_cache)
 			replaycache_put(t->tenant_id, t->id, fp, &res->cr_response,

@@ -124,8 +124,9 @@ void claim_settled(const struct token *t, const uint8_t *fp, const struct claim_
 		   int waited, int from_cache);
 
 /* Counts one duplicate of T answered with its stored response: its record's
- * replay count (replaycount.c) and idemd_duplicates_total, outcome
- * "waited" when WAITED (it waited with Prefer: wait), else "replayed". */
+ * replay count (replaycount.c), idemd_replays_total and
+ * idemd_duplicates_total, outcome "waited" when WAITED (it waited with
+ * Prefer: wait), else "replayed". */
 void claim_count_replay(const struct token *t, int waited);
 
 #endif

@@ -84,7 +84,6 @@ int engine_replay_raw(struct request *req, const struct token *t)
 				req->req_body ? req->req_body : "", req->req_body_len, &reply,
 				&len) != REPLAYCACHE_HIT)
 		return 0;
-	metrics_add(METRIC_REPLAYS, 1);
 	claim_count_replay(t, 0);
 	http_reply_take(req, 200, "application/json", reply, len);
 	http_set_header(req, "Idempotent-Replayed", "true");
@@ -130,7 +129,6 @@ int engine_replay_alias(struct request *req, const struct token *t, const uint8_
 	int64_t v;
 	if (engine_if_match(req, &has, &v) == 0) {
 		http_note_record(req, t->id);
-		metrics_add(METRIC_REPLAYS, 1);
 		claim_count_replay(t, 0);
 		replay->er_send(req, &r);
 	}
