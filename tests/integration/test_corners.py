@@ -144,20 +144,34 @@ class Records(IdemdCase):
 
     def test_claims_of_one_new_key_in_one_batch_grant_it_once(self):
         op = self.put_operation(lease_seconds=30)
-        for _ in range(10):
+        for _ in range(3):
             key = uniq("k")
             got = []
-            start = threading.Barrier(16)
+            # records locked for a while: claims of two other keys hold the
+            # batcher's threads inside PostgreSQL, and the claims of KEY
+            # queue behind them, so they meet in the one batch that runs
+            # when the lock goes
+            locker = threading.Thread(target=psql, args=(
+                "BEGIN; LOCK TABLE records IN EXCLUSIVE MODE; SELECT pg_sleep(1.2); COMMIT;",),
+                kwargs={"db": self.idemd.db})
+            locker.start()
+            time.sleep(0.3)
 
-            def claim():
-                c = Client(self.server.port, self.api_key)
-                start.wait()
-                got.append(c.post(key_path(op, key, "claim"), {}).status)
-            threads = [threading.Thread(target=claim) for _ in range(16)]
+            def claim(k):
+                status = Client(self.server.port, self.api_key).post(
+                    key_path(op, k, "claim"), {}).status
+                if k == key:
+                    got.append(status)
+            threads = [threading.Thread(target=claim, args=(uniq("k"),)) for _ in range(2)]
             for t in threads:
+                t.start()
+            time.sleep(0.2)
+            threads += [threading.Thread(target=claim, args=(key,)) for _ in range(16)]
+            for t in threads[2:]:
                 t.start()
             for t in threads:
                 t.join(30)
+            locker.join(10)
             self.assertEqual(got.count(201), 1, "one key granted %d times: %s"
                              % (got.count(201), sorted(got)))
 
