@@ -22,7 +22,6 @@ Usage: walk.py TRACE BINARY TREE ENTRY... (TRACE the directory of
 function's file; TREE the source tree it was built from). WALK_SHOW=1
 prints each stay as it starts."""
 import collections
-import json
 import re
 import os
 import subprocess

@@ -9,7 +9,6 @@ types, odd paths and percent-encoding, two Idempotency-Key headers on a
 gateway route, and tokens of another tenant or operation."""
 
 import os
-import re
 import socket
 import sys
 import threading
@@ -19,62 +18,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import Client, IdemdCase, assert_problem, assert_status, uniq  # noqa: E402
 import faultkit  # noqa: E402
+import rawclient  # noqa: E402
 
 MAX_BODY = 65536     # max_body_bytes: deep nesting (60 KB) fits, 200 KB does not
 TIMEOUT = 2          # connection_timeout_seconds of the slow-client server
 MAX_CONN = 4         # max_connections of the slow-client server
 
 
-def parse_responses(data):
-    """Splits raw bytes into [(status, headers(lower), body)] by Content-Length."""
-    out = []
-    while data:
-        head, sep, rest = data.partition(b"\r\n\r\n")
-        if not sep:
-            break
-        lines = head.decode("latin-1").split("\r\n")
-        m = re.match(r"HTTP/1\.[01] (\d{3})", lines[0])
-        if not m:
-            break
-        hdrs = {}
-        for ln in lines[1:]:
-            k, _, v = ln.partition(":")
-            hdrs[k.strip().lower()] = v.strip()
-        n = int(hdrs.get("content-length", "0"))
-        out.append((int(m.group(1)), hdrs, rest[:n]))
-        data = rest[n:]
-    return out
-
-
 def exchange(port, data, wait=1.5, all_of_it=False):
     """Sends DATA; reads until the server closes, WAIT seconds pass, or
     (unless ALL_OF_IT) one whole response has come. Returns (responses,
     closed, raw)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        try:
-            s.sendall(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        s.settimeout(0.1)
-        raw, closed, t0 = b"", False, time.monotonic()
-        while time.monotonic() - t0 < wait:
-            try:
-                d = s.recv(65536)
-            except socket.timeout:
-                continue
-            except OSError:
-                closed = True
-                break
-            if not d:
-                closed = True
-                break
-            raw += d
-            if not all_of_it and parse_responses(raw):
-                head = raw.partition(b"\r\n\r\n")[0]
-                n = re.search(rb"(?i)content-length:\s*(\d+)", head)
-                if n and len(raw) >= len(head) + 4 + int(n.group(1)):
-                    break
-    return parse_responses(raw), closed, raw
+    return rawclient.exchange(port, data, wait, all_of_it)[:3]
 
 
 class Hostile(IdemdCase):
