@@ -103,12 +103,14 @@ static void h_item_decided(struct h_item *it, enum outcome o)
 	it->outcome = o;
 }
 
-/* Item I refused by a validator that replied to SCRATCH. */
-static void h_item_refused(struct h_item *it, struct request *scratch)
+/* Item I refused by a check of its fields (reqjson_why): 400
+ * invalid_request, or 503 unavailable when WHY is empty. */
+static void h_item_check_refused(struct h_item *it, const char *why)
 {
-	h_item_refuse(it, scratch->rep_status,
-		      scratch->rep_code ? scratch->rep_code : "invalid_request");
-	http_reply_discard(scratch);
+	if (why[0] == '\0')
+		h_item_decided(it, OUTCOME_UNAVAILABLE);
+	else
+		h_item_refuse(it, 400, "invalid_request");
 }
 
 /*
@@ -393,13 +395,13 @@ static void h_claims_answer(struct request *req, void *arg)
 static void h_claim_item_prepare(struct h_batch *b, struct h_item *it, json_t *o)
 {
 	static const char *const allowed[] = { "key", "fingerprint", "request", "subject", NULL };
-	struct request scratch = { .req_tenant_id = b->hb_req->req_tenant_id };
+	char why[REQJSON_WHY];
 	const char *subject;
 
-	if (reqjson_only(&scratch, o, allowed) < 0 ||
-	    reqjson_string(&scratch, o, "subject", 0, 1, TOKEN_SUBJECT_MAX, &subject) < 0 ||
-	    engine_fingerprint(&scratch, o, it->fp, &it->has_fp) < 0) {
-		h_item_refused(it, &scratch);
+	if (reqjson_only_why(o, allowed, why) < 0 ||
+	    reqjson_string_why(o, "subject", 0, 1, TOKEN_SUBJECT_MAX, &subject, why) < 0 ||
+	    engine_fingerprint_why(o, it->fp, &it->has_fp, why) < 0) {
+		h_item_check_refused(it, why);
 		return;
 	}
 	if (subject != NULL) {
@@ -506,14 +508,14 @@ void h_key_completions(struct request *req)
 	json_t *items = json_object_get(b->hb_body, "items");
 	for (size_t i = 0; i < b->hb_n; i++) {
 		struct h_item *it = &b->hb_items[i];
-		struct request scratch = { .req_tenant_id = req->req_tenant_id };
+		char why[REQJSON_WHY];
 		size_t k = b->hb_m;
 		if (it->key == NULL)
 			continue;
-		if (engine_complete_parse(&scratch, json_array_get(items, i), "key", &it->attempt,
-					  &b->hb_resp[k]) < 0) {
+		if (engine_complete_parse_why(json_array_get(items, i), "key", &it->attempt,
+					      &b->hb_resp[k], why) < 0) {
 			store_response_free(&b->hb_resp[k]);
-			h_item_refused(it, &scratch);
+			h_item_check_refused(it, why);
 			continue;
 		}
 		struct complete_args *a = &b->hb_pargs[k];

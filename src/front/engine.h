@@ -14,6 +14,7 @@
 
 #include "common.h"
 #include "outcome.h"
+#include "reqjson.h"
 #include "request.h"
 #include "store.h"
 #include "token.h"
@@ -158,19 +159,31 @@ json_t *engine_checkpoint_json(const struct record_view *rv);
  * replying. */
 int engine_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES],
 		       int *has_fp) IDEMD_WUR;
+/* engine_fingerprint() without a request (a batch's items): 0, or -1
+ * with the detail of a 400 invalid_request in WHY, or WHY empty when the
+ * fingerprint could not be computed (out of memory: 503 unavailable). */
+int engine_fingerprint_why(json_t *body, uint8_t fp[STORE_HASH_BYTES], int *has_fp,
+			   char why[REQJSON_WHY]) IDEMD_WUR;
 
 /* Validates a completion (BODY: attempt, status, headers, body or
  * body_base64, and EXTRA when not NULL) into *ATTEMPT and RESP (headers
  * text and body owned: store_response_free). 0, or -1 after replying. */
 int engine_complete_parse(struct request *req, json_t *body, const char *extra, int64_t *attempt,
 			  struct stored_response *resp) IDEMD_WUR;
+/* engine_complete_parse() without a request (a batch's items): 0, or -1
+ * with WHY as engine_fingerprint_why() leaves it (RESP may hold what was
+ * made: store_response_free it either way). */
+int engine_complete_parse_why(json_t *body, const char *extra, int64_t *attempt,
+			      struct stored_response *resp, char why[REQJSON_WHY]) IDEMD_WUR;
 
 /* 1 when a repeated completion A says what the stored one B says: same
  * status, headers (as JSON values) and body bytes. */
 int engine_same_response(const struct stored_response *a, const struct stored_response *b);
 
-/* Checks a headers object: at most MAX string values with token names. */
-int engine_check_headers(struct request *req, json_t *headers, size_t max) IDEMD_WUR;
+/* Checks a headers object of a completion: at most MAX string values
+ * with token names, none that is never stored. 0, or -1 with the detail
+ * of a 400 invalid_request in WHY. */
+int engine_check_headers_why(json_t *headers, size_t max, char why[REQJSON_WHY]) IDEMD_WUR;
 
 /* Token issuance rate limit per tenant, N tokens at once (a request for
  * more than the burst needs a full bucket and leaves it in debt): 0

@@ -150,19 +150,20 @@ int engine_claim_quota(struct request *req, int n)
 			    engine_cfg->claim_burst, n, "claiming records");
 }
 
-int engine_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES], int *has_fp)
+int engine_fingerprint_why(json_t *body, uint8_t fp[STORE_HASH_BYTES], int *has_fp,
+			   char why[REQJSON_WHY])
 {
 	const char *text;
 
 	*has_fp = 0;
-	if (reqjson_string(req, body, "fingerprint", 0, 1, 1024, &text) < 0)
+	if (reqjson_string_why(body, "fingerprint", 0, 1, 1024, &text, why) < 0)
 		return -1;
 	if (text != NULL) {
 		fingerprint_of_string(text, strlen(text), fp);
 		*has_fp = 1;
 	} else if (json_object_get(body, "request") != NULL) {
 		if (fingerprint_of_json(json_object_get(body, "request"), fp) < 0) {
-			request_unavailable(req);
+			why[0] = '\0';
 			return -1;
 		}
 		*has_fp = 1;
@@ -170,42 +171,39 @@ int engine_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_
 	return 0;
 }
 
-int engine_check_headers(struct request *req, json_t *headers, size_t max)
+int engine_fingerprint(struct request *req, json_t *body, uint8_t fp[STORE_HASH_BYTES], int *has_fp)
+{
+	char why[REQJSON_WHY];
+
+	return reqjson_refused(req, engine_fingerprint_why(body, fp, has_fp, why), why);
+}
+
+int engine_check_headers_why(json_t *headers, size_t max, char why[REQJSON_WHY])
 {
 	const char *name;
 	json_t *value;
 
-	if (!json_is_object(headers) || json_object_size(headers) > max) {
-		request_fail(req, 400, "invalid_request",
-			     "headers must be an object of at most %zu string values", max);
-		return -1;
-	}
+	if (!json_is_object(headers) || json_object_size(headers) > max)
+		return reqjson_why(why, "headers must be an object of at most %zu string values",
+				   max);
 	json_object_foreach(headers, name, value)
 	{
 		size_t n = strlen(name);
 		if (n == 0 || n > 128 ||
 		    strspn(name, "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-				 "abcdefghijklmnopqrstuvwxyz") != n) {
-			request_fail(req, 400, "invalid_request",
-				     "a header name is not a valid token");
-			return -1;
-		}
-		if (headers_never_stored(name)) {
-			request_fail(
-				req, 400, "invalid_request",
-				"header %s cannot be stored: hop-by-hop, framing, "
-				"Access-Control-*, Set-Cookie and idemd's own headers never are",
-				name);
-			return -1;
-		}
+				 "abcdefghijklmnopqrstuvwxyz") != n)
+			return reqjson_why(why, "a header name is not a valid token");
+		if (headers_never_stored(name))
+			return reqjson_why(why,
+					   "header %s cannot be stored: hop-by-hop, framing, "
+					   "Access-Control-*, Set-Cookie and idemd's own headers "
+					   "never are",
+					   name);
 		const char *v = json_string_value(value);
 		if (v == NULL || json_string_length(value) > 8192 ||
-		    !headers_value_ok(v, json_string_length(value))) {
-			request_fail(req, 400, "invalid_request",
-				     "header values must be strings without control characters "
-				     "(at most 8192 bytes)");
-			return -1;
-		}
+		    !headers_value_ok(v, json_string_length(value)))
+			return reqjson_why(why, "header values must be strings without control "
+						"characters (at most 8192 bytes)");
 	}
 	return 0;
 }

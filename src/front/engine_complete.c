@@ -34,8 +34,34 @@ static int engine_not_found(struct request *req, int is_key, int no_record)
 }
 
 /* Validates a complete body into RESP (headers text and body owned). */
-int engine_complete_parse(struct request *req, json_t *body, const char *extra, int64_t *attempt,
-			  struct stored_response *resp)
+/* A completion's body, from JBODY (JSON) or B64 (base64) or neither, into
+ * RESP (owned). 0, or -1 with WHY (empty: out of memory). */
+static int engine_complete_body(json_t *jbody, const char *b64, struct stored_response *resp,
+				char why[REQJSON_WHY])
+{
+	if (jbody != NULL && b64 != NULL)
+		return reqjson_why(why, "send body or body_base64, not both");
+	if (b64 != NULL) {
+		size_t max = strlen(b64) + 1;
+		resp->sr_body = malloc(max);
+		if (resp->sr_body == NULL || sodium_base642bin(resp->sr_body, max, b64, strlen(b64),
+							       NULL, &resp->sr_body_len, NULL,
+							       sodium_base64_VARIANT_ORIGINAL) != 0)
+			return reqjson_why(why, "body_base64 is not valid base64");
+	} else if (jbody != NULL) {
+		resp->sr_body = (unsigned char *)json_dumps(jbody, JSON_COMPACT | JSON_ENCODE_ANY);
+		resp->sr_body_len = resp->sr_body ? strlen((char *)resp->sr_body) : 0;
+		resp->sr_is_json = 1;
+		if (resp->sr_body == NULL) {
+			why[0] = '\0';
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int engine_complete_parse_why(json_t *body, const char *extra, int64_t *attempt,
+			      struct stored_response *resp, char why[REQJSON_WHY])
 {
 	const char *const allowed[] = { "attempt",     "status", "headers", "body",
 					"body_base64", extra,	 NULL };
@@ -44,43 +70,34 @@ int engine_complete_parse(struct request *req, json_t *body, const char *extra, 
 	const char *b64;
 
 	memset(resp, 0, sizeof(*resp));
-	if (reqjson_only(req, body, allowed) < 0 ||
-	    reqjson_int(req, body, "attempt", 1, 1, INT32_MAX, attempt, &present) < 0 ||
-	    reqjson_int(req, body, "status", 1, 100, 599, &status, &present) < 0 ||
-	    reqjson_string(req, body, "body_base64", 0, 0, SIZE_MAX, &b64) < 0)
+	if (reqjson_only_why(body, allowed, why) < 0 ||
+	    reqjson_int_why(body, "attempt", 1, 1, INT32_MAX, attempt, &present, why) < 0 ||
+	    reqjson_int_why(body, "status", 1, 100, 599, &status, &present, why) < 0 ||
+	    reqjson_string_why(body, "body_base64", 0, 0, SIZE_MAX, &b64, why) < 0)
 		return -1;
 	resp->sr_status = (int)status;
 	json_t *headers = json_object_get(body, "headers");
-	if (headers != NULL && engine_check_headers(req, headers, ENGINE_MAX_STORED_HEADERS) < 0)
+	if (headers != NULL &&
+	    engine_check_headers_why(headers, ENGINE_MAX_STORED_HEADERS, why) < 0)
 		return -1;
-	json_t *jbody = json_object_get(body, "body");
-	if (jbody != NULL && b64 != NULL) {
-		request_fail(req, 400, "invalid_request", "send body or body_base64, not both");
+	if (engine_complete_body(json_object_get(body, "body"), b64, resp, why) < 0)
 		return -1;
-	}
 	resp->sr_headers = headers ? json_dumps(headers, JSON_COMPACT | JSON_SORT_KEYS)
 				   : strdup("{}");
-	if (b64 != NULL) {
-		size_t max = strlen(b64) + 1;
-		resp->sr_body = malloc(max);
-		if (resp->sr_body == NULL ||
-		    sodium_base642bin(resp->sr_body, max, b64, strlen(b64), NULL,
-				      &resp->sr_body_len, NULL,
-				      sodium_base64_VARIANT_ORIGINAL) != 0) {
-			request_fail(req, 400, "invalid_request",
-				     "body_base64 is not valid base64");
-			return -1;
-		}
-	} else if (jbody != NULL) {
-		resp->sr_body = (unsigned char *)json_dumps(jbody, JSON_COMPACT | JSON_ENCODE_ANY);
-		resp->sr_body_len = resp->sr_body ? strlen((char *)resp->sr_body) : 0;
-		resp->sr_is_json = 1;
-	}
-	if (resp->sr_headers == NULL || (jbody != NULL && resp->sr_body == NULL)) {
-		request_unavailable(req);
+	if (resp->sr_headers == NULL) {
+		why[0] = '\0';
 		return -1;
 	}
 	return 0;
+}
+
+int engine_complete_parse(struct request *req, json_t *body, const char *extra, int64_t *attempt,
+			  struct stored_response *resp)
+{
+	char why[REQJSON_WHY];
+
+	return reqjson_refused(req, engine_complete_parse_why(body, extra, attempt, resp, why),
+			       why);
 }
 
 /* A complete on its way through the database. */

@@ -48,11 +48,6 @@ void request_unavailable(struct request *req)
 	http_set_header(req, "Retry-After", "1");
 }
 
-void http_reply_discard(struct request *req)
-{
-	http_clear_reply(req);
-}
-
 void http_reply_bytes(struct request *req, unsigned status, const char *content_type,
 		      const void *data, size_t len)
 {

@@ -4,14 +4,37 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <sodium.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "jsonmem.h"
+#include "utf8.h"
 
-int reqjson_only(struct request *req, json_t *obj, const char *const *allowed)
+int reqjson_why(char why[REQJSON_WHY], const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	int full = vsnprintf(why, REQJSON_WHY, fmt, ap);
+	va_end(ap);
+	if (full >= REQJSON_WHY)
+		utf8_cut_tail(why);
+	return -1;
+}
+
+int reqjson_refused(struct request *req, int rc, const char *why)
+{
+	if (rc < 0 && why[0] == '\0')
+		request_unavailable(req);
+	else if (rc < 0)
+		request_fail(req, 400, "invalid_request", "%s", why);
+	return rc;
+}
+
+int reqjson_only_why(json_t *obj, const char *const *allowed, char why[REQJSON_WHY])
 {
 	const char *key;
 	json_t *value;
@@ -24,8 +47,7 @@ int reqjson_only(struct request *req, json_t *obj, const char *const *allowed)
 				break;
 		if (allowed[i] == NULL) {
 			json_t *name = json_string(key);
-			request_fail(req, 400, "invalid_request", "unknown field %s",
-				     name ? key : "(not UTF-8)");
+			reqjson_why(why, "unknown field %s", name ? key : "(not UTF-8)");
 			json_decref(name);
 			return -1;
 		}
@@ -33,25 +55,31 @@ int reqjson_only(struct request *req, json_t *obj, const char *const *allowed)
 	return 0;
 }
 
-/* OBJ's member NAME into *V (NULL: absent). 0, or -1 after replying 400
- * when it is REQUIRED and absent. */
-static int reqjson_member(struct request *req, json_t *obj, const char *name, int required,
-			  json_t **v)
+int reqjson_only(struct request *req, json_t *obj, const char *const *allowed)
+{
+	char why[REQJSON_WHY];
+
+	return reqjson_refused(req, reqjson_only_why(obj, allowed, why), why);
+}
+
+/* OBJ's member NAME into *V (NULL: absent). 0, or -1 (WHY) when it is
+ * REQUIRED and absent. */
+static int reqjson_member(json_t *obj, const char *name, int required, json_t **v,
+			  char why[REQJSON_WHY])
 {
 	*v = json_object_get(obj, name);
 	if (*v != NULL || !required)
 		return 0;
-	request_fail(req, 400, "invalid_request", "field %s is required", name);
-	return -1;
+	return reqjson_why(why, "field %s is required", name);
 }
 
-int reqjson_int(struct request *req, json_t *obj, const char *name, int required, int64_t min,
-		int64_t max, int64_t *out, int *present)
+int reqjson_int_why(json_t *obj, const char *name, int required, int64_t min, int64_t max,
+		    int64_t *out, int *present, char why[REQJSON_WHY])
 {
 	json_t *v;
 
 	*present = 0;
-	if (reqjson_member(req, obj, name, required, &v) < 0)
+	if (reqjson_member(obj, name, required, &v, why) < 0)
 		return -1;
 	if (v == NULL)
 		return 0;
@@ -62,36 +90,47 @@ int reqjson_int(struct request *req, json_t *obj, const char *name, int required
 		       r >= -9223372036854775808.0 && r < 9223372036854775808.0 &&
 		       r == (double)(int64_t)r;
 	if (!integral &&
-	    (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)) {
-		request_fail(req, 400, "invalid_request",
-			     "field %s must be an integer from %" PRId64 " to %" PRId64, name, min,
-			     max);
-		return -1;
-	}
+	    (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max))
+		return reqjson_why(why, "field %s must be an integer from %" PRId64 " to %" PRId64,
+				   name, min, max);
 	*out = integral ? (int64_t)r : json_integer_value(v);
+	return 0;
+}
+
+int reqjson_int(struct request *req, json_t *obj, const char *name, int required, int64_t min,
+		int64_t max, int64_t *out, int *present)
+{
+	char why[REQJSON_WHY];
+
+	return reqjson_refused(
+		req, reqjson_int_why(obj, name, required, min, max, out, present, why), why);
+}
+
+int reqjson_string_why(json_t *obj, const char *name, int required, size_t minlen, size_t maxlen,
+		       const char **out, char why[REQJSON_WHY])
+{
+	json_t *v;
+
+	*out = NULL;
+	if (reqjson_member(obj, name, required, &v, why) < 0)
+		return -1;
+	if (v == NULL)
+		return 0;
+	if (!json_is_string(v) || json_string_length(v) < minlen ||
+	    json_string_length(v) > maxlen || strlen(json_string_value(v)) != json_string_length(v))
+		return reqjson_why(why, "field %s must be a string of %zu to %zu bytes without NUL",
+				   name, minlen, maxlen);
+	*out = json_string_value(v);
 	return 0;
 }
 
 int reqjson_string(struct request *req, json_t *obj, const char *name, int required, size_t minlen,
 		   size_t maxlen, const char **out)
 {
-	json_t *v;
+	char why[REQJSON_WHY];
 
-	*out = NULL;
-	if (reqjson_member(req, obj, name, required, &v) < 0)
-		return -1;
-	if (v == NULL)
-		return 0;
-	if (!json_is_string(v) || json_string_length(v) < minlen ||
-	    json_string_length(v) > maxlen ||
-	    strlen(json_string_value(v)) != json_string_length(v)) {
-		request_fail(req, 400, "invalid_request",
-			     "field %s must be a string of %zu to %zu bytes without NUL", name,
-			     minlen, maxlen);
-		return -1;
-	}
-	*out = json_string_value(v);
-	return 0;
+	return reqjson_refused(
+		req, reqjson_string_why(obj, name, required, minlen, maxlen, out, why), why);
 }
 
 static const char *reqjson_ws(const char *p, const char *end)

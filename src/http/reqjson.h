@@ -27,6 +27,25 @@ int reqjson_int(struct request *req, json_t *obj, const char *name, int required
 int reqjson_string(struct request *req, json_t *obj, const char *name, int required, size_t minlen,
 		   size_t maxlen, const char **out) IDEMD_WUR;
 
+/*
+ * The checks above without a request, for checks whose refusal is not a
+ * request's (a batch's items): -1 with the detail of the 400
+ * invalid_request in WHY. A check built on them may leave WHY empty for
+ * "could not be checked" (out of memory: 503 unavailable).
+ */
+#define REQJSON_WHY 512
+int reqjson_only_why(json_t *obj, const char *const *allowed, char why[REQJSON_WHY]) IDEMD_WUR;
+int reqjson_int_why(json_t *obj, const char *name, int required, int64_t min, int64_t max,
+		    int64_t *out, int *present, char why[REQJSON_WHY]) IDEMD_WUR;
+int reqjson_string_why(json_t *obj, const char *name, int required, size_t minlen, size_t maxlen,
+		       const char **out, char why[REQJSON_WHY]) IDEMD_WUR;
+/* Writes a formatted detail into WHY (cut at a character boundary when
+ * long); returns -1, for the check to return. */
+int reqjson_why(char why[REQJSON_WHY], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* RC of such a check, recorded on REQ when it is -1: 400 invalid_request
+ * with WHY, or 503 unavailable when WHY is empty. Returns RC. */
+int reqjson_refused(struct request *req, int rc, const char *why);
+
 /* A field of reqjson_flat(): NAME and TYPE in, the rest out. */
 struct reqjson_field {
 	const char *rf_name;

@@ -150,11 +150,6 @@ void http_reply_empty(struct request *req, unsigned status);
 void http_reply_take(struct request *req, unsigned status, const char *content_type, char *data,
 		     size_t len);
 
-/* Drops the reply built so far: a request context used as a scratch
- * target for validators that reply (a batch item's checks) keeps only
- * rep_status and rep_code. */
-void http_reply_discard(struct request *req);
-
 /* Adds a header to the reply built so far, or to the problem recorded
  * (copied); a later reply replaces it and its headers. Without either
  * there is nothing to add it to. */

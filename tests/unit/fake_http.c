@@ -98,16 +98,6 @@ void request_unavailable(struct request *req)
 	http_set_header(req, "Retry-After", "1");
 }
 
-void http_reply_discard(struct request *req)
-{
-	http_clear_reply(req);
-	free(fake_http.fh_body);
-	fake_http.fh_body = NULL;
-	fake_http.fh_body_len = 0;
-	fake_http.fh_status = 0;
-	fake_http.fh_n_headers = 0;
-}
-
 void http_reply_bytes(struct request *req, unsigned status, const char *content_type,
 		      const void *data, size_t len)
 {

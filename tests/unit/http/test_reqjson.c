@@ -225,6 +225,49 @@ static void test_string(void **state)
 	json_decref(o);
 }
 
+/* ---- the checks without a request ---- */
+
+static void test_why(void **state)
+{
+	static const char *const allowed[] = { "subject", NULL };
+	char why[REQJSON_WHY];
+	const char *s;
+	int64_t n;
+	int present;
+	struct request req = { 0 };
+
+	(void)state;
+	/* the refusal is written to WHY, and nothing is replied */
+	json_t *o = load("{\"subject\":7,\"extra\":1}");
+	assert_int_equal(reqjson_only_why(o, allowed, why), -1);
+	assert_string_equal(why, "unknown field extra");
+	assert_int_equal(reqjson_string_why(o, "subject", 0, 1, 4, &s, why), -1);
+	assert_string_equal(why, "field subject must be a string of 1 to 4 bytes without NUL");
+	assert_int_equal(reqjson_int_why(o, "count", 1, 0, 9, &n, &present, why), -1);
+	assert_string_equal(why, "field count is required");
+	assert_no_reply();
+	json_decref(o);
+
+	/* a long name is cut at a character boundary, never inside one */
+	char doc[1200];
+	int len = snprintf(doc, sizeof(doc), "{\"");
+	for (int i = 0; i < 300; i++)
+		len += snprintf(doc + len, sizeof(doc) - (size_t)len, "\xc3\xa9");
+	snprintf(doc + len, sizeof(doc) - (size_t)len, "\":1}");
+	o = load(doc);
+	assert_int_equal(reqjson_only_why(o, allowed, why), -1);
+	assert_true(strlen(why) < REQJSON_WHY);
+	assert_int_equal((strlen(why) - strlen("unknown field ")) % 2, 0);
+	json_decref(o);
+
+	/* a request records what WHY says, or 503 when it says nothing */
+	assert_int_equal(reqjson_refused(&req, -1, "field x is required"), -1);
+	assert_invalid_request("field x is required");
+	assert_int_equal(reqjson_refused(&req, -1, ""), -1);
+	assert_int_equal(fake_http.fh_status, 503);
+	assert_int_equal(reqjson_refused(&req, 0, "unused"), 0);
+}
+
 /* ---- ETags ---- */
 
 static void assert_etag_ok(const char *value, int64_t expected)
@@ -740,6 +783,7 @@ static void test_escape_matches_jansson(void **state)
 UNIT_MAIN(cmocka_unit_test_setup_teardown(test_only, fake_http_reset, fake_http_reset),
 	  cmocka_unit_test_setup_teardown(test_int, fake_http_reset, fake_http_reset),
 	  cmocka_unit_test_setup_teardown(test_string, fake_http_reset, fake_http_reset),
+	  cmocka_unit_test_setup_teardown(test_why, fake_http_reset, fake_http_reset),
 	  cmocka_unit_test(test_etag_parse), cmocka_unit_test(test_etag_format),
 	  cmocka_unit_test(test_valid_name), cmocka_unit_test(test_time),
 	  cmocka_unit_test(test_time_text_matches_strftime),
