@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "auth.h"
+#include "bgthread.h"
 #include "config.h"
 #include "keys.h"
 #include "log.h"
@@ -20,14 +21,10 @@
 #include "store.h"
 
 static struct {
-	pthread_t thread;
-	pthread_mutex_t lock;
-	pthread_cond_t wake;
-	int running;
-	int stop;
+	struct bgthread bg;
 	int sweep_interval;
 	int fence_retention;
-} janitor = { .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
+} janitor = { .bg = BGTHREAD_INITIALIZER };
 
 /* A reading is kept when its round trip was short enough to say something
  * (half of it is the reading's uncertainty) and it moved the offset by more
@@ -70,18 +67,14 @@ static double janitor_ms_since(const struct timespec *t0)
 /* Waits MS milliseconds unless the janitor is told to stop: 1 when told. */
 static int janitor_rest(double ms)
 {
-	struct timespec until;
+	struct timespec until = bgthread_deadline(ms);
 	int stop;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	long ns = until.tv_nsec + (long)(ms * 1e6);
-	until.tv_sec += ns / 1000000000L;
-	until.tv_nsec = ns % 1000000000L;
-	pthread_mutex_lock(&janitor.lock);
-	if (!janitor.stop)
-		pthread_cond_timedwait(&janitor.wake, &janitor.lock, &until);
-	stop = janitor.stop;
-	pthread_mutex_unlock(&janitor.lock);
+	pthread_mutex_lock(&janitor.bg.lock);
+	if (!janitor.bg.stop)
+		pthread_cond_timedwait(&janitor.bg.wake, &janitor.bg.lock, &until);
+	stop = janitor.bg.stop;
+	pthread_mutex_unlock(&janitor.bg.lock);
 	return stop;
 }
 
@@ -187,15 +180,13 @@ static void *janitor_main(void *arg)
 	int ops_reloaded = 1, api_keys_read = 1;
 
 	(void)arg;
-	pthread_mutex_lock(&janitor.lock);
-	while (!janitor.stop) {
-		struct timespec until;
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += 1;
-		pthread_cond_timedwait(&janitor.wake, &janitor.lock, &until);
-		if (janitor.stop)
+	pthread_mutex_lock(&janitor.bg.lock);
+	while (!janitor.bg.stop) {
+		struct timespec until = bgthread_deadline(1000);
+		pthread_cond_timedwait(&janitor.bg.wake, &janitor.bg.lock, &until);
+		if (janitor.bg.stop)
 			break;
-		pthread_mutex_unlock(&janitor.lock);
+		pthread_mutex_unlock(&janitor.bg.lock);
 		time_t now = time(NULL);
 		/* the operations in use, reloaded before request threads
 		 * would find them expired and read them themselves (said
@@ -231,9 +222,9 @@ static void *janitor_main(void *arg)
 			last_trim = now;
 			malloc_trim(0);
 		}
-		pthread_mutex_lock(&janitor.lock);
+		pthread_mutex_lock(&janitor.bg.lock);
 	}
-	pthread_mutex_unlock(&janitor.lock);
+	pthread_mutex_unlock(&janitor.bg.lock);
 	return NULL;
 }
 
@@ -241,21 +232,10 @@ int janitor_start(const struct config *cfg)
 {
 	janitor.sweep_interval = cfg->sweep_interval_seconds;
 	janitor.fence_retention = cfg->fence_retention_seconds;
-	janitor.stop = 0;
-	if (pthread_create(&janitor.thread, NULL, janitor_main, NULL) != 0)
-		return -1;
-	janitor.running = 1;
-	return 0;
+	return bgthread_start(&janitor.bg, janitor_main);
 }
 
 void janitor_stop(void)
 {
-	if (!janitor.running)
-		return;
-	pthread_mutex_lock(&janitor.lock);
-	janitor.stop = 1;
-	pthread_cond_signal(&janitor.wake);
-	pthread_mutex_unlock(&janitor.lock);
-	pthread_join(janitor.thread, NULL);
-	janitor.running = 0;
+	bgthread_stop(&janitor.bg);
 }

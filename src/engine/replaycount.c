@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bgthread.h"
 #include "log.h"
 #include "store.h"
 
@@ -21,18 +22,13 @@ struct rc_entry {
 };
 
 static struct {
-	pthread_mutex_t lock; /* guards everything below but the thread */
-	pthread_cond_t wake;
+	struct bgthread bg;		 /* its lock guards everything below */
 	pthread_mutex_t flush_lock;	 /* one flush at a time */
 	struct rc_entry *active, *spare; /* each REPLAYCOUNT_CAPACITY slots; owned */
 	size_t used;
 	size_t in_flight; /* records of the table a flush is writing */
 	long dropped;
-	int stop, running;
-	pthread_t thread;
-} rc = { .lock = PTHREAD_MUTEX_INITIALIZER,
-	 .wake = PTHREAD_COND_INITIALIZER,
-	 .flush_lock = PTHREAD_MUTEX_INITIALIZER };
+} rc = { .bg = BGTHREAD_INITIALIZER, .flush_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static size_t rc_hash(uint32_t tenant, const uint8_t id[16])
 {
@@ -70,14 +66,14 @@ static int rc_put(struct rc_entry *table, uint32_t tenant, const uint8_t id[16],
 
 void replaycount_add(uint32_t tenant_id, const uint8_t id[16])
 {
-	pthread_mutex_lock(&rc.lock);
+	pthread_mutex_lock(&rc.bg.lock);
 	if (rc.active != NULL) {
 		if (rc_put(rc.active, tenant_id, id, 1) < 0)
 			rc.dropped++;
 		else if (rc.used == REPLAYCOUNT_EARLY)
-			pthread_cond_signal(&rc.wake);
+			pthread_cond_signal(&rc.bg.wake);
 	}
-	pthread_mutex_unlock(&rc.lock);
+	pthread_mutex_unlock(&rc.bg.lock);
 }
 
 static int rc_cmp(const void *a, const void *b)
@@ -96,10 +92,10 @@ int replaycount_flush(void)
 	int ret = 0;
 
 	pthread_mutex_lock(&rc.flush_lock);
-	pthread_mutex_lock(&rc.lock);
+	pthread_mutex_lock(&rc.bg.lock);
 	table = rc.active;
 	if (table == NULL || rc.used == 0) {
-		pthread_mutex_unlock(&rc.lock);
+		pthread_mutex_unlock(&rc.bg.lock);
 		pthread_mutex_unlock(&rc.flush_lock);
 		return 0;
 	}
@@ -107,7 +103,7 @@ int replaycount_flush(void)
 	rc.spare = NULL;
 	rc.in_flight = rc.used;
 	rc.used = 0;
-	pthread_mutex_unlock(&rc.lock);
+	pthread_mutex_unlock(&rc.bg.lock);
 
 	/* compact the used slots to the front, in record order */
 	for (size_t i = 0; i < REPLAYCOUNT_CAPACITY; i++)
@@ -132,7 +128,7 @@ int replaycount_flush(void)
 	free(ids);
 	free(counts);
 
-	pthread_mutex_lock(&rc.lock);
+	pthread_mutex_lock(&rc.bg.lock);
 	if (ret < 0) {
 		/* back into the live table, merged with what came meanwhile */
 		for (size_t i = 0; i < n; i++)
@@ -143,7 +139,7 @@ int replaycount_flush(void)
 	memset(table, 0, REPLAYCOUNT_CAPACITY * sizeof(*table));
 	rc.spare = table;
 	rc.in_flight = 0;
-	pthread_mutex_unlock(&rc.lock);
+	pthread_mutex_unlock(&rc.bg.lock);
 	pthread_mutex_unlock(&rc.flush_lock);
 	if (ret < 0)
 		log_warn("replaycount: could not add the replay counts of %zu records; kept for "
@@ -157,24 +153,22 @@ static void *rc_main(void *arg)
 	int failed = 0;
 
 	(void)arg;
-	pthread_mutex_lock(&rc.lock);
-	while (!rc.stop) {
-		struct timespec until;
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += REPLAYCOUNT_FLUSH_SECONDS;
+	pthread_mutex_lock(&rc.bg.lock);
+	while (!rc.bg.stop) {
+		struct timespec until = bgthread_deadline(REPLAYCOUNT_FLUSH_SECONDS * 1000.0);
 		/* a table three quarters full is flushed at once, unless the
 		 * last flush failed: then the database is given the whole
 		 * interval */
-		while (!rc.stop && (failed || rc.used < REPLAYCOUNT_EARLY) &&
-		       pthread_cond_timedwait(&rc.wake, &rc.lock, &until) == 0)
+		while (!rc.bg.stop && (failed || rc.used < REPLAYCOUNT_EARLY) &&
+		       pthread_cond_timedwait(&rc.bg.wake, &rc.bg.lock, &until) == 0)
 			;
-		if (rc.stop)
+		if (rc.bg.stop)
 			break;
-		pthread_mutex_unlock(&rc.lock);
+		pthread_mutex_unlock(&rc.bg.lock);
 		failed = replaycount_flush() < 0;
-		pthread_mutex_lock(&rc.lock);
+		pthread_mutex_lock(&rc.bg.lock);
 	}
-	pthread_mutex_unlock(&rc.lock);
+	pthread_mutex_unlock(&rc.bg.lock);
 	return NULL;
 }
 
@@ -183,15 +177,12 @@ int replaycount_start(void)
 	rc.active = calloc(REPLAYCOUNT_CAPACITY, sizeof(struct rc_entry));
 	rc.spare = calloc(REPLAYCOUNT_CAPACITY, sizeof(struct rc_entry));
 	rc.used = 0;
-	rc.stop = 0;
-	if (rc.active == NULL || rc.spare == NULL ||
-	    pthread_create(&rc.thread, NULL, rc_main, NULL) != 0) {
+	if (rc.active == NULL || rc.spare == NULL || bgthread_start(&rc.bg, rc_main) < 0) {
 		free(rc.active);
 		free(rc.spare);
 		rc.active = rc.spare = NULL;
 		return -1;
 	}
-	rc.running = 1;
 	return 0;
 }
 
@@ -199,31 +190,26 @@ void replaycount_stop(void)
 {
 	size_t left;
 
-	if (!rc.running)
+	if (!rc.bg.running)
 		return;
-	pthread_mutex_lock(&rc.lock);
-	rc.stop = 1;
-	pthread_cond_signal(&rc.wake);
-	pthread_mutex_unlock(&rc.lock);
-	pthread_join(rc.thread, NULL);
-	rc.running = 0;
+	bgthread_stop(&rc.bg);
 	for (int i = 0; i < 10 && replaycount_flush() < 0; i++)
 		nanosleep(&(struct timespec){ 0, 300000000L }, NULL);
-	pthread_mutex_lock(&rc.lock);
+	pthread_mutex_lock(&rc.bg.lock);
 	left = rc.used;
 	free(rc.active);
 	free(rc.spare);
 	rc.active = rc.spare = NULL;
 	rc.used = 0;
-	pthread_mutex_unlock(&rc.lock);
+	pthread_mutex_unlock(&rc.bg.lock);
 	if (left > 0)
 		log_warn("replaycount: the replay counts of %zu records were not saved", left);
 }
 
 void replaycount_usage(size_t *pending, long *dropped)
 {
-	pthread_mutex_lock(&rc.lock);
+	pthread_mutex_lock(&rc.bg.lock);
 	*pending = rc.used + rc.in_flight;
 	*dropped = rc.dropped;
-	pthread_mutex_unlock(&rc.lock);
+	pthread_mutex_unlock(&rc.bg.lock);
 }

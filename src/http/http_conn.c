@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "bgthread.h"
 #include "config.h"
 #include "log.h"
 #include "metrics.h"
@@ -18,12 +19,9 @@ static const struct config *http_conn_cfg;
 
 /* Every open connection, for the reaper thread. */
 static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t wake;
+	struct bgthread reaper; /* its lock guards HEAD too */
 	struct http_conn *head;
-	int stop, started;
-	pthread_t reaper;
-} http_conns = { .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
+} http_conns = { .reaper = BGTHREAD_INITIALIZER };
 
 static int64_t http_now_ms(void)
 {
@@ -51,16 +49,10 @@ static void *http_reaper(void *arg)
 	int64_t limit = (int64_t)http_conn_cfg->request_timeout_seconds * 1000;
 
 	(void)arg;
-	pthread_mutex_lock(&http_conns.lock);
-	while (!http_conns.stop) {
-		struct timespec until;
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_nsec += 250 * 1000000L;
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&http_conns.wake, &http_conns.lock, &until);
+	pthread_mutex_lock(&http_conns.reaper.lock);
+	while (!http_conns.reaper.stop) {
+		struct timespec until = bgthread_deadline(250);
+		pthread_cond_timedwait(&http_conns.reaper.wake, &http_conns.reaper.lock, &until);
 		int64_t now = http_now_ms();
 		for (struct http_conn *c = http_conns.head; c != NULL; c = c->hc_next) {
 			int64_t since = atomic_load(&c->hc_since);
@@ -71,7 +63,7 @@ static void *http_reaper(void *arg)
 			}
 		}
 	}
-	pthread_mutex_unlock(&http_conns.lock);
+	pthread_mutex_unlock(&http_conns.reaper.lock);
 	return NULL;
 }
 
@@ -99,23 +91,23 @@ void http_connection(void *cls, struct MHD_Connection *conn, void **socket_conte
 		if (setsockopt(c->hc_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) != 0)
 			log_debug("http: SO_SNDBUF not set");
 		atomic_store(&c->hc_since, http_now_ms());
-		pthread_mutex_lock(&http_conns.lock);
+		pthread_mutex_lock(&http_conns.reaper.lock);
 		c->hc_next = http_conns.head;
 		if (c->hc_next != NULL)
 			c->hc_next->hc_prev = c;
 		http_conns.head = c;
-		pthread_mutex_unlock(&http_conns.lock);
+		pthread_mutex_unlock(&http_conns.reaper.lock);
 		return;
 	}
 	if (c != NULL) {
-		pthread_mutex_lock(&http_conns.lock);
+		pthread_mutex_lock(&http_conns.reaper.lock);
 		if (c->hc_prev != NULL)
 			c->hc_prev->hc_next = c->hc_next;
 		else
 			http_conns.head = c->hc_next;
 		if (c->hc_next != NULL)
 			c->hc_next->hc_prev = c->hc_prev;
-		pthread_mutex_unlock(&http_conns.lock);
+		pthread_mutex_unlock(&http_conns.reaper.lock);
 		auth_memo_wipe(&c->hc_auth);
 		free(c);
 	}
@@ -125,23 +117,14 @@ void http_connection(void *cls, struct MHD_Connection *conn, void **socket_conte
 int http_conn_start(const struct config *cfg)
 {
 	http_conn_cfg = cfg;
-	http_conns.stop = 0;
-	if (pthread_create(&http_conns.reaper, NULL, http_reaper, NULL) != 0) {
+	if (bgthread_start(&http_conns.reaper, http_reaper) < 0) {
 		log_error("http: cannot start the request deadline thread");
 		return -1;
 	}
-	http_conns.started = 1;
 	return 0;
 }
 
 void http_conn_stop(void)
 {
-	if (http_conns.started) {
-		pthread_mutex_lock(&http_conns.lock);
-		http_conns.stop = 1;
-		pthread_cond_signal(&http_conns.wake);
-		pthread_mutex_unlock(&http_conns.lock);
-		pthread_join(http_conns.reaper, NULL);
-		http_conns.started = 0;
-	}
+	bgthread_stop(&http_conns.reaper);
 }
