@@ -341,44 +341,6 @@ static PGresult *store_run_arrays(const struct db_stmt *stmt, struct store_array
 	return r;
 }
 
-/* The claim's fourteen arrays (as st_claim_many's parameters) of A[0..N). */
-static int store_claim_arrays(struct store_array *arrs, const struct claim_args *const *a, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		const struct claim_args *c = a[i];
-		store_array_i64(&arrs[0], c->tenant_id);
-		store_array_bytea(&arrs[1], c->token_id, 16);
-		store_array_i64(&arrs[2], c->operation_id);
-		if (c->subject != NULL)
-			store_array_text(&arrs[3], c->subject, strlen(c->subject));
-		else
-			store_array_null(&arrs[3]);
-		if (c->fingerprint != NULL)
-			store_array_bytea(&arrs[4], c->fingerprint, STORE_HASH_BYTES);
-		else
-			store_array_null(&arrs[4]);
-		store_array_i64(&arrs[5], c->token_expires_at);
-		store_array_i64(&arrs[6], c->lease_seconds);
-		if (c->version_key != NULL)
-			store_array_text(&arrs[7], c->version_key, strlen(c->version_key));
-		else
-			store_array_null(&arrs[7]);
-		if (c->has_expected)
-			store_array_i64(&arrs[8], c->expected);
-		else
-			store_array_null(&arrs[8]);
-		store_array_bool(&arrs[9], c->require_version);
-		store_array_bool(&arrs[10], c->wait);
-		store_array_text(&arrs[11], STORE_BY(c->by), strlen(STORE_BY(c->by)));
-		store_array_i64(&arrs[12], c->audit_seconds);
-		if (c->seen_ms > 0)
-			store_array_i64(&arrs[13], c->seen_ms);
-		else
-			store_array_null(&arrs[13]);
-	}
-	return store_arrays_close(arrs, 14);
-}
-
 /* Every element through idemd.claim. */
 static int store_claim_all(const struct claim_args *const *a, struct claim_result *const *res,
 			   size_t n)
@@ -505,30 +467,6 @@ out:
 	free(rr);
 	free(done);
 	return rc;
-}
-
-/* The complete's ten arrays (as st_complete_many's parameters). */
-static int store_complete_arrays(struct store_array *arrs, const struct complete_args *const *a,
-				 size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		const struct complete_args *c = a[i];
-		const struct stored_response *resp = c->resp;
-		store_array_i64(&arrs[0], c->tenant_id);
-		store_array_bytea(&arrs[1], c->token_id, 16);
-		store_array_i64(&arrs[2], c->attempt);
-		store_array_i64(&arrs[3], resp->sr_status);
-		store_array_text(&arrs[4], resp->sr_headers, strlen(resp->sr_headers));
-		store_array_bytea(&arrs[5], resp->sr_body, resp->sr_body ? resp->sr_body_len : 0);
-		store_array_bool(&arrs[6], resp->sr_is_json);
-		/* an exact retention N travels as -1 - N (migrations/0011,
-		 * idemd.complete) */
-		store_array_i64(&arrs[7], c->retention_exact ? -1 - (int64_t)c->retention_seconds
-							     : c->retention_seconds);
-		store_array_text(&arrs[8], STORE_BY(c->by), strlen(STORE_BY(c->by)));
-		store_array_i64(&arrs[9], c->audit_seconds);
-	}
-	return store_arrays_close(arrs, 10);
 }
 
 /* Runs STMT (st_complete_many, or st_complete_current: the same

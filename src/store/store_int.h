@@ -182,5 +182,11 @@ void store_array_bytea(struct store_array *a, const uint8_t *p, size_t n);
 /* Closes every array of ARRS; -1 if building any of them failed. */
 int store_arrays_close(struct store_array *arrs, size_t n);
 void store_arrays_free(struct store_array *arrs, size_t n);
+/* The fourteen arrays of claims A[0..N) (st_claim_many's parameters, and
+ * nine of them st_claim_fresh's), and the ten of completions A[0..N)
+ * (st_complete_many's and st_complete_current's); closed: -1 if building
+ * any of them failed. */
+int store_claim_arrays(struct store_array *arrs, const struct claim_args *const *a, size_t n);
+int store_complete_arrays(struct store_array *arrs, const struct complete_args *const *a, size_t n);
 
 #endif
