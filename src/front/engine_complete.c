@@ -44,9 +44,13 @@ static int engine_complete_body(json_t *jbody, const char *b64, struct stored_re
 	if (b64 != NULL) {
 		size_t max = strlen(b64) + 1;
 		resp->sr_body = malloc(max);
-		if (resp->sr_body == NULL || sodium_base642bin(resp->sr_body, max, b64, strlen(b64),
-							       NULL, &resp->sr_body_len, NULL,
-							       sodium_base64_VARIANT_ORIGINAL) != 0)
+		if (resp->sr_body == NULL) {
+			why[0] = '\0';
+			return -1;
+		}
+		if (sodium_base642bin(resp->sr_body, max, b64, strlen(b64), NULL,
+				      &resp->sr_body_len, NULL,
+				      sodium_base64_VARIANT_ORIGINAL) != 0)
 			return reqjson_why(why, "body_base64 is not valid base64");
 	} else if (jbody != NULL) {
 		resp->sr_body = (unsigned char *)json_dumps(jbody, JSON_COMPACT | JSON_ENCODE_ANY);
