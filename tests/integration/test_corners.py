@@ -147,10 +147,10 @@ class Records(IdemdCase):
         for _ in range(3):
             key = uniq("k")
             got = []
-            # records locked for a while: claims of two other keys hold the
-            # batcher's threads inside PostgreSQL, and the claims of KEY
-            # queue behind them, so they meet in the one batch that runs
-            # when the lock goes
+            # records locked for a while: claims of four other keys (more
+            # than the batcher's threads, two: src/cli/serve.c) hold every
+            # batcher thread inside PostgreSQL, and the claims of KEY queue
+            # behind them, so they meet in one batch when the lock goes
             locker = threading.Thread(target=psql, args=(
                 "BEGIN; LOCK TABLE records IN EXCLUSIVE MODE; SELECT pg_sleep(1.2); COMMIT;",),
                 kwargs={"db": self.idemd.db})
@@ -162,12 +162,12 @@ class Records(IdemdCase):
                     key_path(op, k, "claim"), {}).status
                 if k == key:
                     got.append(status)
-            threads = [threading.Thread(target=claim, args=(uniq("k"),)) for _ in range(2)]
+            threads = [threading.Thread(target=claim, args=(uniq("k"),)) for _ in range(4)]
             for t in threads:
                 t.start()
             time.sleep(0.2)
             threads += [threading.Thread(target=claim, args=(key,)) for _ in range(16)]
-            for t in threads[2:]:
+            for t in threads[4:]:
                 t.start()
             for t in threads:
                 t.join(30)
