@@ -1,8 +1,8 @@
 /* HTTP replies: the reply a request carries until http.c sends it (status,
  * body, headers), or the problem a check recorded instead (request_fail),
- * which http.c answers through problem_answer. Unit tests replace this
- * file (and the request-thread calls of http.c) with
- * tests/unit/fake_http.c. */
+ * which http.c answers through problem_answer; the text of a JSON reply
+ * (http_json_text). Nothing here needs a
+ * connection, so unit tests read the replies these make as they are. */
 #include "http_int.h"
 
 #include <stdarg.h>
@@ -19,6 +19,7 @@ void http_clear_reply(struct request *req)
 	if (req->rep_response != NULL)
 		MHD_destroy_response(req->rep_response);
 	req->rep_response = NULL;
+	req->rep_body = NULL;
 	req->rep_problem.rp_status = 0;
 	req->rep_problem.rp_n_headers = 0;
 }
@@ -51,25 +52,30 @@ void request_unavailable(struct request *req)
 void http_reply_bytes(struct request *req, unsigned status, const char *content_type,
 		      const void *data, size_t len)
 {
-	http_clear_reply(req);
-	if (status < 400)
-		req->rep_code = NULL;
-	/* libmicrohttpd copies the buffer; the cast is its API's, not a write */
-	req->rep_response = MHD_create_response_from_buffer(len, (void *)(uintptr_t)data,
-							    MHD_RESPMEM_MUST_COPY);
-	req->rep_status = status;
-	req->rep_len = len;
-	if (req->rep_response != NULL && content_type != NULL)
-		MHD_add_response_header(req->rep_response, "Content-Type", content_type);
+	char *copy = malloc(len > 0 ? len : 1);
+
+	if (copy == NULL) {
+		http_clear_reply(req);
+		req->rep_status = status;
+		req->rep_len = 0;
+		return;
+	}
+	if (len > 0)
+		memcpy(copy, data, len);
+	http_reply_take(req, status, content_type, copy, len);
 }
 
 void http_reply_take(struct request *req, unsigned status, const char *content_type, char *data,
 		     size_t len)
 {
 	http_clear_reply(req);
+	if (status < 400)
+		req->rep_code = NULL;
 	req->rep_response = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
 	if (req->rep_response == NULL)
 		free(data);
+	else
+		req->rep_body = data;
 	req->rep_status = status;
 	req->rep_len = len;
 	if (req->rep_response != NULL && content_type != NULL)
@@ -79,6 +85,23 @@ void http_reply_take(struct request *req, unsigned status, const char *content_t
 void http_reply_empty(struct request *req, unsigned status)
 {
 	http_reply_bytes(req, status, NULL, "", 0);
+}
+
+char *http_json_text(const json_t *v, size_t flags, size_t *len)
+{
+	char *text = v ? json_dumps(v, flags) : NULL;
+	size_t n = text ? strlen(text) : 0;
+	char *line = text ? realloc(text, n + 2) : NULL;
+
+	if (line == NULL) {
+		free(text);
+		return NULL;
+	}
+	line[n] = '\n';
+	line[n + 1] = '\0';
+	if (len != NULL)
+		*len = n + 1;
+	return line;
 }
 
 void http_reply_json(struct request *req, unsigned status, json_t *body)

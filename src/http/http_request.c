@@ -1,11 +1,10 @@
 /* A request's context: made from its headers (the ones read for every
  * request, found in one pass; its id and trace), and what a handler does
- * with it (request.h): its headers and query, who acts for the audit
- * trail, the record it addresses for the log, and handing its reply to
- * another thread (suspend, resume). */
+ * with it (request.h): who acts for the audit trail, the record it
+ * addresses for the log, and handing its reply to another thread
+ * (suspend, resume). Its fields are read in http_fields.c. */
 #include "http_int.h"
 
-#include <arpa/inet.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -208,64 +207,6 @@ void http_set_by(struct request *req, const char *by)
 	if (n < 0 || (size_t)n >= sizeof(req->req_by_buf))
 		snprintf(req->req_by_buf, sizeof(req->req_by_buf), "%s", by);
 	req->req_by = req->req_by_buf;
-}
-
-const char *http_header(const struct request *req, const char *name)
-{
-	return MHD_lookup_connection_value(req->req_conn, MHD_HEADER_KIND, name);
-}
-
-const char *http_query(const struct request *req, const char *name)
-{
-	return MHD_lookup_connection_value(req->req_conn, MHD_GET_ARGUMENT_KIND, name);
-}
-
-struct http_each {
-	http_field_fn fn;
-	void *arg;
-	int headers; /* values never NULL */
-};
-
-static enum MHD_Result http_each_cb(void *cls, enum MHD_ValueKind kind, const char *key,
-				    const char *value)
-{
-	const struct http_each *e = cls;
-
-	(void)kind;
-	if (e->headers && value == NULL)
-		value = "";
-	return e->fn(e->arg, key, value) == 0 ? MHD_YES : MHD_NO;
-}
-
-void http_each_header(const struct request *req, http_field_fn fn, void *arg)
-{
-	struct http_each e = { fn, arg, 1 };
-
-	MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, http_each_cb, &e);
-}
-
-void http_each_query(const struct request *req, http_field_fn fn, void *arg)
-{
-	struct http_each e = { fn, arg, 0 };
-
-	MHD_get_connection_values(req->req_conn, MHD_GET_ARGUMENT_KIND, http_each_cb, &e);
-}
-
-void http_client_ip(const struct request *req, char *out, size_t len)
-{
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(req->req_conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-
-	snprintf(out, len, "unknown");
-	if (ci == NULL || ci->client_addr == NULL)
-		return;
-	const struct sockaddr *sa = ci->client_addr;
-	if (sa->sa_family == AF_INET)
-		inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, out,
-			  (socklen_t)len);
-	else if (sa->sa_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
-			  out, (socklen_t)len);
 }
 
 void http_suspend(struct request *req)

@@ -72,17 +72,13 @@ void problem_answer(struct request *req)
 		/* detail was not valid UTF-8: fall back to a fixed text */
 		doc = problem_document(found.rp_status, found.rp_code, "invalid input");
 	}
-	/* ends with a newline, like every JSON answer (http_json_text) */
-	char *text = doc ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-	size_t len = text ? strlen(text) : 0;
-	char *line = text ? realloc(text, len + 2) : NULL;
+	size_t len;
+	char *line = http_json_text(doc, JSON_COMPACT | JSON_PRESERVE_ORDER, &len);
 	json_decref(doc);
 	if (line == NULL) {
-		free(text);
 		http_reply_empty(req, 500);
 		return;
 	}
-	line[len++] = '\n';
 	http_reply_take(req, found.rp_status, "application/problem+json", line, len);
 	req->rep_code = found.rp_code;
 	for (int i = 0; i < found.rp_n_headers; i++)

@@ -93,7 +93,8 @@ struct request {
 	struct request_problem rep_problem;
 	const char *rep_code; /* a problem reply's code (a literal), else NULL */
 	unsigned rep_status;
-	size_t rep_len; /* its body's bytes */
+	const char *rep_body; /* borrowed: its body, held by rep_response */
+	size_t rep_len;	      /* its body's bytes */
 	struct MHD_Response *rep_response;
 };
 

@@ -11,7 +11,10 @@
  * core's outcomes alone are tested in test_claim.c.
  *
  * The batcher is replaced by the stand-in below, which keeps the job so
- * the test plays the batcher thread; HTTP by tests/unit/fake_http.c. */
+ * the test plays the batcher thread; so are http_request.c's calls that
+ * need a connection (suspend, resume, a header), so the test plays the
+ * HTTP thread too. Replies are the real http_reply.c's and problem.c's,
+ * read as http.c sends them (unit_reply.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -28,10 +32,10 @@
 #include "answer.h"
 #include "claim.h"
 #include "engine.h"
-#include "fake_http.h"
 #include "opcache.h"
 #include "replaycache.h"
 #include "unit.h"
+#include "unit_reply.h"
 
 #define TENANT 7
 #define OP_ID 4242
@@ -45,6 +49,57 @@ void batcher_submit(struct batcher_job *j)
 {
 	queued = j;
 	n_queued++;
+}
+
+/* The connection: suspends and resumes counted, the builder
+ * http_resume_then() was given kept for the test to run as the HTTP
+ * thread does (conn_run_then), and an If-Match header when set. */
+static struct {
+	int suspends, resumes;
+	void (*then)(struct request *req, void *arg);
+	void *then_arg;
+	const char *if_match;
+} conn;
+
+const char *http_header(const struct request *r, const char *name)
+{
+	(void)r;
+	return strcasecmp(name, "If-Match") == 0 ? conn.if_match : NULL;
+}
+
+void http_suspend(struct request *r)
+{
+	r->req_suspended = 1;
+	conn.suspends++;
+}
+
+void http_resume(struct request *r)
+{
+	(void)r;
+	conn.resumes++;
+}
+
+void http_resume_then(struct request *r, void (*fn)(struct request *req, void *arg), void *arg)
+{
+	assert_null(conn.then);
+	conn.then = fn;
+	conn.then_arg = arg;
+	http_resume(r);
+}
+
+void http_note_record(struct request *r, const uint8_t id[16])
+{
+	(void)r;
+	(void)id;
+}
+
+static void conn_run_then(struct request *r)
+{
+	void (*fn)(struct request *, void *) = conn.then;
+
+	assert_non_null(fn);
+	conn.then = NULL;
+	fn(r, conn.then_arg);
 }
 
 /* What CLAIMED saw. */
@@ -77,8 +132,10 @@ static int setup(void **state)
 {
 	struct operation op = { 0 };
 
-	fake_http_reset(state);
+	(void)state;
+	unit_reply_free(&req);
 	memset(&req, 0, sizeof(req));
+	memset(&conn, 0, sizeof(conn));
 	memset(&claimed, 0, sizeof(claimed));
 	queued = NULL;
 	n_queued = 0;
@@ -108,28 +165,31 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
+	(void)state;
 	replaycache_clear();
-	return fake_http_reset(state);
+	unit_reply_free(&req);
+	return 0;
 }
 
-/* The problem code of the reply. */
+/* The problem code of the reply, as its body says it. */
 static const char *reply_code(void)
 {
 	static char code[64];
-	json_t *doc = fake_http_json();
+	json_t *doc = unit_reply_json(&req);
 
 	snprintf(code, sizeof(code), "%s", json_string_value(json_object_get(doc, "code")));
 	json_decref(doc);
+	assert_string_equal(unit_reply_code(&req), code);
 	return code;
 }
 
 /* Claims TOK, plays the batcher with outcome OUTCOME (RC: the batch's rc)
- * and the HTTP thread's resume; leaves the reply in fake_http. */
+ * and the HTTP thread's resume; leaves the reply on REQ. */
 static void claim_with(enum claim_outcome outcome, int rc, void (*fill)(struct claim_result *))
 {
 	assert_int_equal(engine_claim(&req, &tok, fp, NULL, on_claimed, 0, &req), 0);
-	assert_int_equal(fake_http.fh_suspends, 1);
-	assert_int_equal(fake_http.fh_replies, 0);
+	assert_int_equal(conn.suspends, 1);
+	assert_false(unit_replied(&req));
 	assert_int_equal(n_queued, 1);
 	assert_non_null(queued);
 	queued->bj_rc = rc;
@@ -139,10 +199,10 @@ static void claim_with(enum claim_outcome outcome, int rc, void (*fill)(struct c
 	if (fill != NULL)
 		fill(queued->bj_claim_result);
 	queued->bj_done(queued); /* the batcher thread: resumes with a builder */
-	assert_int_equal(fake_http.fh_resumes, 1);
-	assert_int_equal(fake_http.fh_replies, 0);
-	fake_http_run_then(&req); /* the HTTP thread builds the reply */
-	assert_int_equal(fake_http.fh_replies, 1);
+	assert_int_equal(conn.resumes, 1);
+	assert_false(unit_replied(&req));
+	conn_run_then(&req); /* the HTTP thread builds the reply */
+	assert_true(unit_replied(&req));
 	/* CLAIMED runs once whatever the outcome, and gets its argument */
 	assert_int_equal(claimed.calls, 1);
 	assert_ptr_equal(claimed.arg, &req);
@@ -169,14 +229,14 @@ static void test_claim_queues_the_record(void **state)
 	queued->bj_rc = 0;
 	queued->bj_claim_result->cr_outcome = CLAIM_REVOKED;
 	queued->bj_done(queued);
-	fake_http_run_then(&req);
+	conn_run_then(&req);
 }
 
 static void test_claimed(void **state)
 {
 	(void)state;
 	claim_with(CLAIM_CLAIMED, 0, NULL);
-	assert_int_equal(fake_http.fh_status, 201);
+	assert_int_equal(unit_reply(&req), 201);
 	assert_int_equal(claimed.with_result, 1);
 	assert_int_equal(claimed.attempt, 1);
 }
@@ -190,9 +250,9 @@ static void test_in_progress(void **state)
 {
 	(void)state;
 	claim_with(CLAIM_IN_PROGRESS, 0, fill_in_progress);
-	assert_int_equal(fake_http.fh_status, 409);
+	assert_int_equal(unit_reply(&req), 409);
 	assert_string_equal(reply_code(), "request_in_progress");
-	assert_string_equal(fake_http_header("Retry-After"), "1");
+	assert_string_equal(unit_reply_header(&req, "Retry-After"), "1");
 	assert_int_equal(claimed.with_result, 0);
 }
 
@@ -219,11 +279,11 @@ static void test_refusals(void **state)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		setup(state);
 		claim_with(cases[i].outcome, 0, fill_version);
-		assert_int_equal(fake_http.fh_status, cases[i].status);
+		assert_int_equal(unit_reply(&req), cases[i].status);
 		assert_string_equal(reply_code(), cases[i].code);
 		assert_int_equal(claimed.with_result, 0);
 		if (cases[i].outcome == CLAIM_VERSION_MISMATCH)
-			assert_string_equal(fake_http_header("ETag"), "\"9\"");
+			assert_string_equal(unit_reply_header(&req, "ETag"), "\"9\"");
 		teardown(state);
 	}
 	/* a caller key (no signing key): its claim too late for its life is a
@@ -231,9 +291,9 @@ static void test_refusals(void **state)
 	setup(state);
 	tok.key_id = 0;
 	claim_with(CLAIM_EXPIRED, 0, fill_version);
-	assert_int_equal(fake_http.fh_status, 503);
+	assert_int_equal(unit_reply(&req), 503);
 	assert_string_equal(reply_code(), "unavailable");
-	assert_string_equal(fake_http_header("Retry-After"), "1");
+	assert_string_equal(unit_reply_header(&req, "Retry-After"), "1");
 	teardown(state);
 }
 
@@ -241,7 +301,7 @@ static void test_database_unavailable(void **state)
 {
 	(void)state;
 	claim_with(CLAIM_CLAIMED, -1, NULL);
-	assert_int_equal(fake_http.fh_status, 503);
+	assert_int_equal(unit_reply(&req), 503);
 	assert_string_equal(reply_code(), "unavailable");
 	assert_int_equal(claimed.with_result, 0);
 }
@@ -262,28 +322,28 @@ static void test_replay_fills_the_cache(void **state)
 {
 	(void)state;
 	assert_int_equal(engine_claim_cached(&req, &tok, fp, NULL), 0);
-	assert_int_equal(fake_http.fh_replies, 0);
+	assert_false(unit_replied(&req));
 	claim_with(CLAIM_REPLAY, 0, fill_replay);
-	assert_int_equal(fake_http.fh_status, 200);
-	assert_string_equal(fake_http_header("Idempotent-Replayed"), "true");
-	json_t *doc = fake_http_json();
+	assert_int_equal(unit_reply(&req), 200);
+	assert_string_equal(unit_reply_header(&req, "Idempotent-Replayed"), "true");
+	json_t *doc = unit_reply_json(&req);
 	assert_string_equal(json_string_value(json_object_get(doc, "state")), "completed");
 	json_t *resp = json_object_get(doc, "response");
 	assert_int_equal(json_integer_value(json_object_get(resp, "status")), 202);
 	json_decref(doc);
 
-	fake_http_reset(NULL);
+	unit_reply_free(&req);
 	n_queued = 0;
 	assert_int_equal(engine_claim_cached(&req, &tok, fp, NULL), -1);
-	assert_int_equal(fake_http.fh_status, 200);
-	assert_string_equal(fake_http_header("Idempotent-Replayed"), "true");
+	assert_int_equal(unit_reply(&req), 200);
+	assert_string_equal(unit_reply_header(&req, "Idempotent-Replayed"), "true");
 	assert_int_equal(n_queued, 0);
 	/* another request's fingerprint: 422 from the cache */
-	fake_http_reset(NULL);
+	unit_reply_free(&req);
 	uint8_t other[STORE_HASH_BYTES];
 	memset(other, 0x11, sizeof(other));
 	assert_int_equal(engine_claim_cached(&req, &tok, other, NULL), -1);
-	assert_int_equal(fake_http.fh_status, 422);
+	assert_int_equal(unit_reply(&req), 422);
 	assert_string_equal(reply_code(), "fingerprint_mismatch");
 }
 
@@ -304,20 +364,20 @@ static void test_refused_at_once(void **state)
 	tok.subject_len = 0;
 	tok.subject[0] = '\0';
 	assert_int_equal(engine_claim(&req, &tok, fp, NULL, on_claimed, 0, &req), -1);
-	assert_int_equal(fake_http.fh_status, 400);
+	assert_int_equal(unit_reply(&req), 400);
 	assert_string_equal(reply_code(), "invalid_request");
-	assert_non_null(strstr(fake_http.fh_body, "send the subject"));
-	assert_int_equal(fake_http.fh_suspends, 0);
+	assert_true(unit_reply_holds(&req, "send the subject"));
+	assert_int_equal(conn.suspends, 0);
 	assert_int_equal(n_queued, 0);
 	assert_int_equal(claimed.calls, 0);
 
 	/* a malformed If-Match */
 	setup(state);
 	opcache_put(&op);
-	fake_http_request_header("If-Match", "3");
+	conn.if_match = "3";
 	assert_int_equal(engine_claim(&req, &tok, fp, NULL, on_claimed, 0, &req), -1);
-	assert_int_equal(fake_http.fh_status, 400);
-	assert_non_null(strstr(fake_http.fh_body, "If-Match"));
+	assert_int_equal(unit_reply(&req), 400);
+	assert_true(unit_reply_holds(&req, "If-Match"));
 	assert_int_equal(n_queued, 0);
 
 	/* an operation of another tenant */
@@ -326,7 +386,7 @@ static void test_refused_at_once(void **state)
 	op.op_has_version_key = 0;
 	opcache_put(&op);
 	assert_int_equal(engine_claim(&req, &tok, fp, NULL, on_claimed, 0, &req), -1);
-	assert_int_equal(fake_http.fh_status, 422);
+	assert_int_equal(unit_reply(&req), 422);
 	assert_string_equal(reply_code(), "operation_unknown");
 	assert_int_equal(n_queued, 0);
 }
@@ -351,22 +411,22 @@ static void test_keeps(void **state)
 	queued->bj_claim_result->cr_attempt = 1;
 	queued->bj_done(queued);
 	assert_int_equal(claimed.with_result, 1);
-	assert_int_equal(fake_http.fh_resumes, 0);
-	assert_null(fake_http.fh_then);
-	assert_int_equal(fake_http.fh_replies, 0);
+	assert_int_equal(conn.resumes, 0);
+	assert_null(conn.then);
+	assert_false(unit_replied(&req));
 
 	setup(state);
 	assert_int_equal(engine_claim(&req, &tok, fp, NULL, on_claimed_keep, 1, &req), 0);
 	queued->bj_rc = 0;
 	queued->bj_claim_result->cr_outcome = CLAIM_REVOKED;
 	queued->bj_done(queued);
-	assert_int_equal(fake_http.fh_resumes, 1);
+	assert_int_equal(conn.resumes, 1);
 	assert_int_equal(claimed.calls, 0);
-	assert_int_equal(fake_http.fh_replies, 0); /* nothing built on the batcher */
-	fake_http_run_then(&req);
+	assert_false(unit_replied(&req)); /* nothing built on the batcher */
+	conn_run_then(&req);
 	assert_int_equal(claimed.calls, 1);
 	assert_int_equal(claimed.with_result, 0);
-	assert_int_equal(fake_http.fh_status, 410);
+	assert_int_equal(unit_reply(&req), 410);
 }
 
 /* The outcomes a claim's result is: what single claims and batch items
@@ -413,11 +473,11 @@ static void test_rate_check(void **state)
 	req.req_tenant_id = 901;
 	assert_int_equal(engine_rate_check(&req, 1), 0);
 	assert_int_equal(engine_rate_check(&req, 1), 0);
-	assert_int_equal(fake_http.fh_replies, 0);
+	assert_false(unit_replied(&req));
 	assert_int_equal(engine_rate_check(&req, 1), -1);
-	assert_int_equal(fake_http.fh_status, 429);
+	assert_int_equal(unit_reply(&req), 429);
 	assert_string_equal(reply_code(), "rate_limited");
-	assert_string_equal(fake_http_header("Retry-After"), "1");
+	assert_string_equal(unit_reply_header(&req, "Retry-After"), "1");
 	req.req_tenant_id = 902;
 	assert_int_equal(engine_rate_check(&req, 1), 0);
 	cfg.issue_rate_per_second = 0;

@@ -1,8 +1,6 @@
-/* Unit tests for problem documents and replies (RFC 9457).
- *
- * The reply helpers are replaced at link time by the shared capturing
- * fake (tests/unit/fake_http.c), so the exact body request_fail records and problem_answer sends can
- * be checked. */
+/* Unit tests for problem documents and replies (RFC 9457): the exact body
+ * request_fail records and problem_answer sends, read from the reply as
+ * http.c would send it (unit_reply.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,22 +12,23 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "fake_http.h"
 #include "request.h"
 #include "problem.h"
 #include "unit.h"
+#include "unit_reply.h"
 
-static void assert_problem(unsigned status, const char *code, const char *detail);
+static void assert_problem(struct request *req, unsigned status, const char *code,
+			   const char *detail);
 
-/* One reply was sent: a problem document with these fields. */
-static void assert_problem(unsigned status, const char *code, const char *detail)
+/* REQ's reply is a problem document with these fields. */
+static void assert_problem(struct request *req, unsigned status, const char *code,
+			   const char *detail)
 {
 	char type[160];
 
-	assert_int_equal(fake_http.fh_replies, 1);
-	assert_int_equal(fake_http.fh_status, status);
-	assert_string_equal(fake_http.fh_content_type, "application/problem+json");
-	json_t *doc = fake_http_json();
+	assert_int_equal(unit_reply(req), status);
+	assert_string_equal(unit_reply_code(req), code);
+	json_t *doc = unit_reply_json(req);
 	assert_true(json_is_object(doc));
 	assert_int_equal(json_object_size(doc), 5);
 	snprintf(type, sizeof(type), "https://idemd.dev/problems/%s", code);
@@ -143,8 +142,9 @@ static void test_reply(void **state)
 
 	(void)state;
 	request_fail(&req, 404, "not_found", "no such resource");
-	assert_problem(404, "not_found", "no such resource");
-	assert_int_equal(fake_http.fh_n_headers, 0);
+	assert_problem(&req, 404, "not_found", "no such resource");
+	assert_int_equal(unit_reply_headers(&req), 0);
+	unit_reply_free(&req);
 }
 
 static void test_reply_format(void **state)
@@ -154,7 +154,8 @@ static void test_reply_format(void **state)
 	(void)state;
 	request_fail(&req, 400, "invalid_request", "field %s must be from %d to %lld", "count", 1,
 		     100LL);
-	assert_problem(400, "invalid_request", "field count must be from 1 to 100");
+	assert_problem(&req, 400, "invalid_request", "field count must be from 1 to 100");
+	unit_reply_free(&req);
 }
 
 /* A detail that is not UTF-8 (say, echoing client bytes) still gets a
@@ -165,7 +166,8 @@ static void test_reply_invalid_utf8(void **state)
 
 	(void)state;
 	request_fail(&req, 422, "operation_unknown", "no operation named %s", "x\xff\xfey");
-	assert_problem(422, "operation_unknown", "invalid input");
+	assert_problem(&req, 422, "operation_unknown", "invalid input");
+	unit_reply_free(&req);
 }
 
 /* Details are cut at 511 bytes rather than overflowing. */
@@ -180,7 +182,8 @@ static void test_reply_long_detail(void **state)
 	memset(expected, 'd', sizeof(expected) - 1);
 	expected[sizeof(expected) - 1] = '\0';
 	request_fail(&req, 400, "invalid_request", "%s", longer);
-	assert_problem(400, "invalid_request", expected);
+	assert_problem(&req, 400, "invalid_request", expected);
+	unit_reply_free(&req);
 }
 
 static void test_unavailable(void **state)
@@ -189,10 +192,10 @@ static void test_unavailable(void **state)
 
 	(void)state;
 	request_unavailable(&req);
-	assert_problem(503, "unavailable", "the database is unavailable; retry shortly");
-	assert_int_equal(fake_http.fh_n_headers, 1);
-	assert_string_equal(fake_http.fh_headers[0][0], "Retry-After");
-	assert_string_equal(fake_http.fh_headers[0][1], "1");
+	assert_problem(&req, 503, "unavailable", "the database is unavailable; retry shortly");
+	assert_int_equal(unit_reply_headers(&req), 1);
+	assert_string_equal(unit_reply_header(&req, "Retry-After"), "1");
+	unit_reply_free(&req);
 }
 
 /* Every code the API documents renders as a problem of its status. */
@@ -223,20 +226,16 @@ static void test_api_codes(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
-		fake_http_reset(NULL);
 		request_fail(&req, codes[i].status, codes[i].code, "detail %zu", i);
 		char detail[32];
 		snprintf(detail, sizeof(detail), "detail %zu", i);
-		assert_problem(codes[i].status, codes[i].code, detail);
+		assert_problem(&req, codes[i].status, codes[i].code, detail);
 	}
+	unit_reply_free(&req);
 }
 
 UNIT_MAIN(cmocka_unit_test(test_titles), cmocka_unit_test(test_document_fields),
 	  cmocka_unit_test(test_document_text), cmocka_unit_test(test_document_utf8),
-	  cmocka_unit_test_setup_teardown(test_reply, fake_http_reset, fake_http_reset),
-	  cmocka_unit_test_setup_teardown(test_reply_format, fake_http_reset, fake_http_reset),
-	  cmocka_unit_test_setup_teardown(test_reply_invalid_utf8, fake_http_reset,
-					  fake_http_reset),
-	  cmocka_unit_test_setup_teardown(test_reply_long_detail, fake_http_reset, fake_http_reset),
-	  cmocka_unit_test_setup_teardown(test_unavailable, fake_http_reset, fake_http_reset),
-	  cmocka_unit_test_setup_teardown(test_api_codes, fake_http_reset, fake_http_reset))
+	  cmocka_unit_test(test_reply), cmocka_unit_test(test_reply_format),
+	  cmocka_unit_test(test_reply_invalid_utf8), cmocka_unit_test(test_reply_long_detail),
+	  cmocka_unit_test(test_unavailable), cmocka_unit_test(test_api_codes))

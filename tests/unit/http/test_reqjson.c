@@ -1,10 +1,9 @@
 /* Unit tests for the request JSON helpers: field checks and their 400
  * problems, ETags, names, times and stored-response rendering.
  *
- * The reply helpers are replaced at link time by the shared capturing fake
- * (tests/unit/fake_http.c), which lets the field checks run on a request
- * without a connection and their problems be read back. None of these
- * replies carries a header. */
+ * The field checks run on a request without a connection; their problems
+ * are read back from the reply as http.c would send it (unit_reply.h).
+ * None of these replies carries a header. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,15 +16,15 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "fake_http.h"
 #include "request.h"
 #include "reqjson.h"
 #include "store.h"
 #include "unit.h"
+#include "unit_reply.h"
 
 static json_t *load(const char *text);
-static void assert_no_reply(void);
-static void assert_invalid_request(const char *detail);
+static void assert_no_reply(const struct request *req);
+static void assert_invalid_request(struct request *req, const char *detail);
 static void assert_etag_ok(const char *value, int64_t expected);
 static void assert_etag_refused(const char *value);
 static void assert_time(int64_t unix_ms, const char *expected);
@@ -41,25 +40,23 @@ static json_t *load(const char *text)
 	return v;
 }
 
-static void assert_no_reply(void)
+static void assert_no_reply(const struct request *req)
 {
-	assert_int_equal(fake_http.fh_replies, 0);
-	assert_int_equal(fake_http.fh_n_headers, 0);
+	assert_false(unit_replied(req));
 }
 
-/* Exactly one 400 invalid_request problem with DETAIL was sent; resets. */
-static void assert_invalid_request(const char *detail)
+/* REQ's reply is a 400 invalid_request problem with DETAIL; forgets it. */
+static void assert_invalid_request(struct request *req, const char *detail)
 {
-	assert_int_equal(fake_http.fh_replies, 1);
-	assert_int_equal(fake_http.fh_status, 400);
-	assert_string_equal(fake_http.fh_content_type, "application/problem+json");
-	assert_int_equal(fake_http.fh_n_headers, 0);
-	json_t *doc = load(fake_http.fh_body);
+	assert_int_equal(unit_reply(req), 400);
+	assert_string_equal(unit_reply_code(req), "invalid_request");
+	assert_int_equal(unit_reply_headers(req), 0);
+	json_t *doc = unit_reply_json(req);
 	assert_string_equal(json_string_value(json_object_get(doc, "code")), "invalid_request");
 	assert_int_equal(json_integer_value(json_object_get(doc, "status")), 400);
 	assert_string_equal(json_string_value(json_object_get(doc, "detail")), detail);
 	json_decref(doc);
-	fake_http_reset(NULL);
+	unit_reply_free(req);
 }
 
 /* ---- reqjson_only ---- */
@@ -78,7 +75,7 @@ static void test_only(void **state)
 
 	o = load("{\"operation\":\"a\",\"subject\":\"b\",\"count\":3}");
 	assert_int_equal(reqjson_only(&req, o, allowed), 0);
-	assert_no_reply();
+	assert_no_reply(&req);
 	json_decref(o);
 
 	static const struct {
@@ -95,7 +92,7 @@ static void test_only(void **state)
 	for (size_t i = 0; i < UNIT_COUNT(unknown); i++) {
 		o = load(unknown[i].doc);
 		assert_int_equal(reqjson_only(&req, o, unknown[i].names), -1);
-		assert_invalid_request(unknown[i].detail);
+		assert_invalid_request(&req, unknown[i].detail);
 		json_decref(o);
 	}
 }
@@ -123,26 +120,26 @@ static void test_int(void **state)
 	/* a zero fraction is an integer, as JSON Schema counts it */
 	assert_int_equal(reqjson_int(&req, o, "g", 1, 1, 100, &v, &present), 0);
 	assert_int_equal(v, 5);
-	assert_no_reply();
+	assert_no_reply(&req);
 
 	/* absent: fine when optional, *out untouched */
 	v = -7;
 	assert_int_equal(reqjson_int(&req, o, "missing", 0, 1, 100, &v, &present), 0);
 	assert_int_equal(present, 0);
 	assert_int_equal(v, -7);
-	assert_no_reply();
+	assert_no_reply(&req);
 	assert_int_equal(reqjson_int(&req, o, "missing", 1, 1, 100, &v, &present), -1);
 	assert_int_equal(present, 0);
-	assert_invalid_request("field missing is required");
+	assert_invalid_request(&req, "field missing is required");
 
 	/* out of range */
 	assert_int_equal(reqjson_int(&req, o, "zero", 1, 1, 100, &v, &present), -1);
 	assert_int_equal(present, 1);
-	assert_invalid_request("field zero must be an integer from 1 to 100");
+	assert_invalid_request(&req, "field zero must be an integer from 1 to 100");
 	assert_int_equal(reqjson_int(&req, o, "neg", 0, 0, 100, &v, &present), -1);
-	assert_invalid_request("field neg must be an integer from 0 to 100");
+	assert_invalid_request(&req, "field neg must be an integer from 0 to 100");
 	assert_int_equal(reqjson_int(&req, o, "hi", 1, 1, 99, &v, &present), -1);
-	assert_invalid_request("field hi must be an integer from 1 to 99");
+	assert_invalid_request(&req, "field hi must be an integer from 1 to 99");
 
 	/* not an integer, even when it looks like one */
 	static const char *const wrong[] = { "s", "f", "b", "z", "a", "o" };
@@ -154,7 +151,7 @@ static void test_int(void **state)
 		assert_int_equal(v, -7);
 		snprintf(detail, sizeof(detail), "field %s must be an integer from 0 to 100",
 			 wrong[i]);
-		assert_invalid_request(detail);
+		assert_invalid_request(&req, detail);
 	}
 
 	/* the full int64 range */
@@ -162,7 +159,7 @@ static void test_int(void **state)
 	assert_true(v == INT64_MAX);
 	assert_int_equal(reqjson_int(&req, o, "min", 1, INT64_MIN, INT64_MAX, &v, &present), 0);
 	assert_true(v == INT64_MIN);
-	assert_no_reply();
+	assert_no_reply(&req);
 	json_decref(o);
 }
 
@@ -190,29 +187,29 @@ static void test_string(void **state)
 	/* lengths are bytes: U+00E9 is two */
 	assert_int_equal(reqjson_string(&req, o, "utf8", 1, 2, 2, &s), 0);
 	assert_string_equal(s, "\xc3\xa9");
-	assert_no_reply();
+	assert_no_reply(&req);
 
 	s = "stale";
 	assert_int_equal(reqjson_string(&req, o, "missing", 0, 1, 4, &s), 0);
 	assert_null(s);
-	assert_no_reply();
+	assert_no_reply(&req);
 	s = "stale";
 	assert_int_equal(reqjson_string(&req, o, "missing", 1, 1, 4, &s), -1);
 	assert_null(s);
-	assert_invalid_request("field missing is required");
+	assert_invalid_request(&req, "field missing is required");
 
 	assert_int_equal(reqjson_string(&req, o, "four", 1, 1, 3, &s), -1);
 	assert_null(s);
-	assert_invalid_request("field four must be a string of 1 to 3 bytes without NUL");
+	assert_invalid_request(&req, "field four must be a string of 1 to 3 bytes without NUL");
 	assert_int_equal(reqjson_string(&req, o, "one", 1, 2, 3, &s), -1);
-	assert_invalid_request("field one must be a string of 2 to 3 bytes without NUL");
+	assert_invalid_request(&req, "field one must be a string of 2 to 3 bytes without NUL");
 	assert_int_equal(reqjson_string(&req, o, "empty", 0, 1, 3, &s), -1);
-	assert_invalid_request("field empty must be a string of 1 to 3 bytes without NUL");
+	assert_invalid_request(&req, "field empty must be a string of 1 to 3 bytes without NUL");
 	assert_int_equal(reqjson_string(&req, o, "utf8", 1, 1, 1, &s), -1);
-	assert_invalid_request("field utf8 must be a string of 1 to 1 bytes without NUL");
+	assert_invalid_request(&req, "field utf8 must be a string of 1 to 1 bytes without NUL");
 	assert_int_equal(reqjson_string(&req, o, "nul", 1, 1, 10, &s), -1);
 	assert_null(s);
-	assert_invalid_request("field nul must be a string of 1 to 10 bytes without NUL");
+	assert_invalid_request(&req, "field nul must be a string of 1 to 10 bytes without NUL");
 
 	static const char *const wrong[] = { "num", "null", "arr" };
 	for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
@@ -220,7 +217,7 @@ static void test_string(void **state)
 		assert_int_equal(reqjson_string(&req, o, wrong[i], 0, 0, 10, &s), -1);
 		snprintf(detail, sizeof(detail),
 			 "field %s must be a string of 0 to 10 bytes without NUL", wrong[i]);
-		assert_invalid_request(detail);
+		assert_invalid_request(&req, detail);
 	}
 	json_decref(o);
 }
@@ -245,7 +242,7 @@ static void test_why(void **state)
 	assert_string_equal(why, "field subject must be a string of 1 to 4 bytes without NUL");
 	assert_int_equal(reqjson_int_why(o, "count", 1, 0, 9, &n, &present, why), -1);
 	assert_string_equal(why, "field count is required");
-	assert_no_reply();
+	assert_no_reply(&req);
 	json_decref(o);
 
 	/* a long name is cut at a character boundary, never inside one */
@@ -262,10 +259,12 @@ static void test_why(void **state)
 
 	/* a request records what WHY says, or 503 when it says nothing */
 	assert_int_equal(reqjson_refused(&req, -1, "field x is required"), -1);
-	assert_invalid_request("field x is required");
+	assert_invalid_request(&req, "field x is required");
 	assert_int_equal(reqjson_refused(&req, -1, ""), -1);
-	assert_int_equal(fake_http.fh_status, 503);
+	assert_int_equal(unit_reply(&req), 503);
+	unit_reply_free(&req);
 	assert_int_equal(reqjson_refused(&req, 0, "unused"), 0);
+	assert_no_reply(&req);
 }
 
 /* ---- ETags ---- */
@@ -780,13 +779,10 @@ static void test_escape_matches_jansson(void **state)
 	}
 }
 
-UNIT_MAIN(cmocka_unit_test_setup_teardown(test_only, fake_http_reset, fake_http_reset),
-	  cmocka_unit_test_setup_teardown(test_int, fake_http_reset, fake_http_reset),
-	  cmocka_unit_test_setup_teardown(test_string, fake_http_reset, fake_http_reset),
-	  cmocka_unit_test_setup_teardown(test_why, fake_http_reset, fake_http_reset),
-	  cmocka_unit_test(test_etag_parse), cmocka_unit_test(test_etag_format),
-	  cmocka_unit_test(test_valid_name), cmocka_unit_test(test_time),
-	  cmocka_unit_test(test_time_text_matches_strftime),
+UNIT_MAIN(cmocka_unit_test(test_only), cmocka_unit_test(test_int), cmocka_unit_test(test_string),
+	  cmocka_unit_test(test_why), cmocka_unit_test(test_etag_parse),
+	  cmocka_unit_test(test_etag_format), cmocka_unit_test(test_valid_name),
+	  cmocka_unit_test(test_time), cmocka_unit_test(test_time_text_matches_strftime),
 	  cmocka_unit_test(test_escape_matches_jansson), cmocka_unit_test(test_flat),
 	  cmocka_unit_test(test_flat_each), cmocka_unit_test(test_response_json),
 	  cmocka_unit_test(test_response_base64), cmocka_unit_test(test_response_empty),
