@@ -44,7 +44,8 @@ struct h_item {
 
 struct h_batch {
 	struct batcher_job hb_job;
-	void (*hb_answer)(struct request *, void *); /* on the request thread, once committed */
+	/* an item's answer, on the request thread once committed */
+	json_t *(*hb_item_answer)(struct h_batch *b, struct h_item *it);
 	struct request *hb_req;
 	json_t *hb_body;
 	struct operation hb_op;
@@ -212,13 +213,15 @@ static int h_batch_set(struct h_batch *b, int claims)
 	return 0;
 }
 
+static void h_batch_answer(struct request *req, void *arg);
+
 /* Batcher thread: the set is committed; the answer is built on the
  * request's thread. */
 static void h_batch_done(struct batcher_job *j)
 {
 	struct h_batch *b = IDEMD_CONTAINER_OF(j, struct h_batch, hb_job);
 
-	http_resume_then(b->hb_req, b->hb_answer, b);
+	http_resume_then(b->hb_req, h_batch_answer, b);
 }
 
 /* Lets the parsed body go before the batch waits for its turn: what the
@@ -241,15 +244,17 @@ static int h_batch_drop_body(struct h_batch *b)
 }
 
 /* Queues the set (or answers at once when no item needs the database). */
-static void h_batch_run(struct h_batch *b, int claims, void (*answer)(struct request *, void *))
+static void h_batch_run(struct h_batch *b, int claims,
+			json_t *(*item_answer)(struct h_batch *b, struct h_item *it))
 {
+	b->hb_item_answer = item_answer;
 	if (h_batch_drop_body(b) < 0) {
 		request_unavailable(b->hb_req);
 		h_batch_free(b);
 		return;
 	}
 	if (b->hb_m == 0) {
-		answer(b->hb_req, b);
+		h_batch_answer(b->hb_req, b);
 		return;
 	}
 	b->hb_job.bj_kind = claims ? BATCHER_CLAIM : BATCHER_COMPLETE;
@@ -260,7 +265,6 @@ static void h_batch_run(struct h_batch *b, int claims, void (*answer)(struct req
 	b->hb_job.bj_n = b->hb_m;
 	b->hb_job.bj_rcs = b->hb_rcs;
 	b->hb_job.bj_done = h_batch_done;
-	b->hb_answer = answer;
 	http_suspend(b->hb_req);
 	batcher_submit(&b->hb_job);
 }
@@ -324,6 +328,21 @@ static int h_batch_unavailable(struct request *req, struct h_batch *b)
 	return 0;
 }
 
+/* Answers every item (h_batch_run's ITEM_ANSWER), on the request's
+ * thread. */
+static void h_batch_answer(struct request *req, void *arg)
+{
+	struct h_batch *b = arg;
+	if (h_batch_unavailable(req, b))
+		return;
+	json_t *items = json_array();
+
+	for (size_t i = 0; items != NULL && i < b->hb_n; i++)
+		json_array_append_new(items, b->hb_item_answer(b, &b->hb_items[i]));
+	h_batch_free(b);
+	http_reply_json(req, 200, items ? json_pack("{s:o}", "items", items) : NULL);
+}
+
 static json_t *h_item_id(const struct h_item *it)
 {
 	char hex[2 * TOKEN_ID_BYTES + 1];
@@ -375,19 +394,6 @@ static json_t *h_claim_item_answer(struct h_batch *b, struct h_item *it)
 		break;
 	}
 	return o;
-}
-
-static void h_claims_answer(struct request *req, void *arg)
-{
-	struct h_batch *b = arg;
-	if (h_batch_unavailable(req, b))
-		return;
-	json_t *items = json_array();
-
-	for (size_t i = 0; items != NULL && i < b->hb_n; i++)
-		json_array_append_new(items, h_claim_item_answer(b, &b->hb_items[i]));
-	h_batch_free(b);
-	http_reply_json(req, 200, items ? json_pack("{s:o}", "items", items) : NULL);
 }
 
 /* Item I's fields, the replay cache, then its claim arguments: in the set
@@ -448,7 +454,7 @@ void h_key_claims(struct request *req)
 		h_batch_free(b);
 		return;
 	}
-	h_batch_run(b, 1, h_claims_answer);
+	h_batch_run(b, 1, h_claim_item_answer);
 }
 
 /* ---------------------------------------------------------------- completions */
@@ -480,19 +486,6 @@ static json_t *h_complete_item_answer(struct h_batch *b, struct h_item *it)
 		break;
 	}
 	return h_item_outcome(it, OUTCOME_NOT_IN_PROGRESS, &v);
-}
-
-static void h_completions_answer(struct request *req, void *arg)
-{
-	struct h_batch *b = arg;
-	if (h_batch_unavailable(req, b))
-		return;
-	json_t *items = json_array();
-
-	for (size_t i = 0; items != NULL && i < b->hb_n; i++)
-		json_array_append_new(items, h_complete_item_answer(b, &b->hb_items[i]));
-	h_batch_free(b);
-	http_reply_json(req, 200, items ? json_pack("{s:o}", "items", items) : NULL);
 }
 
 void h_key_completions(struct request *req)
@@ -529,5 +522,5 @@ void h_key_completions(struct request *req)
 		it->db = (int)k;
 		b->hb_m++;
 	}
-	h_batch_run(b, 0, h_completions_answer);
+	h_batch_run(b, 0, h_complete_item_answer);
 }

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "buf.h"
+
 /* RFC 9110 tchar. */
 static int headers_tchar(unsigned char c)
 {
@@ -124,51 +126,23 @@ static const char *const headers_forwarding[] = {
 	"forwarded", "x-real-ip", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port",
 };
 
-/* A growable string; S is NULL until something was added. */
-struct headers_str {
-	char *s;
-	size_t len, cap;
-	int failed;
-};
-
-static void headers_add(struct headers_str *b, const char *s)
-{
-	size_t n = strlen(s);
-
-	if (b->failed)
-		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 128;
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		char *p = realloc(b->s, cap);
-		if (p == NULL) {
-			b->failed = 1;
-			return;
-		}
-		b->s = p;
-		b->cap = cap;
-	}
-	memcpy(b->s + b->len, s, n + 1);
-	b->len += n;
-}
-
 /* Appends "NAME: VALUE", or "NAME;" (libcurl's form of an empty value)
  * when VALUE is blank: libcurl reads "NAME:" followed by blanks alone as
  * "remove NAME", and would not send it. */
 static int headers_append(struct curl_slist **list, const char *name, const char *value)
 {
-	struct headers_str line = { 0 };
+	struct buf line = { 0 };
 	struct curl_slist *l = NULL;
 	int blank = value[strspn(value, " \t")] == '\0';
 
-	headers_add(&line, name);
-	headers_add(&line, blank ? ";" : ": ");
+	/* a failed append marks LINE, checked once */
+	(void)buf_str(&line, name);
+	(void)buf_str(&line, blank ? ";" : ": ");
 	if (!blank)
-		headers_add(&line, value);
-	if (!line.failed)
-		l = curl_slist_append(*list, line.s);
-	free(line.s);
+		(void)buf_str(&line, value);
+	if (!line.b_failed)
+		l = curl_slist_append(*list, line.b_data);
+	buf_free(&line);
 	if (l == NULL)
 		return -1;
 	*list = l;
@@ -266,7 +240,7 @@ int headers_arg_ok(const char *s)
 int headers_forward(const struct headers_field *fields, size_t n,
 		    const struct headers_forward_args *a, struct curl_slist **out)
 {
-	struct headers_str conn = { 0 }, xff = { 0 };
+	struct buf conn = { 0 }, xff = { 0 };
 	struct curl_slist *list = NULL;
 	int rc = HEADERS_OK, has_type = 0;
 
@@ -277,27 +251,27 @@ int headers_forward(const struct headers_field *fields, size_t n,
 		return HEADERS_INVALID;
 	for (size_t i = 0; i < n; i++) {
 		if (!headers_field_ok(&fields[i])) {
-			free(conn.s);
+			buf_free(&conn);
 			return HEADERS_INVALID;
 		}
 		if (strcasecmp(fields[i].hf_name, "connection") == 0) {
-			headers_add(&conn, ",");
-			headers_add(&conn, fields[i].hf_value);
+			(void)buf_str(&conn, ",");
+			(void)buf_str(&conn, fields[i].hf_value);
 		}
 	}
-	for (size_t i = 0; i < n && rc == HEADERS_OK && !conn.failed; i++) {
+	for (size_t i = 0; i < n && rc == HEADERS_OK && !conn.b_failed; i++) {
 		const char *name = fields[i].hf_name, *value = fields[i].hf_value;
 		if (strcasecmp(name, "x-forwarded-for") == 0) {
 			/* the client's own chain only from a proxy the route trusts */
 			if (a->fa_trust_forwarded && *value != '\0') {
-				if (xff.len > 0)
-					headers_add(&xff, ", ");
-				headers_add(&xff, value);
+				if (xff.b_len > 0)
+					(void)buf_str(&xff, ", ");
+				(void)buf_str(&xff, value);
 			}
 			continue;
 		}
 		if (headers_in(name, headers_dropped, IDEMD_ARRAY_LEN(headers_dropped)) ||
-		    headers_hop_by_hop(name, conn.s) ||
+		    headers_hop_by_hop(name, conn.b_data) ||
 		    (!a->fa_trust_forwarded &&
 		     headers_in(name, headers_forwarding, IDEMD_ARRAY_LEN(headers_forwarding))))
 			continue;
@@ -305,15 +279,15 @@ int headers_forward(const struct headers_field *fields, size_t n,
 		if (headers_append(&list, name, value) < 0)
 			rc = HEADERS_NOMEM;
 	}
-	if (xff.len > 0)
-		headers_add(&xff, ", ");
-	headers_add(&xff, a->fa_client_ip);
+	if (xff.b_len > 0)
+		(void)buf_str(&xff, ", ");
+	(void)buf_str(&xff, a->fa_client_ip);
 	if (rc == HEADERS_OK &&
-	    (conn.failed || xff.failed ||
+	    (conn.b_failed || xff.b_failed ||
 	     headers_append(&list, "Idempotency-Key", a->fa_token_id) < 0 ||
 	     (a->fa_subject != NULL &&
 	      headers_append(&list, "Idempotency-Subject", a->fa_subject) < 0) ||
-	     headers_append(&list, "X-Forwarded-For", xff.s) < 0 ||
+	     headers_append(&list, "X-Forwarded-For", xff.b_data) < 0 ||
 	     headers_append(&list, "X-Request-Id", a->fa_request_id) < 0 ||
 	     (a->fa_traceparent != NULL &&
 	      headers_append(&list, "traceparent", a->fa_traceparent) < 0) ||
@@ -321,8 +295,8 @@ int headers_forward(const struct headers_field *fields, size_t n,
 	     headers_raw(&list, "Expect:") < 0 ||
 	     (!has_type && headers_raw(&list, "Content-Type:") < 0)))
 		rc = HEADERS_NOMEM;
-	free(conn.s);
-	free(xff.s);
+	buf_free(&conn);
+	buf_free(&xff);
 	if (rc != HEADERS_OK) {
 		curl_slist_free_all(list);
 		return rc;

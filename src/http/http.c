@@ -425,28 +425,17 @@ void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 int http_start(const struct config *cfg)
 {
-	struct addrinfo hints = { 0 }, *ai = NULL;
 	struct MHD_OptionItem tls[3];
 	char *cert = NULL, *key = NULL;
-	char port[8];
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
-			 MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+	unsigned flags;
 
 	http_cfg = cfg;
 	http_budget_start(cfg);
 	cors_init(cfg->cors_origins, cfg->n_cors_origins);
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
-	snprintf(port, sizeof(port), "%u", cfg->listen_port);
-	int rc = getaddrinfo(cfg->listen_host, port, &hints, &ai);
-	if (rc != 0) {
-		log_error("http: cannot resolve listen address %s: %s", cfg->listen_host,
-			  gai_strerror(rc));
+	struct addrinfo *ai =
+		http_listen_address("listen", cfg->listen_host, cfg->listen_port, &flags);
+	if (ai == NULL)
 		return -1;
-	}
-	if (ai->ai_family == AF_INET6)
-		flags |= MHD_USE_IPv6;
 	if (http_tls_options(cfg, tls, &cert, &key, &flags) < 0) {
 		freeaddrinfo(ai);
 		free(cert);

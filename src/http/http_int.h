@@ -15,6 +15,7 @@
 #include "auth.h"
 #include "http.h"
 
+struct addrinfo;
 struct config;
 
 /* SO_SNDBUF of every connection (the kernel doubles it): what the kernel
@@ -86,6 +87,12 @@ void http_mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(
  * *KEY may still be set: the caller frees them as well). */
 int http_tls_options(const struct config *cfg, struct MHD_OptionItem opts[3], char **cert,
 		     char **key, unsigned *flags);
+/* The address to listen on, HOST and PORT resolved (WHAT names the key
+ * in the log), owned (freeaddrinfo()), with the daemon's flags for it in
+ * *FLAGS (the usual ones, MHD_USE_IPv6 for an IPv6 address); NULL after
+ * logging. */
+struct addrinfo *http_listen_address(const char *what, const char *host, unsigned port,
+				     unsigned *flags);
 /* Starts the admin_listen daemon (plain HTTP, one thread, few
  * connections), whose requests get ACCESS_CLS (borrowed for the daemon's
  * life): the daemon, owned (MHD_stop_daemon()), or NULL after logging. */

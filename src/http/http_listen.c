@@ -103,26 +103,37 @@ int http_tls_options(const struct config *cfg, struct MHD_OptionItem opts[3], ch
 	return 0;
 }
 
-struct MHD_Daemon *http_admin_start(const struct config *cfg, void *access_cls)
+struct addrinfo *http_listen_address(const char *what, const char *host, unsigned port,
+				     unsigned *flags)
 {
-	struct MHD_Daemon *d;
 	struct addrinfo hints = { 0 }, *ai = NULL;
-	char port[8];
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
-			 MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+	char service[8];
 
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
-	snprintf(port, sizeof(port), "%u", cfg->admin_listen_port);
-	int rc = getaddrinfo(cfg->admin_listen_host, port, &hints, &ai);
+	snprintf(service, sizeof(service), "%u", port);
+	int rc = getaddrinfo(host, service, &hints, &ai);
 	if (rc != 0) {
-		log_error("http: cannot resolve admin_listen address %s: %s",
-			  cfg->admin_listen_host, gai_strerror(rc));
+		log_error("http: cannot resolve %s address %s: %s", what, host, gai_strerror(rc));
 		return NULL;
 	}
+	*flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+		 MHD_ALLOW_SUSPEND_RESUME;
 	if (ai->ai_family == AF_INET6)
-		flags |= MHD_USE_IPv6;
+		*flags |= MHD_USE_IPv6;
+	return ai;
+}
+
+struct MHD_Daemon *http_admin_start(const struct config *cfg, void *access_cls)
+{
+	struct MHD_Daemon *d;
+	unsigned flags;
+	struct addrinfo *ai = http_listen_address("admin_listen", cfg->admin_listen_host,
+						  cfg->admin_listen_port, &flags);
+
+	if (ai == NULL)
+		return NULL;
 	d = MHD_start_daemon(flags, cfg->admin_listen_port, NULL, NULL, http_access, access_cls,
 			     MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
 			     ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, 64u,

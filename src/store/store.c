@@ -319,13 +319,13 @@ static int store_complete_row(const PGresult *r, int row, struct complete_result
 
 /* Runs STMT with the arrays as text parameters; the result must have N rows
  * whose last column counts 1..N. */
-static PGresult *store_run_arrays(const struct db_stmt *stmt, struct store_array *arrs, size_t n)
+static PGresult *store_run_arrays(const struct db_stmt *stmt, struct buf *arrs, size_t n)
 {
 	const char *v[16];
 	PGresult *r;
 
 	for (int i = 0; i < stmt->nparams; i++)
-		v[i] = arrs[i].sa_buf;
+		v[i] = arrs[i].b_data;
 	r = store_run(stmt, v, NULL, NULL);
 	if (r == NULL)
 		return NULL;
@@ -345,7 +345,7 @@ static PGresult *store_run_arrays(const struct db_stmt *stmt, struct store_array
 static int store_claim_all(const struct claim_args *const *a, struct claim_result *const *res,
 			   size_t n)
 {
-	struct store_array arrs[14] = { { 0 } };
+	struct buf arrs[14] = { { 0 } };
 	PGresult *r = NULL;
 	int rc = -1;
 
@@ -407,23 +407,32 @@ static void store_completes_forget(struct complete_result *const *res, const cha
 			store_response_free(&res[i]->cpr_stored);
 }
 
-/* Fills RES[i] and DONE[i] from each row of st_claim_fresh (columns as
- * st_claim_many's); -1 if a row does not fit (RES holds nothing then). */
-static int store_claim_fresh_rows(const PGresult *r, struct claim_result *const *res, char *done,
-				  size_t n)
+/* Fills element i of a batch of N from each row whose column IDCOL says
+ * i + 1 (FILL(R, row, i, ARG)) and marks DONE[i]: 0, or -1 when a row
+ * does not fit. */
+static int store_batch_rows(const PGresult *r, int idcol, char *done, size_t n,
+			    int (*fill)(const PGresult *r, int row, size_t i, const void *arg),
+			    const void *arg)
 {
-	int row;
-
-	for (row = 0; row < PQntuples(r); row++) {
-		int64_t i = store_i64(r, row, 9) - 1;
-		if (i < 0 || (size_t)i >= n || done[i] || store_claim_row(r, row, res[i]) < 0)
-			break;
+	for (int row = 0; row < PQntuples(r); row++) {
+		int64_t i = store_i64(r, row, idcol) - 1;
+		if (i < 0 || (size_t)i >= n || done[i] || fill(r, row, (size_t)i, arg) < 0)
+			return -1;
 		done[i] = 1;
 	}
-	if (row == PQntuples(r))
-		return 0;
-	store_claims_forget(res, done, n);
-	return -1;
+	return 0;
+}
+
+/* store_batch_rows' FILL of claims (ARG: their results) and of
+ * completions. */
+static int store_claim_fill(const PGresult *r, int row, size_t i, const void *arg)
+{
+	return store_claim_row(r, row, ((struct claim_result *const *)arg)[i]);
+}
+
+static int store_complete_fill(const PGresult *r, int row, size_t i, const void *arg)
+{
+	return store_complete_row(r, row, ((struct complete_result *const *)arg)[i]);
 }
 
 /* Fresh records and replays in one statement (the common cases: one round
@@ -436,7 +445,7 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 	if (n == 0 || !store_claim_fresh_fits(a, n))
 		return store_claim_all(a, res, n);
 
-	struct store_array arrs[14] = { { 0 } };
+	struct buf arrs[14] = { { 0 } };
 	const struct claim_args **ra = malloc(n * sizeof(*ra));
 	struct claim_result **rr = malloc(n * sizeof(*rr));
 	char *done = calloc(n, 1);
@@ -446,12 +455,16 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 
 	if (ra == NULL || rr == NULL || done == NULL || store_claim_arrays(arrs, a, n) < 0)
 		goto out;
-	const char *v[9] = { arrs[0].sa_buf, arrs[1].sa_buf,  arrs[2].sa_buf,
-			     arrs[3].sa_buf, arrs[4].sa_buf,  arrs[5].sa_buf,
-			     arrs[6].sa_buf, arrs[11].sa_buf, arrs[12].sa_buf };
-	if ((r = store_run(&st_claim_fresh, v, NULL, NULL)) == NULL ||
-	    store_claim_fresh_rows(r, res, done, n) < 0)
+	const char *v[9] = { arrs[0].b_data, arrs[1].b_data,  arrs[2].b_data,
+			     arrs[3].b_data, arrs[4].b_data,  arrs[5].b_data,
+			     arrs[6].b_data, arrs[11].b_data, arrs[12].b_data };
+	/* columns as st_claim_many's, the element's index in the tenth */
+	if ((r = store_run(&st_claim_fresh, v, NULL, NULL)) == NULL)
 		goto out;
+	if (store_batch_rows(r, 9, done, n, store_claim_fill, res) < 0) {
+		store_claims_forget(res, done, n);
+		goto out;
+	}
 	for (size_t i = 0; i < n; i++)
 		if (!done[i]) {
 			ra[m] = a[i];
@@ -475,9 +488,9 @@ out:
 static int store_complete_run(const struct db_stmt *stmt, const struct complete_args *const *a,
 			      struct complete_result *const *res, char *done, size_t n, int all)
 {
-	struct store_array arrs[10] = { { 0 } };
+	struct buf arrs[10] = { { 0 } };
 	PGresult *r = NULL;
-	int rc = -1, row = 0;
+	int rc = -1;
 
 	if (store_complete_arrays(arrs, a, n) < 0)
 		goto out;
@@ -486,18 +499,12 @@ static int store_complete_run(const struct db_stmt *stmt, const struct complete_
 	} else {
 		const char *v[10];
 		for (int k = 0; k < 10; k++)
-			v[k] = arrs[k].sa_buf;
+			v[k] = arrs[k].b_data;
 		r = store_run(stmt, v, NULL, NULL);
 	}
 	if (r == NULL)
 		goto out;
-	for (row = 0; row < PQntuples(r); row++) {
-		int64_t i = store_i64(r, row, 7) - 1;
-		if (i < 0 || (size_t)i >= n || done[i] || store_complete_row(r, row, res[i]) < 0)
-			break;
-		done[i] = 1;
-	}
-	if (row == PQntuples(r))
+	if (store_batch_rows(r, 7, done, n, store_complete_fill, res) == 0)
 		rc = 0;
 	else
 		store_completes_forget(res, done, n);

@@ -392,7 +392,7 @@ int store_keys_prune(int64_t max_age_seconds)
 int store_keys_reseal(const struct sealed_key *old, const unsigned char *const *sealed,
 		      const size_t *lens, size_t n, int *ok)
 {
-	struct store_array arrs[3] = { { 0 } };
+	struct buf arrs[3] = { { 0 } };
 	int rc = -1;
 
 	*ok = 1;
@@ -405,7 +405,7 @@ int store_keys_reseal(const struct sealed_key *old, const unsigned char *const *
 	}
 	if (store_arrays_close(arrs, 3) < 0)
 		goto done;
-	const char *v[] = { arrs[0].sa_buf, arrs[1].sa_buf, arrs[2].sa_buf };
+	const char *v[] = { arrs[0].b_data, arrs[1].b_data, arrs[2].b_data };
 	int64_t resealed;
 	if (store_ints(&st_keys_reseal, v, NULL, NULL, &resealed, 1) != 1)
 		goto done;

@@ -8,34 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void store_array_put(struct store_array *a, const char *s, size_t n)
+static void store_array_put(struct buf *a, const char *s, size_t n)
 {
-	if (a->sa_failed)
-		return;
-	if (a->sa_len + n + 1 > a->sa_cap) {
-		size_t cap = a->sa_cap ? a->sa_cap : 256;
-		while (cap < a->sa_len + n + 1)
-			cap *= 2;
-		char *b = realloc(a->sa_buf, cap);
-		if (b == NULL) {
-			a->sa_failed = 1;
-			return;
-		}
-		a->sa_buf = b;
-		a->sa_cap = cap;
-	}
-	memcpy(a->sa_buf + a->sa_len, s, n);
-	a->sa_len += n;
-	a->sa_buf[a->sa_len] = '\0';
+	/* a failure marks the buffer; store_arrays_close reports it */
+	(void)buf_add(a, s, n);
 }
 
 /* Starts the next element: '{' before the first, ',' before the others. */
-static void store_array_next(struct store_array *a)
+static void store_array_next(struct buf *a)
 {
-	store_array_put(a, a->sa_len == 0 ? "{" : ",", 1);
+	store_array_put(a, a->b_len == 0 ? "{" : ",", 1);
 }
 
-void store_array_i64(struct store_array *a, int64_t v)
+void store_array_i64(struct buf *a, int64_t v)
 {
 	char num[24];
 
@@ -43,14 +28,14 @@ void store_array_i64(struct store_array *a, int64_t v)
 	store_array_put(a, num, (size_t)snprintf(num, sizeof(num), "%" PRId64, v));
 }
 
-void store_array_null(struct store_array *a)
+void store_array_null(struct buf *a)
 {
 	store_array_next(a);
 	store_array_put(a, "NULL", 4);
 }
 
 /* A quoted element; '"' and '\' are escaped with '\'. */
-void store_array_text(struct store_array *a, const char *s, size_t n)
+void store_array_text(struct buf *a, const char *s, size_t n)
 {
 	store_array_next(a);
 	store_array_put(a, "\"", 1);
@@ -69,7 +54,7 @@ void store_array_text(struct store_array *a, const char *s, size_t n)
 }
 
 /* A bytea element in hex input form: "\\x0a1b..." (the backslash escaped). */
-void store_array_bytea(struct store_array *a, const uint8_t *p, size_t n)
+void store_array_bytea(struct buf *a, const uint8_t *p, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
 	char chunk[128];
@@ -87,32 +72,32 @@ void store_array_bytea(struct store_array *a, const uint8_t *p, size_t n)
 	store_array_put(a, "\"", 1);
 }
 
-void store_array_bool(struct store_array *a, int v)
+void store_array_bool(struct buf *a, int v)
 {
 	store_array_next(a);
 	store_array_put(a, v ? "t" : "f", 1);
 }
 
 /* Closes every array of ARRS; -1 if building any of them failed. */
-int store_arrays_close(struct store_array *arrs, size_t n)
+int store_arrays_close(struct buf *arrs, size_t n)
 {
 	int rc = 0;
 
 	for (size_t i = 0; i < n; i++) {
 		store_array_put(&arrs[i], "}", 1);
-		if (arrs[i].sa_failed)
+		if (arrs[i].b_failed)
 			rc = -1;
 	}
 	return rc;
 }
 
-void store_arrays_free(struct store_array *arrs, size_t n)
+void store_arrays_free(struct buf *arrs, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		free(arrs[i].sa_buf);
+		buf_free(&arrs[i]);
 }
 
-int store_claim_arrays(struct store_array *arrs, const struct claim_args *const *a, size_t n)
+int store_claim_arrays(struct buf *arrs, const struct claim_args *const *a, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		const struct claim_args *c = a[i];
@@ -149,7 +134,7 @@ int store_claim_arrays(struct store_array *arrs, const struct claim_args *const 
 	return store_arrays_close(arrs, 14);
 }
 
-int store_complete_arrays(struct store_array *arrs, const struct complete_args *const *a, size_t n)
+int store_complete_arrays(struct buf *arrs, const struct complete_args *const *a, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		const struct complete_args *c = a[i];

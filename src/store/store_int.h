@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "db.h"
 #include "store.h"
 
@@ -166,27 +167,23 @@ struct json_t *store_rows_json(const PGresult *r, int nrows, const struct store_
 int store_ints(const struct db_stmt *stmt, const char *const *values, const int *lengths,
 	       const int *formats, int64_t *out, int n);
 
-/* A PostgreSQL array literal being built: {e1,e2,...} (store_arrays.c). */
-struct store_array {
-	char *sa_buf;
-	size_t sa_len, sa_cap;
-	int sa_failed;
-};
+/* PostgreSQL array literals are built in a struct buf: {e1,e2,...}
+ * (store_arrays.c). */
 
 /* Appends an element to A. */
-void store_array_i64(struct store_array *a, int64_t v);
-void store_array_text(struct store_array *a, const char *s, size_t n);
-void store_array_null(struct store_array *a);
-void store_array_bool(struct store_array *a, int v);
-void store_array_bytea(struct store_array *a, const uint8_t *p, size_t n);
+void store_array_i64(struct buf *a, int64_t v);
+void store_array_text(struct buf *a, const char *s, size_t n);
+void store_array_null(struct buf *a);
+void store_array_bool(struct buf *a, int v);
+void store_array_bytea(struct buf *a, const uint8_t *p, size_t n);
 /* Closes every array of ARRS; -1 if building any of them failed. */
-int store_arrays_close(struct store_array *arrs, size_t n);
-void store_arrays_free(struct store_array *arrs, size_t n);
+int store_arrays_close(struct buf *arrs, size_t n);
+void store_arrays_free(struct buf *arrs, size_t n);
 /* The fourteen arrays of claims A[0..N) (st_claim_many's parameters, and
  * nine of them st_claim_fresh's), and the ten of completions A[0..N)
  * (st_complete_many's and st_complete_current's); closed: -1 if building
  * any of them failed. */
-int store_claim_arrays(struct store_array *arrs, const struct claim_args *const *a, size_t n);
-int store_complete_arrays(struct store_array *arrs, const struct complete_args *const *a, size_t n);
+int store_claim_arrays(struct buf *arrs, const struct claim_args *const *a, size_t n);
+int store_complete_arrays(struct buf *arrs, const struct complete_args *const *a, size_t n);
 
 #endif

@@ -394,7 +394,7 @@ int store_sweep(int limit, int64_t *after_ms, int *deleted)
 int store_replays_add(size_t n, const uint32_t *tenant_ids, const uint8_t (*ids)[16],
 		      const int64_t *counts)
 {
-	struct store_array arrs[3] = { { 0 } };
+	struct buf arrs[3] = { { 0 } };
 	int rc = -1;
 
 	if (n == 0)
@@ -405,7 +405,7 @@ int store_replays_add(size_t n, const uint32_t *tenant_ids, const uint8_t (*ids)
 		store_array_i64(&arrs[2], counts[i]);
 	}
 	if (store_arrays_close(arrs, 3) == 0) {
-		const char *v[] = { arrs[0].sa_buf, arrs[1].sa_buf, arrs[2].sa_buf };
+		const char *v[] = { arrs[0].b_data, arrs[1].b_data, arrs[2].b_data };
 		PGresult *r = store_run(&st_replays_add, v, NULL, NULL);
 		rc = r != NULL ? 0 : -1;
 		PQclear(r);
