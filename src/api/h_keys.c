@@ -13,6 +13,7 @@
 #include "handlers.h"
 #include "opcache.h"
 #include "reqjson.h"
+#include "router.h"
 #include "store.h"
 #include "engine.h"
 
@@ -119,40 +120,13 @@ done:
 	json_decref(body);
 }
 
-void h_key_complete(struct request *req)
+void h_key_act(struct request *req)
 {
 	struct token t;
 	struct operation op;
 
 	if (h_key_address(req, &t, &op) == 0)
-		engine_complete(req, &t, 1);
-}
-
-void h_key_release(struct request *req)
-{
-	struct token t;
-	struct operation op;
-
-	if (h_key_address(req, &t, &op) == 0)
-		engine_release(req, &t, 1);
-}
-
-void h_key_extend(struct request *req)
-{
-	struct token t;
-	struct operation op;
-
-	if (h_key_address(req, &t, &op) == 0)
-		engine_extend(req, &t, 1);
-}
-
-void h_key_checkpoint(struct request *req)
-{
-	struct token t;
-	struct operation op;
-
-	if (h_key_address(req, &t, &op) == 0)
-		engine_checkpoint(req, &t, 1);
+		engine_act(req, &t, 1, (enum engine_action)req->req_route->arg);
 }
 
 void h_key_get(struct request *req)

@@ -17,6 +17,7 @@
 #include "randpool.h"
 #include "replaycache.h"
 #include "reqjson.h"
+#include "router.h"
 #include "store.h"
 #include "engine.h"
 #include "versionkey.h"
@@ -316,38 +317,10 @@ done:
 	json_decref(body);
 }
 
-void h_token_complete(struct request *req)
+void h_token_act(struct request *req)
 {
 	struct token t;
 
-	if (engine_from_path(req, &t) < 0)
-		return;
-	engine_complete(req, &t, 0);
-}
-
-void h_token_release(struct request *req)
-{
-	struct token t;
-
-	if (engine_from_path(req, &t) < 0)
-		return;
-	engine_release(req, &t, 0);
-}
-
-void h_token_extend(struct request *req)
-{
-	struct token t;
-
-	if (engine_from_path(req, &t) < 0)
-		return;
-	engine_extend(req, &t, 0);
-}
-
-void h_token_checkpoint(struct request *req)
-{
-	struct token t;
-
-	if (engine_from_path(req, &t) < 0)
-		return;
-	engine_checkpoint(req, &t, 0);
+	if (engine_from_path(req, &t) == 0)
+		engine_act(req, &t, 0, (enum engine_action)req->req_route->arg);
 }

@@ -18,16 +18,12 @@ void h_token_issue(struct request *req);
 void h_token_get(struct request *req);
 void h_token_revoke(struct request *req);
 void h_token_claim(struct request *req);
-void h_token_complete(struct request *req);
-void h_token_release(struct request *req);
-void h_token_extend(struct request *req);
-void h_token_checkpoint(struct request *req);
+/* complete, release, extend, checkpoint: the route's arg
+ * (enum engine_action) says which */
+void h_token_act(struct request *req);
 
 void h_key_claim(struct request *req);
-void h_key_complete(struct request *req);
-void h_key_release(struct request *req);
-void h_key_extend(struct request *req);
-void h_key_checkpoint(struct request *req);
+void h_key_act(struct request *req); /* as h_token_act */
 void h_key_get(struct request *req);
 void h_key_claims(struct request *req);
 void h_key_completions(struct request *req);

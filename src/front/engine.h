@@ -121,6 +121,12 @@ int engine_claim(struct request *req, const struct token *t, const uint8_t *fp,
  */
 int engine_replay_raw(struct request *req, const struct token *t) IDEMD_WUR;
 
+/* What POST .../complete, .../release, .../extend and .../checkpoint do
+ * to a record: a route's arg names one, engine_act runs it (the functions
+ * below). */
+enum engine_action { ENGINE_COMPLETE = 1, ENGINE_RELEASE, ENGINE_EXTEND, ENGINE_CHECKPOINT };
+void engine_act(struct request *req, const struct token *t, int is_key, enum engine_action a);
+
 /*
  * POST .../complete and .../release of the record T addresses (a token, or
  * a caller key when IS_KEY: a record never claimed is then 404

@@ -385,3 +385,15 @@ done:
 	free(data);
 	json_decref(body);
 }
+
+void engine_act(struct request *req, const struct token *t, int is_key, enum engine_action a)
+{
+	static void (*const run[])(struct request *, const struct token *, int) = {
+		[ENGINE_COMPLETE] = engine_complete,
+		[ENGINE_RELEASE] = engine_release,
+		[ENGINE_EXTEND] = engine_extend,
+		[ENGINE_CHECKPOINT] = engine_checkpoint,
+	};
+
+	run[a](req, t, is_key);
+}

@@ -307,20 +307,26 @@ static void gateway_held(struct gateway_job *j)
 		 v.ov_retry_after);
 }
 
+/* Each upstream result: its answer when it is not stored
+ * (gateway_not_final) and its label in idemd_upstream_requests_total. */
+static const struct {
+	enum outcome outcome;
+	enum metrics_upstream_outcome metric;
+} gateway_results[] = {
+	[UPSTREAM_ANSWERED] = { OUTCOME_UPSTREAM_STATUS, METRICS_UPSTREAM_ANSWERED },
+	[UPSTREAM_INVALID] = { OUTCOME_UPSTREAM_MALFORMED, METRICS_UPSTREAM_INVALID },
+	[UPSTREAM_TOO_LARGE] = { OUTCOME_UPSTREAM_TOO_LARGE, METRICS_UPSTREAM_TOO_LARGE },
+	[UPSTREAM_BROKEN] = { OUTCOME_UPSTREAM_BROKE_OFF, METRICS_UPSTREAM_BROKEN },
+	[UPSTREAM_UNREACHABLE] = { OUTCOME_UPSTREAM_UNREACHABLE, METRICS_UPSTREAM_UNREACHABLE },
+	[UPSTREAM_FAILED] = { OUTCOME_UPSTREAM_FAILED, METRICS_UPSTREAM_FAILED },
+	[UPSTREAM_TIMEOUT] = { OUTCOME_UPSTREAM_TIMEOUT, METRICS_UPSTREAM_TIMEOUT },
+};
+
 /* Answers every outcome but a final answer, whose claim was given back
  * (gateway_finish), so the client may retry with the same token; a 5xx is
  * passed through unstored. */
 static void gateway_not_final(struct gateway_job *j)
 {
-	static const enum outcome outcomes[] = {
-		[UPSTREAM_ANSWERED] = OUTCOME_UPSTREAM_STATUS,
-		[UPSTREAM_INVALID] = OUTCOME_UPSTREAM_MALFORMED,
-		[UPSTREAM_TOO_LARGE] = OUTCOME_UPSTREAM_TOO_LARGE,
-		[UPSTREAM_BROKEN] = OUTCOME_UPSTREAM_BROKE_OFF,
-		[UPSTREAM_UNREACHABLE] = OUTCOME_UPSTREAM_UNREACHABLE,
-		[UPSTREAM_FAILED] = OUTCOME_UPSTREAM_FAILED,
-		[UPSTREAM_TIMEOUT] = OUTCOME_UPSTREAM_TIMEOUT,
-	};
 	const struct upstream_call *c = &j->gj_call;
 	struct request *req = j->gj_req;
 	struct outcome_values v = { .ov_number = c->uc_status };
@@ -342,7 +348,7 @@ static void gateway_not_final(struct gateway_job *j)
 	/* a status release_on names (or a refusal on a derived-key route) that
 	 * then broke off is given back like it; every one carries Retry-After:
 	 * 1, since the same token may be submitted again */
-	answer_problem(req, outcomes[c->uc_result], &v);
+	answer_problem(req, gateway_results[c->uc_result].outcome, &v);
 	log_warn("gateway: request %s: %s %s: %s (%s)", req->req_id, req->req_method, req->req_path,
 		 c->uc_error, c->uc_sent ? "request sent" : "request not sent");
 }
@@ -423,17 +429,8 @@ void gateway_on_done(struct upstream_call *c)
 	struct timespec now;
 
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	static const enum metrics_upstream_outcome outcome[] = {
-		[UPSTREAM_ANSWERED] = METRICS_UPSTREAM_ANSWERED,
-		[UPSTREAM_UNREACHABLE] = METRICS_UPSTREAM_UNREACHABLE,
-		[UPSTREAM_TIMEOUT] = METRICS_UPSTREAM_TIMEOUT,
-		[UPSTREAM_FAILED] = METRICS_UPSTREAM_FAILED,
-		[UPSTREAM_TOO_LARGE] = METRICS_UPSTREAM_TOO_LARGE,
-		[UPSTREAM_INVALID] = METRICS_UPSTREAM_INVALID,
-		[UPSTREAM_BROKEN] = METRICS_UPSTREAM_BROKEN,
-	};
 	metrics_upstream(j->gj_route->gr_route.method, j->gj_route->gr_route.pattern,
-			 outcome[c->uc_result], c->uc_status,
+			 gateway_results[c->uc_result].metric, c->uc_status,
 			 (double)(now.tv_sec - j->gj_sent.tv_sec) +
 				 (double)(now.tv_nsec - j->gj_sent.tv_nsec) / 1e9);
 	/* closed only after the upstream thread ended: never refused */

@@ -19,6 +19,8 @@ struct route {
 	 * read (after authentication); 0 goes on, -1 after replying */
 	int (*headers)(struct request *req);
 	int opaque_body; /* any media type (gateway routes); else a body is JSON */
+	int arg;	 /* for the handler (req->req_route->arg): which of the
+			  * actions it serves this route runs; 0: none */
 };
 
 /* The API's own routes: TABLE (N of them, borrowed for good), set once

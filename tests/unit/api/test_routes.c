@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "engine.h"
 #include "handlers.h"
 #include "router.h"
 #include "routes.h"
@@ -27,30 +28,36 @@ struct route_case {
 	void (*handler)(struct request *req);
 	enum route_auth auth;
 	const char *param0; /* NULL: no parameter expected */
+	int arg;	    /* the action a handler of several runs, else 0 */
 };
 
 static const struct route_case route_cases[] = {
-	{ "GET", "/healthz", "/healthz", h_healthz, ROUTE_PUBLIC, NULL },
-	{ "GET", "/readyz", "/readyz", h_readyz, ROUTE_PUBLIC, NULL },
-	{ "GET", "/metrics", "/metrics", h_metrics, ROUTE_PUBLIC, NULL },
-	{ "POST", "/v1/tokens", "/v1/tokens", h_token_issue, ROUTE_API_KEY, NULL },
-	{ "GET", "/v1/tokens/tok-1", "/v1/tokens/{}", h_token_get, ROUTE_API_KEY, "tok-1" },
-	{ "DELETE", "/v1/tokens/tok-2", "/v1/tokens/{}", h_token_revoke, ROUTE_API_KEY, "tok-2" },
+	{ "GET", "/healthz", "/healthz", h_healthz, ROUTE_PUBLIC, NULL, 0 },
+	{ "GET", "/readyz", "/readyz", h_readyz, ROUTE_PUBLIC, NULL, 0 },
+	{ "GET", "/metrics", "/metrics", h_metrics, ROUTE_PUBLIC, NULL, 0 },
+	{ "POST", "/v1/tokens", "/v1/tokens", h_token_issue, ROUTE_API_KEY, NULL, 0 },
+	{ "GET", "/v1/tokens/tok-1", "/v1/tokens/{}", h_token_get, ROUTE_API_KEY, "tok-1", 0 },
+	{ "DELETE", "/v1/tokens/tok-2", "/v1/tokens/{}", h_token_revoke, ROUTE_API_KEY, "tok-2",
+	  0 },
 	{ "POST", "/v1/tokens/tok_3/claim", "/v1/tokens/{}/claim", h_token_claim, ROUTE_API_KEY,
-	  "tok_3" },
-	{ "POST", "/v1/tokens/T4/complete", "/v1/tokens/{}/complete", h_token_complete,
-	  ROUTE_API_KEY, "T4" },
-	{ "POST", "/v1/tokens/t.5/release", "/v1/tokens/{}/release", h_token_release, ROUTE_API_KEY,
-	  "t.5" },
+	  "tok_3", 0 },
+	{ "POST", "/v1/tokens/T4/complete", "/v1/tokens/{}/complete", h_token_act, ROUTE_API_KEY,
+	  "T4", ENGINE_COMPLETE },
+	{ "POST", "/v1/tokens/t.5/release", "/v1/tokens/{}/release", h_token_act, ROUTE_API_KEY,
+	  "t.5", ENGINE_RELEASE },
+	{ "POST", "/v1/tokens/t6/extend", "/v1/tokens/{}/extend", h_token_act, ROUTE_API_KEY, "t6",
+	  ENGINE_EXTEND },
+	{ "POST", "/v1/tokens/t7/checkpoint", "/v1/tokens/{}/checkpoint", h_token_act,
+	  ROUTE_API_KEY, "t7", ENGINE_CHECKPOINT },
 	{ "GET", "/v1/versions/orders:user-42", "/v1/versions/{}", h_version_get, ROUTE_API_KEY,
-	  "orders:user-42" },
+	  "orders:user-42", 0 },
 	{ "POST", "/v1/versions/orders:user-42", "/v1/versions/{}", h_version_bump, ROUTE_API_KEY,
-	  "orders:user-42" },
-	{ "GET", "/v1/operations", "/v1/operations", h_operation_list, ROUTE_API_KEY, NULL },
+	  "orders:user-42", 0 },
+	{ "GET", "/v1/operations", "/v1/operations", h_operation_list, ROUTE_API_KEY, NULL, 0 },
 	{ "GET", "/v1/operations/order.create", "/v1/operations/{}", h_operation_get, ROUTE_API_KEY,
-	  "order.create" },
+	  "order.create", 0 },
 	{ "PUT", "/v1/operations/order.create", "/v1/operations/{}", h_operation_put, ROUTE_API_KEY,
-	  "order.create" },
+	  "order.create", 0 },
 };
 
 /* The router's outputs, for one match or several in a row. */
@@ -177,6 +184,36 @@ static void test_every_route(void **state)
 		if (r->handler != c->handler)
 			fail_msg("%s %s: wrong handler", c->method, c->path);
 		assert_int_equal(r->auth, c->auth);
+		assert_int_equal(r->arg, c->arg);
+	}
+}
+
+/* A caller key's actions: one handler, the action in the route's arg, the
+ * operation and the key as the two parameters. */
+static void test_key_actions(void **state)
+{
+	static const struct {
+		const char *path;
+		int arg;
+	} cases[] = {
+		{ "/v1/operations/pay/keys/k1/complete", ENGINE_COMPLETE },
+		{ "/v1/operations/pay/keys/k1/release", ENGINE_RELEASE },
+		{ "/v1/operations/pay/keys/k1/extend", ENGINE_EXTEND },
+		{ "/v1/operations/pay/keys/k1/checkpoint", ENGINE_CHECKPOINT },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct match m;
+
+		match_reset(&m);
+		const struct route *r = match(&m, "POST", cases[i].path);
+		assert_non_null(r);
+		assert_true(r->handler == h_key_act);
+		assert_int_equal(r->arg, cases[i].arg);
+		assert_string_equal(m.params[0], "pay");
+		assert_string_equal(m.params[1], "k1");
+		params_free(m.params);
 	}
 }
 
@@ -312,9 +349,9 @@ static void test_allow_reset(void **state)
 
 static void test_added_routes(void **state)
 {
-	static const struct route post = { "POST", "/orders", h_healthz, ROUTE_PUBLIC, NULL, 1 };
-	static const struct route put = { "PUT", "/orders", h_metrics, ROUTE_PUBLIC, NULL, 1 };
-	static const struct route get = { "GET", "/catalog", h_readyz, ROUTE_PUBLIC, NULL, 1 };
+	static const struct route post = { "POST", "/orders", h_healthz, ROUTE_PUBLIC, NULL, 1, 0 };
+	static const struct route put = { "PUT", "/orders", h_metrics, ROUTE_PUBLIC, NULL, 1, 0 };
+	static const struct route get = { "GET", "/catalog", h_readyz, ROUTE_PUBLIC, NULL, 1, 0 };
 	struct match m;
 
 	(void)state;
@@ -340,10 +377,15 @@ static void test_added_routes(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_every_route),  cmocka_unit_test(test_params),
-		cmocka_unit_test(test_decoded_nul),  cmocka_unit_test(test_unknown_paths),
-		cmocka_unit_test(test_wrong_method), cmocka_unit_test(test_pattern_text_in_path),
-		cmocka_unit_test(test_allow_reset),  cmocka_unit_test(test_added_routes),
+		cmocka_unit_test(test_every_route),
+		cmocka_unit_test(test_key_actions),
+		cmocka_unit_test(test_params),
+		cmocka_unit_test(test_decoded_nul),
+		cmocka_unit_test(test_unknown_paths),
+		cmocka_unit_test(test_wrong_method),
+		cmocka_unit_test(test_pattern_text_in_path),
+		cmocka_unit_test(test_allow_reset),
+		cmocka_unit_test(test_added_routes),
 	};
 
 	routes_init();
