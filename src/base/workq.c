@@ -2,6 +2,8 @@
  * finishers: one lock, one condition, one intrusive list. */
 #include "workq.h"
 
+#include "log.h"
+
 void workq_open(struct workq *q)
 {
 	pthread_mutex_lock(&q->wq_lock);
@@ -91,4 +93,32 @@ struct workq_item *workq_take_pick(struct workq *q, size_t max, workq_match_fn m
 		pthread_cond_signal(&q->wq_cond);
 	pthread_mutex_unlock(&q->wq_lock);
 	return out;
+}
+
+int workq_workers_start(struct workq_workers *w, struct workq *q, int n, void *(*fn)(void *),
+			void *arg, const char *who)
+{
+	if (n < 1 || n > WORKQ_MAX_WORKERS)
+		return -1;
+	w->ww_q = q;
+	w->ww_n = 0;
+	workq_open(q);
+	for (int i = 0; i < n; i++) {
+		if (pthread_create(&w->ww_threads[i], NULL, fn, arg) != 0) {
+			log_error("%s: cannot start a thread", who);
+			workq_workers_stop(w);
+			return -1;
+		}
+		w->ww_n++;
+	}
+	return 0;
+}
+
+void workq_workers_stop(struct workq_workers *w)
+{
+	if (w->ww_q != NULL)
+		workq_close(w->ww_q);
+	for (int i = 0; i < w->ww_n; i++)
+		pthread_join(w->ww_threads[i], NULL);
+	w->ww_n = 0;
 }

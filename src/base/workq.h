@@ -73,4 +73,21 @@ struct workq_item *workq_take(struct workq *q, size_t max, workq_match_fn match,
 struct workq_item *workq_take_pick(struct workq *q, size_t max, workq_match_fn match,
 				   workq_pick_fn pick, void *pick_arg, int wait, int *closed);
 
+/* The threads that serve a queue: WORKQ_MAX_WORKERS at most. */
+#define WORKQ_MAX_WORKERS 16
+struct workq_workers {
+	struct workq *ww_q; /* borrowed */
+	pthread_t ww_threads[WORKQ_MAX_WORKERS];
+	int ww_n;
+};
+
+/* Opens Q and starts N threads running FN(ARG) on it (FN takes until a
+ * take returns nothing), WHO naming them in the log: 0, or -1 (N out of
+ * range, or a thread that could not start: those started are stopped). */
+int workq_workers_start(struct workq_workers *w, struct workq *q, int n, void *(*fn)(void *),
+			void *arg, const char *who);
+
+/* Closes the queue; each thread empties it and returns, and is joined. */
+void workq_workers_stop(struct workq_workers *w);
+
 #endif

@@ -14,13 +14,11 @@
 #include "metrics.h"
 
 #define BATCHER_MAX 64
-#define BATCHER_MAX_THREADS 16
 
 static struct {
 	struct workq q;
-	pthread_t threads[BATCHER_MAX_THREADS];
-	int nthreads;
-} bt = { WORKQ_INITIALIZER, { 0 }, 0 };
+	struct workq_workers threads;
+} bt = { .q = WORKQ_INITIALIZER };
 
 /* Orders claims (completes) by tenant, then token. */
 static int batcher_cmp(const void *pa, const void *pb)
@@ -228,28 +226,13 @@ static void *batcher_thread(void *arg)
 
 int batcher_start(int threads)
 {
-	if (threads < 1 || threads > BATCHER_MAX_THREADS)
-		return -1;
-	workq_open(&bt.q);
-	for (int i = 0; i < threads; i++) {
-		if (pthread_create(&bt.threads[i], NULL, batcher_thread, NULL) != 0) {
-			log_error("batcher: cannot start a thread");
-			bt.nthreads = i;
-			batcher_stop();
-			return -1;
-		}
-	}
-	bt.nthreads = threads;
-	return 0;
+	return workq_workers_start(&bt.threads, &bt.q, threads, batcher_thread, NULL, "batcher");
 }
 
 void batcher_stop(void)
 {
 	/* the threads run what is queued, then return */
-	workq_close(&bt.q);
-	for (int i = 0; i < bt.nthreads; i++)
-		pthread_join(bt.threads[i], NULL);
-	bt.nthreads = 0;
+	workq_workers_stop(&bt.threads);
 }
 
 void batcher_submit(struct batcher_job *j)

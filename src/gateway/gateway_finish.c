@@ -27,8 +27,7 @@
 
 static struct {
 	struct workq q; /* ended calls, for the finishers */
-	pthread_t finishers[GATEWAY_FINISHERS];
-	int n_finishers;
+	struct workq_workers finishers;
 } gw = { .q = WORKQ_INITIALIZER };
 
 /* ---------------------------------------------------------------- replies */
@@ -452,22 +451,12 @@ static void *gateway_finisher(void *arg)
 
 int gateway_finish_start(void)
 {
-	workq_open(&gw.q);
-	for (int i = 0; i < GATEWAY_FINISHERS; i++) {
-		if (pthread_create(&gw.finishers[i], NULL, gateway_finisher, NULL) != 0) {
-			log_error("gateway: cannot start a finisher thread");
-			return -1;
-		}
-		gw.n_finishers++;
-	}
-	return 0;
+	return workq_workers_start(&gw.finishers, &gw.q, GATEWAY_FINISHERS, gateway_finisher, NULL,
+				   "gateway finisher");
 }
 
 void gateway_finish_stop(void)
 {
 	/* the finishers empty the queue, then return */
-	workq_close(&gw.q);
-	for (int i = 0; i < gw.n_finishers; i++)
-		pthread_join(gw.finishers[i], NULL);
-	gw.n_finishers = 0;
+	workq_workers_stop(&gw.finishers);
 }

@@ -1,10 +1,11 @@
 /* Unit tests for the work queue: FIFO order, a take of matching items past
  * others, pushes refused once closed while takers still empty the queue,
  * waiting takers woken by a push and by the close, and many producers and
- * consumers losing nothing. */
+ * consumers losing nothing; the worker threads that serve a queue. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -186,5 +187,43 @@ static void test_threads(void **state)
 			assert_int_equal(seen[p][i], 1);
 }
 
+/* Workers: each item pushed before the stop is taken once, the stop
+ * joins them all, and a count out of range starts none. */
+#define WORKER_ITEMS 1000
+static struct workq served = WORKQ_INITIALIZER;
+static atomic_int n_served;
+
+static void *worker(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct workq_item *it = workq_take(&served, 1, NULL, 1, NULL);
+		if (it == NULL)
+			return NULL;
+		atomic_fetch_add(&n_served, 1);
+	}
+}
+
+static void test_workers(void **state)
+{
+	static struct workq_item items[WORKER_ITEMS];
+	struct workq_workers w = { 0 };
+
+	(void)state;
+	assert_int_equal(workq_workers_start(&w, &served, 0, worker, NULL, "test"), -1);
+	assert_int_equal(
+		workq_workers_start(&w, &served, WORKQ_MAX_WORKERS + 1, worker, NULL, "test"), -1);
+	assert_int_equal(workq_workers_start(&w, &served, 3, worker, NULL, "test"), 0);
+	assert_int_equal(w.ww_n, 3);
+	for (int i = 0; i < WORKER_ITEMS; i++)
+		assert_int_equal(workq_push(&served, &items[i]), 0);
+	workq_workers_stop(&w);
+	assert_int_equal(w.ww_n, 0);
+	assert_int_equal(atomic_load(&n_served), WORKER_ITEMS);
+	/* closed: a push is refused */
+	assert_int_equal(workq_push(&served, &items[0]), -1);
+}
+
 UNIT_MAIN(cmocka_unit_test(test_order_and_match), cmocka_unit_test(test_pick_passes_over_the_head),
-	  cmocka_unit_test(test_close_drains), cmocka_unit_test(test_threads))
+	  cmocka_unit_test(test_close_drains), cmocka_unit_test(test_threads),
+	  cmocka_unit_test(test_workers))
