@@ -41,6 +41,8 @@
 #   told_events_lost_on_delete the deletion of a live record drops them
 #   told_events_unfiltered     the trail shows told events past the retention
 #                              they were given (migrations/0014)
+#   event_rows_unfiltered      the trail shows event rows past their retention
+#                              until the sweep deletes them (migrations/0016)
 #   clock_offset_ignored       the database's clock is never measured: expiry,
 #                              leases and the replay cache follow the host's
 #   replay_ignores_fingerprint the replay cache answers a request with another
@@ -75,7 +77,7 @@ pointed() {
     replay_ignores_expiry|clock_offset_ignored) echo test_exactly_once ;;
     release_after_broken_answer|release_unknown_outcome|route_outlives_lease|\
     told_events_unfiltered) echo test_broken_upstream ;;
-    told_events_lost) echo test_audit ;;
+    told_events_lost|event_rows_unfiltered) echo test_audit ;;
     replay_ignores_fingerprint) echo test_claims ;;
     *) echo test_corners ;;
   esac
@@ -92,7 +94,7 @@ MUTANTS=(fence_resets no_fence lease_from_txn_start lease_spent_acked forward_on
          release_unknown_outcome route_outlives_lease replay_ignores_expiry
          replay_db_ignores_expiry complete_ignores_expiry complete_fn_ignores_expiry
          checkpoint_unfenced batch_twins told_events_lost told_events_lost_on_delete
-         told_events_unfiltered clock_offset_ignored replay_ignores_fingerprint resend_allowed)
+         told_events_unfiltered event_rows_unfiltered clock_offset_ignored replay_ignores_fingerprint resend_allowed)
 if [ -n "${IDEMD_MUTANTS:-}" ]; then read -r -a MUTANTS <<<"$IDEMD_MUTANTS"; fi
 
 # Each function copy is its migration's function, but for its "-- was:" lines.
