@@ -328,8 +328,8 @@ static int h_batch_unavailable(struct request *req, struct h_batch *b)
 	return 0;
 }
 
-/* Answers every item (h_batch_run's ITEM_ANSWER), on the request's
- * thread. */
+/* Answers every item, on the request's thread: 503 unavailable for an
+ * item whose statement failed, else h_batch_run's ITEM_ANSWER. */
 static void h_batch_answer(struct request *req, void *arg)
 {
 	struct h_batch *b = arg;
@@ -337,8 +337,18 @@ static void h_batch_answer(struct request *req, void *arg)
 		return;
 	json_t *items = json_array();
 
-	for (size_t i = 0; items != NULL && i < b->hb_n; i++)
-		json_array_append_new(items, b->hb_item_answer(b, &b->hb_items[i]));
+	for (size_t i = 0; items != NULL && i < b->hb_n; i++) {
+		struct h_item *it = &b->hb_items[i];
+		json_t *o;
+		if (it->db >= 0 && b->hb_rcs[it->db] < 0) {
+			/* its statement did not run */
+			metrics_add(METRIC_DB_UNAVAILABLE, 1);
+			o = h_item_outcome(it, OUTCOME_UNAVAILABLE, NULL);
+		} else {
+			o = b->hb_item_answer(b, it);
+		}
+		json_array_append_new(items, o);
+	}
 	h_batch_free(b);
 	http_reply_json(req, 200, items ? json_pack("{s:o}", "items", items) : NULL);
 }
@@ -349,6 +359,33 @@ static json_t *h_item_id(const struct h_item *it)
 
 	token_id_hex(it->t.id, hex);
 	return json_string(hex);
+}
+
+/* A batch of claims (CLAIMS) or completions: each item with a key
+ * checked and added to the set by PREPARE, the claims counted against the
+ * tenant's quota, the set run, and every item answered by ITEM_ANSWER. */
+static void h_batch(struct request *req, int claims,
+		    void (*prepare)(struct h_batch *b, struct h_item *it, json_t *o),
+		    json_t *(*item_answer)(struct h_batch *b, struct h_item *it))
+{
+	struct h_batch *b = h_batch_new(req);
+
+	if (b == NULL)
+		return;
+	if (h_batch_set(b, claims) < 0) {
+		h_batch_free(b);
+		return;
+	}
+	json_t *items = json_object_get(b->hb_body, "items");
+	for (size_t i = 0; i < b->hb_n; i++)
+		if (b->hb_items[i].key != NULL)
+			prepare(b, &b->hb_items[i], json_array_get(items, i));
+	/* the items that reach the database count against the tenant's quota */
+	if (claims && b->hb_m > 0 && engine_claim_quota(req, (int)b->hb_m) < 0) {
+		h_batch_free(b);
+		return;
+	}
+	h_batch_run(b, claims, item_answer);
 }
 
 /* ---------------------------------------------------------------- claims */
@@ -368,10 +405,6 @@ static json_t *h_claim_item_answer(struct h_batch *b, struct h_item *it)
 	if (it->db < 0)
 		return h_item_early(it);
 	struct claim_result *res = &b->hb_cres[it->db];
-	if (b->hb_rcs[it->db] < 0) {
-		metrics_add(METRIC_DB_UNAVAILABLE, 1);
-		return h_item_outcome(it, OUTCOME_UNAVAILABLE, NULL);
-	}
 	o = h_item_outcome(it, claim_outcome(res, 1, &v), &v);
 	claim_settled(&it->t, it->has_fp ? it->fp : NULL, res, 0, 0);
 	switch (res->cr_outcome) {
@@ -437,24 +470,7 @@ static void h_claim_item_prepare(struct h_batch *b, struct h_item *it, json_t *o
 
 void h_key_claims(struct request *req)
 {
-	struct h_batch *b = h_batch_new(req);
-
-	if (b == NULL)
-		return;
-	if (h_batch_set(b, 1) < 0) {
-		h_batch_free(b);
-		return;
-	}
-	json_t *items = json_object_get(b->hb_body, "items");
-	for (size_t i = 0; i < b->hb_n; i++)
-		if (b->hb_items[i].key != NULL)
-			h_claim_item_prepare(b, &b->hb_items[i], json_array_get(items, i));
-	/* the items that reach the database count against the tenant's quota */
-	if (b->hb_m > 0 && engine_claim_quota(req, (int)b->hb_m) < 0) {
-		h_batch_free(b);
-		return;
-	}
-	h_batch_run(b, 1, h_claim_item_answer);
+	h_batch(req, 1, h_claim_item_prepare, h_claim_item_answer);
 }
 
 /* ---------------------------------------------------------------- completions */
@@ -467,10 +483,6 @@ static json_t *h_complete_item_answer(struct h_batch *b, struct h_item *it)
 	if (it->db < 0)
 		return h_item_early(it);
 	struct complete_result *res = &b->hb_pres[it->db];
-	if (b->hb_rcs[it->db] < 0) {
-		metrics_add(METRIC_DB_UNAVAILABLE, 1);
-		return h_item_outcome(it, OUTCOME_UNAVAILABLE, NULL);
-	}
 	switch (res->cpr_outcome) {
 	case COMPLETE_STORED:
 	case COMPLETE_ALREADY:
@@ -488,39 +500,30 @@ static json_t *h_complete_item_answer(struct h_batch *b, struct h_item *it)
 	return h_item_outcome(it, OUTCOME_NOT_IN_PROGRESS, &v);
 }
 
+/* Checks a completion item O and adds it to the set. */
+static void h_complete_item_prepare(struct h_batch *b, struct h_item *it, json_t *o)
+{
+	char why[REQJSON_WHY];
+	size_t k = b->hb_m;
+
+	if (engine_complete_parse_why(o, "key", &it->attempt, &b->hb_resp[k], why) < 0) {
+		store_response_free(&b->hb_resp[k]);
+		h_item_check_refused(it, why);
+		return;
+	}
+	struct complete_args *a = &b->hb_pargs[k];
+	a->tenant_id = it->t.tenant_id;
+	a->token_id = it->t.id;
+	a->attempt = (int)it->attempt;
+	a->resp = &b->hb_resp[k];
+	a->retention_seconds = b->hb_op.op_retention_seconds;
+	a->audit_seconds = store_audit_seconds(&b->hb_op);
+	a->by = b->hb_req->req_by;
+	it->db = (int)k;
+	b->hb_m++;
+}
+
 void h_key_completions(struct request *req)
 {
-	struct h_batch *b = h_batch_new(req);
-
-	if (b == NULL)
-		return;
-	if (h_batch_set(b, 0) < 0) {
-		h_batch_free(b);
-		return;
-	}
-	json_t *items = json_object_get(b->hb_body, "items");
-	for (size_t i = 0; i < b->hb_n; i++) {
-		struct h_item *it = &b->hb_items[i];
-		char why[REQJSON_WHY];
-		size_t k = b->hb_m;
-		if (it->key == NULL)
-			continue;
-		if (engine_complete_parse_why(json_array_get(items, i), "key", &it->attempt,
-					      &b->hb_resp[k], why) < 0) {
-			store_response_free(&b->hb_resp[k]);
-			h_item_check_refused(it, why);
-			continue;
-		}
-		struct complete_args *a = &b->hb_pargs[k];
-		a->tenant_id = it->t.tenant_id;
-		a->token_id = it->t.id;
-		a->attempt = (int)it->attempt;
-		a->resp = &b->hb_resp[k];
-		a->retention_seconds = b->hb_op.op_retention_seconds;
-		a->audit_seconds = store_audit_seconds(&b->hb_op);
-		a->by = req->req_by;
-		it->db = (int)k;
-		b->hb_m++;
-	}
-	h_batch_run(b, 0, h_complete_item_answer);
+	h_batch(req, 0, h_complete_item_prepare, h_complete_item_answer);
 }

@@ -134,51 +134,36 @@ static int gateway_claimed(struct request *req, const struct claim_result *res, 
 }
 
 /* Header phase: what refuses a submit before its body is read. */
-static int gateway_alias_cb(void *cls, const char *key, const char *value)
-{
-	const char **alias = cls;
-
-	(void)value;
-	if (headers_is_alias(key)) {
-		*alias = key;
-		return 1;
-	}
-	return 0;
-}
-
-/* Counts the headers named as cls->name (case-insensitive). */
-struct gateway_count {
-	const char *name;
-	const char *value; /* the first */
-	int n;
-};
-
-static int gateway_count_cb(void *cls, const char *key, const char *value)
-{
-	struct gateway_count *c = cls;
-
-	if (strcasecmp(key, c->name) == 0 && c->n++ == 0)
-		c->value = value;
-	return 0;
-}
-
 static int gateway_token_address(struct request *req, const struct gateway_route *gr,
 				 struct token *t, struct operation *op);
 
 static int gateway_check_headers(struct request *req)
 {
 	const struct gateway_route *gr = (const struct gateway_route *)req->req_route;
-	const char *alias = NULL;
+	struct headers_field *f = NULL;
+	size_t nf = 0;
 	int n = req->req_n_idempotency_key;
 	const char *name = "Idempotency-Key";
 
-	if (gr->gr_key == GATEWAY_KEY_HEADER) {
-		struct gateway_count c = { gr->gr_key_arg, NULL, 0 };
-		http_each_header(req, gateway_count_cb, &c);
-		n = c.n;
-		name = gr->gr_key_arg;
-		req->req_h_route_key = c.value; /* the one value, read by the submit */
+	if ((gr->gr_key == GATEWAY_KEY_HEADER || req->req_has_underscore) &&
+	    http_fields(req, 0, &f, &nf) < 0) {
+		request_unavailable(req);
+		return -1;
 	}
+	if (gr->gr_key == GATEWAY_KEY_HEADER) {
+		/* the one value, read by the submit */
+		n = 0;
+		name = gr->gr_key_arg;
+		for (size_t i = 0; i < nf; i++)
+			if (strcasecmp(f[i].hf_name, name) == 0 && n++ == 0)
+				req->req_h_route_key = f[i].hf_value;
+	}
+	/* idemd's own headers cannot be spelt with '_' */
+	const char *alias = NULL;
+	for (size_t i = 0; req->req_has_underscore && alias == NULL && i < nf; i++)
+		if (headers_is_alias(f[i].hf_name))
+			alias = f[i].hf_name;
+	free(f);
 	if (gr->gr_key == GATEWAY_KEY_TOKEN || gr->gr_key == GATEWAY_KEY_HEADER) {
 		if (n == 0) {
 			request_fail(req, 400, "idempotency_key_missing", "send the %s as %s: <%s>",
@@ -192,15 +177,11 @@ static int gateway_check_headers(struct request *req)
 			return -1;
 		}
 	}
-	if (req->req_has_underscore) {
-		http_each_header(req, gateway_alias_cb, &alias);
-		if (alias != NULL) {
-			request_fail(req, 400, "invalid_request",
-				     "header %s is refused: idemd's own headers cannot be spelt "
-				     "with '_'",
-				     alias);
-			return -1;
-		}
+	if (alias != NULL) {
+		request_fail(req, 400, "invalid_request",
+			     "header %s is refused: idemd's own headers cannot be spelt with '_'",
+			     alias);
+		return -1;
 	}
 	/* no unauthenticated request holds a body budget: a token is verified
 	 * (signature, tenant, operation) before any body byte is reserved, and

@@ -32,27 +32,22 @@ static struct {
 
 /* ---------------------------------------------------------------- replies */
 
-/* The stored headers of a response, read without jansson when they are
- * simple (reqjson_flat_each): at most GATEWAY_FAST_HEADERS string members. */
+/* The stored headers of a response are read without jansson when they are
+ * simple (reqjson_members): at most GATEWAY_FAST_HEADERS string members,
+ * names of at most 128 bytes, values of at most 8192. */
 #define GATEWAY_FAST_HEADERS 16
-struct gateway_fast_headers {
-	struct reqjson_member fh_m[GATEWAY_FAST_HEADERS];
-	size_t fh_n;
-};
-
-static int gateway_fast_header(void *arg, const struct reqjson_member *m)
+static int gateway_fast_headers(const char *stored, struct reqjson_member *m, size_t *n)
 {
-	struct gateway_fast_headers *h = arg;
-
-	if (!m->rm_is_string || h->fh_n == GATEWAY_FAST_HEADERS || m->rm_name_len > 128 ||
-	    m->rm_len > 8192)
+	if (!reqjson_members(stored, strlen(stored), m, GATEWAY_FAST_HEADERS, n))
 		return 0;
-	h->fh_m[h->fh_n++] = *m;
+	for (size_t i = 0; i < *n; i++)
+		if (!m[i].rm_is_string || m[i].rm_name_len > 128 || m[i].rm_len > 8192)
+			return 0;
 	return 1;
 }
 
 /* Adds header NAME: VALUE (not NUL-terminated, at most 128 and 8192
- * bytes: gateway_fast_header) to the reply unless it may not be replayed
+ * bytes: gateway_fast_headers) to the reply unless it may not be replayed
  * (a record stored before that rule); 1 if it is Content-Type. */
 static int gateway_add_header(struct request *req, const char *name, size_t name_len,
 			      const char *value, size_t value_len)
@@ -75,17 +70,17 @@ static void gateway_reply_response(struct request *req, const struct stored_resp
 				   const char *replayed)
 {
 	const char *stored = r->sr_headers ? r->sr_headers : "{}";
-	struct gateway_fast_headers fast = { .fh_n = 0 };
+	struct reqjson_member fast[GATEWAY_FAST_HEADERS];
+	size_t n_fast;
 	int has_type = 0;
 
 	http_reply_bytes(req, (unsigned)r->sr_status, NULL, r->sr_body, r->sr_body_len);
 	if (req->rep_response == NULL)
 		return;
-	if (reqjson_flat_each(stored, strlen(stored), gateway_fast_header, &fast)) {
-		for (size_t i = 0; i < fast.fh_n; i++)
-			has_type |= gateway_add_header(req, fast.fh_m[i].rm_name,
-						       fast.fh_m[i].rm_name_len,
-						       fast.fh_m[i].rm_str, fast.fh_m[i].rm_len);
+	if (gateway_fast_headers(stored, fast, &n_fast)) {
+		for (size_t i = 0; i < n_fast; i++)
+			has_type |= gateway_add_header(req, fast[i].rm_name, fast[i].rm_name_len,
+						       fast[i].rm_str, fast[i].rm_len);
 	} else {
 		const char *name;
 		json_t *v, *headers = json_loads(stored, 0, NULL);

@@ -37,42 +37,17 @@ static int gateway_keeps(const void *arg, const char *lname)
 	return 0;
 }
 
-/* Gathers the request's headers into a growing array. */
-struct gateway_fields {
-	struct headers_field *f;
-	size_t n, cap;
-	int failed;
-};
-
-static int gateway_field_cb(void *cls, const char *key, const char *value)
-{
-	struct gateway_fields *g = cls;
-
-	if (g->n == g->cap) {
-		size_t cap = g->cap ? 2 * g->cap : 32;
-		struct headers_field *p = realloc(g->f, cap * sizeof(*p));
-		if (p == NULL) {
-			g->failed = 1;
-			return 1;
-		}
-		g->f = p;
-		g->cap = cap;
-	}
-	g->f[g->n].hf_name = key;
-	g->f[g->n].hf_value = value;
-	g->n++;
-	return 0;
-}
-
 /* The headers sent upstream (headers_forward): a new list, or NULL. */
 struct curl_slist *gateway_request_headers(struct request *req, const struct gateway_route *gr,
 					   const struct token *t)
 {
-	struct gateway_fields g = { NULL, 0, 0, 0 };
+	struct headers_field *f;
+	size_t n;
 	struct curl_slist *list = NULL;
 	char hex[2 * TOKEN_ID_BYTES + 3], ip[INET6_ADDRSTRLEN + 1];
 
-	http_each_header(req, gateway_field_cb, &g);
+	if (http_fields(req, 0, &f, &n) < 0)
+		return NULL;
 	/* one form on every route: the record id, 32 hex digits, bare */
 	token_id_hex(t->id, hex);
 	http_client_ip(req, ip, sizeof(ip));
@@ -86,9 +61,9 @@ struct curl_slist *gateway_request_headers(struct request *req, const struct gat
 		.fa_traceparent = traceparent,
 		.fa_trust_forwarded = gr->gr_cfg->trust_forwarded,
 	};
-	if (!g.failed && headers_forward(g.f, g.n, &a, &list) != HEADERS_OK)
+	if (headers_forward(f, n, &a, &list) != HEADERS_OK)
 		list = NULL;
-	free(g.f);
+	free(f);
 	return list;
 }
 
@@ -120,21 +95,6 @@ static int gateway_query_text(struct buf *b, const char *s)
 	return 0;
 }
 
-struct gateway_query {
-	struct buf q;
-	int failed;
-};
-
-static int gateway_query_cb(void *cls, const char *key, const char *value)
-{
-	struct gateway_query *g = cls;
-
-	if ((g->q.b_len > 0 && buf_str(&g->q, "&") < 0) || gateway_query_text(&g->q, key) < 0 ||
-	    (value != NULL && (buf_str(&g->q, "=") < 0 || gateway_query_text(&g->q, value) < 0)))
-		g->failed = 1;
-	return 0;
-}
-
 /*
  * The request's query string rebuilt from libmicrohttpd's arguments (it
  * keeps no raw copy): into *OUT as a new string ("" when there is none).
@@ -142,14 +102,25 @@ static int gateway_query_cb(void *cls, const char *key, const char *value)
  */
 int gateway_query(struct request *req, char **out)
 {
-	struct gateway_query g = { { 0 }, 0 };
+	struct headers_field *f;
+	struct buf q = { 0 };
+	size_t n;
+	int rc = 0;
 
-	http_each_query(req, gateway_query_cb, &g);
-	if (g.failed) {
-		buf_free(&g.q);
+	if (http_fields(req, 1, &f, &n) < 0)
+		return -1;
+	for (size_t i = 0; i < n && rc == 0; i++)
+		if ((q.b_len > 0 && buf_str(&q, "&") < 0) ||
+		    gateway_query_text(&q, f[i].hf_name) < 0 ||
+		    (f[i].hf_value != NULL &&
+		     (buf_str(&q, "=") < 0 || gateway_query_text(&q, f[i].hf_value) < 0)))
+			rc = -1;
+	free(f);
+	if (rc < 0) {
+		buf_free(&q);
 		return -1;
 	}
-	*out = g.q.b_data != NULL ? g.q.b_data : strdup("");
+	*out = q.b_data != NULL ? q.b_data : strdup("");
 	return *out != NULL ? 0 : -1;
 }
 

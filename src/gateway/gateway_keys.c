@@ -4,6 +4,7 @@
 #include "gateway_int.h"
 
 #include <sodium.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -12,6 +13,7 @@
 #include "callerkey.h"
 #include "config.h"
 #include "fingerprint.h"
+#include "headers.h"
 #include "opcache.h"
 #include "reqjson.h"
 
@@ -29,33 +31,29 @@ int gateway_body_doc(struct request *req, json_t **doc)
 }
 
 /* Hashes the name and every value of each of the route's scope_headers. */
-struct gateway_scope {
+/* The scope of a derived key: the route's scope_headers, each name then
+ * every value of it in order, hashed into OUT. 0, or -1 (out of memory). */
+static int gateway_scope(struct request *req, const struct gateway_route *gr, uint8_t out[32])
+{
 	crypto_generichash_state st;
-	const char *name;
-};
+	struct headers_field *f = NULL;
+	size_t n = 0;
 
-static int gateway_scope_cb(void *cls, const char *key, const char *value)
-{
-	struct gateway_scope *sc = cls;
-
-	if (strcasecmp(key, sc->name) == 0)
-		crypto_generichash_update(&sc->st, (const unsigned char *)value, strlen(value) + 1);
-	return 0;
-}
-
-static void gateway_scope(struct request *req, const struct gateway_route *gr, uint8_t out[32])
-{
-	struct gateway_scope sc;
-
-	crypto_generichash_init(&sc.st, NULL, 0, 32);
+	if (gr->gr_cfg->n_scope_headers > 0 && http_fields(req, 0, &f, &n) < 0)
+		return -1;
+	crypto_generichash_init(&st, NULL, 0, 32);
 	for (size_t i = 0; i < gr->gr_cfg->n_scope_headers; i++) {
-		sc.name = gr->gr_cfg->scope_headers[i];
-		crypto_generichash_update(&sc.st, (const unsigned char *)sc.name,
-					  strlen(sc.name) + 1);
-		http_each_header(req, gateway_scope_cb, &sc);
-		crypto_generichash_update(&sc.st, (const unsigned char *)"\n", 1);
+		const char *name = gr->gr_cfg->scope_headers[i];
+		crypto_generichash_update(&st, (const unsigned char *)name, strlen(name) + 1);
+		for (size_t k = 0; k < n; k++)
+			if (strcasecmp(f[k].hf_name, name) == 0)
+				crypto_generichash_update(&st, (const unsigned char *)f[k].hf_value,
+							  strlen(f[k].hf_value) + 1);
+		crypto_generichash_update(&st, (const unsigned char *)"\n", 1);
 	}
-	crypto_generichash_final(&sc.st, out, 32);
+	crypto_generichash_final(&st, out, 32);
+	free(f);
+	return 0;
 }
 
 /*
@@ -119,7 +117,10 @@ int gateway_derived_address(struct request *req, const struct gateway_route *gr,
 			     "a key is 1 to %d characters of visible ASCII", CALLERKEY_MAX);
 		return -1;
 	}
-	gateway_scope(req, gr, scope);
+	if (gateway_scope(req, gr, scope) < 0) {
+		request_unavailable(req);
+		return -1;
+	}
 	callerkey_address(gr->gr_tenant_id, op, key, (size_t)n, scope, idemd_unix_ms(), t);
 	return 0;
 }

@@ -208,7 +208,8 @@ static void http_dispatch(struct request *req)
  * recorded becomes its answer (problem_answer). */
 static enum MHD_Result http_send(struct request *req)
 {
-	problem_answer(req);
+	if (req->rep_response == NULL)
+		problem_answer(req);
 	if (req->rep_response == NULL)
 		return MHD_NO;
 	/* the request's body has served: its bytes go back, the answer's
@@ -240,7 +241,9 @@ static enum MHD_Result http_send(struct request *req)
 		snprintf(applied, sizeof(applied), "wait=%d", req->req_waited);
 		MHD_add_response_header(req->rep_response, "Preference-Applied", applied);
 	}
-	cors_decorate(req->rep_response, req->req_h_origin);
+	/* CORS headers answer an Origin only */
+	if (req->req_h_origin != NULL)
+		cors_decorate(req->rep_response, req->req_h_origin);
 	return MHD_queue_response(req->req_conn, req->rep_status, req->rep_response);
 }
 

@@ -3,8 +3,11 @@
  * Unit tests that build a request without a connection stand these in. */
 #include "http_int.h"
 
+#include "headers.h"
+
 #include <arpa/inet.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 const char *http_header(const struct request *req, const char *name)
 {
@@ -16,35 +19,43 @@ const char *http_query(const struct request *req, const char *name)
 	return MHD_lookup_connection_value(req->req_conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
-struct http_each {
-	http_field_fn fn;
-	void *arg;
-	int headers; /* values never NULL */
+struct http_gather {
+	struct headers_field *hg_f;
+	size_t hg_n, hg_cap;
+	int hg_headers; /* values never NULL */
 };
 
-static enum MHD_Result http_each_cb(void *cls, enum MHD_ValueKind kind, const char *key,
-				    const char *value)
+static enum MHD_Result http_gather_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+				      const char *value)
 {
-	const struct http_each *e = cls;
+	struct http_gather *g = cls;
 
 	(void)kind;
-	if (e->headers && value == NULL)
-		value = "";
-	return e->fn(e->arg, key, value) == 0 ? MHD_YES : MHD_NO;
+	if (g->hg_n == g->hg_cap)
+		return MHD_NO;
+	g->hg_f[g->hg_n].hf_name = key;
+	g->hg_f[g->hg_n].hf_value = value == NULL && g->hg_headers ? "" : value;
+	g->hg_n++;
+	return MHD_YES;
 }
 
-void http_each_header(const struct request *req, http_field_fn fn, void *arg)
+int http_fields(const struct request *req, int query, struct headers_field **out, size_t *n)
 {
-	struct http_each e = { fn, arg, 1 };
+	enum MHD_ValueKind kind = query ? MHD_GET_ARGUMENT_KIND : MHD_HEADER_KIND;
+	int count = MHD_get_connection_values(req->req_conn, kind, NULL, NULL);
 
-	MHD_get_connection_values(req->req_conn, MHD_HEADER_KIND, http_each_cb, &e);
-}
-
-void http_each_query(const struct request *req, http_field_fn fn, void *arg)
-{
-	struct http_each e = { fn, arg, 0 };
-
-	MHD_get_connection_values(req->req_conn, MHD_GET_ARGUMENT_KIND, http_each_cb, &e);
+	*out = NULL;
+	*n = 0;
+	if (count <= 0)
+		return 0;
+	struct http_gather g = { malloc((size_t)count * sizeof(*g.hg_f)), 0, (size_t)count,
+				 !query };
+	if (g.hg_f == NULL)
+		return -1;
+	MHD_get_connection_values(req->req_conn, kind, http_gather_cb, &g);
+	*out = g.hg_f;
+	*n = g.hg_n;
+	return 0;
 }
 
 void http_client_ip(const struct request *req, char *out, size_t len)

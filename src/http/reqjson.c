@@ -160,11 +160,12 @@ static const char *reqjson_flat_string(const char *p, const char *end, const cha
 	return q + 1;
 }
 
-int reqjson_flat_each(const char *s, size_t len,
-		      int (*fn)(void *arg, const struct reqjson_member *m), void *arg)
+int reqjson_members(const char *s, size_t len, struct reqjson_member *out, size_t max, size_t *n)
 {
 	const char *p = s, *end = s + len;
 	struct reqjson_member m;
+
+	*n = 0;
 
 	p = reqjson_ws(p, end);
 	if (p == end || *p++ != '{')
@@ -199,8 +200,9 @@ int reqjson_flat_each(const char *s, size_t len,
 				return 0;
 			m.rm_num = v;
 		}
-		if (!fn(arg, &m))
+		if (*n == max)
 			return 0;
+		out[(*n)++] = m;
 		p = reqjson_ws(p, end);
 		if (p == end)
 			return 0;
@@ -212,39 +214,35 @@ int reqjson_flat_each(const char *s, size_t len,
 	}
 }
 
-struct reqjson_flat_fields {
-	struct reqjson_field *ff_fields;
-	size_t ff_n;
-};
-
-/* A member of reqjson_flat(): one of the fields, of its type, once. */
-static int reqjson_flat_member(void *arg, const struct reqjson_member *m)
-{
-	struct reqjson_flat_fields *ff = arg;
-
-	for (size_t i = 0; i < ff->ff_n; i++) {
-		struct reqjson_field *f = &ff->ff_fields[i];
-		if (strlen(f->rf_name) != m->rm_name_len ||
-		    memcmp(f->rf_name, m->rm_name, m->rm_name_len) != 0)
-			continue;
-		if (f->rf_present || m->rm_is_string != (f->rf_type == REQJSON_STRING))
-			return 0;
-		f->rf_present = 1;
-		f->rf_str = m->rm_str;
-		f->rf_len = m->rm_len;
-		f->rf_num = m->rm_num;
-		return 1;
-	}
-	return 0;
-}
+/* At most this many members are read by reqjson_flat(). */
+#define REQJSON_FLAT_MAX 8
 
 int reqjson_flat(const char *s, size_t len, struct reqjson_field *fields, size_t n)
 {
-	struct reqjson_flat_fields ff = { fields, n };
+	struct reqjson_member m[REQJSON_FLAT_MAX];
+	size_t nm;
 
 	for (size_t i = 0; i < n; i++)
 		fields[i].rf_present = 0;
-	return reqjson_flat_each(s, len, reqjson_flat_member, &ff);
+	/* each member one of the fields, of its type, once: never more
+	 * members than fields */
+	if (n > REQJSON_FLAT_MAX || !reqjson_members(s, len, m, n, &nm))
+		return 0;
+	for (size_t k = 0; k < nm; k++) {
+		struct reqjson_field *f = NULL;
+		for (size_t i = 0; i < n && f == NULL; i++)
+			if (strlen(fields[i].rf_name) == m[k].rm_name_len &&
+			    memcmp(fields[i].rf_name, m[k].rm_name, m[k].rm_name_len) == 0)
+				f = &fields[i];
+		if (f == NULL || f->rf_present ||
+		    m[k].rm_is_string != (f->rf_type == REQJSON_STRING))
+			return 0;
+		f->rf_present = 1;
+		f->rf_str = m[k].rm_str;
+		f->rf_len = m[k].rm_len;
+		f->rf_num = m[k].rm_num;
+	}
+	return 1;
 }
 
 size_t reqjson_escape(char *out, const char *s, size_t len)

@@ -67,7 +67,7 @@ struct reqjson_field {
  */
 int reqjson_flat(const char *s, size_t len, struct reqjson_field *fields, size_t n);
 
-/* A member of a flat object, as reqjson_flat_each() reads it: characters
+/* A member of a flat object, as reqjson_members() reads it: characters
  * borrowed from the text, without quotes. */
 struct reqjson_member {
 	const char *rm_name;
@@ -78,11 +78,10 @@ struct reqjson_member {
 	int64_t rm_num; /* !rm_is_string */
 };
 
-/* reqjson_flat()'s reading for any member names: calls FN(ARG, member) for
- * each member in order; 1 when S[0..LEN) is such an object and FN returned
- * nonzero for every member, else 0 (FN may have been called for some). */
-int reqjson_flat_each(const char *s, size_t len,
-		      int (*fn)(void *arg, const struct reqjson_member *m), void *arg);
+/* reqjson_flat()'s reading for any member names: 1 when S[0..LEN) is such
+ * an object of at most MAX members, read in order into OUT (*N of them),
+ * else 0. */
+int reqjson_members(const char *s, size_t len, struct reqjson_member *out, size_t max, size_t *n);
 
 /* Writes the UTF-8 string S[0..LEN) as the body of a JSON string (quotes
  * excluded) the way jansson's json_dumps does, into OUT, which must hold

@@ -14,6 +14,7 @@
 #include "common.h"
 #include "tracectx.h"
 
+struct headers_field;
 struct route;
 
 #define HTTP_REQUEST_ID_MAX 128
@@ -109,13 +110,13 @@ const char *http_header(const struct request *req, const char *name);
  * NULL (borrowed, valid during the request). */
 const char *http_query(const struct request *req, const char *name);
 
-/* Calls FN(ARG, NAME, VALUE) for each header of the request (VALUE "" when
- * empty) or each query argument (VALUE NULL for one without "="), in the
- * order they came, until FN returns nonzero; strings borrowed for the
- * call. */
-typedef int (*http_field_fn)(void *arg, const char *name, const char *value);
-void http_each_header(const struct request *req, http_field_fn fn, void *arg);
-void http_each_query(const struct request *req, http_field_fn fn, void *arg);
+/* The request's headers (a value "" when empty) or, with QUERY, its query
+ * arguments (a value NULL for one without "="), in the order they came:
+ * *OUT a new array of *N, owned (free(); NULL when there are none), its
+ * names and values borrowed, valid during the request. 0, or -1 (out of
+ * memory). */
+int http_fields(const struct request *req, int query, struct headers_field **out,
+		size_t *n) IDEMD_WUR;
 
 /* The client's address as text into OUT ("unknown" when there is none). */
 void http_client_ip(const struct request *req, char *out, size_t len);

@@ -24,6 +24,7 @@
 
 #include "config.h"
 #include "gateway_int.h"
+#include "headers.h"
 #include "unit.h"
 
 /* ---------------------------------------------------------------- the request */
@@ -45,26 +46,22 @@ static void add_value(enum MHD_ValueKind kind, const char *key, const char *valu
 /* The request's headers and query arguments, as http_fields.c hands
  * them over (a header's missing value as ""): every function of that
  * file stands in here. */
-static void each(enum MHD_ValueKind kind, http_field_fn fn, void *arg)
+int http_fields(const struct request *r, int query, struct headers_field **out, size_t *n)
 {
+	enum MHD_ValueKind kind = query ? MHD_GET_ARGUMENT_KIND : MHD_HEADER_KIND;
+
+	(void)r;
+	*n = 0;
+	*out = calloc(16, sizeof(**out));
+	assert_non_null(*out);
 	for (int i = 0; i < n_values; i++)
-		if (values[i].kind == kind &&
-		    fn(arg, values[i].key,
-		       values[i].value == NULL && kind == MHD_HEADER_KIND ? "" : values[i].value) !=
-			    0)
-			break;
-}
-
-void http_each_header(const struct request *r, http_field_fn fn, void *arg)
-{
-	(void)r;
-	each(MHD_HEADER_KIND, fn, arg);
-}
-
-void http_each_query(const struct request *r, http_field_fn fn, void *arg)
-{
-	(void)r;
-	each(MHD_GET_ARGUMENT_KIND, fn, arg);
+		if (values[i].kind == kind) {
+			(*out)[*n].hf_name = values[i].key;
+			(*out)[*n].hf_value = values[i].value == NULL && !query ? ""
+										: values[i].value;
+			(*n)++;
+		}
+	return 0;
 }
 
 static const char *lookup(enum MHD_ValueKind kind, const char *name)

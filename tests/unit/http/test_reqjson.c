@@ -693,45 +693,30 @@ static void test_flat(void **state)
 	}
 }
 
-struct members {
-	char names[4][16];
-	char values[4][16];
-	size_t n;
-};
-
-static int collect(void *arg, const struct reqjson_member *m)
+/* reqjson_members: any names, in order, at most MAX of them. */
+static void test_members(void **state)
 {
-	struct members *c = arg;
-
-	assert_true(m->rm_is_string);
-	assert_true(c->n < 4 && m->rm_name_len < 16 && m->rm_len < 16);
-	memcpy(c->names[c->n], m->rm_name, m->rm_name_len);
-	memcpy(c->values[c->n], m->rm_str, m->rm_len);
-	c->n++;
-	return strncmp(m->rm_name, "stop", m->rm_name_len) != 0;
-}
-
-/* reqjson_flat_each: any names, in order; a callback's 0 ends it. */
-static void test_flat_each(void **state)
-{
-	static const char ok[] = "{\"location\":\"/orders/1\", \"x-a\" : \"\"}";
-	static const char stop[] = "{\"a\":\"1\",\"stop\":\"2\",\"b\":\"3\"}";
-	struct members c = { .n = 0 };
+	static const char ok[] = "{\"location\":\"/orders/1\", \"x-a\" : \"\", \"n\": 7}";
+	struct reqjson_member m[3];
+	size_t n = 99;
 
 	(void)state;
-	memset(&c, 0, sizeof(c));
-	assert_int_equal(reqjson_flat_each(ok, strlen(ok), collect, &c), 1);
-	assert_int_equal(c.n, 2);
-	assert_string_equal(c.names[0], "location");
-	assert_string_equal(c.values[0], "/orders/1");
-	assert_string_equal(c.names[1], "x-a");
-	assert_string_equal(c.values[1], "");
-	memset(&c, 0, sizeof(c));
-	assert_int_equal(reqjson_flat_each(stop, strlen(stop), collect, &c), 0);
-	assert_int_equal(c.n, 2);
-	memset(&c, 0, sizeof(c));
-	assert_int_equal(reqjson_flat_each("{}", 2, collect, &c), 1);
-	assert_int_equal(c.n, 0);
+	assert_int_equal(reqjson_members(ok, strlen(ok), m, 3, &n), 1);
+	assert_int_equal(n, 3);
+	assert_int_equal(m[0].rm_name_len, 8);
+	assert_memory_equal(m[0].rm_name, "location", 8);
+	assert_true(m[0].rm_is_string);
+	assert_int_equal(m[0].rm_len, 9);
+	assert_memory_equal(m[0].rm_str, "/orders/1", 9);
+	assert_memory_equal(m[1].rm_name, "x-a", 3);
+	assert_int_equal(m[1].rm_len, 0);
+	assert_false(m[2].rm_is_string);
+	assert_int_equal(m[2].rm_num, 7);
+	/* one member more than MAX: refused */
+	assert_int_equal(reqjson_members(ok, strlen(ok), m, 2, &n), 0);
+	assert_int_equal(reqjson_members("{}", 2, m, 3, &n), 1);
+	assert_int_equal(n, 0);
+	assert_int_equal(reqjson_members("{\"a\":1,}", 8, m, 3, &n), 0);
 }
 
 static void test_escape_matches_jansson(void **state)
@@ -784,6 +769,6 @@ UNIT_MAIN(cmocka_unit_test(test_only), cmocka_unit_test(test_int), cmocka_unit_t
 	  cmocka_unit_test(test_etag_format), cmocka_unit_test(test_valid_name),
 	  cmocka_unit_test(test_time), cmocka_unit_test(test_time_text_matches_strftime),
 	  cmocka_unit_test(test_escape_matches_jansson), cmocka_unit_test(test_flat),
-	  cmocka_unit_test(test_flat_each), cmocka_unit_test(test_response_json),
+	  cmocka_unit_test(test_members), cmocka_unit_test(test_response_json),
 	  cmocka_unit_test(test_response_base64), cmocka_unit_test(test_response_empty),
 	  cmocka_unit_test(test_response_order))
