@@ -139,6 +139,29 @@ int engine_same_response(const struct stored_response *a, const struct stored_re
 }
 
 /* The complete's answer, built on the request's thread after the resume. */
+/* 200 {"state":"completed","response","expires_at"} for a completion that
+ * committed: the response as stored, rendered without parsing it again
+ * when it is the one this request sent (COMPLETE_STORED: the database
+ * holds the body idemd dumped). */
+static void engine_completed_reply(struct request *req, const struct complete_result *res)
+{
+	struct buf b = { 0 };
+	char at[RFC3339_MAX];
+
+	(void)buf_str(&b, "{\"state\":\"completed\",\"response\":");
+	(void)reqjson_response_text(&b, &res->cpr_stored, res->cpr_outcome == COMPLETE_STORED);
+	(void)buf_str(&b, ",\"expires_at\":\"");
+	(void)buf_add(&b, at, rfc3339_text(res->cpr_expires_at, at));
+	(void)buf_str(&b, "\"}\n");
+	if (b.b_failed) {
+		buf_free(&b);
+		request_unavailable(req);
+		return;
+	}
+	size_t len = b.b_len;
+	http_reply_take(req, 200, "application/json", buf_take(&b), len);
+}
+
 static void engine_complete_answer(struct request *req, void *arg)
 {
 	struct engine_complete *c = arg;
@@ -158,10 +181,7 @@ static void engine_complete_answer(struct request *req, void *arg)
 	case COMPLETE_STORED:
 	case COMPLETE_ALREADY:
 		engine_completion_keep(req->req_tenant_id, c->hc_token.id, res);
-		http_reply_json(req, 200,
-				json_pack("{s:s,s:o,s:o}", "state", "completed", "response",
-					  reqjson_response(&res->cpr_stored), "expires_at",
-					  rfc3339_json(res->cpr_expires_at)));
+		engine_completed_reply(req, res);
 		break;
 	case COMPLETE_LEASE_LOST:
 		answer_problem(req, OUTCOME_LEASE_LOST, &v);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "buf.h"
 #include "jsonmem.h"
 #include "utf8.h"
 
@@ -317,6 +318,70 @@ json_t *reqjson_response(const struct stored_response *r)
 		json_object_set_new(out, "body", json_null());
 	}
 	return out;
+}
+
+/* The most headers reqjson_response_text copies without jansson. */
+#define REQJSON_TEXT_HEADERS 32
+
+int reqjson_response_text(struct buf *b, const struct stored_response *r, int own_body)
+{
+	const char *h = r->sr_headers ? r->sr_headers : "{}";
+	struct reqjson_member m[REQJSON_TEXT_HEADERS];
+	size_t n = 0;
+	int flat = reqjson_members(h, strlen(h), m, REQJSON_TEXT_HEADERS, &n);
+	char num[32];
+
+	/* strings only, each name once (jansson would keep the last) */
+	for (size_t i = 0; flat && i < n; i++) {
+		flat = m[i].rm_is_string;
+		for (size_t k = 0; flat && k < i; k++)
+			flat = m[k].rm_name_len != m[i].rm_name_len ||
+			       memcmp(m[k].rm_name, m[i].rm_name, m[i].rm_name_len) != 0;
+	}
+	if (!flat || (r->sr_is_json && !own_body)) {
+		json_t *o = reqjson_response(r);
+		char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+		int rc = text ? buf_str(b, text) : -1;
+		json_decref(o);
+		free(text);
+		if (text == NULL)
+			b->b_failed = 1;
+		return rc;
+	}
+	snprintf(num, sizeof(num), "%d", r->sr_status);
+	(void)buf_str(b, "{\"status\":");
+	(void)buf_str(b, num);
+	(void)buf_str(b, ",\"headers\":{");
+	for (size_t i = 0; i < n; i++) {
+		(void)buf_str(b, i > 0 ? ",\"" : "\"");
+		(void)buf_add(b, m[i].rm_name, m[i].rm_name_len);
+		(void)buf_str(b, "\":\"");
+		(void)buf_add(b, m[i].rm_str, m[i].rm_len);
+		(void)buf_str(b, "\"");
+	}
+	(void)buf_str(b, "}");
+	if (r->sr_is_json) {
+		(void)buf_str(b, ",\"body\":");
+		(void)buf_add(b, r->sr_body, r->sr_body_len);
+	} else if (r->sr_body_len > 0) {
+		size_t len =
+			sodium_base64_encoded_len(r->sr_body_len, sodium_base64_VARIANT_ORIGINAL);
+		char *b64 = malloc(len);
+		if (b64 == NULL) {
+			b->b_failed = 1;
+			return -1;
+		}
+		sodium_bin2base64(b64, len, r->sr_body, r->sr_body_len,
+				  sodium_base64_VARIANT_ORIGINAL);
+		(void)buf_str(b, ",\"body_base64\":\"");
+		(void)buf_str(b, b64);
+		(void)buf_str(b, "\"");
+		free(b64);
+	} else {
+		(void)buf_str(b, ",\"body\":null");
+	}
+	(void)buf_str(b, "}");
+	return b->b_failed ? -1 : 0;
 }
 
 int reqjson_etag(const char *value, int64_t *out)

@@ -12,6 +12,7 @@
 #include "common.h"
 #include "rfc3339.h"
 #include "request.h"
+#include "buf.h"
 #include "store.h"
 
 /* Refuses keys of OBJ not in ALLOWED (NULL-terminated). 0 or -1 (replied). */
@@ -91,6 +92,13 @@ size_t reqjson_escape(char *out, const char *s, size_t len);
 /* {"status","headers","body"|"body_base64"} of a stored response, owned
  * (json_decref()). */
 json_t *reqjson_response(const struct stored_response *r);
+
+/* Appends to B the text json_dumps(reqjson_response(R), JSON_COMPACT) would
+ * give, without parsing what it need not: headers that are a flat object
+ * of printable strings are copied member by member, and with OWN_BODY
+ * (R's JSON body is idemd's own compact dump, made in this process) the
+ * body is copied as it is. 0, or -1 (out of memory: B is failed). */
+int reqjson_response_text(struct buf *b, const struct stored_response *r, int own_body);
 
 /* What reqjson_etag() gives for a weak ETag: no counter is ever at it. */
 #define REQJSON_ETAG_WEAK ((int64_t)-1)

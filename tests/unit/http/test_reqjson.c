@@ -550,6 +550,62 @@ static void test_response_order(void **state)
 	json_decref(out);
 }
 
+/* reqjson_response_text gives json_dumps(reqjson_response(r)) byte for
+ * byte: headers flat or not (spaces as PostgreSQL's jsonb writes them, an
+ * escape, a number, a name twice, none), bodies JSON (idemd's own compact
+ * dump, or anyone's), binary, empty. */
+static void test_response_text(void **state)
+{
+	static const char *const headers[] = {
+		NULL,
+		"{}",
+		"{\"x-order\": \"17\", \"location\": \"/orders/1\"}",
+		"{\"a\":\"x\\\"y\"}",
+		"{\"a\": 1}",
+		"{\"a\": \"1\", \"a\": \"2\"}",
+		"{\"content-type\":\"text/plain; charset=utf-8\"}",
+	};
+	json_t *own = json_pack("{s:i,s:s,s:[n,b,f],s:s#}", "order", 17, "name", "caf\xc3\xa9",
+				"list", 1, 1.5, "nul", "a\0b", (size_t)3);
+	char *own_text = json_dumps(own, JSON_COMPACT | JSON_ENCODE_ANY);
+	static const unsigned char binary[] = { 0, 1, 2, 0xff, 'x' };
+	static const char loose[] = "{ \"b\" : [1, 2] , \"a\":null }";
+
+	(void)state;
+	assert_non_null(own_text);
+	for (size_t i = 0; i < UNIT_COUNT(headers); i++)
+		for (int kind = 0; kind < 4; kind++) {
+			struct stored_response r = { 0 };
+			struct buf b = { 0 };
+			int own_body = 0;
+			r.sr_status = 201 + kind;
+			r.sr_headers = (char *)(uintptr_t)headers[i];
+			if (kind == 0) {
+				r.sr_body = (unsigned char *)own_text;
+				r.sr_body_len = strlen(own_text);
+				r.sr_is_json = 1;
+				own_body = 1;
+			} else if (kind == 1) {
+				r.sr_body = (unsigned char *)(uintptr_t)loose;
+				r.sr_body_len = strlen(loose);
+				r.sr_is_json = 1;
+			} else if (kind == 2) {
+				r.sr_body = (unsigned char *)(uintptr_t)binary;
+				r.sr_body_len = sizeof(binary);
+			}
+			json_t *o = reqjson_response(&r);
+			char *want = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+			assert_int_equal(reqjson_response_text(&b, &r, own_body), 0);
+			if (strcmp(b.b_data, want) != 0)
+				fail_msg("headers %zu, body %d:\n%s\n%s", i, kind, b.b_data, want);
+			free(want);
+			json_decref(o);
+			buf_free(&b);
+		}
+	free(own_text);
+	json_decref(own);
+}
+
 /* rfc3339_text agrees with gmtime_r and strftime, around leap days,
  * century rules, the epoch, negative times and far years. */
 static void test_time_text_matches_strftime(void **state)
@@ -771,4 +827,4 @@ UNIT_MAIN(cmocka_unit_test(test_only), cmocka_unit_test(test_int), cmocka_unit_t
 	  cmocka_unit_test(test_escape_matches_jansson), cmocka_unit_test(test_flat),
 	  cmocka_unit_test(test_members), cmocka_unit_test(test_response_json),
 	  cmocka_unit_test(test_response_base64), cmocka_unit_test(test_response_empty),
-	  cmocka_unit_test(test_response_order))
+	  cmocka_unit_test(test_response_order), cmocka_unit_test(test_response_text))
