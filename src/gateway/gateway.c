@@ -133,6 +133,28 @@ static int gateway_claimed(struct request *req, const struct claim_result *res, 
 	return keep;
 }
 
+/* What the header phase reads of every header: how many are named NAME
+ * (NULL: none counted), the first one's value kept as req_h_route_key for
+ * the submit, into *N; and the first of idemd's own headers spelt with '_'
+ * into *ALIAS (looked for only when a name holds '_'). 0, or -1 (out of
+ * memory). */
+static int gateway_scan_headers(struct request *req, const char *name, int *n, const char **alias)
+{
+	struct headers_field *f;
+	size_t nf;
+
+	if (http_fields(req, 0, &f, &nf) < 0)
+		return -1;
+	for (size_t i = 0; i < nf; i++) {
+		if (name != NULL && strcasecmp(f[i].hf_name, name) == 0 && (*n)++ == 0)
+			req->req_h_route_key = f[i].hf_value;
+		if (req->req_has_underscore && *alias == NULL && headers_is_alias(f[i].hf_name))
+			*alias = f[i].hf_name;
+	}
+	free(f);
+	return 0;
+}
+
 /* Header phase: what refuses a submit before its body is read. */
 static int gateway_token_address(struct request *req, const struct gateway_route *gr,
 				 struct token *t, struct operation *op);
@@ -140,35 +162,21 @@ static int gateway_token_address(struct request *req, const struct gateway_route
 static int gateway_check_headers(struct request *req)
 {
 	const struct gateway_route *gr = (const struct gateway_route *)req->req_route;
-	struct headers_field *f = NULL;
-	size_t nf = 0;
-	int n = req->req_n_idempotency_key;
-	const char *name = "Idempotency-Key";
+	int header_key = gr->gr_key == GATEWAY_KEY_HEADER;
+	int n = header_key ? 0 : req->req_n_idempotency_key;
+	const char *name = header_key ? gr->gr_key_arg : "Idempotency-Key";
+	const char *alias = NULL;
 
-	if ((gr->gr_key == GATEWAY_KEY_HEADER || req->req_has_underscore) &&
-	    http_fields(req, 0, &f, &nf) < 0) {
+	if ((header_key || req->req_has_underscore) &&
+	    gateway_scan_headers(req, header_key ? name : NULL, &n, &alias) < 0) {
 		request_unavailable(req);
 		return -1;
 	}
-	if (gr->gr_key == GATEWAY_KEY_HEADER) {
-		/* the one value, read by the submit */
-		n = 0;
-		name = gr->gr_key_arg;
-		for (size_t i = 0; i < nf; i++)
-			if (strcasecmp(f[i].hf_name, name) == 0 && n++ == 0)
-				req->req_h_route_key = f[i].hf_value;
-	}
-	/* idemd's own headers cannot be spelt with '_' */
-	const char *alias = NULL;
-	for (size_t i = 0; req->req_has_underscore && alias == NULL && i < nf; i++)
-		if (headers_is_alias(f[i].hf_name))
-			alias = f[i].hf_name;
-	free(f);
-	if (gr->gr_key == GATEWAY_KEY_TOKEN || gr->gr_key == GATEWAY_KEY_HEADER) {
+	if (gr->gr_key == GATEWAY_KEY_TOKEN || header_key) {
 		if (n == 0) {
+			const char *what = header_key ? "key" : "token";
 			request_fail(req, 400, "idempotency_key_missing", "send the %s as %s: <%s>",
-				     gr->gr_key == GATEWAY_KEY_TOKEN ? "token" : "key", name,
-				     gr->gr_key == GATEWAY_KEY_TOKEN ? "token" : "key");
+				     what, name, what);
 			return -1;
 		}
 		if (n > 1) {

@@ -323,29 +323,64 @@ json_t *reqjson_response(const struct stored_response *r)
 /* The most headers reqjson_response_text copies without jansson. */
 #define REQJSON_TEXT_HEADERS 32
 
+/* Whether stored headers H are a flat object of strings, each name once
+ * (jansson would keep the last of a repeated one): its members in M. */
+static int reqjson_plain_headers(const char *h, struct reqjson_member *m, size_t *n)
+{
+	if (!reqjson_members(h, strlen(h), m, REQJSON_TEXT_HEADERS, n))
+		return 0;
+	for (size_t i = 0; i < *n; i++) {
+		if (!m[i].rm_is_string)
+			return 0;
+		for (size_t k = 0; k < i; k++)
+			if (m[k].rm_name_len == m[i].rm_name_len &&
+			    memcmp(m[k].rm_name, m[i].rm_name, m[i].rm_name_len) == 0)
+				return 0;
+	}
+	return 1;
+}
+
+/* Appends R's body member: the JSON as it is, its bytes in base64, or
+ * null. */
+static void reqjson_body_text(struct buf *b, const struct stored_response *r)
+{
+	if (r->sr_is_json) {
+		(void)buf_str(b, ",\"body\":");
+		(void)buf_add(b, r->sr_body, r->sr_body_len);
+		return;
+	}
+	if (r->sr_body_len == 0) {
+		(void)buf_str(b, ",\"body\":null");
+		return;
+	}
+	size_t len = sodium_base64_encoded_len(r->sr_body_len, sodium_base64_VARIANT_ORIGINAL);
+	char *b64 = malloc(len);
+	if (b64 == NULL) {
+		b->b_failed = 1;
+		return;
+	}
+	sodium_bin2base64(b64, len, r->sr_body, r->sr_body_len, sodium_base64_VARIANT_ORIGINAL);
+	(void)buf_str(b, ",\"body_base64\":\"");
+	(void)buf_str(b, b64);
+	(void)buf_str(b, "\"");
+	free(b64);
+}
+
 int reqjson_response_text(struct buf *b, const struct stored_response *r, int own_body)
 {
 	const char *h = r->sr_headers ? r->sr_headers : "{}";
 	struct reqjson_member m[REQJSON_TEXT_HEADERS];
 	size_t n = 0;
-	int flat = reqjson_members(h, strlen(h), m, REQJSON_TEXT_HEADERS, &n);
 	char num[32];
 
-	/* strings only, each name once (jansson would keep the last) */
-	for (size_t i = 0; flat && i < n; i++) {
-		flat = m[i].rm_is_string;
-		for (size_t k = 0; flat && k < i; k++)
-			flat = m[k].rm_name_len != m[i].rm_name_len ||
-			       memcmp(m[k].rm_name, m[i].rm_name, m[i].rm_name_len) != 0;
-	}
-	if (!flat || (r->sr_is_json && !own_body)) {
+	if (!reqjson_plain_headers(h, m, &n) || (r->sr_is_json && !own_body)) {
 		json_t *o = reqjson_response(r);
 		char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-		int rc = text ? buf_str(b, text) : -1;
 		json_decref(o);
-		free(text);
 		if (text == NULL)
 			b->b_failed = 1;
+		int rc = text ? buf_str(b, text) : -1;
+		free(text);
 		return rc;
 	}
 	snprintf(num, sizeof(num), "%d", r->sr_status);
@@ -360,26 +395,7 @@ int reqjson_response_text(struct buf *b, const struct stored_response *r, int ow
 		(void)buf_str(b, "\"");
 	}
 	(void)buf_str(b, "}");
-	if (r->sr_is_json) {
-		(void)buf_str(b, ",\"body\":");
-		(void)buf_add(b, r->sr_body, r->sr_body_len);
-	} else if (r->sr_body_len > 0) {
-		size_t len =
-			sodium_base64_encoded_len(r->sr_body_len, sodium_base64_VARIANT_ORIGINAL);
-		char *b64 = malloc(len);
-		if (b64 == NULL) {
-			b->b_failed = 1;
-			return -1;
-		}
-		sodium_bin2base64(b64, len, r->sr_body, r->sr_body_len,
-				  sodium_base64_VARIANT_ORIGINAL);
-		(void)buf_str(b, ",\"body_base64\":\"");
-		(void)buf_str(b, b64);
-		(void)buf_str(b, "\"");
-		free(b64);
-	} else {
-		(void)buf_str(b, ",\"body\":null");
-	}
+	reqjson_body_text(b, r);
 	(void)buf_str(b, "}");
 	return b->b_failed ? -1 : 0;
 }
