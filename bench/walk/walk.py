@@ -6,7 +6,9 @@ housekeeping ones (OTHER_ROOTS):
 
   stays   runs of consecutive calls and returns in one source file, on
           one thread (each move to another file, down or back, starts a
-          new stay; so does a thread taking the request over)
+          new stay; so does a thread taking the request over); "entered
+          by a call" counts the stays a call starts, not a return: the
+          moves into another file
   files   the source files the walk enters
   climbs  calls from a file of a lower layer into a higher one, in the
           order of ARCHITECTURE.md: base store engine http front gateway
@@ -79,7 +81,7 @@ def walk(events, where, root, entry):
             st.append(e["name"])
         elif st:
             st.pop()
-    stays, files, climbs, last = 0, set(), [], {}
+    stays, entered, files, climbs, last = 0, 0, set(), [], {}
     for e in events[begin:]:
         st = stacks[e["pid"]]
         origin = st[0] if st else e["name"]
@@ -106,13 +108,14 @@ def walk(events, where, root, entry):
                               % (how, caller, where[caller], e["name"], here))
         if here != last.get(e["pid"]):
             stays += 1
+            entered += e["ph"] == "B"
             last[e["pid"]] = here
             if os.environ.get("WALK_SHOW"):
                 print("    %3d %-28s %s %s" % (stays, here, "->" if e["ph"] == "B" else "<-",
                                            e["name"] if e["ph"] == "B" else st[-1]))
         if e["ph"] == "E" and e["name"] == "http_send":
             break
-    return stays, files, climbs
+    return stays, entered, files, climbs
 
 
 EVENT = re.compile(r"^\s*([0-9.]+)\s+(\d+): \[(entry|exit )\] ([A-Za-z_0-9.]+)\(")
@@ -140,10 +143,11 @@ def main():
     events = events_of(sys.argv[1])
     where, root = files_of(sys.argv[2]), sys.argv[3]
     for entry in sys.argv[4:]:
-        stays, files, climbs = walk(events, where, root, entry)
+        stays, entered, files, climbs = walk(events, where, root, entry)
         calls = sum(c.startswith("call:") for c in climbs)
-        print("%s: %d stays in %d files, %d climbs (%d by a call, %d by a callback)"
-              % (entry, stays, len(files), len(climbs), calls, len(climbs) - calls))
+        print("%s: %d stays (%d entered by a call) in %d files, %d climbs (%d by a call, "
+              "%d by a callback)" % (entry, stays, entered, len(files), len(climbs), calls,
+                                      len(climbs) - calls))
         for c, n in collections.Counter(climbs).items():
             print("  climb %s%s" % (c, " (%d times)" % n if n > 1 else ""))
         print("  files: " + " ".join(sorted(files)))

@@ -132,8 +132,8 @@ static struct h_batch *h_batch_new(struct request *req)
 	}
 	b->hb_req = req;
 	b->hb_job.bj_rc = 0;
-	if (reqjson_name_param(req, 0) == NULL || (b->hb_body = http_body_object(req)) == NULL ||
-	    reqjson_only(req, b->hb_body, allowed) < 0)
+	if (reqjson_name_param(req, 0) == NULL ||
+	    (b->hb_body = http_body_object(req, allowed)) == NULL)
 		goto fail;
 	items = json_object_get(b->hb_body, "items");
 	if (!json_is_array(items) || json_array_size(items) == 0 ||

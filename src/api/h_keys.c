@@ -97,10 +97,9 @@ void h_key_claim(struct request *req)
 	int has_fp;
 	json_t *body, *id;
 
-	if (h_key_address(req, &t, &op) < 0 || (body = http_body_object(req)) == NULL)
+	if (h_key_address(req, &t, &op) < 0 || (body = http_body_object(req, allowed)) == NULL)
 		return;
-	if (reqjson_only(req, body, allowed) < 0 ||
-	    reqjson_string(req, body, "subject", 0, 1, TOKEN_SUBJECT_MAX, &subject) < 0 ||
+	if (reqjson_string(req, body, "subject", 0, 1, TOKEN_SUBJECT_MAX, &subject) < 0 ||
 	    engine_fingerprint(req, body, fp, &has_fp) < 0)
 		goto done;
 	if (subject != NULL) {

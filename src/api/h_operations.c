@@ -37,12 +37,11 @@ void h_operation_put(struct request *req)
 	int present, created;
 	const char *vkey;
 	const char *name = reqjson_name_param(req, 0);
-	json_t *body = name ? http_body_object(req) : NULL;
+	json_t *body = name ? http_body_object(req, allowed) : NULL;
 
 	if (body == NULL)
 		return;
-	if (reqjson_only(req, body, allowed) < 0 ||
-	    reqjson_int(req, body, "token_ttl_seconds", 1, 1, 2592000, &ttl, &present) < 0 ||
+	if (reqjson_int(req, body, "token_ttl_seconds", 1, 1, 2592000, &ttl, &present) < 0 ||
 	    reqjson_int(req, body, "retention_seconds", 1, 1, 31536000, &retention, &present) < 0 ||
 	    reqjson_int(req, body, "lease_seconds", 1, 1, 3600, &lease, &present) < 0 ||
 	    reqjson_string(req, body, "version_key", 0, 1, STORE_KEY_MAX, &vkey) < 0 ||

@@ -124,13 +124,12 @@ static int h_issue_parse(struct request *req, struct h_issue *a)
 	static const char *const allowed[] = { "operation", "subject", "ttl_seconds", "count",
 					       NULL };
 	const char *opname, *subject;
-	json_t *body = http_body_object(req);
+	json_t *body = http_body_object(req, allowed);
 	int rc = -1;
 
 	if (body == NULL)
 		return -1;
-	if (reqjson_only(req, body, allowed) < 0 ||
-	    reqjson_string(req, body, "operation", 1, 1, STORE_NAME_MAX, &opname) < 0 ||
+	if (reqjson_string(req, body, "operation", 1, 1, STORE_NAME_MAX, &opname) < 0 ||
 	    reqjson_string(req, body, "subject", 1, 1, TOKEN_SUBJECT_MAX, &subject) < 0 ||
 	    reqjson_int(req, body, "ttl_seconds", 0, 1, KEYS_MAX_TOKEN_TTL_SECONDS, &a->ttl,
 			&a->has_ttl) < 0 ||
@@ -304,10 +303,10 @@ void h_token_claim(struct request *req)
 
 	if (engine_from_path(req, &t) < 0 || engine_replay_raw(req, &t) < 0)
 		return;
-	body = http_body_object(req);
+	body = http_body_object(req, allowed);
 	if (body == NULL)
 		return;
-	if (reqjson_only(req, body, allowed) < 0 || engine_fingerprint(req, body, fp, &has_fp) < 0)
+	if (engine_fingerprint(req, body, fp, &has_fp) < 0)
 		goto done;
 	if (engine_claim_cached(req, &t, has_fp ? fp : NULL, NULL) < 0 ||
 	    engine_claim(req, &t, has_fp ? fp : NULL, NULL, h_token_claimed, 0, NULL) < 0)

@@ -54,12 +54,10 @@ void h_version_bump(struct request *req)
 	if (key == NULL)
 		return;
 	/* no body, or an empty object: any member is an unknown field */
-	if ((body = http_body_object(req)) == NULL || reqjson_only(req, body, none) < 0) {
-		json_decref(body);
+	if ((body = http_body_object(req, none)) == NULL)
 		return;
-	}
 	json_decref(body);
-	const char *im = http_header(req, "If-Match");
+	const char *im = req->req_h_if_match;
 	if (im == NULL) {
 		request_fail(req, 428, "version_required",
 			     "send If-Match with the current ETag to bump a counter");

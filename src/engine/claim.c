@@ -148,22 +148,8 @@ struct claim *claim_new(const struct claim_in *in, struct claim_refusal *why)
 	return c;
 }
 
-const struct claim_out *claim_out(const struct claim *c)
-{
-	return &c->cl_out;
-}
-
-struct claim_out *claim_out_mut(struct claim *c)
-{
-	return &c->cl_out;
-}
-
-const struct token *claim_token(const struct claim *c)
-{
-	return &c->cl_in.ci_token;
-}
-
-const uint8_t *claim_fp(const struct claim *c)
+/* The fingerprint the claim was made with, or NULL. */
+static const uint8_t *claim_fp(const struct claim *c)
 {
 	return c->cl_in.ci_has_fp ? c->cl_in.ci_fp : NULL;
 }
@@ -231,7 +217,7 @@ static void claim_settle(struct claim *c, int rc)
 		o->co_outcome = claim_outcome(&o->co_res, t->key_id == 0, &o->co_values);
 		claim_settled(t, claim_fp(c), &o->co_res, o->co_waited > 0, o->co_from_cache);
 	}
-	c->cl_done(c, c->cl_arg);
+	c->cl_done(c, o, c->cl_arg);
 }
 
 static void claim_job_done(struct batcher_job *j);

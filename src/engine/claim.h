@@ -55,9 +55,9 @@ struct claim_out {
 
 struct claim;
 
-/* Called once when claim C has its outcome (claim_out()), on a batcher or
- * the waiters' thread. */
-typedef void (*claim_done_fn)(struct claim *c, void *arg);
+/* Called once when claim C has its outcome O (C's, valid until C is
+ * freed), on a batcher or the waiters' thread. */
+typedef void (*claim_done_fn)(struct claim *c, struct claim_out *o, void *arg);
 
 /* Why claim_new() refused: an outcome, or with INVALID set a 400 whose
  * detail it is (a literal). */
@@ -73,14 +73,8 @@ struct claim_refusal {
  */
 struct claim *claim_new(const struct claim_in *in, struct claim_refusal *why) IDEMD_WUR;
 
-/* Queues C for the database; DONE(C, ARG) runs once with its outcome. */
+/* Queues C for the database; DONE(C, its outcome, ARG) runs once. */
 void claim_submit(struct claim *c, claim_done_fn done, void *arg);
-
-const struct claim_out *claim_out(const struct claim *c);
-struct claim_out *claim_out_mut(struct claim *c);
-const struct token *claim_token(const struct claim *c);
-/* The fingerprint the claim was made with, or NULL. */
-const uint8_t *claim_fp(const struct claim *c);
 
 void claim_free(struct claim *c);
 

@@ -224,7 +224,7 @@ void engine_complete(struct request *req, const struct token *tok, int is_key)
 	json_t *body = NULL;
 
 	http_note_record(req, tok->id);
-	body = http_body_object(req);
+	body = http_body_object(req, NULL);
 	if (body == NULL)
 		return;
 	c = calloc(1, sizeof(*c));
@@ -287,11 +287,10 @@ static int engine_fenced(struct request *req, int is_key, enum release_outcome o
 static json_t *engine_fenced_body(struct request *req, const char *const *allowed, int64_t *attempt)
 {
 	int present;
-	json_t *body = http_body_object(req);
+	json_t *body = http_body_object(req, allowed);
 
 	if (body != NULL &&
-	    (reqjson_only(req, body, allowed) < 0 ||
-	     reqjson_int(req, body, "attempt", 1, 1, INT32_MAX, attempt, &present) < 0)) {
+	    reqjson_int(req, body, "attempt", 1, 1, INT32_MAX, attempt, &present) < 0) {
 		json_decref(body);
 		body = NULL;
 	}
@@ -415,5 +414,11 @@ void engine_act(struct request *req, const struct token *t, int is_key, enum eng
 		[ENGINE_CHECKPOINT] = engine_checkpoint,
 	};
 
+	/* a route's arg names the action: one that names none is a bug in
+	 * the route table, answered 500 rather than followed */
+	if ((size_t)a >= sizeof(run) / sizeof(run[0]) || run[a] == NULL) {
+		request_fail(req, 500, "internal", "the request could not be answered");
+		return;
+	}
 	run[a](req, t, is_key);
 }

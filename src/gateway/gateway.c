@@ -294,19 +294,22 @@ static void gateway_submit(struct request *req)
 	struct token t;
 	struct operation op;
 	json_t *doc = NULL;
+	struct headers_field *hf = NULL;
+	size_t hn = 0;
 
 	req->req_no_if_match = !gr->gr_cfg->client_if_match;
 	/* the route, not an API key, names the tenant */
 	req->req_tenant_id = gr->gr_tenant_id;
 	http_set_by(req, gr->gr_by);
-	if (gateway_query(req, &query) < 0) {
+	/* the headers, read once: a derived key's scope, the forward's */
+	if (gateway_query(req, &query) < 0 || http_fields(req, 0, &hf, &hn) < 0) {
 		request_unavailable(req);
-		return;
+		goto done;
 	}
 	gateway_fingerprint(req, query, bytes_fp);
 	if ((gr->gr_key == GATEWAY_KEY_TOKEN
 		     ? gateway_token_address(req, gr, &t, &op)
-		     : gateway_derived_address(req, gr, bytes_fp, &doc, &t, &op)) < 0 ||
+		     : gateway_derived_address(req, gr, bytes_fp, hf, hn, &doc, &t, &op)) < 0 ||
 	    engine_replay_alias(req, &t, bytes_fp, &gateway_replay) < 0 ||
 	    gateway_route_fingerprint(req, gr, query, bytes_fp, &doc, json_fp, &fp) < 0)
 		goto done;
@@ -325,7 +328,7 @@ static void gateway_submit(struct request *req)
 	p->gp_op = op;
 	p->gp_query = query;
 	query = NULL;
-	p->gp_headers = gateway_request_headers(req, gr, &t);
+	p->gp_headers = gateway_request_headers(req, gr, &t, hf, hn);
 	if (p->gp_headers == NULL) {
 		request_unavailable(req);
 		goto done;
@@ -336,6 +339,7 @@ static void gateway_submit(struct request *req)
 done:
 	json_decref(doc);
 	gateway_pending_free(p);
+	free(hf);
 	free(query);
 }
 

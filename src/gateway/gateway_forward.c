@@ -20,34 +20,14 @@
 
 /* ---------------------------------------------------------------- headers */
 
-/* Whether the upstream's header LNAME (lower case) is kept with the answer:
- * Content-Type and Content-Encoding always (the body means nothing without
- * them), plus the route's store_headers. */
-static int gateway_keeps(const void *arg, const char *lname)
-{
-	const struct gateway_route *gr = arg;
-
-	if (headers_never_stored(lname))
-		return 0;
-	if (strcmp(lname, "content-type") == 0 || strcmp(lname, "content-encoding") == 0)
-		return 1;
-	for (size_t i = 0; i < gr->gr_cfg->n_store_headers; i++)
-		if (strcmp(lname, gr->gr_cfg->store_headers[i]) == 0)
-			return 1;
-	return 0;
-}
-
 /* The headers sent upstream (headers_forward): a new list, or NULL. */
 struct curl_slist *gateway_request_headers(struct request *req, const struct gateway_route *gr,
-					   const struct token *t)
+					   const struct token *t, const struct headers_field *f,
+					   size_t n)
 {
-	struct headers_field *f;
-	size_t n;
 	struct curl_slist *list = NULL;
 	char hex[2 * TOKEN_ID_BYTES + 3], ip[INET6_ADDRSTRLEN + 1];
 
-	if (http_fields(req, 0, &f, &n) < 0)
-		return NULL;
 	/* one form on every route: the record id, 32 hex digits, bare */
 	token_id_hex(t->id, hex);
 	http_client_ip(req, ip, sizeof(ip));
@@ -63,7 +43,6 @@ struct curl_slist *gateway_request_headers(struct request *req, const struct gat
 	};
 	if (headers_forward(f, n, &a, &list) != HEADERS_OK)
 		list = NULL;
-	free(f);
 	return list;
 }
 
@@ -203,8 +182,8 @@ struct gateway_job *gateway_job_new(struct request *req, const struct gateway_ro
 	}
 	c->uc_headers = with;
 	c->uc_max_body = max_body;
-	c->uc_keep = gateway_keeps;
-	c->uc_keep_arg = gr;
+	c->uc_keep = gr->gr_cfg->store_headers;
+	c->uc_n_keep = gr->gr_cfg->n_store_headers;
 	c->uc_done = gateway_on_done;
 	return j;
 }

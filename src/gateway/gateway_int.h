@@ -65,10 +65,11 @@ struct gateway_job {
 };
 
 /* gateway_forward.c */
-/* The headers sent upstream (headers_forward): owned
- * (curl_slist_free_all()), or NULL. */
+/* The headers sent upstream (headers_forward) from the request's F (N of
+ * them, http_fields()): owned (curl_slist_free_all()), or NULL. */
 struct curl_slist *gateway_request_headers(struct request *req, const struct gateway_route *gr,
-					   const struct token *t);
+					   const struct token *t, const struct headers_field *f,
+					   size_t n);
 /* The request's query string rebuilt: into *OUT, owned (free()); "" when
  * there is none. 0 or -1. */
 int gateway_query(struct request *req, char **out);
@@ -101,13 +102,14 @@ int gateway_finish_start(void);
 void gateway_finish_stop(void);
 
 /* gateway_keys.c: the record a derived-key route's submit names (its key
- * from a header, the body's JSON or its hash BYTES_FP, scoped and under the
- * route's operation), *DOC the body parsed when it was, owned
- * (json_decref()); and *DOC parsed once within its memory budget (NULL:
- * empty or not JSON), owned likewise. Each 0, or -1 after replying. */
+ * from a header, the body's JSON or its hash BYTES_FP, scoped by the
+ * request's headers F (N of them) and under the route's operation), *DOC
+ * the body parsed when it was, owned (json_decref()); and *DOC parsed once
+ * within its memory budget (NULL: empty or not JSON), owned likewise. Each
+ * 0, or -1 after replying. */
 int gateway_derived_address(struct request *req, const struct gateway_route *gr,
-			    const uint8_t *bytes_fp, json_t **doc, struct token *t,
-			    struct operation *op);
+			    const uint8_t *bytes_fp, const struct headers_field *f, size_t n,
+			    json_t **doc, struct token *t, struct operation *op);
 int gateway_body_doc(struct request *req, json_t **doc);
 
 #endif

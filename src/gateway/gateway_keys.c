@@ -33,14 +33,11 @@ int gateway_body_doc(struct request *req, json_t **doc)
 /* Hashes the name and every value of each of the route's scope_headers. */
 /* The scope of a derived key: the route's scope_headers, each name then
  * every value of it in order, hashed into OUT. 0, or -1 (out of memory). */
-static int gateway_scope(struct request *req, const struct gateway_route *gr, uint8_t out[32])
+static void gateway_scope(const struct gateway_route *gr, const struct headers_field *f, size_t n,
+			  uint8_t out[32])
 {
 	crypto_generichash_state st;
-	struct headers_field *f = NULL;
-	size_t n = 0;
 
-	if (gr->gr_cfg->n_scope_headers > 0 && http_fields(req, 0, &f, &n) < 0)
-		return -1;
 	crypto_generichash_init(&st, NULL, 0, 32);
 	for (size_t i = 0; i < gr->gr_cfg->n_scope_headers; i++) {
 		const char *name = gr->gr_cfg->scope_headers[i];
@@ -52,8 +49,6 @@ static int gateway_scope(struct request *req, const struct gateway_route *gr, ui
 		crypto_generichash_update(&st, (const unsigned char *)"\n", 1);
 	}
 	crypto_generichash_final(&st, out, 32);
-	free(f);
-	return 0;
 }
 
 /*
@@ -64,8 +59,8 @@ static int gateway_scope(struct request *req, const struct gateway_route *gr, ui
  * replying.
  */
 int gateway_derived_address(struct request *req, const struct gateway_route *gr,
-			    const uint8_t *bytes_fp, json_t **doc, struct token *t,
-			    struct operation *op)
+			    const uint8_t *bytes_fp, const struct headers_field *f, size_t nf,
+			    json_t **doc, struct token *t, struct operation *op)
 {
 	char key[CALLERKEY_MAX + 2];
 	uint8_t scope[32];
@@ -117,10 +112,7 @@ int gateway_derived_address(struct request *req, const struct gateway_route *gr,
 			     "a key is 1 to %d characters of visible ASCII", CALLERKEY_MAX);
 		return -1;
 	}
-	if (gateway_scope(req, gr, scope) < 0) {
-		request_unavailable(req);
-		return -1;
-	}
+	gateway_scope(gr, f, nf, scope);
 	callerkey_address(gr->gr_tenant_id, op, key, (size_t)n, scope, idemd_unix_ms(), t);
 	return 0;
 }

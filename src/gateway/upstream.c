@@ -65,7 +65,20 @@ static long upstream_status_line(const char *data, size_t len)
 	return status >= 200 && status <= 599 ? status : 0;
 }
 
-/* Keeps the header line DATA if uc_keep wants it; repeated headers are
+/* Whether the answer's header LNAME (lower case) is kept (uc_keep). */
+static int upstream_keeps(const struct upstream_call *c, const char *lname)
+{
+	if (headers_never_stored(lname))
+		return 0;
+	if (strcmp(lname, "content-type") == 0 || strcmp(lname, "content-encoding") == 0)
+		return 1;
+	for (size_t i = 0; i < c->uc_n_keep; i++)
+		if (strcmp(lname, c->uc_keep[i]) == 0)
+			return 1;
+	return 0;
+}
+
+/* Keeps the header line DATA when upstream_keeps() says so; repeated headers are
  * joined with ", " (Set-Cookie, which cannot be joined, is never kept).
  * A line that is not "token: value" without control bytes abandons the
  * answer. */
@@ -115,7 +128,7 @@ static size_t upstream_on_header(char *data, size_t size, size_t n, void *arg)
 		name[i] =
 			(char)((data[i] >= 'A' && data[i] <= 'Z') ? data[i] - 'A' + 'a' : data[i]);
 	name[nlen] = '\0';
-	if (c->uc_keep == NULL || !c->uc_keep(c->uc_keep_arg, name))
+	if (!upstream_keeps(c, name))
 		return len;
 	const char *v = colon + 1, *end = data + len;
 	while (v < end && (*v == ' ' || *v == '\t'))

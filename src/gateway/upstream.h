@@ -52,9 +52,11 @@ struct upstream_call {
 	long uc_connect_timeout_ms;
 	long uc_timeout_ms; /* the whole exchange */
 	size_t uc_max_body;
-	/* which answer headers to keep: NAME lower-cased; 1 keeps it */
-	int (*uc_keep)(const void *arg, const char *name);
-	const void *uc_keep_arg;
+	/* the answer headers kept besides Content-Type and Content-Encoding
+	 * (a body means nothing without them): lower-cased names, borrowed;
+	 * a name headers_never_stored() lists never is */
+	char *const *uc_keep;
+	size_t uc_n_keep;
 	/* called once, on the upstream thread, when the call has ended */
 	void (*uc_done)(struct upstream_call *c);
 

@@ -29,6 +29,7 @@
 #include "problem.h"
 #include "randpool.h"
 #include "router.h"
+#include "token.h"
 
 static struct MHD_Daemon *http_daemon;
 static struct MHD_Daemon *http_admin_daemon;  /* admin_listen, or NULL */
@@ -236,7 +237,7 @@ static enum MHD_Result http_send(struct request *req)
 	MHD_add_response_header(req->rep_response, "Cache-Control", "no-store");
 	/* RFC 7240: only in answer to a preference (an operation's own
 	 * wait_seconds applied without one is not announced) */
-	if (req->req_waited > 0 && http_header(req, "Prefer") != NULL) {
+	if (req->req_waited > 0 && req->req_h_prefer != NULL) {
 		char applied[16];
 		snprintf(applied, sizeof(applied), "wait=%d", req->req_waited);
 		MHD_add_response_header(req->rep_response, "Preference-Applied", applied);
@@ -410,9 +411,12 @@ void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		req->rep_response != NULL || req->rep_problem.rp_status != 0 ? req->rep_status : 0;
 	metrics_request(req->req_route ? req->req_route->method : NULL,
 			req->req_route ? req->req_route->pattern : NULL, status, ms);
+	char record[33] = "";
+	if (req->req_has_record)
+		token_id_hex(req->req_record, record);
 	log_access(req->req_id, req->req_trace.tc_trace_id, req->req_method,
-		   req->req_route ? req->req_route->pattern : "unmatched", status, ms,
-		   req->req_record, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? (int)toe : 0);
+		   req->req_route ? req->req_route->pattern : "unmatched", status, ms, record,
+		   toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? (int)toe : 0);
 	http_clear_reply(req);
 	http_budget_give(req);
 	http_receiving(req, 1); /* the next request's time starts now */

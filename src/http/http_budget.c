@@ -135,10 +135,8 @@ int http_budget_take(struct request *req, size_t n)
 	return 1;
 }
 
-void http_budget_give(struct request *req)
+void http_budget_return(struct request *req)
 {
-	if (req->req_reserved == 0)
-		return;
 	atomic_fetch_sub(&budget_all, req->req_reserved);
 	atomic_fetch_sub(&budget_client[req->req_budget_client], req->req_reserved);
 	if (req->req_budget_tenant != 0)

@@ -23,20 +23,6 @@ static struct {
 	struct http_conn *head;
 } http_conns = { .reaper = BGTHREAD_INITIALIZER };
 
-static int64_t http_now_ms(void)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 + 1; /* never 0 */
-}
-
-void http_receiving(struct request *req, int yes)
-{
-	if (req->req_conn_ctx != NULL)
-		atomic_store(&req->req_conn_ctx->hc_since, yes ? http_now_ms() : 0);
-}
-
 /*
  * The reaper: a connection that has not delivered a whole request within
  * request_timeout_seconds of opening (or of its previous answer) is shut

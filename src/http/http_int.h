@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "auth.h"
 #include "http.h"
@@ -53,9 +54,22 @@ struct http_conn {
 };
 
 /* http_conn.c */
+/* Monotonic milliseconds, never 0. */
+static inline int64_t http_now_ms(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 + 1;
+}
+
 /* Marks the request's connection as receiving a request (YES: its deadline
  * starts now) or being answered (0). */
-void http_receiving(struct request *req, int yes);
+static inline void http_receiving(struct request *req, int yes)
+{
+	if (req->req_conn_ctx != NULL)
+		atomic_store(&req->req_conn_ctx->hc_since, yes ? http_now_ms() : 0);
+}
 /* libmicrohttpd's connection notification: makes or wipes its state. */
 void http_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
 		     enum MHD_ConnectionNotificationCode toe);
@@ -104,7 +118,8 @@ void http_clear_reply(struct request *req);
 
 /* The body budget (http_budget.c). Take counts N more bytes of REQ's body
  * against the whole budget, its client address's share and its tenant's:
- * 1, or 0 when one of them would be passed. Give returns all REQ holds.
+ * 1, or 0 when one of them would be passed. Give returns all REQ holds
+ * (http_budget_return, when it holds any).
  * Start reads CFG's limits, borrowed until a grace period begun after the
  * next http_budget_start() is done (http_reload). */
 void http_budget_start(const struct config *cfg);
@@ -120,6 +135,11 @@ size_t http_client_slot(struct MHD_Connection *conn);
  * bytes drawn once per process, so collisions cannot be chosen. */
 size_t http_client_slot_of(const struct sockaddr *sa, int v6_prefix);
 int http_budget_take(struct request *req, size_t n);
-void http_budget_give(struct request *req);
+void http_budget_return(struct request *req);
+static inline void http_budget_give(struct request *req)
+{
+	if (req->req_reserved != 0)
+		http_budget_return(req);
+}
 
 #endif

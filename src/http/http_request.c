@@ -39,6 +39,7 @@ static const struct {
 	HTTP_SCANNED("Idempotency-Key", req_h_idempotency_key,
 		     offsetof(struct request, req_n_idempotency_key)),
 	HTTP_SCANNED("If-Match", req_h_if_match, offsetof(struct request, req_n_if_match)),
+	HTTP_SCANNED("Prefer", req_h_prefer, 0),
 #undef HTTP_SCANNED
 };
 
@@ -226,15 +227,4 @@ void http_resume_then(struct request *req, void (*fn)(struct request *req, void 
 	req->req_on_resume = fn;
 	req->req_on_resume_arg = arg;
 	MHD_resume_connection(req->req_conn);
-}
-
-void http_note_record(struct request *req, const uint8_t id[16])
-{
-	static const char hex[] = "0123456789abcdef";
-
-	for (int i = 0; i < 16; i++) {
-		req->req_record[2 * i] = hex[id[i] >> 4];
-		req->req_record[2 * i + 1] = hex[id[i] & 15];
-	}
-	req->req_record[32] = '\0';
 }

@@ -26,15 +26,6 @@ int reqjson_why(char why[REQJSON_WHY], const char *fmt, ...)
 	return -1;
 }
 
-int reqjson_refused(struct request *req, int rc, const char *why)
-{
-	if (rc < 0 && why[0] == '\0')
-		request_unavailable(req);
-	else if (rc < 0)
-		request_fail(req, 400, "invalid_request", "%s", why);
-	return rc;
-}
-
 int reqjson_only_why(json_t *obj, const char *const *allowed, char why[REQJSON_WHY])
 {
 	const char *key;
@@ -509,7 +500,7 @@ static int reqjson_nul_outside(json_t *obj, int depth)
 	return 0;
 }
 
-json_t *http_body_object(struct request *req)
+json_t *http_body_object(struct request *req, const char *const *allowed)
 {
 	json_error_t err;
 	int over;
@@ -540,6 +531,10 @@ json_t *http_body_object(struct request *req)
 		json_decref(v);
 		request_fail(req, 400, "invalid_request",
 			     "\\u0000 is taken only inside request and body");
+		return NULL;
+	}
+	if (allowed != NULL && reqjson_only(req, v, allowed) < 0) {
+		json_decref(v);
 		return NULL;
 	}
 	return v;

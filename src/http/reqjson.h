@@ -45,7 +45,14 @@ int reqjson_string_why(json_t *obj, const char *name, int required, size_t minle
 int reqjson_why(char why[REQJSON_WHY], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* RC of such a check, recorded on REQ when it is -1: 400 invalid_request
  * with WHY, or 503 unavailable when WHY is empty. Returns RC. */
-int reqjson_refused(struct request *req, int rc, const char *why);
+static inline int reqjson_refused(struct request *req, int rc, const char *why)
+{
+	if (rc < 0 && why[0] == '\0')
+		request_unavailable(req);
+	else if (rc < 0)
+		request_fail(req, 400, "invalid_request", "%s", why);
+	return rc;
+}
 
 /* A field of reqjson_flat(): NAME and TYPE in, the rest out. */
 struct reqjson_field {
@@ -127,9 +134,10 @@ const char *reqjson_name_param(struct request *req, unsigned i) IDEMD_WUR;
  * NULL) or, *OVER 1, after replying 413 payload_too_large. */
 json_t *reqjson_load_body(struct request *req, json_error_t *err, int *over) IDEMD_WUR;
 
-/* Parses the request body as a JSON object, owned (json_decref()), or
- * NULL after replying 400 invalid_request (413 payload_too_large when its
- * parse outgrows the budget, jsonmem.h). An empty body parses as {}. */
-json_t *http_body_object(struct request *req);
+/* Parses the request body as a JSON object of no members but ALLOWED's
+ * (NULL-terminated; NULL: any), owned (json_decref()), or NULL after
+ * replying 400 invalid_request (413 payload_too_large when its parse
+ * outgrows the budget, jsonmem.h). An empty body parses as {}. */
+json_t *http_body_object(struct request *req, const char *const *allowed);
 
 #endif

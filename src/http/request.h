@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "common.h"
@@ -60,7 +61,7 @@ struct request {
 	 * over them (the first of each name; borrowed from libmicrohttpd) */
 	const char *req_h_authorization, *req_h_content_length, *req_h_content_type, *req_h_origin,
 		*req_h_request_id, *req_h_transfer_encoding, *req_h_idempotency_key,
-		*req_h_if_match;
+		*req_h_if_match, *req_h_prefer;
 	const char *req_h_route_key; /* a derived-key route's header (gateway) */
 	int req_n_content_length;    /* how many Content-Length headers */
 	int req_n_transfer_encoding; /* how many Transfer-Encoding headers */
@@ -80,10 +81,11 @@ struct request {
 	char req_by_buf[320];
 	struct timespec req_start;
 	int req_dispatched;
-	int req_admin;	     /* came in on admin_listen */
-	unsigned req_epoch;  /* which grace counter holds it (http_grace_begin) */
-	char req_record[33]; /* the record addressed (32 hex, "": none), logged */
-	int req_suspended;   /* another thread builds the reply (http_suspend) */
+	int req_admin;		/* came in on admin_listen */
+	unsigned req_epoch;	/* which grace counter holds it (http_grace_begin) */
+	uint8_t req_record[16]; /* the record addressed, logged */
+	int req_has_record;	/* req_record holds one */
+	int req_suspended;	/* another thread builds the reply (http_suspend) */
 	/* set by http_resume_then(): builds the reply on the request's thread;
 	 * the arg is borrowed */
 	void (*req_on_resume)(struct request *req, void *arg);
@@ -173,6 +175,10 @@ void http_resume(struct request *req);
 void http_resume_then(struct request *req, void (*fn)(struct request *req, void *arg), void *arg);
 
 /* Notes the record (16-byte id) REQ addresses, for its access log line. */
-void http_note_record(struct request *req, const uint8_t id[16]);
+static inline void http_note_record(struct request *req, const uint8_t id[16])
+{
+	memcpy(req->req_record, id, sizeof(req->req_record));
+	req->req_has_record = 1;
+}
 
 #endif

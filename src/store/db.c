@@ -398,6 +398,18 @@ static PGresult *db_check(struct db_conn *c, const struct db_stmt *stmt, PGresul
 	return NULL;
 }
 
+PGresult *db_run(const struct db_stmt *stmt, const char *const *values, const int *lengths,
+		 const int *formats)
+{
+	struct db_conn *c = db_acquire();
+
+	if (c == NULL)
+		return NULL;
+	PGresult *r = db_exec(c, stmt, values, lengths, formats);
+	db_release(c);
+	return r;
+}
+
 int db_ping(void)
 {
 	/* writable, as target_session_attrs=read-write checks it: a standby

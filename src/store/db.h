@@ -61,6 +61,10 @@ void db_release(struct db_conn *c);
  */
 PGresult *db_exec(struct db_conn *c, const struct db_stmt *stmt, const char *const *values,
 		  const int *lengths, const int *formats);
+/* db_exec() on a pooled connection, which goes back at once; NULL also
+ * when none could be had. */
+PGresult *db_run(const struct db_stmt *stmt, const char *const *values, const int *lengths,
+		 const int *formats);
 
 /* The pool's size, connections handed out, threads waiting for one. */
 void db_pool_usage(int *size, int *in_use, int *waiting);

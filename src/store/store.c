@@ -167,19 +167,6 @@ static const struct db_stmt st_complete_current = {
 	10
 };
 
-/* Runs STMT on a pooled connection; the connection goes back at once. */
-PGresult *store_run(const struct db_stmt *stmt, const char *const *values, const int *lengths,
-		    const int *formats)
-{
-	struct db_conn *c = db_acquire();
-
-	if (c == NULL)
-		return NULL;
-	PGresult *r = db_exec(c, stmt, values, lengths, formats);
-	db_release(c);
-	return r;
-}
-
 int64_t store_i64(const PGresult *r, int row, int col)
 {
 	return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
@@ -188,13 +175,6 @@ int64_t store_i64(const PGresult *r, int row, int col)
 int store_bool(const PGresult *r, int row, int col)
 {
 	return !PQgetisnull(r, row, col) && PQgetvalue(r, row, col)[0] == 't';
-}
-
-void store_response_free(struct stored_response *r)
-{
-	free(r->sr_headers);
-	free(r->sr_body);
-	memset(r, 0, sizeof(*r));
 }
 
 /* Decodes a bytea text value into malloc'd memory (NUL-terminated). */
@@ -326,7 +306,7 @@ static PGresult *store_run_arrays(const struct db_stmt *stmt, struct buf *arrs, 
 
 	for (int i = 0; i < stmt->nparams; i++)
 		v[i] = arrs[i].b_data;
-	r = store_run(stmt, v, NULL, NULL);
+	r = db_run(stmt, v, NULL, NULL);
 	if (r == NULL)
 		return NULL;
 	if ((size_t)PQntuples(r) != n) {
@@ -459,7 +439,7 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 			     arrs[3].b_data, arrs[4].b_data,  arrs[5].b_data,
 			     arrs[6].b_data, arrs[11].b_data, arrs[12].b_data };
 	/* columns as st_claim_many's, the element's index in the tenth */
-	if ((r = store_run(&st_claim_fresh, v, NULL, NULL)) == NULL)
+	if ((r = db_run(&st_claim_fresh, v, NULL, NULL)) == NULL)
 		goto out;
 	if (store_batch_rows(r, 9, done, n, store_claim_fill, res) < 0) {
 		store_claims_forget(res, done, n);
@@ -500,7 +480,7 @@ static int store_complete_run(const struct db_stmt *stmt, const struct complete_
 		const char *v[10];
 		for (int k = 0; k < 10; k++)
 			v[k] = arrs[k].b_data;
-		r = store_run(stmt, v, NULL, NULL);
+		r = db_run(stmt, v, NULL, NULL);
 	}
 	if (r == NULL)
 		goto out;

@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "common.h"
 #include "metrics.h"
@@ -45,7 +47,12 @@ struct stored_response {
 	int sr_is_json;
 };
 
-void store_response_free(struct stored_response *r);
+static inline void store_response_free(struct stored_response *r)
+{
+	free(r->sr_headers);
+	free(r->sr_body);
+	memset(r, 0, sizeof(*r));
+}
 
 /* Tenants and API keys. *exists = 1 (nothing written) when NAME is taken;
  * else *key_id is the id of the tenant's first API key. */

@@ -153,7 +153,7 @@ int store_tenant_create(const char *name, const uint8_t key_hash[STORE_HASH_BYTE
 
 int store_tenant_list(struct tenant_info **tenants, size_t *n)
 {
-	return store_read_rows(store_run(&st_tenant_list, NULL, NULL, NULL), tenant_cols,
+	return store_read_rows(db_run(&st_tenant_list, NULL, NULL, NULL), tenant_cols,
 			       IDEMD_ARRAY_LEN(tenant_cols), sizeof(**tenants), tenants, n);
 }
 
@@ -215,7 +215,7 @@ int store_tenant_by_key(const uint8_t key_hash[STORE_HASH_BYTES], uint32_t *tena
 
 int store_api_keys_all(struct api_key_row **keys, size_t *n)
 {
-	PGresult *r = store_run(&st_apikeys_all, NULL, NULL, NULL);
+	PGresult *r = db_run(&st_apikeys_all, NULL, NULL, NULL);
 	int ret = -1, rows = r != NULL ? PQntuples(r) : -1;
 	struct api_key_row *k = NULL;
 	size_t got = 0;
@@ -295,7 +295,7 @@ int store_operation_put(struct operation *op, int *created)
 static int store_operation_read(const struct db_stmt *st, const char *const *v,
 				struct operation *op, int *found)
 {
-	PGresult *r = store_run(st, v, NULL, NULL);
+	PGresult *r = db_run(st, v, NULL, NULL);
 
 	if (r == NULL)
 		return -1;
@@ -331,13 +331,13 @@ int store_operation_list(uint32_t tenant_id, struct operation **ops, size_t *n)
 
 	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
 	const char *v[] = { tenant };
-	return store_read_rows(store_run(&st_op_list, v, NULL, NULL), op_cols,
+	return store_read_rows(db_run(&st_op_list, v, NULL, NULL), op_cols,
 			       IDEMD_ARRAY_LEN(op_cols), sizeof(**ops), ops, n);
 }
 
 int store_keys_load(struct sealed_key **keys, size_t *n)
 {
-	return store_read_rows(store_run(&st_keys_load, NULL, NULL, NULL), key_cols,
+	return store_read_rows(db_run(&st_keys_load, NULL, NULL, NULL), key_cols,
 			       IDEMD_ARRAY_LEN(key_cols), sizeof(**keys), keys, n);
 }
 

@@ -91,12 +91,6 @@ int store_arrays_close(struct buf *arrs, size_t n)
 	return rc;
 }
 
-void store_arrays_free(struct buf *arrs, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		buf_free(&arrs[i]);
-}
-
 int store_claim_arrays(struct buf *arrs, const struct claim_args *const *a, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {

@@ -58,7 +58,7 @@ static const struct db_stmt st_cli[] = {
 
 int store_cli_rows(enum store_cli_query q, const char *const *values, json_t **rows)
 {
-	PGresult *r = store_run(&st_cli[q], values, NULL, NULL);
+	PGresult *r = db_run(&st_cli[q], values, NULL, NULL);
 
 	*rows = NULL;
 	if (r == NULL)

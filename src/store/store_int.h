@@ -100,9 +100,6 @@ enum {
  * retention, which the caller sends per element (store_audit_seconds). */
 #define EVENT_UNTIL(secs) "now() + make_interval(secs => " secs ")"
 
-/* Runs STMT on a pooled connection; the connection goes back at once. */
-PGresult *store_run(const struct db_stmt *stmt, const char *const *values, const int *lengths,
-		    const int *formats);
 /* Column COL of ROW as an integer (0 when NULL) or a boolean (0 when NULL). */
 int64_t store_i64(const PGresult *r, int row, int col);
 int store_bool(const PGresult *r, int row, int col);
@@ -178,7 +175,11 @@ void store_array_bool(struct buf *a, int v);
 void store_array_bytea(struct buf *a, const uint8_t *p, size_t n);
 /* Closes every array of ARRS; -1 if building any of them failed. */
 int store_arrays_close(struct buf *arrs, size_t n);
-void store_arrays_free(struct buf *arrs, size_t n);
+static inline void store_arrays_free(struct buf *arrs, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		buf_free(&arrs[i]);
+}
 /* The fourteen arrays of claims A[0..N) (st_claim_many's parameters, and
  * nine of them st_claim_fresh's), and the ten of completions A[0..N)
  * (st_complete_many's and st_complete_current's); closed: -1 if building

@@ -204,7 +204,7 @@ static int store_fenced(const struct db_stmt *stmt, uint32_t tenant_id, const ui
 	for (int i = 0; i < n; i++)
 		v[3 + i] = extra[i];
 	v[3 + n] = STORE_BY(by);
-	PGresult *r = store_run(stmt, v, len, fmt);
+	PGresult *r = db_run(stmt, v, len, fmt);
 	if (r == NULL)
 		return -1;
 	const char *o = PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "";
@@ -258,7 +258,7 @@ int store_revoke(uint32_t tenant_id, const uint8_t *token_id, uint32_t operation
 	snprintf(expires, sizeof(expires), "%" PRId64, token_expires_at);
 	const char *v[] = { tenant, (const char *)token_id, op, subject, expires, STORE_BY(by) };
 	const int len[] = { 0, 16, 0, 0, 0, 0 }, fmt[] = { 0, 1, 0, 0, 0, 0 };
-	PGresult *r = store_run(&st_revoke, v, len, fmt);
+	PGresult *r = db_run(&st_revoke, v, len, fmt);
 	if (r == NULL)
 		return -1;
 	*in_use = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "in_use") == 0;
@@ -275,7 +275,7 @@ int store_record_get(uint32_t tenant_id, const uint8_t *token_id, struct record_
 	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
 	const char *v[] = { tenant, (const char *)token_id };
 	const int len[] = { 0, 16 }, fmt[] = { 0, 1 };
-	PGresult *r = store_run(&st_record_get, v, len, fmt);
+	PGresult *r = db_run(&st_record_get, v, len, fmt);
 	if (r == NULL)
 		return -1;
 	rv->rv_found = PQntuples(r) == 1;
@@ -300,7 +300,7 @@ int store_events_get(uint32_t tenant_id, const uint8_t *token_id, int64_t after,
 	snprintf(lim, sizeof(lim), "%d", limit + 1); /* one more: is there a next page? */
 	const char *v[] = { tenant, (const char *)token_id, aft, lim };
 	const int len[] = { 0, 16, 0, 0 }, fmt[] = { 0, 1, 0, 0 };
-	PGresult *r = store_run(&st_events_get, v, len, fmt);
+	PGresult *r = db_run(&st_events_get, v, len, fmt);
 	if (r == NULL)
 		return -1;
 	int rows = PQntuples(r) > limit ? limit : PQntuples(r);
@@ -329,7 +329,7 @@ int store_record_list(uint32_t tenant_id, const struct record_filter *f, size_t 
 			    f->rf_has_after ? (const char *)f->rf_after_id : NULL,
 			    lim };
 	const int len[] = { 0, 0, 0, 0, 0, 0, 16, 0 }, fmt[] = { 0, 0, 0, 0, 0, 0, 1, 0 };
-	return store_read_rows(store_run(&st_record_list, v, len, fmt), row_cols,
+	return store_read_rows(db_run(&st_record_list, v, len, fmt), row_cols,
 			       IDEMD_ARRAY_LEN(row_cols), sizeof(**rows), rows, n);
 }
 
@@ -406,7 +406,7 @@ int store_replays_add(size_t n, const uint32_t *tenant_ids, const uint8_t (*ids)
 	}
 	if (store_arrays_close(arrs, 3) == 0) {
 		const char *v[] = { arrs[0].b_data, arrs[1].b_data, arrs[2].b_data };
-		PGresult *r = store_run(&st_replays_add, v, NULL, NULL);
+		PGresult *r = db_run(&st_replays_add, v, NULL, NULL);
 		rc = r != NULL ? 0 : -1;
 		PQclear(r);
 	}
@@ -416,7 +416,7 @@ int store_replays_add(size_t n, const uint32_t *tenant_ids, const uint8_t (*ids)
 
 int store_records_stuck(struct metrics_stuck **rows, size_t *n)
 {
-	return store_read_rows(store_run(&st_records_stuck, NULL, NULL, NULL), stuck_cols,
+	return store_read_rows(db_run(&st_records_stuck, NULL, NULL, NULL), stuck_cols,
 			       IDEMD_ARRAY_LEN(stuck_cols), sizeof(**rows), rows, n);
 }
 
@@ -445,7 +445,7 @@ int store_refresh_statistics(int *analyzed)
 	for (int i = 0; i < 2; i++) {
 		if (!stale[i])
 			continue;
-		PGresult *r = store_run(analyze[i], NULL, NULL, NULL);
+		PGresult *r = db_run(analyze[i], NULL, NULL, NULL);
 		if (r == NULL)
 			return -1;
 		PQclear(r);

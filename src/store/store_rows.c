@@ -187,7 +187,7 @@ json_t *store_rows_json(const PGresult *r, int nrows, const struct store_col *co
 int store_ints(const struct db_stmt *stmt, const char *const *values, const int *lengths,
 	       const int *formats, int64_t *out, int n)
 {
-	PGresult *r = store_run(stmt, values, lengths, formats);
+	PGresult *r = db_run(stmt, values, lengths, formats);
 	int rows = r != NULL ? PQntuples(r) : -1;
 
 	for (int c = 0; c < n; c++)

@@ -53,19 +53,12 @@ void batcher_submit(struct batcher_job *j)
 
 /* The connection: suspends and resumes counted, the builder
  * http_resume_then() was given kept for the test to run as the HTTP
- * thread does (conn_run_then), and an If-Match header when set. */
+ * thread does (conn_run_then). */
 static struct {
 	int suspends, resumes;
 	void (*then)(struct request *req, void *arg);
 	void *then_arg;
-	const char *if_match;
 } conn;
-
-const char *http_header(const struct request *r, const char *name)
-{
-	(void)r;
-	return strcasecmp(name, "If-Match") == 0 ? conn.if_match : NULL;
-}
 
 void http_suspend(struct request *r)
 {
@@ -85,12 +78,6 @@ void http_resume_then(struct request *r, void (*fn)(struct request *req, void *a
 	conn.then = fn;
 	conn.then_arg = arg;
 	http_resume(r);
-}
-
-void http_note_record(struct request *r, const uint8_t id[16])
-{
-	(void)r;
-	(void)id;
 }
 
 static void conn_run_then(struct request *r)
@@ -374,7 +361,7 @@ static void test_refused_at_once(void **state)
 	/* a malformed If-Match */
 	setup(state);
 	opcache_put(&op);
-	conn.if_match = "3";
+	req.req_h_if_match = "3";
 	assert_int_equal(engine_claim(&req, &tok, fp, NULL, on_claimed, 0, &req), -1);
 	assert_int_equal(unit_reply(&req), 400);
 	assert_true(unit_reply_holds(&req, "If-Match"));
@@ -485,6 +472,18 @@ static void test_rate_check(void **state)
 	engine_init(NULL);
 }
 
+/* A route whose arg names no action is answered 500, not followed. */
+static void test_act_unknown(void **state)
+{
+	(void)state;
+	engine_act(&req, &tok, 0, (enum engine_action)0);
+	assert_int_equal(unit_reply(&req), 500);
+	assert_string_equal(reply_code(), "internal");
+	engine_act(&req, &tok, 0, (enum engine_action)(ENGINE_CHECKPOINT + 1));
+	assert_int_equal(unit_reply(&req), 500);
+	assert_int_equal(n_queued, 0);
+}
+
 UNIT_MAIN(cmocka_unit_test_setup_teardown(test_claim_queues_the_record, setup, teardown),
 	  cmocka_unit_test_setup_teardown(test_claimed, setup, teardown),
 	  cmocka_unit_test_setup_teardown(test_in_progress, setup, teardown),
@@ -494,4 +493,5 @@ UNIT_MAIN(cmocka_unit_test_setup_teardown(test_claim_queues_the_record, setup, t
 	  cmocka_unit_test_setup_teardown(test_refused_at_once, setup, teardown),
 	  cmocka_unit_test_setup_teardown(test_keeps, setup, teardown),
 	  cmocka_unit_test_setup_teardown(test_claim_outcomes, setup, teardown),
-	  cmocka_unit_test_setup_teardown(test_rate_check, setup, teardown))
+	  cmocka_unit_test_setup_teardown(test_rate_check, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_act_unknown, setup, teardown))

@@ -226,6 +226,19 @@ static void test_timeout_cut_to_the_lease(void **state)
 	gateway_job_free(j);
 }
 
+/* gateway_request_headers() of the request's headers, as the submit reads
+ * them. */
+static struct curl_slist *request_headers(void)
+{
+	struct headers_field *f;
+	size_t n;
+
+	assert_int_equal(http_fields(&req, 0, &f, &n), 0);
+	struct curl_slist *list = gateway_request_headers(&req, &gr, &tok, f, n);
+	free(f);
+	return list;
+}
+
 static void test_headers_token_route(void **state)
 {
 	(void)state;
@@ -234,7 +247,7 @@ static void test_headers_token_route(void **state)
 	add_value(MHD_HEADER_KIND, "X-Secret", "hop");
 	add_value(MHD_HEADER_KIND, "X-Forwarded-For", "198.51.100.1");
 	add_value(MHD_HEADER_KIND, "Idempotency-Key", "the-token-text");
-	struct curl_slist *list = gateway_request_headers(&req, &gr, &tok);
+	struct curl_slist *list = request_headers();
 	assert_non_null(list);
 	assert_string_equal(line_value(list, "Content-Type"), "application/json");
 	assert_string_equal(line_value(list, "Idempotency-Key"),
@@ -255,7 +268,7 @@ static void test_headers_derived_key(void **state)
 	gr.gr_key = GATEWAY_KEY_HEADER;
 	tok.subject_len = 0;
 	tok.subject[0] = '\0';
-	struct curl_slist *list = gateway_request_headers(&req, &gr, &tok);
+	struct curl_slist *list = request_headers();
 	assert_non_null(list);
 	/* one form on every route: the bare record id */
 	assert_string_equal(line_value(list, "Idempotency-Key"),

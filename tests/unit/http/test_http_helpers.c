@@ -61,7 +61,7 @@ static void assert_body_refused(const char *body, size_t len)
 	struct request req;
 
 	req_init(&req, body, len);
-	json_t *v = http_body_object(&req);
+	json_t *v = http_body_object(&req, NULL);
 	if (v != NULL) {
 		json_decref(v);
 		fail_msg("body [%.*s] accepted", (int)len, body);
@@ -97,7 +97,7 @@ static void test_body_object(void **state)
 	(void)state;
 	/* an empty body is {} */
 	req_init(&req, NULL, 0);
-	json_t *v = http_body_object(&req);
+	json_t *v = http_body_object(&req, NULL);
 	assert_non_null(v);
 	assert_true(json_is_object(v));
 	assert_int_equal(json_object_size(v), 0);
@@ -106,7 +106,7 @@ static void test_body_object(void **state)
 	req_done(&req);
 
 	req_init(&req, "{\"a\":1,\"b\":[true,null]}", 23);
-	v = http_body_object(&req);
+	v = http_body_object(&req, NULL);
 	assert_non_null(v);
 	assert_int_equal(json_integer_value(json_object_get(v, "a")), 1);
 	assert_null(req.rep_response);
@@ -115,7 +115,7 @@ static void test_body_object(void **state)
 
 	/* surrounding whitespace is fine */
 	req_init(&req, " \n{}\r\n ", 7);
-	v = http_body_object(&req);
+	v = http_body_object(&req, NULL);
 	assert_non_null(v);
 	json_decref(v);
 	req_done(&req);
