@@ -292,13 +292,42 @@ static void auth_cache_drop(size_t slot, const uint8_t hash[32])
 }
 
 /* auth_check(); *CHECKED_MS: when the answer was last confirmed. */
+/* What memory says of the key whose hash is HASH (cache slot SLOT): its
+ * tenant and key id, and when that was last confirmed, from the cache
+ * entry or the known set, whichever was confirmed later. 1, or 0 when
+ * neither holds it. */
+static int auth_remembered(const uint8_t hash[32], size_t slot, uint32_t *tenant_id,
+			   uint32_t *key_id, int64_t *checked)
+{
+	int cached = 0;
+
+	pthread_rwlock_rdlock(&auth_lock);
+	const struct auth_entry *e = &auth_cache[slot];
+	if (e->ae_used && sodium_memcmp(e->ae_hash, hash, 32) == 0) {
+		*tenant_id = e->ae_tenant_id;
+		*key_id = e->ae_key_id;
+		*checked = e->ae_checked_ms;
+		cached = 1;
+	}
+	/* the known set, when it was confirmed later than the cache entry */
+	long known = auth_known_find(hash);
+	if (known >= 0 && (!cached || auth_known.ak_read_ms > *checked)) {
+		*tenant_id = auth_known.ak_rows[known].ak_tenant_id;
+		*key_id = auth_known.ak_rows[known].ak_key_id;
+		*checked = auth_known.ak_read_ms;
+		cached = 1;
+	}
+	pthread_rwlock_unlock(&auth_lock);
+	return cached;
+}
+
 static int auth_lookup(const char *key, size_t client, uint32_t *tenant_id, uint32_t *key_id,
 		       int64_t *checked_ms)
 {
 	uint32_t cached_key = 0;
 	uint8_t hash[32];
 	size_t len = strlen(key);
-	int cached = 0, found = 0;
+	int found = 0;
 	uint32_t cached_tenant = 0;
 	int64_t checked = 0, now;
 
@@ -306,24 +335,7 @@ static int auth_lookup(const char *key, size_t client, uint32_t *tenant_id, uint
 		return AUTH_DENIED;
 	auth_key_hash(key, len, hash);
 	size_t slot = auth_slot(hash);
-
-	pthread_rwlock_rdlock(&auth_lock);
-	const struct auth_entry *e = &auth_cache[slot];
-	if (e->ae_used && sodium_memcmp(e->ae_hash, hash, sizeof(hash)) == 0) {
-		cached_tenant = e->ae_tenant_id;
-		cached_key = e->ae_key_id;
-		checked = e->ae_checked_ms;
-		cached = 1;
-	}
-	/* the known set, when it was confirmed later than the cache entry */
-	long known = auth_known_find(hash);
-	if (known >= 0 && (!cached || auth_known.ak_read_ms > checked)) {
-		cached_tenant = auth_known.ak_rows[known].ak_tenant_id;
-		cached_key = auth_known.ak_rows[known].ak_key_id;
-		checked = auth_known.ak_read_ms;
-		cached = 1;
-	}
-	pthread_rwlock_unlock(&auth_lock);
+	int cached = auth_remembered(hash, slot, &cached_tenant, &cached_key, &checked);
 	now = auth_now_ms();
 	if (cached && now - checked < AUTH_RECHECK_MS) {
 		*tenant_id = cached_tenant;

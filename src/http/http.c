@@ -118,6 +118,35 @@ static int http_has_body(const struct request *req, unsigned long long declared)
 	return declared > 0 || req->req_h_transfer_encoding != NULL;
 }
 
+/* The request's API key (Authorization: Bearer) checked, its tenant and
+ * who acts set: 0, or -1 after replying (401 unauthorized, 503). The
+ * connection's memo keeps the key it last authenticated with. */
+static int http_authenticate(struct request *req)
+{
+	const char *key = http_bearer(req);
+	struct auth_memo alone = { 0 };
+	struct auth_memo *memo = req->req_conn_ctx ? &req->req_conn_ctx->hc_auth : &alone;
+	int rc = key ? auth_check_memo(key, http_client_slot(req->req_conn), memo,
+				       &req->req_tenant_id)
+		     : AUTH_DENIED;
+	char by[24];
+
+	snprintf(by, sizeof(by), "api_key:%u", memo->am_key_id);
+	http_set_by(req, by);
+	auth_memo_wipe(&alone);
+	if (rc == AUTH_UNAVAILABLE) {
+		request_unavailable(req);
+		return -1;
+	}
+	if (rc != AUTH_OK) {
+		request_fail(req, 401, "unauthorized",
+			     "send a valid API key as Authorization: Bearer <key>");
+		http_set_header(req, "WWW-Authenticate", "Bearer");
+		return -1;
+	}
+	return 0;
+}
+
 /* On the headers alone: route, then authentication, then the route's own
  * header checks. 1 after replying (no body byte is read then), else 0. */
 static int http_route(struct request *req, unsigned long long declared)
@@ -151,28 +180,8 @@ static int http_route(struct request *req, unsigned long long declared)
 		}
 		return 1;
 	}
-	if (req->req_route->auth == ROUTE_API_KEY) {
-		const char *key = http_bearer(req);
-		struct auth_memo alone = { 0 };
-		struct auth_memo *memo = req->req_conn_ctx ? &req->req_conn_ctx->hc_auth : &alone;
-		int rc = key ? auth_check_memo(key, http_client_slot(req->req_conn), memo,
-					       &req->req_tenant_id)
-			     : AUTH_DENIED;
-		char by[24];
-		snprintf(by, sizeof(by), "api_key:%u", memo->am_key_id);
-		http_set_by(req, by);
-		auth_memo_wipe(&alone);
-		if (rc == AUTH_UNAVAILABLE) {
-			request_unavailable(req);
-			return 1;
-		}
-		if (rc != AUTH_OK) {
-			request_fail(req, 401, "unauthorized",
-				     "send a valid API key as Authorization: Bearer <key>");
-			http_set_header(req, "WWW-Authenticate", "Bearer");
-			return 1;
-		}
-	}
+	if (req->req_route->auth == ROUTE_API_KEY && http_authenticate(req) < 0)
+		return 1;
 	return req->req_route->headers != NULL && req->req_route->headers(req) < 0;
 }
 
@@ -251,36 +260,39 @@ static enum MHD_Result http_send(struct request *req)
 /* First call of a request, its headers complete: everything that can be
  * decided without the body is, and answered at once (libmicrohttpd then
  * closes the connection rather than read a body nobody wants). */
-static enum MHD_Result http_headers_in(struct request *req)
-{
-	const char *cl = req->req_h_content_length;
-	unsigned long long declared = 0;
+/* What the checks of a request's framing decided. */
+enum http_framing { HTTP_FRAMING_OK, HTTP_FRAMING_ANSWER, HTTP_FRAMING_CLOSE };
 
+/* The checks of a request's header section that need neither its route nor
+ * its length: a problem is recorded and the request answered at once, the
+ * connection closed (CLOSE) where what follows on it cannot be trusted. */
+static enum http_framing http_framing(struct request *req)
+{
 	if (atomic_load(&http_stopping)) {
 		/* a keep-alive client's next request while stopping: no new work
 		 * starts, the connection closes, so the stop is not outrun */
 		request_fail(req, 503, "unavailable", "idemd is stopping; retry");
 		http_set_header(req, "Retry-After", "1");
-		goto close;
+		return HTTP_FRAMING_CLOSE;
 	}
 	if (req->req_bad_header != NULL) {
 		/* never echoed: it may hold control bytes */
 		request_fail(req, 400, "invalid_request",
 			     "a request header has a malformed name, a control character in "
 			     "its value, or a line folded onto it");
-		goto close;
+		return HTTP_FRAMING_CLOSE;
 	}
 	/* two lengths, or a length beside chunked framing, make the end of the
 	 * body ambiguous (request smuggling): refuse and close */
 	if (req->req_n_content_length > 1 || req->req_n_transfer_encoding > 1 ||
-	    (cl != NULL && req->req_h_transfer_encoding != NULL)) {
+	    (req->req_h_content_length != NULL && req->req_h_transfer_encoding != NULL)) {
 		request_fail(req, 400, "invalid_request",
 			     "conflicting Content-Length or Transfer-Encoding headers");
-		goto close;
+		return HTTP_FRAMING_CLOSE;
 	}
 	if (req->req_n_if_match > 1) {
 		request_fail(req, 400, "invalid_request", "send one If-Match header");
-		goto answer;
+		return HTTP_FRAMING_ANSWER;
 	}
 	/* chunked is the only coding idemd reads; any other (gzip, chunked)
 	 * would leave the body's end to the connection's close */
@@ -288,13 +300,29 @@ static enum MHD_Result http_headers_in(struct request *req)
 	    strcasecmp(req->req_h_transfer_encoding, "chunked") != 0) {
 		request_fail(req, 400, "invalid_request",
 			     "Transfer-Encoding must be chunked, alone");
-		goto close;
+		return HTTP_FRAMING_CLOSE;
 	}
 	/* a fragment is never sent in a request target (RFC 9110 7.1): one
 	 * would count in a gateway fingerprint but not reach the upstream */
 	if (strchr(req->req_path, '#') != NULL) {
 		request_fail(req, 400, "invalid_request", "a request target has no fragment (#)");
+		return HTTP_FRAMING_CLOSE;
+	}
+	return HTTP_FRAMING_OK;
+}
+
+static enum MHD_Result http_headers_in(struct request *req)
+{
+	const char *cl = req->req_h_content_length;
+	unsigned long long declared = 0;
+
+	switch (http_framing(req)) {
+	case HTTP_FRAMING_CLOSE:
 		goto close;
+	case HTTP_FRAMING_ANSWER:
+		goto answer;
+	case HTTP_FRAMING_OK:
+		break;
 	}
 	if (cl != NULL) {
 		char *end;
@@ -322,6 +350,35 @@ answer:
 	return http_send(req);
 }
 
+/* N more bytes of the request's body, DATA: kept, or (past max_body_bytes
+ * or the body budget) dropped with what came before, the answer then
+ * saying why on the last call. */
+static enum MHD_Result http_body_in(struct request *req, const char *data, size_t n)
+{
+	if (req->req_dispatched || req->req_body_too_large || req->req_over_budget)
+		return MHD_YES; /* discard the rest; the answer goes out on the last call */
+	if (req->req_body_len + n > http_cfg->max_body_bytes ||
+	    (req->req_body_len + n > req->req_reserved &&
+	     !http_budget_take(req, req->req_body_len + n - req->req_reserved))) {
+		if (req->req_body_len + n > http_cfg->max_body_bytes)
+			req->req_body_too_large = 1;
+		else
+			req->req_over_budget = 1;
+		free(req->req_body);
+		req->req_body = NULL;
+		req->req_body_len = 0;
+		return MHD_YES;
+	}
+	char *body = realloc(req->req_body, req->req_body_len + n + 1);
+	if (body == NULL)
+		return MHD_NO;
+	memcpy(body + req->req_body_len, data, n);
+	req->req_body = body;
+	req->req_body_len += n;
+	body[req->req_body_len] = '\0';
+	return MHD_YES;
+}
+
 enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const char *url,
 			    const char *method, const char *version, const char *upload_data,
 			    size_t *upload_data_size, void **con_cls)
@@ -339,28 +396,7 @@ enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const char *
 	if (*upload_data_size > 0) {
 		size_t n = *upload_data_size;
 		*upload_data_size = 0;
-		if (req->req_dispatched || req->req_body_too_large || req->req_over_budget)
-			return MHD_YES; /* discard the rest; the answer goes out on the last call */
-		if (req->req_body_len + n > http_cfg->max_body_bytes ||
-		    (req->req_body_len + n > req->req_reserved &&
-		     !http_budget_take(req, req->req_body_len + n - req->req_reserved))) {
-			if (req->req_body_len + n > http_cfg->max_body_bytes)
-				req->req_body_too_large = 1;
-			else
-				req->req_over_budget = 1;
-			free(req->req_body);
-			req->req_body = NULL;
-			req->req_body_len = 0;
-			return MHD_YES;
-		}
-		char *body = realloc(req->req_body, req->req_body_len + n + 1);
-		if (body == NULL)
-			return MHD_NO;
-		memcpy(body + req->req_body_len, upload_data, n);
-		req->req_body = body;
-		req->req_body_len += n;
-		body[req->req_body_len] = '\0';
-		return MHD_YES;
+		return http_body_in(req, upload_data, n);
 	}
 	if (req->req_dispatched) {
 		if (!req->req_suspended)
@@ -430,29 +466,34 @@ void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	atomic_fetch_sub(&http_active, 1);
 }
 
-int http_start(const struct config *cfg)
+/* Frees KEY (PEM text, or NULL), wiped first: a secret. */
+static void http_key_free(char *key)
+{
+	if (key != NULL)
+		sodium_memzero(key, strlen(key));
+	free(key);
+}
+
+/* The API's daemon on listen_host:listen_port (TLS when configured), or
+ * NULL after logging. */
+static struct MHD_Daemon *http_api_start(const struct config *cfg)
 {
 	struct MHD_OptionItem tls[3];
 	char *cert = NULL, *key = NULL;
 	unsigned flags;
-
-	http_cfg = cfg;
-	http_budget_start(cfg);
-	cors_init(cfg->cors_origins, cfg->n_cors_origins);
 	struct addrinfo *ai =
 		http_listen_address("listen", cfg->listen_host, cfg->listen_port, &flags);
+
 	if (ai == NULL)
-		return -1;
+		return NULL;
 	if (http_tls_options(cfg, tls, &cert, &key, &flags) < 0) {
 		freeaddrinfo(ai);
 		free(cert);
 		/* a key read before the certificate failed is a secret too */
-		if (key != NULL)
-			sodium_memzero(key, strlen(key));
-		free(key);
-		return -1;
+		http_key_free(key);
+		return NULL;
 	}
-	http_daemon = MHD_start_daemon(
+	struct MHD_Daemon *d = MHD_start_daemon(
 		flags, cfg->listen_port, NULL, NULL, http_access, NULL, MHD_OPTION_EXTERNAL_LOGGER,
 		http_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
 		(unsigned)cfg->threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
@@ -465,14 +506,20 @@ int http_start(const struct config *cfg)
 		MHD_OPTION_END);
 	freeaddrinfo(ai);
 	/* libmicrohttpd has parsed the PEM data by now; the key text is wiped */
-	if (key != NULL)
-		sodium_memzero(key, strlen(key));
-	free(key);
+	http_key_free(key);
 	free(cert);
-	if (http_daemon == NULL) {
+	if (d == NULL)
 		log_error("http: cannot listen on %s:%u", cfg->listen_host, cfg->listen_port);
+	return d;
+}
+
+int http_start(const struct config *cfg)
+{
+	http_cfg = cfg;
+	http_budget_start(cfg);
+	cors_init(cfg->cors_origins, cfg->n_cors_origins);
+	if ((http_daemon = http_api_start(cfg)) == NULL)
 		return -1;
-	}
 	if (cfg->admin_listen_host != NULL &&
 	    (http_admin_daemon = http_admin_start(cfg, &http_admin_marker)) == NULL) {
 		MHD_stop_daemon(http_daemon);

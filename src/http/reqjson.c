@@ -152,6 +152,49 @@ static const char *reqjson_flat_string(const char *p, const char *end, const cha
 	return q + 1;
 }
 
+/* A natural number at P (before END) of at most 15 digits without a
+ * leading zero into *V: where it ends, or NULL when it is anything else. */
+static const char *reqjson_flat_number(const char *p, const char *end, int64_t *v)
+{
+	const char *d = p;
+
+	*v = 0;
+	while (p < end && *p >= '0' && *p <= '9' && p - d < 16)
+		*v = *v * 10 + (*p++ - '0');
+	if (p == d || (*d == '0' && p - d > 1) || p - d > 15)
+		return NULL;
+	/* nothing like ".5" or "e3" after */
+	if (p < end && (*p == '.' || *p == 'e' || *p == 'E'))
+		return NULL;
+	return p;
+}
+
+/* A member's value at P (before END, not at END) into M: a string or a
+ * number (reqjson_flat_number). Where it ends, or NULL. */
+static const char *reqjson_flat_value(const char *p, const char *end, struct reqjson_member *m)
+{
+	m->rm_is_string = *p == '"';
+	if (m->rm_is_string)
+		return reqjson_flat_string(p, end, &m->rm_str, &m->rm_len);
+	return reqjson_flat_number(p, end, &m->rm_num);
+}
+
+/* One member at P ("name": value) into M: where it ends, or NULL. */
+static const char *reqjson_flat_member(const char *p, const char *end, struct reqjson_member *m)
+{
+	*m = (struct reqjson_member){ 0 };
+	if (p == end || *p != '"' ||
+	    (p = reqjson_flat_string(p, end, &m->rm_name, &m->rm_name_len)) == NULL)
+		return NULL;
+	p = reqjson_ws(p, end);
+	if (p == end || *p++ != ':')
+		return NULL;
+	p = reqjson_ws(p, end);
+	if (p == end)
+		return NULL;
+	return reqjson_flat_value(p, end, m);
+}
+
 int reqjson_members(const char *s, size_t len, struct reqjson_member *out, size_t max, size_t *n)
 {
 	const char *p = s, *end = s + len;
@@ -166,32 +209,8 @@ int reqjson_members(const char *s, size_t len, struct reqjson_member *out, size_
 	if (p < end && *p == '}')
 		return reqjson_ws(p + 1, end) == end;
 	for (;;) {
-		m = (struct reqjson_member){ 0 };
-		if (p == end || *p != '"' ||
-		    (p = reqjson_flat_string(p, end, &m.rm_name, &m.rm_name_len)) == NULL)
+		if ((p = reqjson_flat_member(p, end, &m)) == NULL)
 			return 0;
-		p = reqjson_ws(p, end);
-		if (p == end || *p++ != ':')
-			return 0;
-		p = reqjson_ws(p, end);
-		if (p == end)
-			return 0;
-		m.rm_is_string = *p == '"';
-		if (m.rm_is_string) {
-			if ((p = reqjson_flat_string(p, end, &m.rm_str, &m.rm_len)) == NULL)
-				return 0;
-		} else {
-			const char *d = p;
-			int64_t v = 0;
-			while (p < end && *p >= '0' && *p <= '9' && p - d < 16)
-				v = v * 10 + (*p++ - '0');
-			/* no leading zero, at most 15 digits, nothing like ".5" or "e3" after */
-			if (p == d || (*d == '0' && p - d > 1) || p - d > 15 ||
-			    (p < end &&
-			     (*p == '.' || *p == 'e' || *p == 'E' || (*p >= '0' && *p <= '9'))))
-				return 0;
-			m.rm_num = v;
-		}
 		if (*n == max)
 			return 0;
 		out[(*n)++] = m;
