@@ -205,20 +205,26 @@ static int gateway_check_headers(struct request *req)
 }
 
 /* The record a token route's submit names: the verified token, for the
- * route's tenant and operation. 0, or -1 after replying. */
+ * route's tenant and operation. The header phase verifies the token and
+ * keeps it on the request, where the submit takes it. 0, or -1 after
+ * replying. */
 static int gateway_token_address(struct request *req, const struct gateway_route *gr,
 				 struct token *t, struct operation *op)
 {
 	char text[TOKEN_MAX_CHARS + 1];
 	int found;
 
-	/* gateway_check_headers() has seen exactly one Idempotency-Key */
-	if (token_from_header(req->req_h_idempotency_key, text, sizeof(text)) < 0) {
-		answer_problem(req, OUTCOME_TOKEN_MALFORMED, NULL);
-		return -1;
+	if (!req->req_token_ok) {
+		/* gateway_check_headers() has seen exactly one Idempotency-Key */
+		if (token_from_header(req->req_h_idempotency_key, text, sizeof(text)) < 0) {
+			answer_problem(req, OUTCOME_TOKEN_MALFORMED, NULL);
+			return -1;
+		}
+		if (engine_verify(req, text, &req->req_token) < 0)
+			return -1;
+		req->req_token_ok = 1;
 	}
-	if (engine_verify(req, text, t) < 0)
-		return -1;
+	*t = req->req_token;
 	if (opcache_by_id(t->operation_id, op, &found) < 0) {
 		request_unavailable(req);
 		return -1;
