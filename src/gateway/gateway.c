@@ -290,6 +290,50 @@ static int gateway_route_fingerprint(struct request *req, const struct gateway_r
 	return 0;
 }
 
+/* What the claim's forward needs, built on the request's thread from the
+ * request's headers F (N of them): owned (gateway_pending_free()), taking
+ * *QUERY (set to NULL), or NULL after replying 503. */
+static struct gateway_pending *gateway_pending_new(struct request *req,
+						   const struct gateway_route *gr,
+						   const struct token *t,
+						   const struct operation *op, char **query,
+						   const struct headers_field *f, size_t n)
+{
+	struct gateway_pending *p = calloc(1, sizeof(*p));
+
+	if (p == NULL) {
+		request_unavailable(req);
+		return NULL;
+	}
+	p->gp_route = gr;
+	p->gp_token = *t;
+	p->gp_op = *op;
+	p->gp_query = *query;
+	*query = NULL;
+	p->gp_headers = gateway_request_headers(req, gr, t, f, n);
+	if (p->gp_headers == NULL) {
+		request_unavailable(req);
+		gateway_pending_free(p);
+		return NULL;
+	}
+	return p;
+}
+
+/* The request's headers into *F (N of them, owned: free()), read once for
+ * a submit's scope and forward (*READ says they are): 0, or -1 after
+ * replying 503. */
+static int gateway_headers_once(struct request *req, struct headers_field **f, size_t *n, int *read)
+{
+	if (*read)
+		return 0;
+	if (http_fields(req, 0, f, n) < 0) {
+		request_unavailable(req);
+		return -1;
+	}
+	*read = 1;
+	return 0;
+}
+
 static void gateway_submit(struct request *req)
 {
 	const struct gateway_route *gr = (const struct gateway_route *)req->req_route;
@@ -302,16 +346,21 @@ static void gateway_submit(struct request *req)
 	json_t *doc = NULL;
 	struct headers_field *hf = NULL;
 	size_t hn = 0;
+	int hf_read = 0;
 
 	req->req_no_if_match = !gr->gr_cfg->client_if_match;
 	/* the route, not an API key, names the tenant */
 	req->req_tenant_id = gr->gr_tenant_id;
 	http_set_by(req, gr->gr_by);
-	/* the headers, read once: a derived key's scope, the forward's */
-	if (gateway_query(req, &query) < 0 || http_fields(req, 0, &hf, &hn) < 0) {
+	if (gateway_query(req, &query) < 0) {
 		request_unavailable(req);
 		goto done;
 	}
+	/* a derived key's scope reads the headers before the replay cache
+	 * (a replay then costs no copy of them on other routes) */
+	if (gr->gr_key != GATEWAY_KEY_TOKEN && gr->gr_cfg->n_scope_headers > 0 &&
+	    gateway_headers_once(req, &hf, &hn, &hf_read) < 0)
+		goto done;
 	gateway_fingerprint(req, query, bytes_fp);
 	if ((gr->gr_key == GATEWAY_KEY_TOKEN
 		     ? gateway_token_address(req, gr, &t, &op)
@@ -324,21 +373,9 @@ static void gateway_submit(struct request *req)
 	if (engine_claim_cached_as(req, &t, fp, fp == json_fp ? bytes_fp : NULL, &gateway_replay) <
 	    0)
 		goto done;
-	p = calloc(1, sizeof(*p));
-	if (p == NULL) {
-		request_unavailable(req);
+	if (gateway_headers_once(req, &hf, &hn, &hf_read) < 0 ||
+	    (p = gateway_pending_new(req, gr, &t, &op, &query, hf, hn)) == NULL)
 		goto done;
-	}
-	p->gp_route = gr;
-	p->gp_token = t;
-	p->gp_op = op;
-	p->gp_query = query;
-	query = NULL;
-	p->gp_headers = gateway_request_headers(req, gr, &t, hf, hn);
-	if (p->gp_headers == NULL) {
-		request_unavailable(req);
-		goto done;
-	}
 	/* the claim runs in a batch; gateway_claimed() goes on from there */
 	if (engine_claim(req, &t, fp, &gateway_replay, gateway_claimed, 1, p) == 0)
 		p = NULL;

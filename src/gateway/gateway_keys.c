@@ -30,9 +30,9 @@ int gateway_body_doc(struct request *req, json_t **doc)
 	return over ? -1 : 0;
 }
 
-/* Hashes the name and every value of each of the route's scope_headers. */
 /* The scope of a derived key: the route's scope_headers, each name then
- * every value of it in order, hashed into OUT. 0, or -1 (out of memory). */
+ * every value of it in the request's headers F (N of them) in order,
+ * hashed into OUT. */
 static void gateway_scope(const struct gateway_route *gr, const struct headers_field *f, size_t n,
 			  uint8_t out[32])
 {

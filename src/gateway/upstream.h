@@ -53,8 +53,10 @@ struct upstream_call {
 	long uc_timeout_ms; /* the whole exchange */
 	size_t uc_max_body;
 	/* the answer headers kept besides Content-Type and Content-Encoding
-	 * (a body means nothing without them): lower-cased names, borrowed;
-	 * a name headers_never_stored() lists never is */
+	 * (a body means nothing without them): lower-cased names, borrowed
+	 * until uc_done has run (the route's store_headers: its config
+	 * outlives the suspended request); a name headers_never_stored()
+	 * lists never is */
 	char *const *uc_keep;
 	size_t uc_n_keep;
 	/* called once, on the upstream thread, when the call has ended */

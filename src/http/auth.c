@@ -291,7 +291,6 @@ static void auth_cache_drop(size_t slot, const uint8_t hash[32])
 	pthread_rwlock_unlock(&auth_lock);
 }
 
-/* auth_check(); *CHECKED_MS: when the answer was last confirmed. */
 /* What memory says of the key whose hash is HASH (cache slot SLOT): its
  * tenant and key id, and when that was last confirmed, from the cache
  * entry or the known set, whichever was confirmed later. 1, or 0 when
@@ -321,6 +320,7 @@ static int auth_remembered(const uint8_t hash[32], size_t slot, uint32_t *tenant
 	return cached;
 }
 
+/* auth_check(); *CHECKED_MS: when the answer was last confirmed. */
 static int auth_lookup(const char *key, size_t client, uint32_t *tenant_id, uint32_t *key_id,
 		       int64_t *checked_ms)
 {

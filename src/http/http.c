@@ -257,9 +257,6 @@ static enum MHD_Result http_send(struct request *req)
 	return MHD_queue_response(req->req_conn, req->rep_status, req->rep_response);
 }
 
-/* First call of a request, its headers complete: everything that can be
- * decided without the body is, and answered at once (libmicrohttpd then
- * closes the connection rather than read a body nobody wants). */
 /* What the checks of a request's framing decided. */
 enum http_framing { HTTP_FRAMING_OK, HTTP_FRAMING_ANSWER, HTTP_FRAMING_CLOSE };
 
@@ -311,6 +308,9 @@ static enum http_framing http_framing(struct request *req)
 	return HTTP_FRAMING_OK;
 }
 
+/* First call of a request, its headers complete: everything that can be
+ * decided without the body is, and answered at once (libmicrohttpd then
+ * closes the connection rather than read a body nobody wants). */
 static enum MHD_Result http_headers_in(struct request *req)
 {
 	const char *cl = req->req_h_content_length;

@@ -1,8 +1,8 @@
 /* A request's context: made from its headers (the ones read for every
  * request, found in one pass; its id and trace), and what a handler does
- * with it (request.h): who acts for the audit trail, the record it
- * addresses for the log, and handing its reply to another thread
- * (suspend, resume). Its fields are read in http_fields.c. */
+ * with it (request.h): who acts for the audit trail, and handing its
+ * reply to another thread (suspend, resume). Its fields are read in
+ * http_fields.c. */
 #include "http_int.h"
 
 #include <stdatomic.h>

@@ -1,6 +1,6 @@
 /* Store: all SQL lives in src/store/, in files sharing store_int.h (which
- * lists them). This one has the pool and value helpers and the record
- * engine's claims and completions. Statements are prepared once per pooled
+ * lists them). This one has the value helpers and the record engine's
+ * claims and completions. Statements are prepared once per pooled
  * connection; bytea parameters go in binary, everything else as text. */
 #include "store_int.h"
 

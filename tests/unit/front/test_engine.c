@@ -1,4 +1,4 @@
-/* Unit tests for the claim engine (engine.c, engine_check.c): the replay
+/* Unit tests for the claim engine's front (engine.c): the replay
  * cache answers before the database; a claim suspends its request and
  * queues one batcher job carrying the record, fingerprint and lease; each
  * outcome of the database step is answered on the request's thread (201
