@@ -113,7 +113,7 @@ void h_key_claim(struct request *req)
 		request_unavailable(req);
 		goto done;
 	}
-	if (engine_claim(req, &t, has_fp ? fp : NULL, &h_key_replay, h_key_claimed, 0, id) < 0)
+	if (engine_claim(req, &t, &op, has_fp ? fp : NULL, &h_key_replay, h_key_claimed, 0, id) < 0)
 		json_decref(id); /* answered at once: the callback never runs */
 done:
 	json_decref(body);

@@ -309,7 +309,7 @@ void h_token_claim(struct request *req)
 	if (engine_fingerprint(req, body, fp, &has_fp) < 0)
 		goto done;
 	if (engine_claim_cached(req, &t, has_fp ? fp : NULL, NULL) < 0 ||
-	    engine_claim(req, &t, has_fp ? fp : NULL, NULL, h_token_claimed, 0, NULL) < 0)
+	    engine_claim(req, &t, NULL, has_fp ? fp : NULL, NULL, h_token_claimed, 0, NULL) < 0)
 		goto done; /* replied at once */
 			   /* suspended: the batcher thread answers */
 done:

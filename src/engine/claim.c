@@ -115,11 +115,15 @@ struct claim *claim_new(const struct claim_in *in, struct claim_refusal *why)
 	struct claim *c = calloc(1, sizeof(*c));
 	const struct token *t = &in->ci_token;
 	struct operation op;
-	int found;
+	int found = 1;
 
 	why->cf_invalid = NULL;
 	why->cf_outcome = OUTCOME_UNAVAILABLE;
-	if (c == NULL || opcache_by_id(t->operation_id, &op, &found) < 0) {
+	if (c == NULL)
+		return NULL;
+	if (in->ci_op != NULL) {
+		op = *in->ci_op;
+	} else if (opcache_by_id(t->operation_id, &op, &found) < 0) {
 		free(c);
 		return NULL;
 	}
@@ -129,6 +133,7 @@ struct claim *claim_new(const struct claim_in *in, struct claim_refusal *why)
 		return NULL;
 	}
 	c->cl_in = *in;
+	c->cl_in.ci_op = NULL; /* borrowed for this call only */
 	c->cl_wait = in->ci_wait_asked < 0		  ? op.op_wait_seconds
 		     : in->ci_wait_asked > CLAIM_WAIT_MAX ? CLAIM_WAIT_MAX
 							  : in->ci_wait_asked;

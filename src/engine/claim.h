@@ -27,6 +27,9 @@ typedef char *(*claim_render_fn)(const struct stored_response *r, const struct t
 
 struct claim_in {
 	struct token ci_token; /* the record */
+	/* its operation when the caller has read it (borrowed for
+	 * claim_new(), which copies what it needs), else NULL: read there */
+	const struct operation *ci_op;
 	int ci_has_fp;
 	uint8_t ci_fp[STORE_HASH_BYTES];
 	int ci_has_if_match;

@@ -329,13 +329,14 @@ static void engine_call_done(struct claim *c, struct claim_out *o, void *arg)
 		http_resume(req);
 }
 
-int engine_claim(struct request *req, const struct token *t, const uint8_t *fp,
-		 const struct engine_replay *replay, engine_claimed_fn claimed, int keeps,
-		 void *arg)
+int engine_claim(struct request *req, const struct token *t, const struct operation *op,
+		 const uint8_t *fp, const struct engine_replay *replay, engine_claimed_fn claimed,
+		 int keeps, void *arg)
 {
 	const struct engine_replay *rp = replay != NULL ? replay : &engine_replay_direct;
 	struct claim_in in = {
 		.ci_token = *t,
+		.ci_op = op,
 		.ci_has_fp = fp != NULL,
 		.ci_wait_asked = engine_wait_asked(req),
 		.ci_by = req->req_by,

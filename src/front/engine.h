@@ -93,7 +93,8 @@ int engine_replay_alias(struct request *req, const struct token *t, const uint8_
 			const struct engine_replay *replay) IDEMD_WUR;
 
 /*
- * Claims T with fingerprint FP (NULL: none), honouring If-Match, without
+ * Claims T (under operation OP when the caller has read it, else NULL: it
+ * is read here) with fingerprint FP (NULL: none), honouring If-Match, without
  * blocking the request thread (after engine_claim_cached found nothing):
  * the checks run now;
  * the database step runs on a batcher thread (in a batch with other
@@ -103,14 +104,14 @@ int engine_replay_alias(struct request *req, const struct token *t, const uint8_
  * the resume; with KEEPS 1 a granted claim's CLAIMED runs on the batcher
  * thread instead, where it may keep the connection suspended (the
  * gateway's forward) and answers nothing.
- * REPLAY NULL: the direct API's envelope. T and FP are copied; REPLAY is
+ * REPLAY NULL: the direct API's envelope. T, OP and FP are copied; REPLAY is
  * borrowed until CLAIMED has run. Returns 0 when the request is suspended
  * (CLAIMED takes ARG), -1 after replying at once (validation; CLAIMED is not
  * called and ARG stays owned by the caller).
  */
-int engine_claim(struct request *req, const struct token *t, const uint8_t *fp,
-		 const struct engine_replay *replay, engine_claimed_fn claimed, int keeps,
-		 void *arg) IDEMD_WUR;
+int engine_claim(struct request *req, const struct token *t, const struct operation *op,
+		 const uint8_t *fp, const struct engine_replay *replay, engine_claimed_fn claimed,
+		 int keeps, void *arg) IDEMD_WUR;
 
 /*
  * Answers a claim of T from the replay cache without parsing the body:

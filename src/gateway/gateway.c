@@ -377,7 +377,7 @@ static void gateway_submit(struct request *req)
 	    (p = gateway_pending_new(req, gr, &t, &op, &query, hf, hn)) == NULL)
 		goto done;
 	/* the claim runs in a batch; gateway_claimed() goes on from there */
-	if (engine_claim(req, &t, fp, &gateway_replay, gateway_claimed, 1, p) == 0)
+	if (engine_claim(req, &t, &op, fp, &gateway_replay, gateway_claimed, 1, p) == 0)
 		p = NULL;
 done:
 	json_decref(doc);

@@ -176,6 +176,29 @@ static void test_arguments(void **state)
 	queued->bj_rc = -1;
 	queued->bj_done(queued);
 	claim_free(c);
+
+	/* the operation handed in is used as it is, not read again: one the
+	 * cache does not hold (which would be asked of the database, absent
+	 * here) with a lease of its own */
+	setup(state);
+	struct operation given = op;
+	given.op_id = OP_ID + 1;
+	given.op_lease_seconds = 45;
+	in.ci_token.operation_id = OP_ID + 1;
+	in.ci_op = &given;
+	c = claim_new(&in, &why);
+	assert_non_null(c);
+	claim_submit(c, on_done, &n_done);
+	assert_int_equal(queued->bj_claim->lease_seconds, 45);
+	queued->bj_rc = -1;
+	queued->bj_done(queued);
+	claim_free(c);
+	/* another tenant's operation handed in is refused as one read is */
+	setup(state);
+	given.op_tenant_id = TENANT + 1;
+	in.ci_op = &given;
+	assert_null(claim_new(&in, &why));
+	assert_int_equal(why.cf_outcome, OUTCOME_OPERATION_UNKNOWN);
 }
 
 static void fill_values(struct claim_result *r)

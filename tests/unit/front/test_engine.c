@@ -174,7 +174,7 @@ static const char *reply_code(void)
  * and the HTTP thread's resume; leaves the reply on REQ. */
 static void claim_with(enum claim_outcome outcome, int rc, void (*fill)(struct claim_result *))
 {
-	assert_int_equal(engine_claim(&req, &tok, fp, NULL, on_claimed, 0, &req), 0);
+	assert_int_equal(engine_claim(&req, &tok, NULL, fp, NULL, on_claimed, 0, &req), 0);
 	assert_int_equal(conn.suspends, 1);
 	assert_false(unit_replied(&req));
 	assert_int_equal(n_queued, 1);
@@ -201,7 +201,7 @@ static void claim_with(enum claim_outcome outcome, int rc, void (*fill)(struct c
 static void test_claim_queues_the_record(void **state)
 {
 	(void)state;
-	assert_int_equal(engine_claim(&req, &tok, fp, NULL, on_claimed, 0, &req), 0);
+	assert_int_equal(engine_claim(&req, &tok, NULL, fp, NULL, on_claimed, 0, &req), 0);
 	assert_int_equal(queued->bj_kind, BATCHER_CLAIM);
 	const struct claim_args *a = queued->bj_claim;
 	assert_int_equal(a->tenant_id, TENANT);
@@ -350,7 +350,7 @@ static void test_refused_at_once(void **state)
 	opcache_put(&op);
 	tok.subject_len = 0;
 	tok.subject[0] = '\0';
-	assert_int_equal(engine_claim(&req, &tok, fp, NULL, on_claimed, 0, &req), -1);
+	assert_int_equal(engine_claim(&req, &tok, NULL, fp, NULL, on_claimed, 0, &req), -1);
 	assert_int_equal(unit_reply(&req), 400);
 	assert_string_equal(reply_code(), "invalid_request");
 	assert_true(unit_reply_holds(&req, "send the subject"));
@@ -362,7 +362,7 @@ static void test_refused_at_once(void **state)
 	setup(state);
 	opcache_put(&op);
 	req.req_h_if_match = "3";
-	assert_int_equal(engine_claim(&req, &tok, fp, NULL, on_claimed, 0, &req), -1);
+	assert_int_equal(engine_claim(&req, &tok, NULL, fp, NULL, on_claimed, 0, &req), -1);
 	assert_int_equal(unit_reply(&req), 400);
 	assert_true(unit_reply_holds(&req, "If-Match"));
 	assert_int_equal(n_queued, 0);
@@ -372,7 +372,7 @@ static void test_refused_at_once(void **state)
 	op.op_tenant_id = TENANT + 1;
 	op.op_has_version_key = 0;
 	opcache_put(&op);
-	assert_int_equal(engine_claim(&req, &tok, fp, NULL, on_claimed, 0, &req), -1);
+	assert_int_equal(engine_claim(&req, &tok, NULL, fp, NULL, on_claimed, 0, &req), -1);
 	assert_int_equal(unit_reply(&req), 422);
 	assert_string_equal(reply_code(), "operation_unknown");
 	assert_int_equal(n_queued, 0);
@@ -392,7 +392,7 @@ static int on_claimed_keep(struct request *r, const struct claim_result *res, vo
  * and answered on the request's own thread, never on the batcher's. */
 static void test_keeps(void **state)
 {
-	assert_int_equal(engine_claim(&req, &tok, fp, NULL, on_claimed_keep, 1, &req), 0);
+	assert_int_equal(engine_claim(&req, &tok, NULL, fp, NULL, on_claimed_keep, 1, &req), 0);
 	queued->bj_rc = 0;
 	queued->bj_claim_result->cr_outcome = CLAIM_CLAIMED;
 	queued->bj_claim_result->cr_attempt = 1;
@@ -403,7 +403,7 @@ static void test_keeps(void **state)
 	assert_false(unit_replied(&req));
 
 	setup(state);
-	assert_int_equal(engine_claim(&req, &tok, fp, NULL, on_claimed_keep, 1, &req), 0);
+	assert_int_equal(engine_claim(&req, &tok, NULL, fp, NULL, on_claimed_keep, 1, &req), 0);
 	queued->bj_rc = 0;
 	queued->bj_claim_result->cr_outcome = CLAIM_REVOKED;
 	queued->bj_done(queued);
