@@ -267,6 +267,35 @@ const char *config_check_fingerprint(char *s)
 	return "must be \"auto\", \"bytes\", \"json\" or \"none\"";
 }
 
+/* Lower-cases the ASCII letters of S in place. */
+static void lower_ascii(char *s)
+{
+	for (; *s != '\0'; s++)
+		if (*s >= 'A' && *s <= 'Z')
+			*s = (char)(*s - 'A' + 'a');
+}
+
+/* Past the bracketed IPv6 literal HOST starts with ("[addr]", as inet_pton
+ * reads it): the byte after the ']', or NULL when it is not a valid one. */
+static char *ipv6_literal_end(char *host)
+{
+	struct in6_addr a6;
+	char buf[INET6_ADDRSTRLEN];
+	char *end;
+	size_t n;
+
+	if ((end = strchr(host, ']')) == NULL)
+		return NULL;
+	n = (size_t)(end - host - 1);
+	if (n == 0 || n >= sizeof(buf))
+		return NULL;
+	memcpy(buf, host + 1, n);
+	buf[n] = '\0';
+	if (inet_pton(AF_INET6, buf, &a6) != 1)
+		return NULL;
+	return end + 1;
+}
+
 /*
  * An origin as browsers serialise it: "http(s)://host[:port]", nothing after.
  * Lower-cased in place; the scheme's default port is removed so that
@@ -277,15 +306,13 @@ const char *config_check_origin(char *s)
 {
 	static const char form[] = "must be an origin \"scheme://host[:port]\" without a path, "
 				   "e.g. \"https://app.example.com\"";
-	char *p, *host, *end;
+	char *host, *end;
 	const char *defport;
 	uint16_t port;
 
 	if (strcmp(s, "*") == 0)
 		return "must name an origin; \"*\" is not allowed, list each origin";
-	for (p = s; *p != '\0'; p++)
-		if (*p >= 'A' && *p <= 'Z')
-			*p = (char)(*p - 'A' + 'a');
+	lower_ascii(s);
 	if (strncmp(s, "http://", 7) == 0) {
 		host = s + 7;
 		defport = "80";
@@ -296,20 +323,8 @@ const char *config_check_origin(char *s)
 		return form;
 	}
 	if (host[0] == '[') {
-		struct in6_addr a6;
-		char buf[INET6_ADDRSTRLEN];
-		size_t n;
-
-		if ((end = strchr(host, ']')) == NULL)
+		if ((end = ipv6_literal_end(host)) == NULL)
 			return form;
-		n = (size_t)(end - host - 1);
-		if (n == 0 || n >= sizeof(buf))
-			return form;
-		memcpy(buf, host + 1, n);
-		buf[n] = '\0';
-		if (inet_pton(AF_INET6, buf, &a6) != 1)
-			return form;
-		end++;
 	} else {
 		end = host + strcspn(host, ":");
 		if (!valid_hostname(host, (size_t)(end - host)))

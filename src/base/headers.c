@@ -237,6 +237,74 @@ int headers_arg_ok(const char *s)
 	       s[n - 1] != '\t';
 }
 
+/* Whether every string of A can travel as a header value. */
+static int headers_forward_args_ok(const struct headers_forward_args *a)
+{
+	return headers_arg_ok(a->fa_token_id) &&
+	       (a->fa_subject == NULL || headers_arg_ok(a->fa_subject)) &&
+	       headers_arg_ok(a->fa_client_ip) && headers_arg_ok(a->fa_request_id);
+}
+
+/* Checks the N FIELDS and gathers the values of their Connection headers
+ * into CONN, each after a comma (a failed append marks CONN); 0, or -1 on
+ * a field that cannot travel as a header. */
+static int headers_connection_list(const struct headers_field *fields, size_t n, struct buf *conn)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!headers_field_ok(&fields[i]))
+			return -1;
+		if (strcasecmp(fields[i].hf_name, "connection") == 0) {
+			(void)buf_str(conn, ",");
+			(void)buf_str(conn, fields[i].hf_value);
+		}
+	}
+	return 0;
+}
+
+/* Adds a client's X-Forwarded-For VALUE to the chain XFF, only from a proxy
+ * the route trusts (TRUST) and when not empty (a failed append marks
+ * XFF). */
+static void headers_chain_forwarded(struct buf *xff, const char *value, int trust)
+{
+	if (trust && *value != '\0') {
+		if (xff->b_len > 0)
+			(void)buf_str(xff, ", ");
+		(void)buf_str(xff, value);
+	}
+}
+
+/* Whether a client header NAME stays behind: dropped, hop-by-hop (CONN:
+ * the Connection headers' names, may be NULL) or, unless TRUST, one of
+ * the forwarding headers. */
+static int headers_left_out(const char *name, const char *conn, int trust)
+{
+	return headers_in(name, headers_dropped, IDEMD_ARRAY_LEN(headers_dropped)) ||
+	       headers_hop_by_hop(name, conn) ||
+	       (!trust &&
+		headers_in(name, headers_forwarding, IDEMD_ARRAY_LEN(headers_forwarding)));
+}
+
+/* Appends idemd's own lines to LIST after the client's: Idempotency-Key,
+ * Idempotency-Subject, X-Forwarded-For (XFF, the whole chain),
+ * X-Request-Id, traceparent, then the removal of Expect and, without
+ * HAS_TYPE, of Content-Type; 0, or -1 out of memory. */
+static int headers_append_own(struct curl_slist **list, const struct headers_forward_args *a,
+			      const char *xff, int has_type)
+{
+	if (headers_append(list, "Idempotency-Key", a->fa_token_id) < 0 ||
+	    (a->fa_subject != NULL &&
+	     headers_append(list, "Idempotency-Subject", a->fa_subject) < 0) ||
+	    headers_append(list, "X-Forwarded-For", xff) < 0 ||
+	    headers_append(list, "X-Request-Id", a->fa_request_id) < 0 ||
+	    (a->fa_traceparent != NULL &&
+	     headers_append(list, "traceparent", a->fa_traceparent) < 0) ||
+	    /* "Name:" alone removes what libcurl would add by itself */
+	    headers_raw(list, "Expect:") < 0 ||
+	    (!has_type && headers_raw(list, "Content-Type:") < 0))
+		return -1;
+	return 0;
+}
+
 int headers_forward(const struct headers_field *fields, size_t n,
 		    const struct headers_forward_args *a, struct curl_slist **out)
 {
@@ -245,35 +313,19 @@ int headers_forward(const struct headers_field *fields, size_t n,
 	int rc = HEADERS_OK, has_type = 0;
 
 	*out = NULL;
-	if (!headers_arg_ok(a->fa_token_id) ||
-	    (a->fa_subject != NULL && !headers_arg_ok(a->fa_subject)) ||
-	    !headers_arg_ok(a->fa_client_ip) || !headers_arg_ok(a->fa_request_id))
+	if (!headers_forward_args_ok(a))
 		return HEADERS_INVALID;
-	for (size_t i = 0; i < n; i++) {
-		if (!headers_field_ok(&fields[i])) {
-			buf_free(&conn);
-			return HEADERS_INVALID;
-		}
-		if (strcasecmp(fields[i].hf_name, "connection") == 0) {
-			(void)buf_str(&conn, ",");
-			(void)buf_str(&conn, fields[i].hf_value);
-		}
+	if (headers_connection_list(fields, n, &conn) != 0) {
+		buf_free(&conn);
+		return HEADERS_INVALID;
 	}
 	for (size_t i = 0; i < n && rc == HEADERS_OK && !conn.b_failed; i++) {
 		const char *name = fields[i].hf_name, *value = fields[i].hf_value;
 		if (strcasecmp(name, "x-forwarded-for") == 0) {
-			/* the client's own chain only from a proxy the route trusts */
-			if (a->fa_trust_forwarded && *value != '\0') {
-				if (xff.b_len > 0)
-					(void)buf_str(&xff, ", ");
-				(void)buf_str(&xff, value);
-			}
+			headers_chain_forwarded(&xff, value, a->fa_trust_forwarded);
 			continue;
 		}
-		if (headers_in(name, headers_dropped, IDEMD_ARRAY_LEN(headers_dropped)) ||
-		    headers_hop_by_hop(name, conn.b_data) ||
-		    (!a->fa_trust_forwarded &&
-		     headers_in(name, headers_forwarding, IDEMD_ARRAY_LEN(headers_forwarding))))
+		if (headers_left_out(name, conn.b_data, a->fa_trust_forwarded))
 			continue;
 		has_type |= strcasecmp(name, "content-type") == 0;
 		if (headers_append(&list, name, value) < 0)
@@ -282,18 +334,8 @@ int headers_forward(const struct headers_field *fields, size_t n,
 	if (xff.b_len > 0)
 		(void)buf_str(&xff, ", ");
 	(void)buf_str(&xff, a->fa_client_ip);
-	if (rc == HEADERS_OK &&
-	    (conn.b_failed || xff.b_failed ||
-	     headers_append(&list, "Idempotency-Key", a->fa_token_id) < 0 ||
-	     (a->fa_subject != NULL &&
-	      headers_append(&list, "Idempotency-Subject", a->fa_subject) < 0) ||
-	     headers_append(&list, "X-Forwarded-For", xff.b_data) < 0 ||
-	     headers_append(&list, "X-Request-Id", a->fa_request_id) < 0 ||
-	     (a->fa_traceparent != NULL &&
-	      headers_append(&list, "traceparent", a->fa_traceparent) < 0) ||
-	     /* "Name:" alone removes what libcurl would add by itself */
-	     headers_raw(&list, "Expect:") < 0 ||
-	     (!has_type && headers_raw(&list, "Content-Type:") < 0)))
+	if (rc == HEADERS_OK && (conn.b_failed || xff.b_failed ||
+				 headers_append_own(&list, a, xff.b_data, has_type) < 0))
 		rc = HEADERS_NOMEM;
 	buf_free(&conn);
 	buf_free(&xff);

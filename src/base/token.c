@@ -19,6 +19,9 @@
 static uint8_t *put32(uint8_t *p, uint32_t v);
 static const uint8_t *get32(const uint8_t *p, uint32_t *v);
 static int token_b64_char(char c);
+static int token_b64url_tail(const unsigned char *u, size_t rest, uint8_t *out, size_t *k);
+static int token_unquote(const char *p, const char *end, char *out, size_t max, size_t *n);
+static int token_copy_bare(const char *p, const char *end, char *out, size_t max, size_t *n);
 static void token_b64url_encode(const uint8_t *in, size_t len, char *out);
 static int token_decode(const char *s, size_t len, uint8_t buf[TOKEN_DECODE_BYTES], size_t *n);
 static void token_mac(uint8_t tag[TOKEN_TAG_BYTES], const uint8_t *payload, size_t len,
@@ -124,6 +127,25 @@ static const uint8_t token_b64_value[256] = {
 	['_'] = 64,
 };
 
+/* The last group's rest (2 or 3) digits at u, decoded into out at *k
+ * (moved past the 1 or 2 bytes written); 0, or -1 on a byte outside
+ * base64url or a group that is not canonical. */
+static int token_b64url_tail(const unsigned char *u, size_t rest, uint8_t *out, size_t *k)
+{
+	uint32_t a = token_b64_value[u[0]], b = token_b64_value[u[1]],
+		 c = rest == 3 ? token_b64_value[u[2]] : 1;
+	if (a == 0 || b == 0 || c == 0)
+		return -1;
+	uint32_t v = (a - 1) << 18 | (b - 1) << 12 | (c - 1) << 6;
+	/* canonical: the bits left over after the last byte are zero */
+	if ((v & (rest == 2 ? 0xffffu : 0xffu)) != 0)
+		return -1;
+	out[(*k)++] = (uint8_t)(v >> 16);
+	if (rest == 3)
+		out[(*k)++] = (uint8_t)(v >> 8);
+	return 0;
+}
+
 int token_b64url_decode(const char *s, size_t len, uint8_t *out, size_t outmax, size_t *n)
 {
 	const unsigned char *u = (const unsigned char *)s;
@@ -142,19 +164,8 @@ int token_b64url_decode(const char *s, size_t len, uint8_t *out, size_t outmax, 
 		out[k++] = (uint8_t)(v >> 8);
 		out[k++] = (uint8_t)v;
 	}
-	if (rest > 0) {
-		uint32_t a = token_b64_value[u[0]], b = token_b64_value[u[1]],
-			 c = rest == 3 ? token_b64_value[u[2]] : 1;
-		if (a == 0 || b == 0 || c == 0)
-			return -1;
-		uint32_t v = (a - 1) << 18 | (b - 1) << 12 | (c - 1) << 6;
-		/* canonical: the bits left over after the last byte are zero */
-		if ((v & (rest == 2 ? 0xffffu : 0xffu)) != 0)
-			return -1;
-		out[k++] = (uint8_t)(v >> 16);
-		if (rest == 3)
-			out[k++] = (uint8_t)(v >> 8);
-	}
+	if (rest > 0 && token_b64url_tail(u, rest, out, &k) != 0)
+		return -1;
 	*n = k;
 	return 0;
 }
@@ -272,6 +283,42 @@ static int token_b64_char(char c)
 	       c == '-' || c == '_';
 }
 
+/* The quoted form: what lies between the quote at p and the one that ends
+ * at end, unescaped (only \" and \\), into out, at most max characters,
+ * their count in *n; 0, or -1 on a bad escape, a byte outside printable
+ * ASCII, more than max characters, or no closing quote right at end. */
+static int token_unquote(const char *p, const char *end, char *out, size_t max, size_t *n)
+{
+	for (p++; p < end && *p != '"'; p++) {
+		if (*p == '\\') {
+			p++;
+			if (p == end || (*p != '"' && *p != '\\'))
+				return -1;
+		} else if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
+			return -1;
+		if (*n == max)
+			return -1;
+		out[(*n)++] = *p;
+	}
+	if (p == end || p + 1 != end) /* unterminated or trailing */
+		return -1;
+	return 0;
+}
+
+/* The bare form: p to end into out, at most max characters, their count
+ * in *n; 0, or -1 on a byte outside base64url or more than max. */
+static int token_copy_bare(const char *p, const char *end, char *out, size_t max, size_t *n)
+{
+	for (; p < end; p++) {
+		if (!token_b64_char(*p))
+			return -1;
+		if (*n == max)
+			return -1;
+		out[(*n)++] = *p;
+	}
+	return 0;
+}
+
 int token_from_header(const char *value, char *out, size_t outlen)
 {
 	const char *p, *end;
@@ -286,28 +333,10 @@ int token_from_header(const char *value, char *out, size_t outlen)
 		end--;
 
 	if (p < end && *p == '"') {
-		for (p++; p < end && *p != '"'; p++) {
-			if (*p == '\\') {
-				p++;
-				if (p == end || (*p != '"' && *p != '\\'))
-					return -1;
-			} else if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
-				return -1;
-			if (n == max)
-				return -1;
-			out[n++] = *p;
-		}
-		if (p == end || p + 1 != end) /* unterminated or trailing */
+		if (token_unquote(p, end, out, max, &n) != 0)
 			return -1;
-	} else {
-		for (; p < end; p++) {
-			if (!token_b64_char(*p))
-				return -1;
-			if (n == max)
-				return -1;
-			out[n++] = *p;
-		}
-	}
+	} else if (token_copy_bare(p, end, out, max, &n) != 0)
+		return -1;
 	if (n == 0)
 		return -1;
 	out[n] = '\0';

@@ -47,6 +47,23 @@ static size_t utf8_char_len(const unsigned char *s)
 	return n;
 }
 
+/* The escape of the single byte C (a control, DEL, a backslash in text, or
+ * a byte that starts no valid character); borrowed: a literal, or ESC
+ * (of ESCLEN bytes) written with a numeric escape. */
+static const char *utf8_escape_byte(unsigned char c, enum utf8_escape how, char *esc, size_t esclen)
+{
+	if (how == UTF8_ESCAPE_JSON && c == 0x7F)
+		return "\\u007f";
+	if (how == UTF8_ESCAPE_JSON && c >= 0x20)
+		return "\\ufffd"; /* not from jansson: invalid UTF-8 */
+	if (c == '\\')
+		return "\\\\";
+	if (c == '\t' || c == '\n' || c == '\r' || c == 0x1B)
+		return c == '\t' ? "\\t" : c == '\n' ? "\\n" : c == '\r' ? "\\r" : "\\e";
+	snprintf(esc, esclen, how == UTF8_ESCAPE_JSON ? "\\u%04x" : "\\x%02x", c);
+	return esc;
+}
+
 char *utf8_escape_controls(const char *s, enum utf8_escape how)
 {
 	const unsigned char *p = (const unsigned char *)s;
@@ -62,22 +79,7 @@ char *utf8_escape_controls(const char *s, enum utf8_escape how)
 		} else if (n == 0 || *p < 0x20 || *p == 0x7F ||
 			   (*p == '\\' && how == UTF8_ESCAPE_TEXT)) {
 			n = 1;
-			if (how == UTF8_ESCAPE_JSON && *p == 0x7F)
-				put = "\\u007f";
-			else if (how == UTF8_ESCAPE_JSON && *p >= 0x20)
-				put = "\\ufffd"; /* not from jansson: invalid UTF-8 */
-			else if (*p == '\\')
-				put = "\\\\";
-			else if (*p == '\t' || *p == '\n' || *p == '\r' || *p == 0x1B)
-				put = *p == '\t'   ? "\\t"
-				      : *p == '\n' ? "\\n"
-				      : *p == '\r' ? "\\r"
-						   : "\\e";
-			else {
-				snprintf(esc, sizeof(esc),
-					 how == UTF8_ESCAPE_JSON ? "\\u%04x" : "\\x%02x", *p);
-				put = esc;
-			}
+			put = utf8_escape_byte(*p, how, esc, sizeof(esc));
 		}
 		if (put != NULL)
 			buf_str(&b, put);

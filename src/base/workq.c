@@ -46,29 +46,28 @@ struct workq_item *workq_take(struct workq *q, size_t max, workq_match_fn match,
 /* How far PICK looks into the queue for a better first item. */
 #define WORKQ_PICK_SCAN 256
 
-struct workq_item *workq_take_pick(struct workq *q, size_t max, workq_match_fn match,
-				   workq_pick_fn pick, void *pick_arg, int wait, int *closed)
+/* The link to the first item PICK prefers among the first WORKQ_PICK_SCAN
+ * of Q, or to its head when PICK prefers none of them; under wq_lock. */
+static struct workq_item **workq_pick_link(struct workq *q, workq_pick_fn pick, void *pick_arg)
 {
-	struct workq_item *first, *out = NULL, **out_tail = &out, **link;
+	struct workq_item **l = &q->wq_head;
+
+	for (size_t k = 0; *l != NULL && k < WORKQ_PICK_SCAN; k++, l = &(*l)->wi_next)
+		if (pick(*l, pick_arg))
+			return l;
+	return &q->wq_head;
+}
+
+/* Unlinks up to MAX items from *LINK on: FIRST (the item *LINK points at)
+ * and those after it that MATCH pairs with FIRST (all of them when MATCH is
+ * NULL); returns them as a list in queue order, NULL for none. Leaves
+ * wq_tail as it was; under wq_lock. */
+static struct workq_item *workq_unlink_run(struct workq_item **link, struct workq_item *first,
+					   size_t max, workq_match_fn match)
+{
+	struct workq_item *out = NULL, **out_tail = &out;
 	size_t n = 0;
 
-	pthread_mutex_lock(&q->wq_lock);
-	while (wait && q->wq_head == NULL && q->wq_open)
-		pthread_cond_wait(&q->wq_cond, &q->wq_lock);
-	if (closed != NULL)
-		*closed = !q->wq_open;
-	first = q->wq_head;
-	link = &q->wq_head;
-	if (pick != NULL && first != NULL) {
-		/* the first item PICK prefers, within the scan; the head else */
-		struct workq_item **l = &q->wq_head;
-		for (size_t k = 0; *l != NULL && k < WORKQ_PICK_SCAN; k++, l = &(*l)->wi_next)
-			if (pick(*l, pick_arg)) {
-				first = *l;
-				link = l;
-				break;
-			}
-	}
 	while (*link != NULL && n < max) {
 		struct workq_item *it = *link;
 		if (n == 0 || match == NULL || match(first, it)) {
@@ -81,6 +80,27 @@ struct workq_item *workq_take_pick(struct workq *q, size_t max, workq_match_fn m
 			link = &it->wi_next;
 		}
 	}
+	return out;
+}
+
+struct workq_item *workq_take_pick(struct workq *q, size_t max, workq_match_fn match,
+				   workq_pick_fn pick, void *pick_arg, int wait, int *closed)
+{
+	struct workq_item *first, *out, **link;
+
+	pthread_mutex_lock(&q->wq_lock);
+	while (wait && q->wq_head == NULL && q->wq_open)
+		pthread_cond_wait(&q->wq_cond, &q->wq_lock);
+	if (closed != NULL)
+		*closed = !q->wq_open;
+	first = q->wq_head;
+	link = &q->wq_head;
+	if (pick != NULL && first != NULL) {
+		/* the first item PICK prefers, within the scan; the head else */
+		link = workq_pick_link(q, pick, pick_arg);
+		first = *link;
+	}
+	out = workq_unlink_run(link, first, max, match);
 	if (q->wq_head == NULL) {
 		q->wq_tail = NULL;
 	} else if (match != NULL || pick != NULL) {
