@@ -228,6 +228,19 @@ static int db_alive(PGconn *pg)
 	return !(p.revents & POLLIN) || (PQconsumeInput(pg) == 1 && PQstatus(pg) == CONNECTION_OK);
 }
 
+/* The first idle connection of the pool, a healthy one before any other;
+ * NULL when all are busy. Marks nothing; under db_pool.lock. */
+static struct db_conn *db_pool_idle(void)
+{
+	for (int i = 0; i < db_pool.size; i++)
+		if (!db_pool.conns[i].dc_busy && !db_pool.conns[i].dc_broken)
+			return &db_pool.conns[i];
+	for (int i = 0; i < db_pool.size; i++)
+		if (!db_pool.conns[i].dc_busy)
+			return &db_pool.conns[i];
+	return NULL;
+}
+
 struct db_conn *db_acquire(void)
 {
 	struct timespec deadline, t0;
@@ -240,16 +253,7 @@ struct db_conn *db_acquire(void)
 	deadline.tv_nsec %= 1000000000L;
 
 	pthread_mutex_lock(&db_pool.lock);
-	while (c == NULL) {
-		/* prefer a healthy idle connection, else any idle one */
-		for (int i = 0; i < db_pool.size && c == NULL; i++)
-			if (!db_pool.conns[i].dc_busy && !db_pool.conns[i].dc_broken)
-				c = &db_pool.conns[i];
-		for (int i = 0; i < db_pool.size && c == NULL; i++)
-			if (!db_pool.conns[i].dc_busy)
-				c = &db_pool.conns[i];
-		if (c != NULL)
-			break;
+	while ((c = db_pool_idle()) == NULL) {
 		db_pool.waiting++;
 		int rc = pthread_cond_timedwait(&db_pool.freed, &db_pool.lock, &deadline);
 		db_pool.waiting--;

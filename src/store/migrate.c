@@ -111,6 +111,28 @@ static void migrate_note(char *buf, const char *name)
 	snprintf(buf + used, MIGRATE_NAMES - used, "%s%s", used > 0 ? ", " : "", name);
 }
 
+/* Prints the line of migrate_compare's list for one migration: WHAT and
+ * NAME, then APPLIED_AT and whether it is BREAKING for one the database
+ * holds (APPLIED_AT NULL: it holds none). Returns 0, or -1 when stdout
+ * failed. */
+static int migrate_print(const char *what, const char *name, const char *applied_at, int breaking)
+{
+	if (applied_at == NULL)
+		return printf("%s %s\n", what, name) < 0 ? -1 : 0;
+	return printf("%s %s %s%s\n", what, name, applied_at, breaking ? " breaking" : "") < 0 ? -1
+											       : 0;
+}
+
+/* How the database stands by the counts in OUT (a later migrate_state wins). */
+static enum migrate_state migrate_state_of(const struct migrate_check *out)
+{
+	return out->changed > 0	   ? MIGRATE_CHANGED
+	       : out->pending > 0  ? MIGRATE_BEHIND
+	       : out->breaking > 0 ? MIGRATE_TOO_OLD
+	       : out->unknown > 0  ? MIGRATE_AHEAD
+				   : MIGRATE_CURRENT;
+}
+
 /*
  * Walks the embedded migrations and the rows of R (MIGRATE_ROWS_SQL; NULL:
  * no table yet) together, fills OUT and, when LIST is set, prints one line
@@ -153,19 +175,14 @@ static int migrate_compare(const PGresult *r, struct migrate_check *out, int lis
 			i++;
 			what = "applied";
 		}
-		if (list && cmp < 0)
-			failed |= printf("%s %s\n", what, name) < 0;
-		else if (list)
-			failed |= printf("%s %s %s%s\n", what, name, PQgetvalue(r, (int)j, 2),
-					 breaking ? " breaking" : "") < 0;
+		if (list)
+			failed |= migrate_print(what, name,
+						cmp < 0 ? NULL : PQgetvalue(r, (int)j, 2),
+						breaking) < 0;
 		if (cmp >= 0)
 			j++;
 	}
-	out->state = out->changed > 0	 ? MIGRATE_CHANGED
-		     : out->pending > 0	 ? MIGRATE_BEHIND
-		     : out->breaking > 0 ? MIGRATE_TOO_OLD
-		     : out->unknown > 0	 ? MIGRATE_AHEAD
-					 : MIGRATE_CURRENT;
+	out->state = migrate_state_of(out);
 	return failed ? -1 : 0;
 }
 

@@ -494,6 +494,18 @@ out:
 	return rc;
 }
 
+/* Whether two of the N completes A name the same record (then none goes
+ * through st_complete_current: idemd.complete answers the second). */
+static int store_completes_twins(const struct complete_args *const *a, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = 0; j < i; j++)
+			if (store_same_record(a[i]->tenant_id, a[i]->token_id, a[j]->tenant_id,
+					      a[j]->token_id))
+				return 1;
+	return 0;
+}
+
 /* Completes of the current attempt in one statement (the common case);
  * whatever that did not store then through idemd.complete, which explains
  * it. As with claims, a failure of the second statement leaves the first
@@ -504,13 +516,9 @@ int store_complete_many(const struct complete_args *const *a, struct complete_re
 	const struct complete_args **ra = malloc(n * sizeof(*ra));
 	struct complete_result **rr = malloc(n * sizeof(*rr));
 	char *done = calloc(n, 1), *rdone = calloc(n, 1);
-	int twins = 0, rc = -1;
+	int twins = store_completes_twins(a, n), rc = -1;
 	size_t m = 0;
 
-	for (size_t i = 0; i < n && !twins; i++)
-		for (size_t j = 0; j < i && !twins; j++)
-			twins = store_same_record(a[i]->tenant_id, a[i]->token_id, a[j]->tenant_id,
-						  a[j]->token_id);
 	if (n == 0 || ra == NULL || rr == NULL || done == NULL || rdone == NULL)
 		goto out;
 	if (!twins && store_complete_run(&st_complete_current, a, res, done, n, 0) < 0)

@@ -41,14 +41,34 @@ static int store_id_list(const char *s, uint32_t **ids, size_t *n)
 	return 0;
 }
 
+/* A text column into *OUT: a new string (free()), NULL for a NULL; 0, or
+ * -1 out of memory. */
+static int store_read_str(const PGresult *r, int row, int col, char **out)
+{
+	*out = PQgetisnull(r, row, col) ? NULL : strdup(PQgetvalue(r, row, col));
+	return PQgetisnull(r, row, col) || *out != NULL ? 0 : -1;
+}
+
+/* A 16-byte id (a bytea column) into ID; 0, or -1 when it is not 16 bytes
+ * or out of memory (ID then unchanged). */
+static int store_read_id(const PGresult *r, int row, int col, uint8_t *id)
+{
+	size_t n;
+	unsigned char *v = store_bytea(r, row, col, &n);
+	int ok = v != NULL && n == 16;
+
+	if (ok)
+		memcpy(id, v, 16);
+	free(v);
+	return ok ? 0 : -1;
+}
+
 /* One column into the struct BASE; 0, or -1 (what it allocated is kept
  * in BASE for store_free_row). */
 static int store_read_col(const PGresult *r, int row, const struct store_col *c, void *base)
 {
 	const char *v = PQgetvalue(r, row, c->col);
 	void *p = field(base, c->off);
-	unsigned char *id;
-	size_t n;
 
 	switch (c->type) {
 	case SC_U32:
@@ -67,17 +87,12 @@ static int store_read_col(const PGresult *r, int row, const struct store_col *c,
 		snprintf(p, c->aux, "%s", v);
 		return 0;
 	case SC_STR:
-		*(char **)p = PQgetisnull(r, row, c->col) ? NULL : strdup(v);
-		return PQgetisnull(r, row, c->col) || *(char **)p != NULL ? 0 : -1;
+		return store_read_str(r, row, c->col, p);
 	case SC_BYTEA:
 		*(unsigned char **)p = store_bytea(r, row, c->col, field(base, c->aux));
 		return *(unsigned char **)p != NULL ? 0 : -1;
 	case SC_ID:
-		id = store_bytea(r, row, c->col, &n);
-		if (id != NULL && n == 16)
-			memcpy(p, id, 16);
-		free(id);
-		return id != NULL && n == 16 ? 0 : -1;
+		return store_read_id(r, row, c->col, p);
 	case SC_IDS:
 		return store_id_list(v, p, field(base, c->aux));
 	case SC_RESPONSE:
