@@ -38,20 +38,41 @@ void callerkey_address(uint32_t tenant, const struct operation *op, const char *
 	t->expires_at = token_expiry(now_ms, op->op_token_ttl_seconds);
 }
 
+/* A bare key VALUE (not quoted) into OUT (OUTLEN bytes): its length, -1
+ * when it holds a comma, -2 when it is too long. */
+static int callerkey_bare(const char *value, char *out, size_t outlen)
+{
+	size_t n;
+
+	/* a comma is what two header lines joined look like: which key? */
+	if (strchr(value, ',') != NULL)
+		return -1;
+	n = strlen(value);
+	if (n >= outlen)
+		return -2;
+	memcpy(out, value, n + 1);
+	return (int)n;
+}
+
+/* Whether AFTER, what follows an sf-string's closing quote, may follow it:
+ * nothing, or RFC 8941 parameters (;name or ;name=value, allowed and
+ * ignored) in printable ASCII; a second member (",") least of all. */
+static int callerkey_params_ok(const char *after)
+{
+	if (after[0] != '\0' && (after[0] != ';' || strchr(after, ',') != NULL))
+		return 0;
+	for (const char *q = after; *q != '\0'; q++)
+		if ((unsigned char)*q < 0x20 || (unsigned char)*q > 0x7e)
+			return 0;
+	return 1;
+}
+
 int callerkey_from_header(const char *value, char *out, size_t outlen)
 {
 	size_t n = 0;
 
-	if (value[0] != '"') {
-		/* a comma is what two header lines joined look like: which key? */
-		if (strchr(value, ',') != NULL)
-			return -1;
-		n = strlen(value);
-		if (n >= outlen)
-			return -2;
-		memcpy(out, value, n + 1);
-		return (int)n;
-	}
+	if (value[0] != '"')
+		return callerkey_bare(value, out, outlen);
 	/* RFC 8941 sf-string: printable ASCII, \" and \\ escaped, nothing after */
 	const char *p = value + 1;
 	for (; *p != '"'; p++) {
@@ -66,13 +87,8 @@ int callerkey_from_header(const char *value, char *out, size_t outlen)
 			return -2;
 		out[n++] = *p;
 	}
-	/* RFC 8941 parameters (;name or ;name=value) are allowed and ignored;
-	 * nothing else may follow, a second member (",") least of all */
-	if (p[1] != '\0' && (p[1] != ';' || strchr(p + 1, ',') != NULL))
+	if (!callerkey_params_ok(p + 1))
 		return -1;
-	for (const char *q = p + 1; *q != '\0'; q++)
-		if ((unsigned char)*q < 0x20 || (unsigned char)*q > 0x7e)
-			return -1;
 	out[n] = '\0';
 	return (int)n;
 }

@@ -297,50 +297,79 @@ int keys_check(void)
 #define KEYS_SEALED_BYTES \
 	(crypto_secretbox_NONCEBYTES + crypto_secretbox_MACBYTES + TOKEN_KEY_BYTES)
 
-int keys_master_rotate(const char *new_path, int *created, size_t *resealed)
+/* Creates the new master key file PATH when it is missing (*CREATED set
+ * then) and reads it into a new locked *FRESH (sodium_free()); 0, -1, or
+ * KEYS_WRONG_MASTER (logged; *FRESH freed and NULL) when it holds the
+ * current master key. */
+static int keys_read_new_master(const char *path, int *created, uint8_t **fresh)
 {
-	struct sealed_key *sealed = NULL;
-	unsigned char(*out)[KEYS_SEALED_BYTES] = NULL;
-	const unsigned char **ptrs = NULL;
-	size_t *lens = NULL, n = 0;
-	uint8_t *fresh = NULL, *key = NULL;
 	char where[4200];
-	int ok = 0, ret = -1;
 
-	*created = 0;
-	*resealed = 0;
-	if (keys.master == NULL)
+	snprintf(where, sizeof(where), "the new master key file %s", path);
+	if (keys_master_create(path, created) < 0 || keys_read_file(path, where, fresh) < 0)
 		return -1;
-	snprintf(where, sizeof(where), "the new master key file %s", new_path);
-	if (keys_master_create(new_path, created) < 0 ||
-	    keys_read_file(new_path, where, &fresh) < 0)
-		return -1;
-	if (sodium_memcmp(fresh, keys.master, crypto_secretbox_KEYBYTES) == 0) {
+	if (sodium_memcmp(*fresh, keys.master, crypto_secretbox_KEYBYTES) == 0) {
 		log_error("keys: %s holds the current master key", where);
-		ret = KEYS_WRONG_MASTER;
-		goto done;
+		sodium_free(*fresh);
+		*fresh = NULL;
+		return KEYS_WRONG_MASTER;
 	}
-	if (store_keys_load(&sealed, &n) < 0)
-		goto done;
-	key = sodium_malloc(TOKEN_KEY_BYTES);
-	out = calloc(n > 0 ? n : 1, sizeof(*out));
-	ptrs = calloc(n > 0 ? n : 1, sizeof(*ptrs));
-	lens = calloc(n > 0 ? n : 1, sizeof(*lens));
-	if (key == NULL || out == NULL || ptrs == NULL || lens == NULL)
-		goto done;
+	return 0;
+}
+
+/* Opens each of the N SEALED signing keys under the current master key
+ * (into KEY, a locked buffer of TOKEN_KEY_BYTES) and seals it again under
+ * FRESH into OUT[i], PTRS[i] and LENS[i] pointing at it as
+ * store_keys_reseal takes them; 0, or -1 (logged) at the first one the
+ * current master key does not open. */
+static int keys_reseal_each(const struct sealed_key *sealed, size_t n, const uint8_t *fresh,
+			    uint8_t *key, unsigned char (*out)[KEYS_SEALED_BYTES],
+			    const unsigned char **ptrs, size_t *lens)
+{
 	for (size_t i = 0; i < n; i++) {
 		if (keys_open(&sealed[i], keys.master, key) != 0) {
 			log_error("keys: %s cannot open signing key %u: it is not the master key "
 				  "the signing keys were sealed with; nothing was changed",
 				  keys_src.where, (unsigned)sealed[i].sk_id);
-			ret = KEYS_WRONG_MASTER;
-			goto done;
+			return -1;
 		}
 		randombytes_buf(out[i], crypto_secretbox_NONCEBYTES);
 		crypto_secretbox_easy(out[i] + crypto_secretbox_NONCEBYTES, key, TOKEN_KEY_BYTES,
 				      out[i], fresh);
 		ptrs[i] = out[i];
 		lens[i] = KEYS_SEALED_BYTES;
+	}
+	return 0;
+}
+
+int keys_master_rotate(const char *new_path, int *created, size_t *resealed)
+{
+	struct sealed_key *sealed = NULL;
+	unsigned char(*out)[KEYS_SEALED_BYTES] = NULL;
+	const unsigned char **ptrs = NULL;
+	size_t *lens = NULL, n = 0, room;
+	uint8_t *fresh = NULL, *key = NULL;
+	int ok = 0, ret = -1, rc;
+
+	*created = 0;
+	*resealed = 0;
+	if (keys.master == NULL)
+		return -1;
+	rc = keys_read_new_master(new_path, created, &fresh);
+	if (rc != 0)
+		return rc;
+	if (store_keys_load(&sealed, &n) < 0)
+		goto done;
+	room = n > 0 ? n : 1;
+	key = sodium_malloc(TOKEN_KEY_BYTES);
+	out = calloc(room, sizeof(*out));
+	ptrs = calloc(room, sizeof(*ptrs));
+	lens = calloc(room, sizeof(*lens));
+	if (key == NULL || out == NULL || ptrs == NULL || lens == NULL)
+		goto done;
+	if (keys_reseal_each(sealed, n, fresh, key, out, ptrs, lens) != 0) {
+		ret = KEYS_WRONG_MASTER;
+		goto done;
 	}
 	if (store_keys_reseal(sealed, ptrs, lens, n, &ok) < 0)
 		goto done;

@@ -85,11 +85,50 @@ static int rc_cmp(const void *a, const void *b)
 	return memcmp(x->re_id, y->re_id, 16);
 }
 
+/* Moves the used slots of TABLE (REPLAYCOUNT_CAPACITY of them) to its
+ * front, in record order; how many. TABLE is the one a flush swapped out:
+ * called without bg.lock. */
+static size_t rc_compact(struct rc_entry *table)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < REPLAYCOUNT_CAPACITY; i++)
+		if (table[i].re_used)
+			table[n++] = table[i];
+	qsort(table, n, sizeof(*table), rc_cmp);
+	return n;
+}
+
+/* Adds the counts of the first N entries of TABLE to the records in one
+ * statement (store_replays_add); 0, or -1. */
+static int rc_store(const struct rc_entry *table, size_t n)
+{
+	uint32_t *tenants = malloc(n * sizeof(*tenants));
+	uint8_t(*ids)[16] = malloc(n * sizeof(*ids));
+	int64_t *counts = malloc(n * sizeof(*counts));
+	int ret;
+
+	if (tenants == NULL || ids == NULL || counts == NULL) {
+		ret = -1;
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			tenants[i] = table[i].re_tenant;
+			memcpy(ids[i], table[i].re_id, 16);
+			counts[i] = table[i].re_count;
+		}
+		ret = store_replays_add(n, tenants, ids, counts);
+	}
+	free(tenants);
+	free(ids);
+	free(counts);
+	return ret;
+}
+
 int replaycount_flush(void)
 {
 	struct rc_entry *table;
-	size_t n = 0;
-	int ret = 0;
+	size_t n;
+	int ret;
 
 	pthread_mutex_lock(&rc.flush_lock);
 	pthread_mutex_lock(&rc.bg.lock);
@@ -105,28 +144,8 @@ int replaycount_flush(void)
 	rc.used = 0;
 	pthread_mutex_unlock(&rc.bg.lock);
 
-	/* compact the used slots to the front, in record order */
-	for (size_t i = 0; i < REPLAYCOUNT_CAPACITY; i++)
-		if (table[i].re_used)
-			table[n++] = table[i];
-	qsort(table, n, sizeof(*table), rc_cmp);
-
-	uint32_t *tenants = malloc(n * sizeof(*tenants));
-	uint8_t(*ids)[16] = malloc(n * sizeof(*ids));
-	int64_t *counts = malloc(n * sizeof(*counts));
-	if (tenants == NULL || ids == NULL || counts == NULL) {
-		ret = -1;
-	} else {
-		for (size_t i = 0; i < n; i++) {
-			tenants[i] = table[i].re_tenant;
-			memcpy(ids[i], table[i].re_id, 16);
-			counts[i] = table[i].re_count;
-		}
-		ret = store_replays_add(n, tenants, ids, counts);
-	}
-	free(tenants);
-	free(ids);
-	free(counts);
+	n = rc_compact(table);
+	ret = rc_store(table, n);
 
 	pthread_mutex_lock(&rc.bg.lock);
 	if (ret < 0) {

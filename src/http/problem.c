@@ -7,48 +7,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The reason phrase of each status idemd answers with. */
+static const struct {
+	unsigned status;
+	const char *title;
+} problem_titles[] = {
+	{ 400, "Bad Request" },
+	{ 401, "Unauthorized" },
+	{ 403, "Forbidden" },
+	{ 404, "Not Found" },
+	{ 405, "Method Not Allowed" },
+	{ 408, "Request Timeout" },
+	{ 409, "Conflict" },
+	{ 410, "Gone" },
+	{ 412, "Precondition Failed" },
+	{ 413, "Content Too Large" },
+	{ 415, "Unsupported Media Type" },
+	{ 422, "Unprocessable Content" },
+	{ 428, "Precondition Required" },
+	{ 429, "Too Many Requests" },
+	{ 500, "Internal Server Error" },
+	{ 502, "Bad Gateway" },
+	{ 503, "Service Unavailable" },
+	{ 504, "Gateway Timeout" },
+};
+
 const char *problem_title(unsigned status)
 {
-	switch (status) {
-	case 400:
-		return "Bad Request";
-	case 401:
-		return "Unauthorized";
-	case 403:
-		return "Forbidden";
-	case 404:
-		return "Not Found";
-	case 405:
-		return "Method Not Allowed";
-	case 408:
-		return "Request Timeout";
-	case 409:
-		return "Conflict";
-	case 410:
-		return "Gone";
-	case 412:
-		return "Precondition Failed";
-	case 413:
-		return "Content Too Large";
-	case 415:
-		return "Unsupported Media Type";
-	case 422:
-		return "Unprocessable Content";
-	case 428:
-		return "Precondition Required";
-	case 429:
-		return "Too Many Requests";
-	case 500:
-		return "Internal Server Error";
-	case 502:
-		return "Bad Gateway";
-	case 503:
-		return "Service Unavailable";
-	case 504:
-		return "Gateway Timeout";
-	default:
-		return "Error";
-	}
+	for (size_t i = 0; i < IDEMD_ARRAY_LEN(problem_titles); i++)
+		if (problem_titles[i].status == status)
+			return problem_titles[i].title;
+	return "Error";
 }
 
 json_t *problem_document(unsigned status, const char *code, const char *detail)

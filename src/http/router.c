@@ -158,6 +158,36 @@ static void router_allow(char *allow, size_t allowlen, size_t *used, const char 
 	*used += mlen;
 }
 
+/* Sets every one of the HTTP_MAX_PARAMS PARAMS to NULL, and their PLENS
+ * to 0. */
+static void router_params_clear(char *params[HTTP_MAX_PARAMS], size_t plens[HTTP_MAX_PARAMS])
+{
+	for (int k = 0; k < HTTP_MAX_PARAMS; k++) {
+		params[k] = NULL;
+		plens[k] = 0;
+	}
+}
+
+/* Percent-decodes the N segments at STARTS (LENS bytes each) into PARAMS,
+ * new strings (free()), their lengths in PLENS; 0, or -1 when one does not
+ * decode, the ones before it then freed and set to NULL again. */
+static int router_params_decode(const char *const starts[HTTP_MAX_PARAMS],
+				const size_t lens[HTTP_MAX_PARAMS], int n,
+				char *params[HTTP_MAX_PARAMS], size_t plens[HTTP_MAX_PARAMS])
+{
+	for (int k = 0; k < n; k++) {
+		params[k] = router_decode(starts[k], lens[k], &plens[k]);
+		if (params[k] == NULL) {
+			for (int j = 0; j < k; j++) {
+				free(params[j]);
+				params[j] = NULL;
+			}
+			return -1;
+		}
+	}
+	return 0;
+}
+
 const struct route *router_match(const char *method, const char *path,
 				 char *params[HTTP_MAX_PARAMS], size_t plens[HTTP_MAX_PARAMS],
 				 unsigned *status, char *allow, size_t allowlen)
@@ -173,10 +203,7 @@ const struct route *router_match(const char *method, const char *path,
 		if (strcmp(r->pattern, path) != 0)
 			continue;
 		if (strcmp(r->method, method) == 0) {
-			for (int k = 0; k < HTTP_MAX_PARAMS; k++) {
-				params[k] = NULL;
-				plens[k] = 0;
-			}
+			router_params_clear(params, plens);
 			return r;
 		}
 		router_allow(allow, allowlen, &used, r->method);
@@ -189,20 +216,10 @@ const struct route *router_match(const char *method, const char *path,
 		if (!router_pattern_match(r->pattern, path, starts, lens, &n))
 			continue;
 		if (strcmp(r->method, method) == 0) {
-			for (int k = 0; k < HTTP_MAX_PARAMS; k++) {
-				params[k] = NULL;
-				plens[k] = 0;
-			}
-			for (int k = 0; k < n; k++) {
-				params[k] = router_decode(starts[k], lens[k], &plens[k]);
-				if (params[k] == NULL) {
-					for (int j = 0; j < k; j++) {
-						free(params[j]);
-						params[j] = NULL;
-					}
-					*status = 404;
-					return NULL;
-				}
+			router_params_clear(params, plens);
+			if (router_params_decode(starts, lens, n, params, plens) != 0) {
+				*status = 404;
+				return NULL;
 			}
 			return r;
 		}
