@@ -114,6 +114,41 @@ static void h_item_check_refused(struct h_item *it, const char *why)
 		h_item_refuse(it, 400, "invalid_request");
 }
 
+/* Each of the hb_n ITEMS: its key checked (an unusable one refuses its item)
+ * and the record it names, a first claim's expiry counted from NOW (unix
+ * ms); 0, or -1 after replying 400 when two items have the same key. */
+static int h_batch_keys(struct h_batch *b, json_t *items, int64_t now)
+{
+	struct request *req = b->hb_req;
+
+	for (size_t i = 0; i < b->hb_n; i++) {
+		struct h_item *it = &b->hb_items[i];
+		json_t *o = json_array_get(items, i), *k = json_object_get(o, "key");
+		it->db = -1;
+		if (!json_is_object(o) || !json_is_string(k)) {
+			h_item_refuse(it, 400, "invalid_request");
+			continue;
+		}
+		const char *key = json_string_value(k);
+		size_t len = json_string_length(k);
+		it->sent = key;
+		if (strlen(key) != len || !callerkey_valid(key, len)) {
+			h_item_refuse(it, 400, "idempotency_key_invalid");
+			continue;
+		}
+		for (size_t j = 0; j < i; j++) {
+			if (b->hb_items[j].key != NULL && strcmp(b->hb_items[j].key, key) == 0) {
+				request_fail(req, 400, "invalid_request",
+					     "items %zu and %zu have the same key", j, i);
+				return -1;
+			}
+		}
+		it->key = key;
+		callerkey_address(req->req_tenant_id, &b->hb_op, key, len, NULL, now, &it->t);
+	}
+	return 0;
+}
+
 /*
  * The batch's body and operation, and each item's key and record. Returns
  * the batch (items allocated, keys checked), or NULL after replying: an
@@ -156,32 +191,8 @@ static struct h_batch *h_batch_new(struct request *req)
 		request_unavailable(req);
 		goto fail;
 	}
-	int64_t now = idemd_unix_ms();
-	for (size_t i = 0; i < b->hb_n; i++) {
-		struct h_item *it = &b->hb_items[i];
-		json_t *o = json_array_get(items, i), *k = json_object_get(o, "key");
-		it->db = -1;
-		if (!json_is_object(o) || !json_is_string(k)) {
-			h_item_refuse(it, 400, "invalid_request");
-			continue;
-		}
-		const char *key = json_string_value(k);
-		size_t len = json_string_length(k);
-		it->sent = key;
-		if (strlen(key) != len || !callerkey_valid(key, len)) {
-			h_item_refuse(it, 400, "idempotency_key_invalid");
-			continue;
-		}
-		for (size_t j = 0; j < i; j++) {
-			if (b->hb_items[j].key != NULL && strcmp(b->hb_items[j].key, key) == 0) {
-				request_fail(req, 400, "invalid_request",
-					     "items %zu and %zu have the same key", j, i);
-				goto fail;
-			}
-		}
-		it->key = key;
-		callerkey_address(req->req_tenant_id, &b->hb_op, key, len, NULL, now, &it->t);
-	}
+	if (h_batch_keys(b, items, idemd_unix_ms()) != 0)
+		goto fail;
 	return b;
 fail:
 	h_batch_free(b);

@@ -136,13 +136,81 @@ static int h_query_int(struct request *req, const char *name, int64_t max, int64
 	return 0;
 }
 
+/* The state= filter ST into F: one of the four states; 0, or -1 after
+ * replying 400. */
+static int h_filter_state(struct request *req, const char *st, struct record_filter *f)
+{
+	static const char *const states[] = { "issued", "in_progress", "completed", "revoked" };
+	size_t i;
+
+	for (i = 0; i < IDEMD_ARRAY_LEN(states) && strcmp(st, states[i]) != 0; i++)
+		;
+	if (i == IDEMD_ARRAY_LEN(states)) {
+		request_fail(req, 400, "invalid_request",
+			     "state must be issued, in_progress, completed or revoked");
+		return -1;
+	}
+	f->rf_state = states[i];
+	return 0;
+}
+
+/* The cursor= argument CURSOR ("microseconds.32 hex digits", as
+ * h_record_list gives it) into F; 0, or -1 after replying 400. */
+static int h_filter_cursor(struct request *req, const char *cursor, struct record_filter *f)
+{
+	char hex[33];
+	long long us;
+	int used = 0;
+
+	if (sscanf(cursor, "%lld.%32[0-9a-f]%n", &us, hex, &used) != 2 || cursor[used] != '\0' ||
+	    strlen(hex) != 32 || us < 0) {
+		request_fail(req, 400, "invalid_request", "cursor is not one this API gave");
+		return -1;
+	}
+	for (int i = 0; i < 16; i++) {
+		unsigned b;
+		if (sscanf(hex + 2 * i, "%2x", &b) != 1)
+			return -1;
+		f->rf_after_id[i] = (uint8_t)b;
+	}
+	f->rf_after_us = us;
+	f->rf_has_after = 1;
+	return 0;
+}
+
+/* The subject= argument SUBJ, percent-decoded into *SUBJECT (owned: the
+ * caller frees it with free(), even on failure) and F; 0, or -1 after
+ * replying (503 when out of memory, 400 when no subject can be it). */
+static int h_filter_subject(struct request *req, const char *subj, char **subject,
+			    struct record_filter *f)
+{
+	size_t n;
+
+	*subject = router_decode(subj, strlen(subj), &n);
+	if (*subject == NULL) {
+		request_unavailable(req);
+		return -1;
+	}
+	/* what a subject can be (1..128 bytes of UTF-8, no NUL): anything
+	 * else matches nothing and must not reach PostgreSQL as text */
+	json_t *valid = n >= 1 && n <= 128 && strlen(*subject) == n ? json_stringn(*subject, n)
+								    : NULL;
+	if (valid == NULL) {
+		request_fail(req, 400, "invalid_request",
+			     "subject must be 1 to 128 bytes of UTF-8 without NUL");
+		return -1;
+	}
+	json_decref(valid);
+	f->rf_subject = *subject;
+	return 0;
+}
+
 /* The filters of GET /v1/records into F (*NONE: an operation that does
  * not exist, so nothing matches). SUBJECT receives the decoded subject. 0,
  * or -1 after replying. */
 static int h_record_filter(struct request *req, struct record_filter *f, int64_t *limit,
 			   char **subject, int *none)
 {
-	static const char *const states[] = { "issued", "in_progress", "completed", "revoked" };
 	const char *op = http_query(req, "operation"), *st = http_query(req, "state");
 	const char *cursor = http_query(req, "cursor"), *subj = http_query(req, "subject");
 	struct operation o;
@@ -159,56 +227,12 @@ static int h_record_filter(struct request *req, struct record_filter *f, int64_t
 			     H_RECORDS_MAX);
 		return -1;
 	}
-	if (st != NULL) {
-		size_t i;
-		for (i = 0; i < IDEMD_ARRAY_LEN(states) && strcmp(st, states[i]) != 0; i++)
-			;
-		if (i == IDEMD_ARRAY_LEN(states)) {
-			request_fail(req, 400, "invalid_request",
-				     "state must be issued, in_progress, completed or revoked");
-			return -1;
-		}
-		f->rf_state = states[i];
-	}
-	if (cursor != NULL) {
-		char hex[33];
-		long long us;
-		int used = 0;
-		if (sscanf(cursor, "%lld.%32[0-9a-f]%n", &us, hex, &used) != 2 ||
-		    cursor[used] != '\0' || strlen(hex) != 32 || us < 0) {
-			request_fail(req, 400, "invalid_request",
-				     "cursor is not one this API gave");
-			return -1;
-		}
-		for (int i = 0; i < 16; i++) {
-			unsigned b;
-			if (sscanf(hex + 2 * i, "%2x", &b) != 1)
-				return -1;
-			f->rf_after_id[i] = (uint8_t)b;
-		}
-		f->rf_after_us = us;
-		f->rf_has_after = 1;
-	}
-	if (subj != NULL) {
-		size_t n;
-		*subject = router_decode(subj, strlen(subj), &n);
-		if (*subject == NULL) {
-			request_unavailable(req);
-			return -1;
-		}
-		/* what a subject can be (1..128 bytes of UTF-8, no NUL): anything
-		 * else matches nothing and must not reach PostgreSQL as text */
-		json_t *valid = n >= 1 && n <= 128 && strlen(*subject) == n
-					? json_stringn(*subject, n)
-					: NULL;
-		if (valid == NULL) {
-			request_fail(req, 400, "invalid_request",
-				     "subject must be 1 to 128 bytes of UTF-8 without NUL");
-			return -1;
-		}
-		json_decref(valid);
-		f->rf_subject = *subject;
-	}
+	if (st != NULL && h_filter_state(req, st, f) < 0)
+		return -1;
+	if (cursor != NULL && h_filter_cursor(req, cursor, f) < 0)
+		return -1;
+	if (subj != NULL && h_filter_subject(req, subj, subject, f) < 0)
+		return -1;
 	*none = 0;
 	if (op != NULL) {
 		if (opcache_by_name(req->req_tenant_id, op, &o, &found) < 0) {
@@ -219,6 +243,28 @@ static int h_record_filter(struct request *req, struct record_filter *f, int64_t
 		f->rf_operation_id = o.op_id;
 	}
 	return 0;
+}
+
+/* One record of a GET /v1/records page (its operation's name "" when the
+ * operation is gone); new, or NULL. */
+static json_t *h_record_row_json(const struct record_row *r)
+{
+	char hex[2 * TOKEN_ID_BYTES + 1];
+	struct operation op;
+	int found = 0;
+
+	if (opcache_by_id(r->rr_operation_id, &op, &found) < 0)
+		found = 0;
+	token_id_hex(r->rr_id, hex);
+	json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:o,s:o}", "id", hex, "operation",
+			      found ? op.op_name : "", "state", r->rr_state, "attempt",
+			      r->rr_attempt, "claimed_at", rfc3339_json(r->rr_created_us / 1000),
+			      "expires_at", rfc3339_json(r->rr_expires_at));
+	if (o != NULL && r->rr_has_subject)
+		json_object_set_new(o, "subject", json_string(r->rr_subject));
+	if (o != NULL && strcmp(r->rr_state, "in_progress") == 0)
+		json_object_set_new(o, "lease_expires_at", rfc3339_json(r->rr_lease_expires_at));
+	return o;
 }
 
 void h_record_list(struct request *req)
@@ -243,25 +289,8 @@ void h_record_list(struct request *req)
 		n = (size_t)limit;
 	json_t *list = json_array();
 	char hex[2 * TOKEN_ID_BYTES + 1], cursor[64];
-	for (size_t i = 0; list != NULL && i < n; i++) {
-		const struct record_row *r = &rows[i];
-		struct operation op;
-		int found = 0;
-		if (opcache_by_id(r->rr_operation_id, &op, &found) < 0)
-			found = 0;
-		token_id_hex(r->rr_id, hex);
-		json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:o,s:o}", "id", hex, "operation",
-				      found ? op.op_name : "", "state", r->rr_state, "attempt",
-				      r->rr_attempt, "claimed_at",
-				      rfc3339_json(r->rr_created_us / 1000), "expires_at",
-				      rfc3339_json(r->rr_expires_at));
-		if (o != NULL && r->rr_has_subject)
-			json_object_set_new(o, "subject", json_string(r->rr_subject));
-		if (o != NULL && strcmp(r->rr_state, "in_progress") == 0)
-			json_object_set_new(o, "lease_expires_at",
-					    rfc3339_json(r->rr_lease_expires_at));
-		json_array_append_new(list, o);
-	}
+	for (size_t i = 0; list != NULL && i < n; i++)
+		json_array_append_new(list, h_record_row_json(&rows[i]));
 	json_t *next = json_null();
 	if (more) {
 		token_id_hex(rows[n - 1].rr_id, hex);

@@ -88,6 +88,18 @@ struct h_issue {
 	int has_ttl, has_count;
 };
 
+/* Whether the members F of a flat issue body (operation, subject,
+ * ttl_seconds, count) are within bounds: the two strings present and of
+ * 1 to their most bytes, the two numbers absent or within their range. */
+static int h_issue_flat_ok(const struct reqjson_field f[4])
+{
+	return f[0].rf_present && f[0].rf_len >= 1 && f[0].rf_len <= STORE_NAME_MAX &&
+	       f[1].rf_present && f[1].rf_len >= 1 && f[1].rf_len <= TOKEN_SUBJECT_MAX &&
+	       (!f[2].rf_present ||
+		(f[2].rf_num >= 1 && f[2].rf_num <= KEYS_MAX_TOKEN_TTL_SECONDS)) &&
+	       (!f[3].rf_present || (f[3].rf_num >= 1 && f[3].rf_num <= H_TOKENS_MAX_COUNT));
+}
+
 /* The fast way for a simple body (reqjson_flat) with every member valid: 1
  * with A filled; 0 to go the full way, which answers everything else. */
 static int h_issue_fast(const struct request *req, struct h_issue *a)
@@ -100,10 +112,7 @@ static int h_issue_fast(const struct request *req, struct h_issue *a)
 	};
 
 	if (!reqjson_flat(req->req_body ? req->req_body : "", req->req_body_len, f, 4) ||
-	    !f[0].rf_present || f[0].rf_len < 1 || f[0].rf_len > STORE_NAME_MAX ||
-	    !f[1].rf_present || f[1].rf_len < 1 || f[1].rf_len > TOKEN_SUBJECT_MAX ||
-	    (f[2].rf_present && (f[2].rf_num < 1 || f[2].rf_num > KEYS_MAX_TOKEN_TTL_SECONDS)) ||
-	    (f[3].rf_present && (f[3].rf_num < 1 || f[3].rf_num > H_TOKENS_MAX_COUNT)))
+	    !h_issue_flat_ok(f))
 		return 0;
 	memcpy(a->opname, f[0].rf_str, f[0].rf_len);
 	a->opname[f[0].rf_len] = '\0';
@@ -148,71 +157,58 @@ done:
 	return rc;
 }
 
-void h_token_issue(struct request *req)
+/* The operation's version for SUBJECT (OP has a version_key) into
+ * *VERSION; 0, or -1 after replying (400 when SUBJECT cannot form the key,
+ * 503 when the database does not answer). */
+static int h_issue_version(struct request *req, const struct operation *op, const char *subject,
+			   int64_t *version)
 {
-	struct h_issue a;
-	struct operation op;
-	const char *opname = a.opname, *subject = a.subject;
-	int64_t ttl, count, version = 0;
-	int has_ttl, has_count, found;
-	char vkey[VERSIONKEY_MAX + 1], one[H_TOKEN_TEXT_MAX + 1], *list = NULL;
+	char vkey[VERSIONKEY_MAX + 1];
 
-	if (!h_issue_fast(req, &a) && h_issue_parse(req, &a) < 0)
-		return;
-	ttl = a.ttl;
-	count = a.count;
-	has_ttl = a.has_ttl;
-	has_count = a.has_count;
-	if (engine_rate_check(req, has_count ? (int)count : 1) < 0)
-		goto done;
-	if (opcache_by_name(req->req_tenant_id, opname, &op, &found) < 0) {
-		request_unavailable(req);
-		goto done;
-	}
-	if (!found) {
-		answer_problem(req, OUTCOME_OPERATION_UNKNOWN, NULL);
-		goto done;
-	}
-	if (has_ttl && ttl > op.op_token_ttl_seconds) {
+	if (versionkey_expand(op->op_version_key, subject, vkey, sizeof(vkey)) < 0) {
 		request_fail(req, 400, "invalid_request",
-			     "ttl_seconds must not exceed the operation's token_ttl_seconds (%d)",
-			     op.op_token_ttl_seconds);
-		goto done;
+			     "this subject cannot form the operation's version key");
+		return -1;
 	}
-	if (!has_ttl)
-		ttl = op.op_token_ttl_seconds;
-	if (op.op_has_version_key) {
-		if (versionkey_expand(op.op_version_key, subject, vkey, sizeof(vkey)) < 0) {
-			request_fail(req, 400, "invalid_request",
-				     "this subject cannot form the operation's version key");
-			goto done;
-		}
-		if (store_version_get(req->req_tenant_id, vkey, &version) < 0) {
-			request_unavailable(req);
-			goto done;
-		}
+	if (store_version_get(req->req_tenant_id, vkey, version) < 0) {
+		request_unavailable(req);
+		return -1;
 	}
-	if (!has_count) {
-		size_t n = h_token_make(&op, subject, ttl, op.op_has_version_key, version, one);
-		if (n == 0) {
-			request_unavailable(req);
-			goto done;
-		}
-		metrics_add(METRIC_TOKENS_ISSUED, 1);
-		one[n++] = '\n';
-		http_reply_bytes(req, 201, "application/json", one, n);
-		goto done;
+	return 0;
+}
+
+/* Issues one token for OP and SUBJECT and replies 201 with its object,
+ * or 503 when it cannot. */
+static void h_issue_one(struct request *req, const struct operation *op, const char *subject,
+			int64_t ttl, int64_t version)
+{
+	char one[H_TOKEN_TEXT_MAX + 1];
+	size_t n = h_token_make(op, subject, ttl, op->op_has_version_key, version, one);
+
+	if (n == 0) {
+		request_unavailable(req);
+		return;
 	}
-	/* {"tokens":[...]} */
-	list = malloc((size_t)count * (H_TOKEN_TEXT_MAX + 1) + 16);
+	metrics_add(METRIC_TOKENS_ISSUED, 1);
+	one[n++] = '\n';
+	http_reply_bytes(req, 201, "application/json", one, n);
+}
+
+/* Issues COUNT tokens for OP and SUBJECT and replies 201 with
+ * {"tokens":[...]}, or 503 when it cannot. */
+static void h_issue_many(struct request *req, const struct operation *op, const char *subject,
+			 int64_t ttl, int64_t version, int64_t count)
+{
+	char *list = malloc((size_t)count * (H_TOKEN_TEXT_MAX + 1) + 16);
+
 	if (list == NULL) {
 		request_unavailable(req);
-		goto done;
+		return;
 	}
 	char *p = list;
 	H_PUT(p, "{\"tokens\":[");
 	for (int64_t i = 0; i < count; i++) {
-		size_t n = h_token_make(&op, subject, ttl, op.op_has_version_key, version, p);
+		size_t n = h_token_make(op, subject, ttl, op->op_has_version_key, version, p);
 		if (n == 0) {
 			request_unavailable(req);
 			goto done;
@@ -226,6 +222,46 @@ void h_token_issue(struct request *req)
 	http_reply_bytes(req, 201, "application/json", list, (size_t)(p - list));
 done:
 	free(list);
+}
+
+void h_token_issue(struct request *req)
+{
+	struct h_issue a;
+	struct operation op;
+	const char *opname = a.opname, *subject = a.subject;
+	int64_t ttl, count, version = 0;
+	int has_ttl, has_count, found;
+
+	if (!h_issue_fast(req, &a) && h_issue_parse(req, &a) < 0)
+		return;
+	ttl = a.ttl;
+	count = a.count;
+	has_ttl = a.has_ttl;
+	has_count = a.has_count;
+	if (engine_rate_check(req, has_count ? (int)count : 1) < 0)
+		return;
+	if (opcache_by_name(req->req_tenant_id, opname, &op, &found) < 0) {
+		request_unavailable(req);
+		return;
+	}
+	if (!found) {
+		answer_problem(req, OUTCOME_OPERATION_UNKNOWN, NULL);
+		return;
+	}
+	if (has_ttl && ttl > op.op_token_ttl_seconds) {
+		request_fail(req, 400, "invalid_request",
+			     "ttl_seconds must not exceed the operation's token_ttl_seconds (%d)",
+			     op.op_token_ttl_seconds);
+		return;
+	}
+	if (!has_ttl)
+		ttl = op.op_token_ttl_seconds;
+	if (op.op_has_version_key && h_issue_version(req, &op, subject, &version) < 0)
+		return;
+	if (!has_count)
+		h_issue_one(req, &op, subject, ttl, version);
+	else
+		h_issue_many(req, &op, subject, ttl, version, count);
 }
 
 void h_token_get(struct request *req)
