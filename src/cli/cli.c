@@ -20,12 +20,55 @@
 #include "store.h"
 #include "utf8.h"
 
+/* The master key file the config names (FILE), missing: created when the
+ * database holds no signing key (NKEYS); else it must be copied from
+ * another instance. 0, 1, or EXIT_USAGE (said why; nothing written). */
+static int cli_migrate_new_master(const char *file, int64_t nkeys)
+{
+	int created;
+
+	if (nkeys > 0) {
+		/* a fresh key would seal nothing the database holds, and
+		 * instances made with it could not verify each other's tokens */
+		fprintf(stderr,
+			"idemd: migrate: the master key file %s is missing, but the "
+			"database holds %" PRId64 " signing key(s) sealed under a master key: "
+			"copy that file from an instance that has it (every instance must use "
+			"the same one); nothing was written\n",
+			file, nkeys);
+		return EXIT_USAGE;
+	}
+	if (keys_master_create(file, &created) < 0)
+		return 1;
+	if (created)
+		log_info("migrate: created master key file %s", file);
+	return 0;
+}
+
+/* Whether the master key (from WHERE) opens the NKEYS signing keys the
+ * database holds: 0, 1, or EXIT_USAGE when it is another one (said why;
+ * nothing written). */
+static int cli_migrate_keys_open(const char *where, int64_t nkeys)
+{
+	if (nkeys <= 0)
+		return 0;
+	int rc = keys_check();
+	if (rc == KEYS_WRONG_MASTER) {
+		fprintf(stderr,
+			"idemd: migrate: %s cannot open the database's signing keys; "
+			"use the master key the other instances use; nothing was written\n",
+			where);
+		return EXIT_USAGE;
+	}
+	return rc < 0 ? 1 : 0;
+}
+
 int cli_migrate(const struct config *cfg, int status)
 {
 	const char *where;
 	int64_t nkeys = 0;
 	uint32_t id;
-	int created, ret = 1;
+	int rc, ret = 1;
 
 	/* reads only: no master key, no migration, no signing key */
 	if (status)
@@ -38,38 +81,18 @@ int cli_migrate(const struct config *cfg, int status)
 		goto out;
 	}
 	if (src == KEYS_SRC_FILE && access(cfg->master_key_file, F_OK) != 0 && errno == ENOENT) {
-		if (nkeys > 0) {
-			/* a fresh key would seal nothing the database holds, and
-			 * instances made with it could not verify each other's tokens */
-			fprintf(stderr,
-				"idemd: migrate: the master key file %s is missing, but the "
-				"database holds %" PRId64
-				" signing key(s) sealed under a master key: "
-				"copy that file from an instance that has it (every instance must use "
-				"the same one); nothing was written\n",
-				cfg->master_key_file, nkeys);
-			ret = EXIT_USAGE;
+		rc = cli_migrate_new_master(cfg->master_key_file, nkeys);
+		if (rc != 0) {
+			ret = rc;
 			goto out;
 		}
-		if (keys_master_create(cfg->master_key_file, &created) < 0)
-			goto out;
-		if (created)
-			log_info("migrate: created master key file %s", cfg->master_key_file);
 	}
 	if (keys_init(cfg->master_key_file) < 0)
 		goto out;
-	if (nkeys > 0) {
-		int rc = keys_check();
-		if (rc == KEYS_WRONG_MASTER) {
-			fprintf(stderr,
-				"idemd: migrate: %s cannot open the database's signing keys; "
-				"use the master key the other instances use; nothing was written\n",
-				where);
-			ret = EXIT_USAGE;
-			goto keys;
-		}
-		if (rc < 0)
-			goto keys;
+	rc = cli_migrate_keys_open(where, nkeys);
+	if (rc != 0) {
+		ret = rc;
+		goto keys;
 	}
 	if (migrate_run(cfg->database_url) < 0)
 		goto keys;

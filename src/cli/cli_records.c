@@ -42,34 +42,35 @@ static char *cli_records_cell(const json_t *v)
 	return text;
 }
 
-/* Prints ROWS as JSON lines, or as a table with a column per member of
- * the first row (and of later rows, in the order first seen). Either way
- * no control character of a tenant's text reaches the terminal: JSON
- * escapes C0 and the lines escape DEL and C1 too (\u007f, \u0085, read
- * back as the same strings); a table cell shows each as \n, \e, \x07 or
- * \u009b. */
-static int cli_records_print(json_t *rows, int table)
+/* Prints ROWS one JSON object a line, DEL and C1 escaped as well; 0, or
+ * -1 when out of memory or stdout fails. */
+static int cli_records_lines(json_t *rows)
 {
 	size_t i;
 	json_t *row;
 
-	if (!table) {
-		json_array_foreach(rows, i, row)
-		{
-			char *raw = json_dumps(row, JSON_COMPACT | JSON_PRESERVE_ORDER);
-			char *line = raw != NULL ? utf8_escape_controls(raw, UTF8_ESCAPE_JSON)
-						 : NULL;
-			free(raw);
-			if (line == NULL)
-				return -1;
-			puts(line);
-			free(line);
-		}
-		return fflush(stdout) == 0 ? 0 : -1;
+	json_array_foreach(rows, i, row)
+	{
+		char *raw = json_dumps(row, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		char *line = raw != NULL ? utf8_escape_controls(raw, UTF8_ESCAPE_JSON) : NULL;
+		free(raw);
+		if (line == NULL)
+			return -1;
+		puts(line);
+		free(line);
 	}
-	json_t *cols = json_array(), *width = json_object();
+	return fflush(stdout) == 0 ? 0 : -1;
+}
+
+/* Prints ROWS as a table: a header line of the columns (each member of the
+ * rows, in the order first seen), then a line a row, each column as wide
+ * as its widest cell; 0, or -1 when stdout fails. */
+static int cli_records_table(json_t *rows)
+{
+	json_t *cols = json_array(), *width = json_object(), *row, *v;
 	const char *k;
-	json_t *v;
+	size_t i;
+
 	json_array_foreach(rows, i, row)
 	{
 		json_object_foreach(row, k, v)
@@ -110,6 +111,17 @@ static int cli_records_print(json_t *rows, int table)
 	return fflush(stdout) == 0 ? 0 : -1;
 }
 
+/* Prints ROWS as JSON lines, or as a table with a column per member of
+ * the first row (and of later rows, in the order first seen). Either way
+ * no control character of a tenant's text reaches the terminal: JSON
+ * escapes C0 and the lines escape DEL and C1 too (\u007f, \u0085, read
+ * back as the same strings); a table cell shows each as \n, \e, \x07 or
+ * \u009b. */
+static int cli_records_print(json_t *rows, int table)
+{
+	return table ? cli_records_table(rows) : cli_records_lines(rows);
+}
+
 /* "cli:<user>": who released, for the audit trail. */
 static void cli_records_by(char *out, size_t outlen)
 {
@@ -121,15 +133,23 @@ static void cli_records_by(char *out, size_t outlen)
 	snprintf(out, outlen, "cli:%s", user);
 }
 
-int cli_records(const struct config *cfg, const char *const *args, int nargs,
-		const struct cli_records_opts *o)
+/* Whether STATE is one a record can be in (--state). */
+static int cli_records_state_ok(const char *state)
 {
-	const char *sub = args[1], *id = nargs > 2 ? args[2] : NULL;
-	int table = o->format != NULL && strcmp(o->format, "table") == 0;
-	json_t *rows = NULL;
-	int ret = 1, rc = -1;
-	char by[80];
+	static const char *const states[] = { "in_progress", "completed", "issued", "revoked" };
 
+	for (size_t i = 0; i < IDEMD_ARRAY_LEN(states); i++)
+		if (strcmp(state, states[i]) == 0)
+			return 1;
+	return 0;
+}
+
+/* Checks the options O of records SUB (ID: its record id, or NULL; TABLE:
+ * --format table) before anything is read: 0, or EXIT_USAGE after saying
+ * what is wrong. */
+static int cli_records_usage(const char *sub, const char *id, const struct cli_records_opts *o,
+			     int table)
+{
 	if (o->format != NULL && !table && strcmp(o->format, "json") != 0)
 		return fprintf(stderr, "idemd: --format is json or table\n"), EXIT_USAGE;
 	if (id != NULL && !cli_records_id_ok(id))
@@ -140,9 +160,7 @@ int cli_records(const struct config *cfg, const char *const *args, int nargs,
 		       EXIT_USAGE;
 	if (o->limit != NULL && !cli_records_int_ok(o->limit, 1, 10000))
 		return fprintf(stderr, "idemd: --limit is 1 to 10000\n"), EXIT_USAGE;
-	if (o->state != NULL && strcmp(o->state, "in_progress") != 0 &&
-	    strcmp(o->state, "completed") != 0 && strcmp(o->state, "issued") != 0 &&
-	    strcmp(o->state, "revoked") != 0)
+	if (o->state != NULL && !cli_records_state_ok(o->state))
 		return fprintf(stderr, "idemd: --state is in_progress, completed, issued or "
 				       "revoked\n"),
 		       EXIT_USAGE;
@@ -151,21 +169,43 @@ int cli_records(const struct config *cfg, const char *const *args, int nargs,
 		return fprintf(stderr, "idemd: records release needs --attempt N (the attempt "
 				       "that holds it, as records show says)\n"),
 		       EXIT_USAGE;
-	if (db_pool_init(cfg->database_url, 1) < 0)
-		return 1;
+	return 0;
+}
+
+/* Runs the statement of records SUB (show, events, list or release) with
+ * ID and the options O into *ROWS (owned: json_decref()); 0, or -1. */
+static int cli_records_query(const char *sub, const char *id, const struct cli_records_opts *o,
+			     json_t **rows)
+{
+	char by[80];
+
 	if (strcmp(sub, "show") == 0 || strcmp(sub, "events") == 0) {
 		const char *v[] = { id };
-		rc = store_cli_rows(sub[0] == 's' ? STORE_CLI_RECORD : STORE_CLI_EVENTS, v, &rows);
-	} else if (strcmp(sub, "list") == 0) {
+		return store_cli_rows(sub[0] == 's' ? STORE_CLI_RECORD : STORE_CLI_EVENTS, v, rows);
+	}
+	if (strcmp(sub, "list") == 0) {
 		const char *v[] = { o->tenant, o->operation, o->state, o->older_than,
 				    o->limit != NULL ? o->limit : "100" };
-		rc = store_cli_rows(STORE_CLI_LIST, v, &rows);
-	} else {
-		cli_records_by(by, sizeof(by));
-		const char *v[] = { id, o->attempt, by };
-		rc = store_cli_rows(STORE_CLI_RELEASE, v, &rows);
+		return store_cli_rows(STORE_CLI_LIST, v, rows);
 	}
-	if (rc < 0) {
+	cli_records_by(by, sizeof(by));
+	const char *v[] = { id, o->attempt, by };
+	return store_cli_rows(STORE_CLI_RELEASE, v, rows);
+}
+
+int cli_records(const struct config *cfg, const char *const *args, int nargs,
+		const struct cli_records_opts *o)
+{
+	const char *sub = args[1], *id = nargs > 2 ? args[2] : NULL;
+	int table = o->format != NULL && strcmp(o->format, "table") == 0;
+	json_t *rows = NULL;
+	int ret = 1, usage = cli_records_usage(sub, id, o, table);
+
+	if (usage != 0)
+		return usage;
+	if (db_pool_init(cfg->database_url, 1) < 0)
+		return 1;
+	if (cli_records_query(sub, id, o, &rows) < 0) {
 		fprintf(stderr, "idemd: the database could not answer (is it migrated?)\n");
 		goto out;
 	}
