@@ -484,6 +484,68 @@ const char *gateway_derived_route(uint32_t tenant_id, const char *operation)
 	return NULL;
 }
 
+/* Route GR's key (gr_key) and its header name or JSON pointer (gr_key_arg)
+ * from the config's KEY: token, body, header:NAME or json:/POINTER. */
+static void gateway_route_key(struct gateway_route *gr, const char *key)
+{
+	gr->gr_key = strcmp(key, "token") == 0	       ? GATEWAY_KEY_TOKEN
+		     : strcmp(key, "body") == 0	       ? GATEWAY_KEY_BODY
+		     : strncmp(key, "header:", 7) == 0 ? GATEWAY_KEY_HEADER
+						       : GATEWAY_KEY_JSON;
+	gr->gr_key_arg = gr->gr_key == GATEWAY_KEY_HEADER ? key + 7
+			 : gr->gr_key == GATEWAY_KEY_JSON ? key + 5
+							  : NULL;
+}
+
+/* Resolves the tenant of R, routes[I], into GR and checks its operation:
+ * one that does not exist yet is only warned about; one whose lease a
+ * forward could outlive, or with a version_key on a route of derived keys,
+ * is refused. 0, or -1 (logged). */
+static int gateway_route_resolve(size_t i, const struct config_route *r, struct gateway_route *gr)
+{
+	struct operation op;
+	int found;
+
+	if (store_tenant_by_name(r->tenant, &gr->gr_tenant_id, &found) < 0) {
+		log_error("gateway: the database is unavailable; cannot resolve route tenants");
+		return -1;
+	}
+	if (!found) {
+		log_error("gateway: routes[%zu] (%s %s) names tenant \"%s\", which does not "
+			  "exist; create it with 'idemd tenant create %s' or fix the config",
+			  i, r->method, r->path, r->tenant, r->tenant);
+		return -1;
+	}
+	if (store_operation_get(gr->gr_tenant_id, r->operation, &op, &found) < 0) {
+		log_error("gateway: the database is unavailable; cannot check route operations");
+		return -1;
+	}
+	if (!found)
+		log_warn("gateway: routes[%zu] (%s %s): tenant \"%s\" has no operation \"%s\" "
+			 "yet; submits are refused until it is created with PUT "
+			 "/v1/operations/%s",
+			 i, r->method, r->path, r->tenant, r->operation, r->operation);
+	else if (gateway_route_outlives(r->timeout_ms, op.op_lease_seconds)) {
+		log_error("gateway: routes[%zu] (%s %s): its timeout_ms %ld and a %d ms "
+			  "margin do not fit in operation \"%s\"'s lease_seconds %d: a "
+			  "forward could outlive its claim and run beside the next one; "
+			  "lower timeout_ms or raise lease_seconds (PUT /v1/operations/%s)",
+			  i, r->method, r->path, r->timeout_ms, GATEWAY_LEASE_MARGIN_MS,
+			  r->operation, op.op_lease_seconds, r->operation);
+		return -1;
+	} else if (gr->gr_key != GATEWAY_KEY_TOKEN && op.op_has_version_key) {
+		/* a derived key carries no subject: every submit would be 400 */
+		log_error("gateway: routes[%zu] (%s %s): operation \"%s\" guards the "
+			  "version counter \"%s\", which needs each submit's subject, and a "
+			  "route with \"key\": \"%s\" has none; give the route \"key\": "
+			  "\"token\" (a token carries its subject) or use an operation "
+			  "without version_key",
+			  i, r->method, r->path, r->operation, op.op_version_key, r->key);
+		return -1;
+	}
+	return 0;
+}
+
 /* Builds CFG's routes (tenants resolved, operations checked) and makes
  * them the ones requests match, in one swap; on failure nothing changes.
  * 0 or -1. */
@@ -498,9 +560,7 @@ static int gateway_load_routes(const struct config *cfg)
 	for (size_t i = 0; i < cfg->n_routes; i++) {
 		const struct config_route *r = &cfg->routes[i];
 		struct gateway_route *gr = &t->routes[i];
-		struct operation op;
 		char shown[256];
-		int found;
 
 		gr->gr_route.method = r->method;
 		gr->gr_route.pattern = r->path;
@@ -511,61 +571,15 @@ static int gateway_load_routes(const struct config *cfg)
 		if (router_add(&gr->gr_route) < 0)
 			goto fail;
 		gr->gr_cfg = r;
-		gr->gr_key = strcmp(r->key, "token") == 0	  ? GATEWAY_KEY_TOKEN
-			     : strcmp(r->key, "body") == 0	  ? GATEWAY_KEY_BODY
-			     : strncmp(r->key, "header:", 7) == 0 ? GATEWAY_KEY_HEADER
-								  : GATEWAY_KEY_JSON;
-		gr->gr_key_arg = gr->gr_key == GATEWAY_KEY_HEADER ? r->key + 7
-				 : gr->gr_key == GATEWAY_KEY_JSON ? r->key + 5
-								  : NULL;
+		gateway_route_key(gr, r->key);
 		if (asprintf(&gr->gr_by, "route:%s %s", r->method, r->path) < 0) {
 			gr->gr_by = NULL;
 			goto fail;
 		}
 		if ((gr->gr_target = gateway_target(r)) == NULL)
 			goto fail;
-		if (store_tenant_by_name(r->tenant, &gr->gr_tenant_id, &found) < 0) {
-			log_error(
-				"gateway: the database is unavailable; cannot resolve route tenants");
+		if (gateway_route_resolve(i, r, gr) < 0)
 			goto fail;
-		}
-		if (!found) {
-			log_error(
-				"gateway: routes[%zu] (%s %s) names tenant \"%s\", which does not "
-				"exist; create it with 'idemd tenant create %s' or fix the config",
-				i, r->method, r->path, r->tenant, r->tenant);
-			goto fail;
-		}
-		if (store_operation_get(gr->gr_tenant_id, r->operation, &op, &found) < 0) {
-			log_error(
-				"gateway: the database is unavailable; cannot check route operations");
-			goto fail;
-		}
-		if (!found)
-			log_warn(
-				"gateway: routes[%zu] (%s %s): tenant \"%s\" has no operation \"%s\" "
-				"yet; submits are refused until it is created with PUT "
-				"/v1/operations/%s",
-				i, r->method, r->path, r->tenant, r->operation, r->operation);
-		else if (gateway_route_outlives(r->timeout_ms, op.op_lease_seconds)) {
-			log_error("gateway: routes[%zu] (%s %s): its timeout_ms %ld and a %d ms "
-				  "margin do not fit in operation \"%s\"'s lease_seconds %d: a "
-				  "forward could outlive its claim and run beside the next one; "
-				  "lower timeout_ms or raise lease_seconds (PUT /v1/operations/%s)",
-				  i, r->method, r->path, r->timeout_ms, GATEWAY_LEASE_MARGIN_MS,
-				  r->operation, op.op_lease_seconds, r->operation);
-			goto fail;
-		} else if (gr->gr_key != GATEWAY_KEY_TOKEN && op.op_has_version_key) {
-			/* a derived key carries no subject: every submit would be 400 */
-			log_error(
-				"gateway: routes[%zu] (%s %s): operation \"%s\" guards the "
-				"version counter \"%s\", which needs each submit's subject, and a "
-				"route with \"key\": \"%s\" has none; give the route \"key\": "
-				"\"token\" (a token carries its subject) or use an operation "
-				"without version_key",
-				i, r->method, r->path, r->operation, op.op_version_key, r->key);
-			goto fail;
-		}
 		gateway_url_for_log(gr->gr_target, shown, sizeof(shown));
 		log_info("gateway: %s %s -> %s (tenant %s, operation %s)", r->method, r->path,
 			 shown, r->tenant, r->operation);

@@ -115,6 +115,63 @@ void gateway_job_free(struct gateway_job *j)
 	free(j);
 }
 
+/* The URL of a forward into *OUT (new: free()): the route's TARGET, then
+ * QUERY (may be "") after a '?', or a '&' when TARGET has a query; 0, or
+ * -1 out of memory. */
+static int gateway_forward_url(const char *target, const char *query, char **out)
+{
+	struct buf url = { 0 };
+
+	if (buf_str(&url, target) < 0 ||
+	    (*query != '\0' &&
+	     (buf_str(&url, strchr(target, '?') ? "&" : "?") < 0 || buf_str(&url, query) < 0))) {
+		buf_free(&url);
+		return -1;
+	}
+	*out = url.b_data;
+	return 0;
+}
+
+/* Sets C's timeout: the route's timeout_ms (CFG), cut to what the lease
+ * that ends at LEASE_EXPIRES_AT (unix ms) leaves after the margin; 0, or
+ * -1 when that is too short for a forward to start. */
+static int gateway_forward_timeout(struct upstream_call *c, const struct config_route *cfg,
+				   int64_t lease_expires_at)
+{
+	/* a forward never outlives its lease (past it, a duplicate may take
+	 * over), and none starts on a lease too short for it: NULL then, and
+	 * the claim is released (gateway.c) */
+	int64_t left = lease_expires_at - idemd_unix_ms() - GATEWAY_LEASE_MARGIN_MS;
+	c->uc_timeout_ms = cfg->timeout_ms;
+#ifdef IDEMD_MUTANT_FORWARD_ON_SPENT_LEASE
+	if (left < GATEWAY_MIN_TIMEOUT_MS)
+		left = GATEWAY_MIN_TIMEOUT_MS;
+#endif
+	if (left < GATEWAY_MIN_TIMEOUT_MS)
+		return -1;
+#ifndef IDEMD_MUTANT_FORWARD_UNCUT
+	if (left < c->uc_timeout_ms)
+		c->uc_timeout_ms = (long)left;
+#endif
+	return 0;
+}
+
+/* Appends "Idempotency-Timeout-Ms" (C's timeout) to C's headers; 0, or -1
+ * out of memory or when C has no headers (the list unchanged then). */
+static int gateway_forward_deadline(struct upstream_call *c)
+{
+	/* the upstream learns how long idemd waits for its answer, so that a
+	 * cooperating upstream stops by then: the key stays held until the
+	 * lease ends, which is later (gateway_finish.c) */
+	char deadline[48];
+	snprintf(deadline, sizeof(deadline), "Idempotency-Timeout-Ms: %ld", c->uc_timeout_ms);
+	struct curl_slist *with = c->uc_headers ? curl_slist_append(c->uc_headers, deadline) : NULL;
+	if (with == NULL)
+		return -1;
+	c->uc_headers = with;
+	return 0;
+}
+
 /* Builds the job for a request that now holds the claim RES; takes
  * *HEADERS (set to NULL). NULL on OOM or when too little of the lease is
  * left for a forward. Touches no libmicrohttpd state: it
@@ -125,7 +182,6 @@ struct gateway_job *gateway_job_new(struct request *req, const struct gateway_ro
 				    struct curl_slist **headers, size_t max_body)
 {
 	struct gateway_job *j = calloc(1, sizeof(*j));
-	struct buf url = { 0 };
 
 	if (j == NULL)
 		return NULL;
@@ -136,14 +192,10 @@ struct gateway_job *gateway_job_new(struct request *req, const struct gateway_ro
 	j->gj_lease_expires_at = res->cr_lease_expires_at;
 	j->gj_retention_seconds = op->op_retention_seconds;
 	j->gj_audit_seconds = store_audit_seconds(op);
-	if (buf_str(&url, gr->gr_target) < 0 ||
-	    (*query != '\0' && (buf_str(&url, strchr(gr->gr_target, '?') ? "&" : "?") < 0 ||
-				buf_str(&url, query) < 0))) {
-		buf_free(&url);
+	if (gateway_forward_url(gr->gr_target, query, &j->gj_url) < 0) {
 		free(j);
 		return NULL;
 	}
-	j->gj_url = url.b_data;
 
 	struct upstream_call *c = &j->gj_call;
 	c->uc_method = req->req_method;
@@ -153,34 +205,11 @@ struct gateway_job *gateway_job_new(struct request *req, const struct gateway_ro
 	c->uc_headers = *headers;
 	*headers = NULL;
 	c->uc_connect_timeout_ms = gr->gr_cfg->connect_timeout_ms;
-	/* a forward never outlives its lease (past it, a duplicate may take
-	 * over), and none starts on a lease too short for it: NULL then, and
-	 * the claim is released (gateway.c) */
-	int64_t left = res->cr_lease_expires_at - idemd_unix_ms() - GATEWAY_LEASE_MARGIN_MS;
-	c->uc_timeout_ms = gr->gr_cfg->timeout_ms;
-#ifdef IDEMD_MUTANT_FORWARD_ON_SPENT_LEASE
-	if (left < GATEWAY_MIN_TIMEOUT_MS)
-		left = GATEWAY_MIN_TIMEOUT_MS;
-#endif
-	if (left < GATEWAY_MIN_TIMEOUT_MS) {
+	if (gateway_forward_timeout(c, gr->gr_cfg, res->cr_lease_expires_at) < 0 ||
+	    gateway_forward_deadline(c) < 0) {
 		gateway_job_free(j);
 		return NULL;
 	}
-#ifndef IDEMD_MUTANT_FORWARD_UNCUT
-	if (left < c->uc_timeout_ms)
-		c->uc_timeout_ms = (long)left;
-#endif
-	/* the upstream learns how long idemd waits for its answer, so that a
-	 * cooperating upstream stops by then: the key stays held until the
-	 * lease ends, which is later (gateway_finish.c) */
-	char deadline[48];
-	snprintf(deadline, sizeof(deadline), "Idempotency-Timeout-Ms: %ld", c->uc_timeout_ms);
-	struct curl_slist *with = c->uc_headers ? curl_slist_append(c->uc_headers, deadline) : NULL;
-	if (with == NULL) {
-		gateway_job_free(j);
-		return NULL;
-	}
-	c->uc_headers = with;
 	c->uc_max_body = max_body;
 	c->uc_keep = gr->gr_cfg->store_headers;
 	c->uc_n_keep = gr->gr_cfg->n_store_headers;

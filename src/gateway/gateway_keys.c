@@ -51,6 +51,46 @@ static void gateway_scope(const struct gateway_route *gr, const struct headers_f
 	crypto_generichash_final(&st, out, 32);
 }
 
+/* The caller's key, from where the route says (its header, its JSON
+ * member, or the body's hash BYTES_FP in hex; none for a token route),
+ * into KEY (KEYLEN bytes), its length into *N: -1 when there is none, below -1 when it is
+ * too long. 0, or -1 after replying (a malformed header, or a body too big
+ * to parse; *DOC as gateway_body_doc leaves it). */
+static int gateway_read_key(struct request *req, const struct gateway_route *gr,
+			    const uint8_t *bytes_fp, json_t **doc, char *key, size_t keylen, int *n)
+{
+	*n = -1;
+	switch (gr->gr_key) {
+	case GATEWAY_KEY_HEADER: {
+		/* gateway_check_headers() has seen exactly one */
+		const char *value = req->req_h_route_key;
+		*n = value != NULL ? callerkey_from_header(value, key, keylen) : -1;
+		if (*n == -1 && value != NULL) {
+			request_fail(
+				req, 400, "idempotency_key_invalid",
+				"%s must be a key of 1 to %d visible ASCII characters, bare or "
+				"as a quoted string",
+				gr->gr_key_arg, CALLERKEY_MAX);
+			return -1;
+		}
+		break;
+	}
+	case GATEWAY_KEY_JSON:
+		if (gateway_body_doc(req, doc) < 0)
+			return -1;
+		*n = *doc != NULL ? callerkey_from_json(*doc, gr->gr_key_arg, key, keylen) : -1;
+		break;
+	case GATEWAY_KEY_BODY:
+		for (size_t i = 0; i < FINGERPRINT_BYTES; i++)
+			snprintf(key + 2 * i, 3, "%02x", bytes_fp[i]);
+		*n = 2 * FINGERPRINT_BYTES;
+		break;
+	case GATEWAY_KEY_TOKEN:
+		break;
+	}
+	return 0;
+}
+
 /*
  * The record a derived-key route's submit names: the key from the header,
  * the JSON member or the request's hash (BYTES_FP), scoped by the route's
@@ -64,7 +104,7 @@ int gateway_derived_address(struct request *req, const struct gateway_route *gr,
 {
 	char key[CALLERKEY_MAX + 2];
 	uint8_t scope[32];
-	int found, n = -1;
+	int found, n;
 
 	if (opcache_by_name(gr->gr_tenant_id, gr->gr_cfg->operation, op, &found) < 0) {
 		request_unavailable(req);
@@ -74,34 +114,8 @@ int gateway_derived_address(struct request *req, const struct gateway_route *gr,
 		answer_problem(req, OUTCOME_OPERATION_UNKNOWN, NULL);
 		return -1;
 	}
-	switch (gr->gr_key) {
-	case GATEWAY_KEY_HEADER: {
-		/* gateway_check_headers() has seen exactly one */
-		const char *value = req->req_h_route_key;
-		n = value != NULL ? callerkey_from_header(value, key, sizeof(key)) : -1;
-		if (n == -1 && value != NULL) {
-			request_fail(
-				req, 400, "idempotency_key_invalid",
-				"%s must be a key of 1 to %d visible ASCII characters, bare or "
-				"as a quoted string",
-				gr->gr_key_arg, CALLERKEY_MAX);
-			return -1;
-		}
-		break;
-	}
-	case GATEWAY_KEY_JSON:
-		if (gateway_body_doc(req, doc) < 0)
-			return -1;
-		n = *doc != NULL ? callerkey_from_json(*doc, gr->gr_key_arg, key, sizeof(key)) : -1;
-		break;
-	case GATEWAY_KEY_BODY:
-		for (size_t i = 0; i < FINGERPRINT_BYTES; i++)
-			snprintf(key + 2 * i, 3, "%02x", bytes_fp[i]);
-		n = 2 * FINGERPRINT_BYTES;
-		break;
-	case GATEWAY_KEY_TOKEN:
-		break;
-	}
+	if (gateway_read_key(req, gr, bytes_fp, doc, key, sizeof(key), &n) < 0)
+		return -1;
 	if (n == -1) {
 		request_fail(req, 400, "idempotency_key_missing",
 			     "the request carries no key at %s", gr->gr_cfg->key);

@@ -78,6 +78,79 @@ static int upstream_keeps(const struct upstream_call *c, const char *lname)
 	return 0;
 }
 
+/* A status line DATA (LEN bytes) begins a response: its status, whether
+ * it is an interim one (1xx), and no header of an earlier one. */
+static void upstream_on_status_line(struct upstream_call *c, const char *data, size_t len)
+{
+	json_object_clear(c->uc_resp_headers);
+	c->uc_final_status = upstream_status_line(data, len);
+	const char *sp = memchr(data, ' ', len);
+	c->uc_interim = sp != NULL && sp + 1 < data + len && sp[1] == '1';
+}
+
+/* The length of the value of header line DATA (LEN bytes; its name NLEN
+ * bytes, then a colon when COLON), its line end (CRLF or LF) left out. */
+static size_t upstream_value_len(const char *data, size_t len, size_t nlen, int colon)
+{
+	size_t vlen = len - nlen - (colon ? 1 : 0);
+
+	if (vlen >= 2 && data[len - 2] == '\r' && data[len - 1] == '\n')
+		vlen -= 2;
+	else if (vlen >= 1 && data[len - 1] == '\n')
+		vlen -= 1;
+	return vlen;
+}
+
+/* Adds the names a Connection header's VALUE (LEN bytes) lists to
+ * uc_connection: they are hop-by-hop too, dropped at the end. */
+static void upstream_note_connection(struct upstream_call *c, const char *value, size_t len)
+{
+	size_t used = strlen(c->uc_connection);
+
+	snprintf(c->uc_connection + used, sizeof(c->uc_connection) - used, ",%.*s", (int)len,
+		 value);
+}
+
+/* The header name NAME (NLEN bytes, at most UPSTREAM_HEADER_NAME_MAX) in
+ * lower case into LNAME, NUL-terminated. */
+static void upstream_lower_name(char *lname, const char *name, size_t nlen)
+{
+	for (size_t i = 0; i < nlen; i++)
+		lname[i] =
+			(char)((name[i] >= 'A' && name[i] <= 'Z') ? name[i] - 'A' + 'a' : name[i]);
+	lname[nlen] = '\0';
+}
+
+/* Keeps the value from V to END of header LNAME, blanks and line end
+ * trimmed, after an earlier one's and ", "; a value that would pass
+ * UPSTREAM_HEADER_VALUE_MAX bytes, or is not UTF-8, is dropped (logged). */
+static void upstream_keep_value(struct upstream_call *c, const char *lname, const char *v,
+				const char *end)
+{
+	char *joined = NULL;
+
+	while (v < end && (*v == ' ' || *v == '\t'))
+		v++;
+	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+	const char *prev = json_string_value(json_object_get(c->uc_resp_headers, lname));
+	size_t plen = prev ? strlen(prev) + 2 : 0, vlen = (size_t)(end - v);
+	if (plen + vlen > UPSTREAM_HEADER_VALUE_MAX || (joined = malloc(plen + vlen + 1)) == NULL) {
+		log_warn("upstream: header %s dropped (over %d bytes)", lname,
+			 UPSTREAM_HEADER_VALUE_MAX);
+		return;
+	}
+	if (prev != NULL) {
+		memcpy(joined, prev, plen - 2);
+		memcpy(joined + plen - 2, ", ", 2);
+	}
+	memcpy(joined + plen, v, vlen);
+	json_t *s = json_stringn(joined, plen + vlen);
+	if (s == NULL || json_object_set_new(c->uc_resp_headers, lname, s) < 0)
+		log_warn("upstream: header %s dropped (not UTF-8)", lname);
+	free(joined);
+}
+
 /* Keeps the header line DATA when upstream_keeps() says so; repeated headers are
  * joined with ", " (Set-Cookie, which cannot be joined, is never kept).
  * A line that is not "token: value" without control bytes abandons the
@@ -86,7 +159,7 @@ static size_t upstream_on_header(char *data, size_t size, size_t n, void *arg)
 {
 	struct upstream_call *c = arg;
 	size_t len = size * n;
-	char name[UPSTREAM_HEADER_NAME_MAX + 1], *joined = NULL;
+	char name[UPSTREAM_HEADER_NAME_MAX + 1];
 
 	/* libcurl hands trailer fields (after a chunked body) to this callback
 	 * too: they are dropped, never stored or replayed as headers */
@@ -94,10 +167,7 @@ static size_t upstream_on_header(char *data, size_t size, size_t n, void *arg)
 		return len;
 	if (len >= 5 && memcmp(data, "HTTP/", 5) == 0) {
 		/* a new response (after 100 Continue): forget the previous one */
-		json_object_clear(c->uc_resp_headers);
-		c->uc_final_status = upstream_status_line(data, len);
-		const char *sp = memchr(data, ' ', len);
-		c->uc_interim = sp != NULL && sp + 1 < data + len && sp[1] == '1';
+		upstream_on_status_line(c, data, len);
 		return len;
 	}
 	if (len == 2 && data[0] == '\r' && data[1] == '\n') {
@@ -106,51 +176,21 @@ static size_t upstream_on_header(char *data, size_t size, size_t n, void *arg)
 	}
 	const char *colon = memchr(data, ':', len);
 	size_t nlen = colon ? (size_t)(colon - data) : 0;
-	size_t vlen_all = len - nlen - (colon ? 1 : 0);
-	if (vlen_all >= 2 && data[len - 2] == '\r' && data[len - 1] == '\n')
-		vlen_all -= 2;
-	else if (vlen_all >= 1 && data[len - 1] == '\n')
-		vlen_all -= 1;
+	size_t vlen_all = upstream_value_len(data, len, nlen, colon != NULL);
 	if (!headers_is_token(data, nlen) || !headers_value_ok(colon + 1, vlen_all)) {
 		c->uc_invalid = 1;
 		return 0;
 	}
 	if (nlen == 10 && strncasecmp(data, "connection", 10) == 0) {
-		/* the names it lists are hop-by-hop too: dropped at the end */
-		size_t used = strlen(c->uc_connection);
-		snprintf(c->uc_connection + used, sizeof(c->uc_connection) - used, ",%.*s",
-			 (int)vlen_all, colon + 1);
+		upstream_note_connection(c, colon + 1, vlen_all);
 		return len;
 	}
 	if (nlen > UPSTREAM_HEADER_NAME_MAX)
 		return len;
-	for (size_t i = 0; i < nlen; i++)
-		name[i] =
-			(char)((data[i] >= 'A' && data[i] <= 'Z') ? data[i] - 'A' + 'a' : data[i]);
-	name[nlen] = '\0';
+	upstream_lower_name(name, data, nlen);
 	if (!upstream_keeps(c, name))
 		return len;
-	const char *v = colon + 1, *end = data + len;
-	while (v < end && (*v == ' ' || *v == '\t'))
-		v++;
-	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
-		end--;
-	const char *prev = json_string_value(json_object_get(c->uc_resp_headers, name));
-	size_t plen = prev ? strlen(prev) + 2 : 0, vlen = (size_t)(end - v);
-	if (plen + vlen > UPSTREAM_HEADER_VALUE_MAX || (joined = malloc(plen + vlen + 1)) == NULL) {
-		log_warn("upstream: header %s dropped (over %d bytes)", name,
-			 UPSTREAM_HEADER_VALUE_MAX);
-		return len;
-	}
-	if (prev != NULL) {
-		memcpy(joined, prev, plen - 2);
-		memcpy(joined + plen - 2, ", ", 2);
-	}
-	memcpy(joined + plen, v, vlen);
-	json_t *s = json_stringn(joined, plen + vlen);
-	if (s == NULL || json_object_set_new(c->uc_resp_headers, name, s) < 0)
-		log_warn("upstream: header %s dropped (not UTF-8)", name);
-	free(joined);
+	upstream_keep_value(c, name, colon + 1, data + len);
 	return len;
 }
 
