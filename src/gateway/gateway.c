@@ -214,17 +214,20 @@ static int gateway_token_address(struct request *req, const struct gateway_route
 	char text[TOKEN_MAX_CHARS + 1];
 	int found;
 
-	if (!req->req_token_ok) {
+	if (req->req_token == NULL) {
 		/* gateway_check_headers() has seen exactly one Idempotency-Key */
 		if (token_from_header(req->req_h_idempotency_key, text, sizeof(text)) < 0) {
 			answer_problem(req, OUTCOME_TOKEN_MALFORMED, NULL);
 			return -1;
 		}
-		if (engine_verify(req, text, &req->req_token) < 0)
+		if (engine_verify(req, text, t) < 0)
 			return -1;
-		req->req_token_ok = 1;
+		req->req_token = malloc(sizeof(*req->req_token));
+		if (req->req_token != NULL) /* else verified again at the submit */
+			*req->req_token = *t;
+	} else {
+		*t = *req->req_token;
 	}
-	*t = req->req_token;
 	if (opcache_by_id(t->operation_id, op, &found) < 0) {
 		request_unavailable(req);
 		return -1;

@@ -65,9 +65,9 @@ struct request {
 		*req_h_if_match, *req_h_prefer;
 	const char *req_h_route_key; /* a derived-key route's header (gateway) */
 	/* a gateway token route's token, verified in the header phase and
-	 * taken from here by its submit (when req_token_ok) */
-	struct token req_token;
-	int req_token_ok;
+	 * taken from here by its submit, or NULL (a pointer: most requests
+	 * have none, and the request stays small) */
+	struct token *req_token;
 	int req_n_content_length;    /* how many Content-Length headers */
 	int req_n_transfer_encoding; /* how many Transfer-Encoding headers */
 	int req_n_idempotency_key;   /* how many Idempotency-Key headers */
