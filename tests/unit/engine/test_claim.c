@@ -144,6 +144,14 @@ static void test_refused_before_the_database(void **state)
 	assert_int_equal(n_queued, 0);
 }
 
+/* Ends claim C, queued and looked at, as a batch that failed, and frees it. */
+static void end_unrun(struct claim *c)
+{
+	queued->bj_rc = -1;
+	queued->bj_done(queued);
+	claim_free(c);
+}
+
 static void test_arguments(void **state)
 {
 	struct claim_refusal why;
@@ -163,9 +171,7 @@ static void test_arguments(void **state)
 	assert_string_equal(a->by, "api_key:3");
 	assert_int_equal(a->wait, 1);
 	assert_true(a->seen_ms >= before && a->seen_ms <= idemd_unix_ms());
-	queued->bj_rc = -1;
-	queued->bj_done(queued);
-	claim_free(c);
+	end_unrun(c);
 
 	/* no wait asked for: the operation's; 0 asked: none */
 	setup(state);
@@ -173,9 +179,7 @@ static void test_arguments(void **state)
 	c = claim_new(&in, &why);
 	claim_submit(c, on_done, &n_done);
 	assert_int_equal(queued->bj_claim->wait, 0);
-	queued->bj_rc = -1;
-	queued->bj_done(queued);
-	claim_free(c);
+	end_unrun(c);
 
 	/* the operation handed in is used as it is, not read again: one the
 	 * cache does not hold (which would be asked of the database, absent
@@ -190,9 +194,7 @@ static void test_arguments(void **state)
 	assert_non_null(c);
 	claim_submit(c, on_done, &n_done);
 	assert_int_equal(queued->bj_claim->lease_seconds, 45);
-	queued->bj_rc = -1;
-	queued->bj_done(queued);
-	claim_free(c);
+	end_unrun(c);
 	/* another tenant's operation handed in is refused as one read is */
 	setup(state);
 	given.op_tenant_id = TENANT + 1;
