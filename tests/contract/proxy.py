@@ -42,7 +42,7 @@ import base64
 import json
 import os
 import re
-import select
+import selectors
 import socket
 import sys
 import threading
@@ -446,10 +446,19 @@ class Relay:
         peer = {cs: us, us: cs}
         log = {cs: up, us: down}
         idle_since = None
+        # epoll, not select(): the relays of a stage's parallel modules
+        # hold more than 1,024 descriptors at once
+        sel = selectors.DefaultSelector()
+        for s in (cs, us):
+            sel.register(s, selectors.EVENT_READ)
+
+        def no_more_from(s):
+            if open_in[s]:
+                open_in[s] = False
+                sel.unregister(s)
         try:
             while open_in[us]:
-                rd = [s for s in (cs, us) if open_in[s]]
-                r, _, _ = select.select(rd, [], [], 1.0)
+                r = [key.fileobj for key, _ in sel.select(1.0)]
                 if not r and not open_in[cs]:
                     # the client is gone; an upstream that keeps the
                     # connection open has nothing more to say to it
@@ -466,9 +475,9 @@ class Relay:
                         try:
                             peer[s].sendall(d)
                         except OSError:
-                            open_in[s] = False
+                            no_more_from(s)
                     else:
-                        open_in[s] = False
+                        no_more_from(s)
                         try:
                             peer[s].shutdown(socket.SHUT_WR)
                         except OSError:
@@ -476,6 +485,7 @@ class Relay:
                 if not open_in[us]:
                     break
         finally:
+            sel.close()
             for s in (cs, us):
                 try:
                     s.close()
