@@ -287,43 +287,64 @@ static void upstream_end(struct upstream_call *c, CURLcode code)
 	c->uc_done(c);
 }
 
+/* A new easy handle with the options every call shares, or NULL. Set once:
+ * a handle keeps them from call to call (upstream_recycle). */
+static CURL *upstream_handle_new(void)
+{
+	CURL *e = curl_easy_init();
+
+	if (e == NULL)
+		return NULL;
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_MAXAGE_CONN, UPSTREAM_MAX_IDLE_SECONDS);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, upstream_on_body);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, upstream_on_header);
+	curl_easy_setopt(e, CURLOPT_DEBUGFUNCTION, upstream_on_debug);
+	/* the only way libcurl tells of bytes past the answer's end */
+	curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
+	curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, upstream_on_prereq);
+	return e;
+}
+
+/* Points E at call C, or (C NULL) at nothing: every option that libcurl
+ * keeps as a pointer into a call, not as a copy. */
+static void upstream_point(CURL *e, struct upstream_call *c)
+{
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, c ? c->uc_headers : NULL);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c ? c->uc_error : NULL);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
+	curl_easy_setopt(e, CURLOPT_DEBUGDATA, c);
+	curl_easy_setopt(e, CURLOPT_PREREQDATA, c);
+	curl_easy_setopt(e, CURLOPT_PRIVATE, c);
+}
+
 /* Starts C's transfer on the multi handle. */
 static void upstream_begin(struct upstream_call *c)
 {
-	CURL *e = up.n_idle > 0 ? up.idle[--up.n_idle] : curl_easy_init();
+	/* a kept handle keeps its DNS cache; connections live in the multi
+	 * handle */
+	CURL *e = up.n_idle > 0 ? up.idle[--up.n_idle] : upstream_handle_new();
 
 	if (e == NULL) {
 		upstream_end(c, CURLE_OUT_OF_MEMORY);
 		return;
 	}
-	/* keeps the handle's DNS cache; connections live in the multi handle */
-	curl_easy_reset(e);
+	/* libcurl copies the strings; the rest is the call's (upstream_point) */
 	curl_easy_setopt(e, CURLOPT_URL, c->uc_url);
-	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(e, CURLOPT_MAXAGE_CONN, UPSTREAM_MAX_IDLE_SECONDS);
+	curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, c->uc_method);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, c->uc_connect_timeout_ms);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, c->uc_timeout_ms);
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->uc_headers);
-	curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, c->uc_method);
-	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->uc_error);
 	if (c->uc_body_len > 0 || strcmp(c->uc_method, "POST") == 0 ||
 	    strcmp(c->uc_method, "PUT") == 0 || strcmp(c->uc_method, "PATCH") == 0) {
 		curl_easy_setopt(e, CURLOPT_POSTFIELDS, c->uc_body ? c->uc_body : "");
 		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)c->uc_body_len);
 	} else {
+		/* also undoes a previous call's POSTFIELDS */
 		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
 	}
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, upstream_on_body);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
-	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, upstream_on_header);
-	curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
-	curl_easy_setopt(e, CURLOPT_DEBUGFUNCTION, upstream_on_debug);
-	curl_easy_setopt(e, CURLOPT_DEBUGDATA, c);
-	curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
-	curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, upstream_on_prereq);
-	curl_easy_setopt(e, CURLOPT_PREREQDATA, c);
-	curl_easy_setopt(e, CURLOPT_PRIVATE, c);
+	upstream_point(e, c);
 	if (curl_multi_add_handle(up.multi, e) != CURLM_OK) {
 		curl_easy_cleanup(e);
 		upstream_end(c, CURLE_OUT_OF_MEMORY);
@@ -333,8 +354,10 @@ static void upstream_begin(struct upstream_call *c)
 /* Keeps E for the next call, or frees it. */
 static void upstream_recycle(CURL *e)
 {
-	/* drop every pointer into the call, which its owner frees next */
-	curl_easy_reset(e);
+	/* drop every pointer into the call, which its owner frees next; the
+	 * options every call shares stay set (upstream_handle_new) */
+	upstream_point(e, NULL);
+	curl_easy_setopt(e, CURLOPT_POSTFIELDS, NULL);
 	if (up.n_idle == up.cap_idle) {
 		size_t cap = up.cap_idle ? up.cap_idle * 2 : 16;
 		CURL **idle = realloc(up.idle, cap * sizeof(*idle));
