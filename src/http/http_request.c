@@ -202,11 +202,17 @@ struct request *http_request_new(struct MHD_Connection *conn, const char *url, c
 
 void http_set_by(struct request *req, const char *by)
 {
-	int n = snprintf(req->req_by_buf, sizeof(req->req_by_buf), "%s\x1f%s", by,
-			 req->req_trace.tc_trace_id);
-	/* a name too long for the buffer goes without its trace id */
-	if (n < 0 || (size_t)n >= sizeof(req->req_by_buf))
+	size_t len = strlen(by), tlen = sizeof(req->req_trace.tc_trace_id) - 1;
+
+	/* "BY\x1fTRACE", copied; a name too long for the buffer goes without
+	 * its trace id, cut to fit */
+	if (len + 1 + tlen < sizeof(req->req_by_buf)) {
+		memcpy(req->req_by_buf, by, len);
+		req->req_by_buf[len] = '\x1f';
+		memcpy(req->req_by_buf + len + 1, req->req_trace.tc_trace_id, tlen + 1);
+	} else {
 		snprintf(req->req_by_buf, sizeof(req->req_by_buf), "%s", by);
+	}
 	req->req_by = req->req_by_buf;
 }
 
