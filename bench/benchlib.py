@@ -269,6 +269,35 @@ def cpu_table(w, rep, kinds, conns):
     w("")
 
 
+def replay_table(w, rep):
+    """Where a replay's share of the trivial server goes: the CPU each
+    server and wrk spent per request, and how many lookups the replay
+    cache answered."""
+    pairs = (("replay", "baseline_a_replay", "replay"),
+             ("gw_replay", "baseline_a_gw_replay", "gateway replay"))
+    rows = [(i, a, label) for i, a, label in pairs if rep.have(i) and rep.have(a)]
+    if not rows or cpu_per_op(rep, rows[0][0], "idemd") is None:
+        return
+    w("CPU per replay, µs (user + system from `/proc`, over the run, divided by its "
+      "requests; medians of the rounds), beside the trivial server under the same load, "
+      "and the share of idemd's lookups that its replay cache answered (the rest asked "
+      "PostgreSQL).")
+    w("")
+    w("| scenario | idemd | trivial server | ratio | wrk with idemd | wrk with the trivial "
+      "server | replay cache hits |")
+    w("|---|---:|---:|---:|---:|---:|---:|")
+    for i, a, label in rows:
+        mine, theirs = cpu_per_op(rep, i, "idemd"), cpu_per_op(rep, a, "base")
+        hits = [r["cache_hits"] / (r["cache_hits"] + r["cache_misses"])
+                for r in rep.of(i) if r.get("cache_hits", 0) + r.get("cache_misses", 0)]
+        w("| %s | %s | %s | %s | %s | %s | %s |" % (
+            label, "%.1f" % mine if mine else "—", "%.1f" % theirs if theirs else "—",
+            "%.2f" % (mine / theirs) if mine and theirs else "—",
+            "%.1f" % (cpu_per_op(rep, i, "wrk") or 0), "%.1f" % (cpu_per_op(rep, a, "wrk") or 0),
+            "%.1f %%" % (100 * median(hits)) if hits else "—"))
+    w("")
+
+
 def cmd_report(path, out, scale=False):
     runs = load_results(path)
     rep = Report(runs)
@@ -547,6 +576,7 @@ def cmd_report(path, out, scale=False):
                     for _, sfx in conns)))
         w("")
         cpu_table(w, rep, kinds, conns)
+    replay_table(w, rep)
 
     # --------------------------------------------------------- all figures
     w("## Every scenario")

@@ -375,7 +375,8 @@ cpu_now() {
   pm=$(head -n 1 "$PGDIR/data/postmaster.pid" 2>/dev/null)
   # shellcheck disable=SC2046
   echo "idemd=$(cpu_of "$IDEMD_PID") pg=$(cpu_of "$pm" $(pgrep -P "$pm")) up=$(cpu_of "$UP_PID")" \
-    "node=$(cpu_of "$PEER_PID" "$PEERD_PID") redis=$(cpu_of "$REDIS_PID" "$REDISD_PID")"
+    "node=$(cpu_of "$PEER_PID" "$PEERD_PID") redis=$(cpu_of "$REDIS_PID" "$REDISD_PID")" \
+    "base=$(cpu_of "$BASE_PID")"
 }
 cpu_diff() {  # cpu_diff BEFORE AFTER TIMES_FILE: cpu_NAME_us=... of the run
   python3 - "$1" "$2" "$3" <<'EOF'
@@ -391,12 +392,19 @@ print(" ".join(out))
 EOF
 }
 
+# replay_cache_counts: idemd's replay cache hits and misses so far
+replay_cache_counts() {
+  curl -fs "$URL/metrics" | awk '/^idemd_replay_cache_hits_total / { h = $2 }
+    /^idemd_replay_cache_misses_total / { m = $2 } END { print h + 0, m + 0 }'
+}
+
 # wrk_run NAME ROUND URL SCRIPT DURATION CONNECTIONS [SCRIPT ARGS...]
 wrk_run() {
   local name=$1 round=$2 url=$3 script=$4 dur=$5 conns=$6
   shift 6
-  local out=$RAW/$name.$round.txt lsn0
+  local out=$RAW/$name.$round.txt lsn0 cache0=
   lsn0=$(sql "SELECT pg_current_wal_insert_lsn()")
+  [ "$url" = "$URL" ] && cache0=$(replay_cache_counts)
   local cpu0
   cpu0=$(cpu_now)
   # wrk in a subshell of its own, whose children's CPU (wrk's) `times` tells
@@ -410,6 +418,11 @@ wrk_run() {
   # WAL written meanwhile: what the database had to make durable
   line="$line wal_bytes=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$lsn0')::bigint")"
   line="$line $(cpu_diff "$cpu0" "$cpu1" "$out.times")"
+  if [ -n "$cache0" ]; then  # how many of the run's lookups the cache answered
+    local cache1
+    cache1=$(replay_cache_counts)
+    line="$line cache_hits=$(( ${cache1% *} - ${cache0% *} )) cache_misses=$(( ${cache1#* } - ${cache0#* } ))"
+  fi
   # warm-ups and the perf-sampled --profile runs are not measurements
   case "$round" in warmup|profile*) ;; *) echo "$name $round $line" >>"$RESULTS" ;; esac
   LAST=$line
