@@ -1,6 +1,7 @@
-"""Integration test: the first submit's two plain-SQL statements keep one
-plan at every batch size, and a completion finds its record by primary key
-however many others are in progress.
+"""Integration test: the first submit's plain-SQL statements (the claim,
+the completion and the completion of a batch of one) keep one plan at every
+batch size, and a completion finds its record by primary key however many
+others are in progress.
 
 The statements are idemd's own: their texts are read out of the binary
 (each is one string constant of src/store/store.c), prepared in a psql
@@ -42,6 +43,9 @@ CLAIM_FRESH = (b"WITH x AS (", b"AS x(tenant, id, op, subject, fp, expires, leas
                b"ON CONFLICT (tenant_id, token_id) DO NOTHING")
 COMPLETE_CURRENT = (b"WITH u AS (", b"AS x(tenant, id, attempt, status, headers, body, "
                     b"is_json, retention, by, audit, i)", b"UPDATE records rec")
+# the same completion for a batch of one (complete_one)
+COMPLETE_ONE = (b"WITH u AS (", b"($10::int[])[1] AS audit", b"UPDATE records rec")
+COMPLETIONS = (("complete_current", COMPLETE_CURRENT), ("complete_one", COMPLETE_ONE))
 
 
 def statement(marks):
@@ -149,27 +153,26 @@ class Plans(IdemdCase):
                                  % (custom, CALLS, what))
 
     def test_completion_keeps_one_plan(self):
-        text = statement(COMPLETE_CURRENT)
         psql(in_progress(1, 200), db=self.idemd.db)
-        calls, first = [], 1
-        for k in range(CALLS):
-            n = 1 + k % 6
-            calls.append(complete_args(first, n))
-            first += n
-        generic, custom = self.plan_counts("complete_current", text, calls)
-        self.assertEqual(generic + custom, CALLS)
-        self.assertLessEqual(custom, 5, "complete_current planned %d of %d calls"
-                             % (custom, CALLS))
+        for name, marks in COMPLETIONS:
+            calls, first = [], 1
+            for k in range(CALLS):
+                n = 1 + k % 6 if name == "complete_current" else 1
+                calls.append(complete_args(first, n))
+                first += n
+            generic, custom = self.plan_counts(name, statement(marks), calls)
+            self.assertEqual(generic + custom, CALLS)
+            self.assertLessEqual(custom, 5, "%s planned %d of %d calls" % (name, custom, CALLS))
 
-    def completion_buffers(self, rounds):
+    def completion_buffers(self, rounds, name, marks):
         """Completes record 0 ROUNDS times (each rolled back) through one
-        prepared complete_current; the buffers each read, and the indexes
-        the last plan used."""
+        prepared completion NAME (MARKS: its text); the buffers each read,
+        and the indexes the last plan used."""
         args = complete_args(0, 1)
-        script = "PREPARE complete_current AS %s;\nBEGIN;\n" % statement(COMPLETE_CURRENT)
+        script = "PREPARE %s AS %s;\nBEGIN;\n" % (name, statement(marks))
         for _ in range(rounds):
             script += ("SAVEPOINT s;\n\\echo ===\nEXPLAIN (ANALYZE, BUFFERS, TIMING OFF, "
-                       "FORMAT JSON) EXECUTE complete_current(%s);\nROLLBACK TO s;\n" % args)
+                       "FORMAT JSON) EXECUTE %s(%s);\nROLLBACK TO s;\n" % (name, args))
         script += "ROLLBACK;\n"
         out = session(self.idemd.db, script).split("===\n")[1:]
         buffers, indexes = [], set()
@@ -188,23 +191,28 @@ class Plans(IdemdCase):
         return buffers, indexes
 
     def test_completion_by_primary_key(self):
+        for name, marks in COMPLETIONS:
+            with self.subTest(name):
+                self.completion_by_primary_key(name, marks)
+
+    def completion_by_primary_key(self, name, marks):
         db = self.idemd.db
         psql(in_progress(0, 0), db=db)
         # 7 rounds: the first five planned for their values, then the
         # generic plan (made at the sixth) twice
-        alone, _ = self.completion_buffers(7)
+        alone, _ = self.completion_buffers(7, name, marks)
         psql(in_progress(1, OTHERS), db=db)
-        crowded, indexes = self.completion_buffers(7)
+        crowded, indexes = self.completion_buffers(7, name, marks)
         psql("ANALYZE records", db=db)
-        analyzed, _ = self.completion_buffers(7)
+        analyzed, _ = self.completion_buffers(7, name, marks)
         psql("DELETE FROM records WHERE tenant_id = %d AND state <> 'completed'; "
              "ANALYZE records" % TENANT, db=db)
         base = sorted(alone)[len(alone) // 2]
         for what, got in (("with %d others in progress" % OTHERS, crowded),
                           ("with them, after ANALYZE", analyzed)):
             self.assertLessEqual(max(got[1:]), 2 * base,
-                                 "completing one record %s read %s buffers, alone %s"
-                                 % (what, got, alone))
+                                 "%s: completing one record %s read %s buffers, alone %s"
+                                 % (name, what, got, alone))
         self.assertIn("records_pkey", indexes)
         self.assertNotIn("records_in_progress_lease_idx", indexes)
 
