@@ -16,6 +16,9 @@
 
 #define DB_ACQUIRE_WAIT_MS 1000
 #define DB_RECONNECT_PAUSE_MS 200
+/* a connection that answered less than this ago is not checked before use
+ * (db_acquire): under load the check was one system call per statement */
+#define DB_ALIVE_CHECK_IDLE_MS 100
 /* a statement (a whole batch) unanswered after this is abandoned: its
  * connection is dropped, so the server rolls back whatever it had not
  * committed, and the caller answers 503 */
@@ -26,6 +29,7 @@ struct db_conn {
 	int dc_busy;
 	int dc_broken;
 	struct timespec dc_last_try;
+	struct timespec dc_released; /* CLOCK_MONOTONIC, by db_release */
 	uint8_t dc_prepared[DB_MAX_STATEMENTS];
 };
 
@@ -268,10 +272,13 @@ struct db_conn *db_acquire(void)
 		log_warn("db: no connection free within %d ms", DB_ACQUIRE_WAIT_MS);
 		return NULL;
 	}
-	/* PostgreSQL may have closed an idle connection (a restart): noticed
-	 * here, before anything is sent, it is replaced at once instead of
-	 * failing its next statement */
-	if (!c->dc_broken && c->dc_pg != NULL && !db_alive(c->dc_pg)) {
+	/* PostgreSQL may have closed an idle connection (a restart, an idle
+	 * timeout): noticed here, before anything is sent, it is replaced at
+	 * once instead of failing its next statement. One that answered a
+	 * moment ago is taken as open: a server gone since fails the
+	 * statement, as it fails those in flight. */
+	if (!c->dc_broken && c->dc_pg != NULL &&
+	    db_ms_since(&c->dc_released) >= DB_ALIVE_CHECK_IDLE_MS && !db_alive(c->dc_pg)) {
 		db_drop(c);
 		c->dc_last_try = (struct timespec){ 0, 0 };
 	}
@@ -289,6 +296,7 @@ void db_release(struct db_conn *c)
 		return;
 	if (!c->dc_broken && PQtransactionStatus(c->dc_pg) != PQTRANS_IDLE)
 		c->dc_broken = 1; /* never hand out a connection inside a transaction */
+	clock_gettime(CLOCK_MONOTONIC, &c->dc_released);
 	pthread_mutex_lock(&db_pool.lock);
 	c->dc_busy = 0;
 	pthread_cond_signal(&db_pool.freed);
