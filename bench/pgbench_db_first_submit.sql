@@ -3,9 +3,11 @@
 -- random token over one-element arrays, as idemd sends them for batches
 -- (the plain-SQL statements claim_fresh and complete_current of
 -- src/store/store.c, their audit events told by the record's own columns:
--- migrations/0013), two transactions (tenant 0). A batch of one completes
--- through complete_one instead, without complete_current's locking step
--- (docs/performance.md); costmodel.sh makes its batches of 32 from this.
+-- migrations/0013), two transactions (tenant 0). A batch of one goes
+-- through claim_one and complete_one instead (the same statements with
+-- their one element read by subscript, the completion without
+-- complete_current's locking step: docs/performance.md); costmodel.sh
+-- makes its batches of 32 from this.
 -- Throughput here is the ceiling idemd's first submit can reach with the
 -- current SQL and no batching; the gap between it and bench's
 -- first_submit is idemd's own (or, above it, what batching buys).

@@ -1,5 +1,5 @@
 """Integration test: the first submit's plain-SQL statements (the claim,
-the completion and the completion of a batch of one) keep one plan at every
+the completion, and the claim and completion of a batch of one) keep one plan at every
 batch size, and a completion finds its record by primary key however many
 others are in progress.
 
@@ -41,6 +41,8 @@ TENANT = 900001      # records of a tenant of the test's own (records has no for
 # starts with the first text and holds the others.
 CLAIM_FRESH = (b"WITH x AS (", b"AS x(tenant, id, op, subject, fp, expires, lease, by, audit, i)",
                b"ON CONFLICT (tenant_id, token_id) DO NOTHING")
+# the same claim for a batch of one (claim_one)
+CLAIM_ONE = (b"WITH x AS (", b"($9::int[])[1] AS audit", b"ON CONFLICT (tenant_id, token_id) DO NOTHING")
 COMPLETE_CURRENT = (b"WITH u AS (", b"AS x(tenant, id, attempt, status, headers, body, "
                     b"is_json, retention, by, audit, i)", b"UPDATE records rec")
 # the same completion for a batch of one (complete_one)
@@ -139,18 +141,20 @@ class Plans(IdemdCase):
         return int(generic), int(custom)
 
     def test_claim_keeps_one_plan(self):
-        text = statement(CLAIM_FRESH)
-        for sizes, what in (([1] * CALLS, "batches of one"),
-                            ([1 + k % 16 for k in range(CALLS)], "batches of 1 to 16")):
+        for name, marks, sizes, what in (
+                ("claim_fresh", CLAIM_FRESH, [1] * CALLS, "batches of one"),
+                ("claim_fresh", CLAIM_FRESH, [1 + k % 16 for k in range(CALLS)],
+                 "batches of 1 to 16"),
+                ("claim_one", CLAIM_ONE, [1] * CALLS, "batches of one")):
             calls, first = [], 1
             for n in sizes:
                 calls.append(claim_args(first, n))
                 first += n
-            generic, custom = self.plan_counts("claim_fresh", text, calls)
+            generic, custom = self.plan_counts(name, statement(marks), calls)
             self.assertEqual(generic + custom, CALLS)
             # the first five executions are always planned for their values
-            self.assertLessEqual(custom, 5, "claim_fresh planned %d of %d calls (%s)"
-                                 % (custom, CALLS, what))
+            self.assertLessEqual(custom, 5, "%s planned %d of %d calls (%s)"
+                                 % (name, custom, CALLS, what))
 
     def test_completion_keeps_one_plan(self):
         psql(in_progress(1, 200), db=self.idemd.db)
