@@ -462,7 +462,7 @@ void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	free(req->req_body);
 	free(req->req_token);
 	http_epoch_leave(req); /* nothing of a configuration is read after this */
-	free(req);
+	http_request_free(req);
 	*con_cls = NULL;
 	atomic_fetch_sub(&http_active, 1);
 }

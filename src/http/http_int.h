@@ -32,9 +32,13 @@ extern atomic_int http_suspended;
  * libmicrohttpd gives them to the access handler (its headers scanned and
  * their raw section checked, its id and trace set), or NULL when out of
  * memory. URL is copied; CONN and METHOD are borrowed for the request's
- * life. Owned: http_completed() frees it, the one place that does. */
+ * life. Owned: http_completed() frees it (http_request_free), the one
+ * place that does. */
 struct request *http_request_new(struct MHD_Connection *conn, const char *url, const char *method,
 				 const char *version);
+/* Frees REQ itself (what it points to is freed already), or keeps it for
+ * the thread's next http_request_new. */
+void http_request_free(struct request *req);
 /* 1 when the libmicrohttpd running is the one whose header section
  * http_request_new can check byte for byte (0.9.75: a NUL in a value, an
  * obs-fold line refused); with another the check is off. */
