@@ -686,7 +686,8 @@ def cmd_report(path, out, scale=False):
     if rp and dbr and dbs:
         derived.append(
             "replay: idemd %s req/s; the claim of a completed record by pgbench %s tx/s "
-            "(a read without a lock, as idemd sends it on a replay cache miss)%s; "
+            "(a read without a lock, as idemd sends it on a replay cache miss in a batch; "
+            "alone, as claim_one)%s; "
             "a plain SELECT of the same row %s tx/s" % (
                 fmt_rate(rp), fmt_rate(dbr),
                 ", through idemd.claim %s tx/s" % fmt_rate(rep.rate("db_replay_fn"))

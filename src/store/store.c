@@ -141,8 +141,9 @@ static const struct db_stmt st_claim_fresh = {
 /* st_claim_fresh for a batch of one, as every batch is at low load: the
  * same parameters (one-element arrays) and rows, its one element read by
  * subscript instead of a set-returning unnest. By pgbench on this schema,
- * one client, this claim then complete_one: 388 us of PostgreSQL CPU per
- * first submit against 418 with st_claim_fresh (docs/performance.md). */
+ * one client, this claim then complete_one: 416-424 us of PostgreSQL CPU
+ * per first submit against 448-476 with st_claim_fresh (medians of two
+ * runs, docs/performance.md). */
 static const struct db_stmt st_claim_one = {
 	ST_CLAIM_ONE, "claim_one",
 	"WITH x AS (SELECT ($1::int[])[1] AS tenant, ($2::bytea[])[1] AS id, ($3::int[])[1] AS op, "
