@@ -2,9 +2,12 @@
 # The operating figures of docs/operations.md: on a database of N
 # records (default 10 million, P = 1000 of them in progress past their
 # lease) it times migration 0010 (the replays column and the partial index
-# of records in progress), the idemd_records_stuck query and the worst-case
-# replay count flush (16384 distinct records, the in-memory table's
-# capacity, in one UPDATE).
+# of records in progress), migration 0017 (sweep_at and its index, the
+# three indexes that kept completions from being HOT dropped), the
+# idemd_records_stuck query (a read of the whole table since 0017), one
+# batch of the sweep's first pass after 0017 (500 rows given their time)
+# and the worst-case replay count flush (16384 distinct records, the
+# in-memory table's capacity, in one UPDATE).
 #
 #   IDEMD_TEST_PGHOST=… IDEMD_TEST_PGUSER=… bash bench/ops_figures.sh BUILD/idemd
 #
@@ -22,7 +25,9 @@ echo "{\"database_url\":\"host=$PGHOST dbname=$DB user=$PGUSER\",\"master_key_fi
 $BIN --config $T/c.json migrate 2>/dev/null
 $PSQL -d $DB <<SQL
 ALTER TABLE records DROP COLUMN replays;
-DROP INDEX records_in_progress_lease_idx;
+ALTER TABLE records DROP COLUMN sweep_at;
+CREATE INDEX records_live_expiry_idx ON records (expires_at) WHERE state <> 'expired';
+CREATE INDEX records_fence_expiry_idx ON records (expires_at) WHERE state = 'expired';
 INSERT INTO tenants(name) VALUES ('m');
 INSERT INTO operations(tenant_id, name, token_ttl_seconds, retention_seconds, lease_seconds)
   SELECT id, 'op', 600, 86400, 30 FROM tenants;
@@ -41,12 +46,24 @@ BEGIN;
 ALTER TABLE records ADD COLUMN replays bigint NOT NULL DEFAULT 0;
 CREATE INDEX records_in_progress_lease_idx ON records (lease_expires_at) WHERE state = 'in_progress';
 COMMIT;
+\echo == migration 0017 on the table
+BEGIN;
+ALTER TABLE records ADD COLUMN sweep_at timestamptz NOT NULL DEFAULT '-infinity';
+CREATE INDEX records_sweep_idx ON records (sweep_at);
+DROP INDEX records_live_expiry_idx;
+DROP INDEX records_fence_expiry_idx;
+DROP INDEX records_in_progress_lease_idx;
+COMMIT;
 ANALYZE records;
+\echo == the sweep's first batches after 0017: each row given its time (3 batches of 500)
+SELECT * FROM idemd.sweep(500, 604800);
+SELECT * FROM idemd.sweep(500, 604800);
+SELECT * FROM idemd.sweep(500, 604800);
 \echo == stuck-records query (3 runs)
-SELECT tenant_id, operation_id, count(*) FROM records WHERE state = 'in_progress' AND lease_expires_at < now() GROUP BY tenant_id, operation_id LIMIT 10000;
-SELECT tenant_id, operation_id, count(*) FROM records WHERE state = 'in_progress' AND lease_expires_at < now() GROUP BY tenant_id, operation_id LIMIT 10000;
-SELECT tenant_id, operation_id, count(*) FROM records WHERE state = 'in_progress' AND lease_expires_at < now() GROUP BY tenant_id, operation_id LIMIT 10000;
-EXPLAIN SELECT tenant_id, operation_id, count(*) FROM records WHERE state = 'in_progress' AND lease_expires_at < now() GROUP BY tenant_id, operation_id LIMIT 10000;
+SELECT tenant_id, operation_id, count(*) FROM records WHERE state = 'in_progress' AND lease_expires_at < now() AND expires_at > now() GROUP BY tenant_id, operation_id LIMIT 10000;
+SELECT tenant_id, operation_id, count(*) FROM records WHERE state = 'in_progress' AND lease_expires_at < now() AND expires_at > now() GROUP BY tenant_id, operation_id LIMIT 10000;
+SELECT tenant_id, operation_id, count(*) FROM records WHERE state = 'in_progress' AND lease_expires_at < now() AND expires_at > now() GROUP BY tenant_id, operation_id LIMIT 10000;
+EXPLAIN SELECT tenant_id, operation_id, count(*) FROM records WHERE state = 'in_progress' AND lease_expires_at < now() AND expires_at > now() GROUP BY tenant_id, operation_id LIMIT 10000;
 \echo == one flush of 16384 records, the table capacity, 3 runs
 \timing off
 CREATE TEMP TABLE ids AS SELECT 1 AS t, decode(md5(g::text), 'hex') AS id, 3::bigint AS n

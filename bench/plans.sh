@@ -80,7 +80,9 @@ sql "ALTER TABLE records SET (autovacuum_enabled = false);
 script() {
   python3 - "$BIN" "$CALLS" "$BATCH" "$1" <<'PY'
 import sys
+import time
 binary, calls, batch, first = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+expires = int(time.time()) + 3600  # tokens valid an hour, kept a day once completed
 data = open(binary, "rb").read()
 
 def statement(start, mark):
@@ -97,7 +99,7 @@ def arr(items):
     return "'{%s}'" % ",".join(items)
 
 print("PREPARE claim_fresh AS %s;" % statement(
-    b"WITH x AS (", b"AS x(tenant, id, op, subject, fp, expires, lease, by, audit, i)"))
+    b"WITH x AS (", b"AS x(tenant, id, op, subject, fp, expires, lease, by, audit, retention, i)"))
 print("PREPARE complete_current AS %s;" % statement(
     b"WITH u AS (", b"AS x(tenant, id, attempt, status, headers, body, is_json, retention, by, audit, i)"))
 n = batch
@@ -105,7 +107,8 @@ for c in range(calls):
     ids = ['"\\\\x%032x"' % (first + c * batch + k) for k in range(n)]
     print("EXECUTE claim_fresh(%s);" % ", ".join([
         arr(["1"] * n), arr(ids), arr(["1"] * n), arr(["u"] * n), arr(["NULL"] * n),
-        arr(["4102444800"] * n), arr(["60"] * n), arr(["bench"] * n), arr(["3600"] * n)]))
+        arr(["%d" % expires] * n), arr(["60"] * n), arr(["bench"] * n), arr(["3600"] * n),
+        arr(["86400"] * n)]))
     print("EXECUTE complete_current(%s);" % ", ".join([
         arr(["1"] * n), arr(ids), arr(["1"] * n), arr(["200"] * n), arr(['"{}"'] * n),
         arr(['"\\\\x"'] * n), arr(["f"] * n), arr(["86400"] * n), arr(["bench"] * n),

@@ -55,10 +55,6 @@
 # pool_size (default: idemd's own defaults; the baseline follows them).
 # BENCH_WAITERS (default 10000) / BENCH_WAITER_ROUNDS (default 3) size the
 # waiter bench (below 10,000 its targets get no verdict).
-# BENCH_HOT_SCHEMA=1, an experiment: records loses its indexes on state,
-# lease_expires_at and expires_at and gets fillfactor 70, so that a
-# completion can be a HOT update (the sweeper and idemd_records_stuck
-# would then scan the table); writes results/hot-schema.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -260,10 +256,6 @@ for op in order.create gw.order.create gw.ietf.create; do
     -d '{"token_ttl_seconds":3600,"retention_seconds":86400,"lease_seconds":60}')
   case "$code" in 200|201) ;; *) cat "$WORK/op.out" >&2; die "PUT /v1/operations/$op: $code" ;; esac
 done
-if [ -n "${BENCH_HOT_SCHEMA:-}" ]; then
-  sql "DROP INDEX records_live_expiry_idx; DROP INDEX records_fence_expiry_idx;
-       DROP INDEX records_in_progress_lease_idx; ALTER TABLE records SET (fillfactor = 70)"
-fi
 TENANT_ID=$(sql "SELECT id FROM tenants WHERE name = 'bench'")
 OP_ID=$(sql "SELECT id FROM operations WHERE name = 'order.create'")
 GW_OP_ID=$(sql "SELECT id FROM operations WHERE name = 'gw.order.create'")
@@ -763,7 +755,7 @@ say "writing the report"
   echo "idemd=$("$IDEMD_BIN" --version) (CMAKE_BUILD_TYPE=Release)"
   echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- src migrations CMakeLists.txt 2>/dev/null || echo ' + uncommitted changes')"
   echo "postgresql=$(sql 'SHOW server_version')"
-  echo "pgsettings=fsync $(sql 'SHOW fsync'), synchronous_commit $(sql 'SHOW synchronous_commit'), shared_buffers $(sql 'SHOW shared_buffers'), wal_sync_method $(sql 'SHOW wal_sync_method'), commit_delay $(sql 'SHOW commit_delay')${BENCH_HOT_SCHEMA:+; BENCH_HOT_SCHEMA: records without its state, lease and expiry indexes, fillfactor 70 (an experiment, not the schema idemd migrates)}"
+  echo "pgsettings=fsync $(sql 'SHOW fsync'), synchronous_commit $(sql 'SHOW synchronous_commit'), shared_buffers $(sql 'SHOW shared_buffers'), wal_sync_method $(sql 'SHOW wal_sync_method'), commit_delay $(sql 'SHOW commit_delay')"
   echo "libmicrohttpd=$(pkg-config --modversion libmicrohttpd)"
   echo "libpq=$(pkg-config --modversion libpq)"
   echo "libsodium=$(pkg-config --modversion libsodium)"
@@ -786,7 +778,6 @@ say "writing the report"
 } >"$INFO"
 OUT=$BENCH/results/latest.md
 [ "$PIN" = 1 ] && OUT=$BENCH/results/pinned.md
-[ -n "${BENCH_HOT_SCHEMA:-}" ] && OUT=$BENCH/results/hot-schema.md
 [ "$WAITERS" = 2 ] && OUT=$BENCH/results/waiters.md
 python3 "$BENCH/benchlib.py" report "$RESULTS" "$OUT" >/dev/null
 if [ "$SCALE" = 1 ]; then

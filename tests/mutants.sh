@@ -49,6 +49,9 @@
 #                              request's answer (its fingerprint not compared)
 #   resend_allowed             libcurl may resend a request on a fresh connection
 #                              after a reused one closed without an answer
+#   fences_swept_at_once       the sweep deletes a fence at its next pass, not
+#                              fence_retention_seconds after its life ended
+#                              (migrations/0017)
 #
 # A mechanism inside a function of a migration that deployments already
 # applied (its text is fixed by its checksum) is broken by a copy of that
@@ -74,7 +77,7 @@ SAFETY=(test_corners test_broken_upstream test_exactly_once test_claims test_con
 pointed() {
   case "$1" in
     fence_resets|no_fence|lease_spent_acked|admit_in_progress|release_after_2xx|\
-    replay_ignores_expiry|clock_offset_ignored) echo test_exactly_once ;;
+    replay_ignores_expiry|clock_offset_ignored|fences_swept_at_once) echo test_exactly_once ;;
     release_after_broken_answer|release_unknown_outcome|route_outlives_lease|\
     told_events_unfiltered) echo test_broken_upstream ;;
     told_events_lost|event_rows_unfiltered) echo test_audit ;;
@@ -94,7 +97,8 @@ MUTANTS=(fence_resets no_fence lease_from_txn_start lease_spent_acked forward_on
          release_unknown_outcome route_outlives_lease replay_ignores_expiry
          replay_db_ignores_expiry complete_ignores_expiry complete_fn_ignores_expiry
          checkpoint_unfenced batch_twins told_events_lost told_events_lost_on_delete
-         told_events_unfiltered event_rows_unfiltered clock_offset_ignored replay_ignores_fingerprint resend_allowed)
+         told_events_unfiltered event_rows_unfiltered clock_offset_ignored replay_ignores_fingerprint resend_allowed
+         fences_swept_at_once)
 if [ -n "${IDEMD_MUTANTS:-}" ]; then read -r -a MUTANTS <<<"$IDEMD_MUTANTS"; fi
 
 # Each function copy is its migration's function, but for its "-- was:" lines.

@@ -80,32 +80,30 @@ static int janitor_rest(double ms)
 
 long janitor_sweep_now(int paced)
 {
-	long total = 0;
+	long total = 0, fences = 0;
 	int64_t after = 0; /* each batch goes on where the last one stopped */
-	int deleted;
+	int full, deleted;
 
 	do {
 		struct timespec t0;
+		struct store_swept s;
 		clock_gettime(CLOCK_MONOTONIC, &t0);
-		if (store_sweep(JANITOR_SWEEP_BATCH, &after, &deleted) < 0)
+		if (store_sweep(JANITOR_SWEEP_BATCH, janitor.fence_retention,
+				janitor.sweep_interval, &after, &s) < 0)
 			return -1;
-		if (deleted > 0)
-			total += deleted;
-		if (deleted == JANITOR_SWEEP_BATCH && paced) {
+		if (s.sw_ended < 0)
+			break; /* another instance is sweeping */
+		total += s.sw_ended;
+		fences += s.sw_deleted;
+		full = s.sw_ended + s.sw_deleted + s.sw_moved == JANITOR_SWEEP_BATCH;
+		if (full && paced) {
 			double rest = janitor_ms_since(&t0);
 			if (janitor_rest(rest < 500 ? rest : 500))
 				break;
 		}
-	} while (deleted == JANITOR_SWEEP_BATCH);
-	/* the fences whose time is up */
-	int fences = 0;
-	do {
-		if (store_fences_sweep(JANITOR_SWEEP_BATCH, janitor.fence_retention, &deleted) < 0)
-			break;
-		fences += deleted;
-	} while (deleted == JANITOR_SWEEP_BATCH);
+	} while (full);
 	if (fences > 0)
-		log_info("janitor: deleted %d fences of records ended over %d s ago", fences,
+		log_info("janitor: deleted %ld fences of records ended over %d s ago", fences,
 			 janitor.fence_retention);
 	/* and the audit events past their retention, in the same batches */
 	int events = 0;
@@ -143,20 +141,28 @@ static void janitor_resolve_pairs(void)
 	}
 }
 
-/* The metrics' periodic reads: the named tenant/operation pairs' ids, and
- * the records stuck in progress (idemd_records_stuck, idemd_db_up). */
-static void janitor_count_stuck(void)
+/* The records stuck in progress (idemd_records_stuck, idemd_db_up); the
+ * seconds until the next count. No index finds records in progress
+ * (migrations/0017), so the count reads the whole table: it is made again
+ * after JANITOR_STUCK_INTERVAL_SECONDS or JANITOR_STUCK_SPACING times as
+ * long as it took, whichever is longer, so that it takes at most about
+ * 1 % of one PostgreSQL backend's time per instance. */
+static int janitor_count_stuck(void)
 {
 	struct metrics_stuck *rows;
+	struct timespec t0;
 	size_t n;
 
-	janitor_resolve_pairs();
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (store_records_stuck(&rows, &n) < 0) {
 		metrics_set_stuck(NULL, 0, 0);
-		return;
+		return JANITOR_STUCK_INTERVAL_SECONDS;
 	}
 	metrics_set_stuck(rows, n, 1);
 	free(rows);
+	double spaced = janitor_ms_since(&t0) * JANITOR_STUCK_SPACING / 1e3;
+	return spaced > JANITOR_STUCK_INTERVAL_SECONDS ? (int)spaced
+						       : JANITOR_STUCK_INTERVAL_SECONDS;
 }
 
 /* Statistics autovacuum has left far behind (a new deployment's records in
@@ -176,7 +182,8 @@ static void janitor_refresh_statistics(void)
 static void *janitor_main(void *arg)
 {
 	time_t last_keys = time(NULL), last_sweep = time(NULL), last_trim = time(NULL);
-	time_t last_stuck = 0;
+	time_t last_stuck = 0, last_stats = 0;
+	int stuck_every = JANITOR_STUCK_INTERVAL_SECONDS;
 	int ops_reloaded = 1, api_keys_read = 1;
 
 	(void)arg;
@@ -208,10 +215,14 @@ static void *janitor_main(void *arg)
 			if (keys_refresh() < 0)
 				log_warn("janitor: could not refresh signing keys");
 		}
-		if (now - last_stuck >= JANITOR_STUCK_INTERVAL_SECONDS) {
-			last_stuck = now;
-			janitor_count_stuck();
+		if (now - last_stats >= JANITOR_STUCK_INTERVAL_SECONDS) {
+			last_stats = now;
+			janitor_resolve_pairs();
 			janitor_refresh_statistics();
+		}
+		if (now - last_stuck >= stuck_every) {
+			last_stuck = now;
+			stuck_every = janitor_count_stuck();
 		}
 		if (now - last_sweep >= janitor.sweep_interval) {
 			last_sweep = now;

@@ -14,10 +14,12 @@ struct config;
 #define JANITOR_KEYS_INTERVAL_SECONDS 5
 #define JANITOR_SWEEP_BATCH 500
 #define JANITOR_TRIM_INTERVAL_SECONDS 30
-/* idemd_records_stuck (one GROUP BY over the partial index of records in
- * progress, migration 0010) and the check of the hot tables' statistics,
- * this often */
+/* The ids of the tenant/operation pairs metrics names and the check of the
+ * hot tables' statistics this often; idemd_records_stuck (a read of the
+ * whole table, migrations/0017) this often or JANITOR_STUCK_SPACING times
+ * as long as its last count took, whichever is longer */
 #define JANITOR_STUCK_INTERVAL_SECONDS 15
+#define JANITOR_STUCK_SPACING 100
 
 int janitor_start(const struct config *cfg) IDEMD_WUR;
 void janitor_stop(void);

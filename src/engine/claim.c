@@ -66,6 +66,7 @@ const char *claim_args_fill(const struct token *t, const struct operation *op, c
 	a->token_expires_at = t->expires_at;
 	a->lease_seconds = op->op_lease_seconds;
 	a->audit_seconds = store_audit_seconds(op);
+	a->retention_seconds = op->op_retention_seconds;
 	a->seen_ms = idemd_unix_ms();
 	if (!op->op_has_version_key)
 		return NULL;

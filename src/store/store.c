@@ -40,13 +40,12 @@
 #endif
 /* A record in progress, as the completion finds it: by its lease, which a
  * record holds exactly while it is in progress (the CHECK
- * records_lease_iff_in_progress, 0001), not by its state. Written so, the
- * condition does not imply the predicate of records_in_progress_lease_idx
- * (state = 'in_progress', 0010), so the planner cannot walk that index and
- * every record is found by its primary key. With the state test a plan
- * made while few records were in progress walked all of them: one
- * completion beside 20,000 others in progress read 921 buffers instead of
- * 20 (tests/integration/test_plans.py). */
+ * records_lease_iff_in_progress, 0001), not by its state. Every record is
+ * found by its primary key: no index finds records in progress since
+ * migrations/0017 (a completion writes no index entry). Before it, the
+ * state test let a plan made while few records were in progress walk all
+ * of them: one completion beside 20,000 others in progress read 921
+ * buffers instead of 20 (tests/integration/test_plans.py). */
 #define IN_PROGRESS "rec.lease_expires_at IS NOT NULL"
 /* The planner sees how long a statement's arrays are when it plans a call
  * for the values at hand (a custom plan), and not in the plan it keeps
@@ -102,16 +101,22 @@ static const struct db_stmt st_complete_many = {
  * 'completed') are told by the record's own columns (TOLD_EVENT,
  * migrations/0013) instead of a row each. */
 /* The claim of the fresh records and replays of x (tenant, id, op,
- * subject, fp, expires, lease, by, audit, i, t), which the statement
- * defines first; its rows in x's order. Written once for st_claim_fresh
- * and st_claim_one. */
+ * subject, fp, expires, lease, by, audit, retention, i, t), which the
+ * statement defines first; its rows in x's order. Written once for
+ * st_claim_fresh and st_claim_one. A record's sweep_at is the earliest
+ * end a completion kept the operation's retention can give it, so that
+ * such a completion leaves it as it is (a HOT update, COMPLETE_UPDATE)
+ * and the sweeper, which looks a sweep interval after it, finds the
+ * record's life over (migrations/0017). */
 #define CLAIM_FROM_X \
 	"ins AS (INSERT INTO records AS rec (tenant_id, token_id, operation_id, subject, state, " \
 	"fingerprint, attempt, lease_expires_at, version_claimed, token_expires_at, expires_at, " \
-	"created_at, updated_at, claimed_seq, claimed_by, claimed_trace, claimed_until) " \
+	"sweep_at, created_at, updated_at, claimed_seq, claimed_by, claimed_trace, claimed_until) " \
 	"SELECT x.tenant, x.id, x.op, x.subject, 'in_progress', x.fp, 1, " \
 	"x.t + make_interval(secs => x.lease), NULL, to_timestamp(x.expires), " \
-	"greatest(to_timestamp(x.expires), x.t + make_interval(secs => x.lease)), x.t, x.t, " TOLD_EVENT( \
+	"greatest(to_timestamp(x.expires), x.t + make_interval(secs => x.lease)), " \
+	"greatest(to_timestamp(x.expires), x.t + make_interval(secs => x.retention)), " \
+	"x.t, x.t, " TOLD_EVENT( \
 		"x.by") ", x.t + make_interval(secs => x.audit) FROM x " \
 			"WHERE x.lease > 0 AND to_timestamp(x.expires) > x.t ORDER BY x.i " \
 			"ON CONFLICT (tenant_id, token_id) DO NOTHING " \
@@ -134,9 +139,10 @@ static const struct db_stmt st_claim_fresh = {
 	ST_CLAIM_FRESH, "claim_fresh",
 	"WITH x AS (SELECT *, " GRANT_CLOCK " AS t FROM unnest(" HIDDEN_LENGTH(
 		"$1::int[]") ", $2::bytea[], $3::int[], "
-			     "$4::text[], $5::bytea[], $6::bigint[], $7::int[], $8::text[], $9::int[]) WITH ORDINALITY "
-			     "AS x(tenant, id, op, subject, fp, expires, lease, by, audit, i)), " CLAIM_FROM_X,
-	9
+			     "$4::text[], $5::bytea[], $6::bigint[], $7::int[], $8::text[], $9::int[], $10::int[]) "
+			     "WITH ORDINALITY AS x(tenant, id, op, subject, fp, expires, lease, by, audit, "
+			     "retention, i)), " CLAIM_FROM_X,
+	10
 };
 /* st_claim_fresh for a batch of one, as every batch is at low load: the
  * same parameters (one-element arrays) and rows, its one element read by
@@ -148,21 +154,30 @@ static const struct db_stmt st_claim_one = {
 	ST_CLAIM_ONE, "claim_one",
 	"WITH x AS (SELECT ($1::int[])[1] AS tenant, ($2::bytea[])[1] AS id, ($3::int[])[1] AS op, "
 	"($4::text[])[1] AS subject, ($5::bytea[])[1] AS fp, ($6::bigint[])[1] AS expires, "
-	"($7::int[])[1] AS lease, ($8::text[])[1] AS by, ($9::int[])[1] AS audit, 1::bigint AS i, " GRANT_CLOCK
-	" AS t), " CLAIM_FROM_X,
-	9
+	"($7::int[])[1] AS lease, ($8::text[])[1] AS by, ($9::int[])[1] AS audit, "
+	"($10::int[])[1] AS retention, 1::bigint AS i, " GRANT_CLOCK " AS t), " CLAIM_FROM_X,
+	10
 };
+/* The end of a completed record's life, from u's retention: N >= 0 keeps
+ * it N seconds and at least as long as its token or key is valid; -1 - N
+ * keeps it N seconds exactly (a refusal on a route anyone may call). */
+#define COMPLETE_EXPIRES \
+	"CASE WHEN u.retention < 0 THEN now() + make_interval(secs => -1 - u.retention) " \
+	"ELSE greatest(now() + make_interval(secs => u.retention), rec.token_expires_at) END"
 /* The completion's update of the records in u (tenant, id, attempt,
  * status, headers, body, is_json, retention, by, audit, i) that FROM, a
  * FROM list holding u, joins in; then its rows in u's order. Written once
  * for st_complete_current and st_complete_one. It finds its records by
- * primary key (IN_PROGRESS). */
+ * primary key (IN_PROGRESS). It moves the record's sweep_at only to an
+ * earlier end (a retention shorter than the operation's, a refusal kept
+ * an exact time), so that a completion kept the operation's retention
+ * changes no indexed column: a HOT update (migrations/0017). */
 #define COMPLETE_UPDATE(from) \
 	"upd AS (UPDATE records rec SET state = 'completed', lease_expires_at = NULL, " \
 	"response_status = u.status, response_headers = u.headers, response_body = u.body, " \
 	"response_is_json = coalesce(u.is_json, false), " \
-	"expires_at = CASE WHEN u.retention < 0 THEN now() + make_interval(secs => -1 - u.retention) " \
-	"ELSE greatest(now() + make_interval(secs => u.retention), rec.token_expires_at) END, " \
+	"expires_at = " COMPLETE_EXPIRES ", sweep_at = least(rec.sweep_at, " COMPLETE_EXPIRES \
+	"), " \
 	"updated_at = now(), completed_at = clock_timestamp(), " \
 	"(completed_seq, completed_by, completed_trace) = (SELECT " TOLD_EVENT( \
 		"u.by") "), completed_until = clock_timestamp() + make_interval(secs => u.audit) " \
@@ -366,7 +381,7 @@ static PGresult *store_run_arrays(const struct db_stmt *stmt, struct buf *arrs, 
 static int store_claim_all(const struct claim_args *const *a, struct claim_result *const *res,
 			   size_t n)
 {
-	struct buf arrs[14] = { { 0 } };
+	struct buf arrs[STORE_CLAIM_ARRAYS] = { { 0 } };
 	PGresult *r = NULL;
 	int rc = -1;
 
@@ -385,7 +400,7 @@ static int store_claim_all(const struct claim_args *const *a, struct claim_resul
 	}
 done:
 	PQclear(r);
-	store_arrays_free(arrs, 14);
+	store_arrays_free(arrs, STORE_CLAIM_ARRAYS);
 	return rc;
 }
 
@@ -466,7 +481,7 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 	if (n == 0 || !store_claim_fresh_fits(a, n))
 		return store_claim_all(a, res, n);
 
-	struct buf arrs[14] = { { 0 } };
+	struct buf arrs[STORE_CLAIM_ARRAYS] = { { 0 } };
 	const struct claim_args **ra = malloc(n * sizeof(*ra));
 	struct claim_result **rr = malloc(n * sizeof(*rr));
 	char *done = calloc(n, 1);
@@ -476,9 +491,9 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 
 	if (ra == NULL || rr == NULL || done == NULL || store_claim_arrays(arrs, a, n) < 0)
 		goto out;
-	const char *v[9] = { arrs[0].b_data, arrs[1].b_data,  arrs[2].b_data,
-			     arrs[3].b_data, arrs[4].b_data,  arrs[5].b_data,
-			     arrs[6].b_data, arrs[11].b_data, arrs[12].b_data };
+	const char *v[10] = { arrs[0].b_data,  arrs[1].b_data, arrs[2].b_data, arrs[3].b_data,
+			      arrs[4].b_data,  arrs[5].b_data, arrs[6].b_data, arrs[11].b_data,
+			      arrs[12].b_data, arrs[14].b_data };
 	/* columns as st_claim_many's, the element's index in the tenth */
 	if ((r = db_run(n == 1 ? &st_claim_one : &st_claim_fresh, v, NULL, NULL)) == NULL)
 		goto out;
@@ -496,7 +511,7 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 		store_claims_forget(res, done, n);
 out:
 	PQclear(r);
-	store_arrays_free(arrs, 14);
+	store_arrays_free(arrs, STORE_CLAIM_ARRAYS);
 	free(ra);
 	free(rr);
 	free(done);

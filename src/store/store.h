@@ -148,6 +148,10 @@ struct claim_args {
 	int wait;	   /* the caller waits if the record is in progress */
 	const char *by;	   /* who, for the audit trail: "api_key:<id>" or "route:..." */
 	int audit_seconds; /* how long its event is kept (store_audit_seconds) */
+	/* the operation's retention: the sweeper first looks at the record
+	 * when a completion at the claim would have ended its life
+	 * (migrations/0017) */
+	int retention_seconds;
 	/* when the claim reached idemd, in unix ms on the database's clock
 	 * (idemd_unix_ms; 0: at the statement): a record in progress is taken
 	 * over only if its lease was already over then (migrations/0015) */
@@ -310,15 +314,22 @@ int store_version_get(uint32_t tenant_id, const char *key, int64_t *version) IDE
 int store_version_bump(uint32_t tenant_id, const char *key, int64_t expected, int *ok,
 		       int64_t *version) IDEMD_WUR;
 
-/* Ends the life of at most LIMIT records past their expiry (each becomes
- * a fence: migrations/0011), from expiry *AFTER_MS (unix ms; 0: from the
- * oldest) on, when no other instance is sweeping; *AFTER_MS becomes the
- * latest expiry ended, where the pass's next batch starts. *ended = -1
- * when another instance holds the sweep lock. */
-int store_sweep(int limit, int64_t *after_ms, int *ended) IDEMD_WUR;
+/* What one batch of the sweep did; sw_ended = -1 when another instance
+ * holds the sweep lock (and it did nothing). */
+struct store_swept {
+	int sw_ended;	/* records past their expiry whose life it ended (fences now) */
+	int sw_deleted; /* fences whose life ended KEEP_SECONDS ago or more */
+	int sw_moved;	/* rows given their next time (a later expiry, a fence's deletion) */
+};
 
-/* Deletes at most LIMIT fences whose life ended over KEEP_SECONDS ago. */
-int store_fences_sweep(int limit, int keep_seconds, int *deleted) IDEMD_WUR;
+/* One batch of the sweep (migrations/0017): at most LIMIT rows whose time
+ * to be looked at is LATE_SECONDS past, from *AFTER_MS (unix ms; 0: from
+ * the first) on, oldest first, skipping locked ones, when no other
+ * instance is sweeping; *AFTER_MS becomes where the pass's next batch
+ * starts. The batch had rows left over when the three counts add up to
+ * LIMIT. */
+int store_sweep(int limit, int keep_seconds, int late_seconds, int64_t *after_ms,
+		struct store_swept *swept) IDEMD_WUR;
 
 /* The queries of `idemd records` (store_cli.c). Their parameters, as
  * text (NULL: not given):

@@ -62,7 +62,6 @@ enum {
 	ST_CLAIM_ONE,
 	ST_COMPLETE_CURRENT,
 	ST_COMPLETE_ONE,
-	ST_FENCES_SWEEP,
 	ST_CLOCK,
 	ST_CLI_RECORD,
 	ST_CLI_EVENTS,
@@ -182,10 +181,11 @@ static inline void store_arrays_free(struct buf *arrs, size_t n)
 	for (size_t i = 0; i < n; i++)
 		buf_free(&arrs[i]);
 }
-/* The fourteen arrays of claims A[0..N) (st_claim_many's parameters, and
- * nine of them st_claim_fresh's), and the ten of completions A[0..N)
- * (st_complete_many's and st_complete_current's); closed: -1 if building
- * any of them failed. */
+/* The STORE_CLAIM_ARRAYS arrays of claims A[0..N) (the first fourteen
+ * st_claim_many's parameters, ten of them st_claim_fresh's), and the ten
+ * of completions A[0..N) (st_complete_many's and st_complete_current's);
+ * closed: -1 if building any of them failed. */
+#define STORE_CLAIM_ARRAYS 15
 int store_claim_arrays(struct buf *arrs, const struct claim_args *const *a, size_t n);
 int store_complete_arrays(struct buf *arrs, const struct complete_args *const *a, size_t n);
 

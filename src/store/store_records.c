@@ -54,7 +54,9 @@ static const struct db_stmt st_replays_add = {
 	"WHERE r.tenant_id = u.t AND r.token_id = u.id",
 	3
 };
-/* Reads only the partial index records_in_progress_lease_idx (0010). */
+/* No index finds records in progress (a completion writes no index
+ * entry: migrations/0017): this reads the whole table, and the janitor
+ * spaces its runs by their cost (janitor_count_stuck). */
 static const struct db_stmt st_records_stuck = {
 	ST_RECORDS_STUCK, "records_stuck",
 	"SELECT tenant_id, operation_id, count(*) FROM records "
@@ -108,13 +110,12 @@ static const struct db_stmt st_version_bump = {
 };
 static const struct db_stmt st_sweep = {
 	ST_SWEEP, "sweep",
-	"SELECT deleted, coalesce(floor(extract(epoch from last_expiry) * 1000)::bigint, $2::bigint) "
-	"FROM idemd_sweep_after($1::int, CASE WHEN $2::bigint > 0 THEN to_timestamp($2::bigint / 1000.0) END)",
-	2
+	"SELECT ended, deleted, moved, CASE WHEN isfinite(last) THEN " MS(
+		"last") " ELSE $3 END "
+			"FROM idemd.sweep($1, $2, CASE WHEN $3::bigint > 0 THEN to_timestamp($3::bigint / 1000.0) END, "
+			"$4)",
+	4
 };
-
-static const struct db_stmt st_fences_sweep = { ST_FENCES_SWEEP, "fences_sweep",
-						"SELECT idemd.sweep_fences($1, $2)", 2 };
 static const struct db_stmt st_clock = { ST_CLOCK, "clock", "SELECT " MS("clock_timestamp()"), 0 };
 /* Whether records (then record_events) changed by more rows since their
  * statistics were made than the tables held then, and by STORE_STALE_ROWS
@@ -376,18 +377,23 @@ int store_version_bump(uint32_t tenant_id, const char *key, int64_t expected, in
 	return 0;
 }
 
-int store_sweep(int limit, int64_t *after_ms, int *deleted)
+int store_sweep(int limit, int keep_seconds, int late_seconds, int64_t *after_ms,
+		struct store_swept *swept)
 {
-	char lim[16], after[24];
-	int64_t o[2];
+	char lim[16], keep[16], after[24], late[16];
+	int64_t o[4];
 
 	snprintf(lim, sizeof(lim), "%d", limit);
+	snprintf(keep, sizeof(keep), "%d", keep_seconds);
 	snprintf(after, sizeof(after), "%" PRId64, *after_ms);
-	const char *v[] = { lim, after };
-	if (store_ints(&st_sweep, v, NULL, NULL, o, 2) < 0)
+	snprintf(late, sizeof(late), "%d", late_seconds);
+	const char *v[] = { lim, keep, after, late };
+	if (store_ints(&st_sweep, v, NULL, NULL, o, 4) < 0)
 		return -1;
-	*deleted = (int)o[0];
-	*after_ms = o[1];
+	swept->sw_ended = (int)o[0];
+	swept->sw_deleted = (int)o[1];
+	swept->sw_moved = (int)o[2];
+	*after_ms = o[3];
 	return 0;
 }
 
@@ -418,20 +424,6 @@ int store_records_stuck(struct metrics_stuck **rows, size_t *n)
 {
 	return store_read_rows(db_run(&st_records_stuck, NULL, NULL, NULL), stuck_cols,
 			       IDEMD_ARRAY_LEN(stuck_cols), sizeof(**rows), rows, n);
-}
-
-int store_fences_sweep(int limit, int keep_seconds, int *deleted)
-{
-	char lim[16], keep[16];
-	int64_t o;
-
-	snprintf(lim, sizeof(lim), "%d", limit);
-	snprintf(keep, sizeof(keep), "%d", keep_seconds);
-	const char *v[] = { lim, keep };
-	if (store_ints(&st_fences_sweep, v, NULL, NULL, &o, 1) < 0)
-		return -1;
-	*deleted = (int)o;
-	return 0;
 }
 
 int store_refresh_statistics(int *analyzed)

@@ -77,7 +77,10 @@ class Lives(IdemdCase):
     # ---- 1. fencing outlives the record
 
     def stale_holder_is_fenced(self, swept):
-        op = self.put_operation(token_ttl_seconds=1, lease_seconds=2, retention_seconds=60)
+        # (the sweeper looks at a record the retention after its claim
+        # first: a claim never completed is swept then, migrations/0017)
+        op = self.put_operation(token_ttl_seconds=1, lease_seconds=2, retention_seconds=3,
+                                audit_retention_seconds=60)
         key = uniq("order")
         first = assert_status(self, self.client.post(key_path(op, key, "claim"), {}), 201)
         self.assertEqual(first["attempt"], 1)
@@ -146,10 +149,61 @@ class Lives(IdemdCase):
             stop.set()
             t.join()
 
+    def sweep_at(self, rid):
+        """The record's state and how many seconds from now its sweep_at is
+        (migrations/0017)."""
+        row = self.db("SELECT state || '|' || extract(epoch FROM sweep_at - clock_timestamp()) "
+                      "FROM records WHERE token_id = '\\x%s'" % rid)
+        state, ahead = row.split("|")
+        return state, float(ahead)
+
+    def test_fence_outlives_the_sweeps_until_its_retention(self):
+        # the sweeper passes every second: a fence stays through its passes
+        # for fence_retention_seconds (7 days here), looked at again then
+        op = self.put_operation(token_ttl_seconds=1, lease_seconds=1, retention_seconds=1)
+        key = uniq("order")
+        rid = assert_status(self, self.client.post(key_path(op, key, "claim"), {}), 201)["id"]
+        deadline = time.monotonic() + 8
+        while self.state(rid) != "expired":
+            self.assertLess(time.monotonic(), deadline, "the sweeper never ended the life")
+            time.sleep(0.2)
+        time.sleep(2.5)
+        state, ahead = self.sweep_at(rid)
+        self.assertEqual(state, "expired", "the fence went before its retention")
+        self.assertGreater(ahead, 6.9 * 86400, "the fence is looked at again before a week")
+        second = assert_status(self, self.client.post(key_path(op, key, "claim"), {}), 201)
+        self.assertEqual(second["attempt"], 2, "a new life must not reuse attempt 1")
+
+    def test_record_kept_longer_is_swept_at_its_new_end(self):
+        # the claim gives the record its time to be swept: when a completion
+        # at the claim would end its life (3 s on). This one comes 2.5 s
+        # later and keeps it until 5.5 s without touching that time (a HOT
+        # update); the sweeper, looking a sweep interval after it (4 s),
+        # finds the record alive and gives it its new time; its life ends
+        # when that has come
+        op = self.put_operation(token_ttl_seconds=1, lease_seconds=10, retention_seconds=3)
+        key = uniq("order")
+        t0 = time.monotonic()
+        rid = assert_status(self, self.client.post(key_path(op, key, "claim"), {}), 201)["id"]
+        first = self.sweep_at(rid)[1]
+        time.sleep(2.5)
+        assert_status(self, self.client.post(key_path(op, key, "complete"),
+                                              {"attempt": 1, "status": 200, "body": {}}), 200)
+        self.assertAlmostEqual(self.sweep_at(rid)[1], first - (time.monotonic() - t0), delta=0.5,
+                               msg="the completion moved the record's time to be swept")
+        time.sleep(max(0.0, t0 + 4.8 - time.monotonic()))
+        state, ahead = self.sweep_at(rid)
+        self.assertEqual(state, "completed", "its life ended before the retention it was given")
+        self.assertGreater(ahead, 0, "the sweeper did not give it its new time")
+        self.assertLess(ahead, 1.5)
+        while self.state(rid) != "expired":
+            self.assertLess(time.monotonic(), t0 + 10, "the sweeper never ended its life")
+            time.sleep(0.2)
+
     # ---- 2. a token claim racing the sweep at expiry
 
     def test_token_claim_after_the_sweep_cannot_restart_attempt_1(self):
-        op = self.put_operation(token_ttl_seconds=1, lease_seconds=1, retention_seconds=60)
+        op = self.put_operation(token_ttl_seconds=1, lease_seconds=1, retention_seconds=2)
         r = self.issue_resp(op)
         tok, rid = r.json["token"], r.json["id"]
         self.claim_ok(tok)

@@ -1,7 +1,7 @@
 """Integration test: the first submit's plain-SQL statements (the claim,
 the completion, and the claim and completion of a batch of one) keep one plan at every
-batch size, and a completion finds its record by primary key however many
-others are in progress.
+batch size, a completion finds its record by primary key however many
+others are in progress, and writes no index entry.
 
 The statements are idemd's own: their texts are read out of the binary
 (each is one string constant of src/store/store.c), prepared in a psql
@@ -19,14 +19,18 @@ BUFFERS)).
   here). Now 5 of 32, the first five.
 - By primary key: with its statistics taken while few records were in
   progress, completing one record beside 20,000 others in progress walked
-  the partial index records_in_progress_lease_idx (0010) through all of
-  them: 921 buffers instead of 20 alone. It must stay within twice the
-  cost of completing it alone."""
+  the partial index records_in_progress_lease_idx (0010, dropped by 0017)
+  through all of them: 921 buffers instead of 20 alone. It must stay
+  within twice the cost of completing it alone, through the primary key
+  only.
+- No index entry: a completion is a HOT update (migrations/0017), unless
+  it ends the record's life earlier than its claim said."""
 
 import json
 import os
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -39,7 +43,8 @@ TENANT = 900001      # records of a tenant of the test's own (records has no for
 
 # Each statement is the one NUL-terminated string of the binary that
 # starts with the first text and holds the others.
-CLAIM_FRESH = (b"WITH x AS (", b"AS x(tenant, id, op, subject, fp, expires, lease, by, audit, i)",
+CLAIM_FRESH = (b"WITH x AS (", b"AS x(tenant, id, op, subject, fp, expires, lease, by, audit, "
+               b"retention, i)",
                b"ON CONFLICT (tenant_id, token_id) DO NOTHING")
 # the same claim for a batch of one (claim_one)
 CLAIM_ONE = (b"WITH x AS (", b"($9::int[])[1] AS audit", b"ON CONFLICT (tenant_id, token_id) DO NOTHING")
@@ -84,18 +89,18 @@ def token(n):
     return '"\\\\x%032x"' % n
 
 
-def claim_args(first, n):
+def claim_args(first, n, expires=4102444800):
     ids = [token(first + k) for k in range(n)]
     return ", ".join([arr(["%d" % TENANT] * n), arr(ids), arr(["1"] * n), arr(["u"] * n),
-                      arr(["NULL"] * n), arr(["4102444800"] * n), arr(["60"] * n),
-                      arr(["test"] * n), arr(["3600"] * n)])
+                      arr(["NULL"] * n), arr(["%d" % expires] * n), arr(["60"] * n),
+                      arr(["test"] * n), arr(["3600"] * n), arr(["86400"] * n)])
 
 
-def complete_args(first, n):
+def complete_args(first, n, retention=86400):
     ids = [token(first + k) for k in range(n)]
     return ", ".join([arr(["%d" % TENANT] * n), arr(ids), arr(["1"] * n), arr(["200"] * n),
                       arr(['"{}"'] * n), arr(['"\\\\x"'] * n), arr(["f"] * n),
-                      arr(["86400"] * n), arr(["test"] * n), arr(["3600"] * n)])
+                      arr(["%d" % retention] * n), arr(["test"] * n), arr(["3600"] * n)])
 
 
 ROWS = ("INSERT INTO records (tenant_id, token_id, operation_id, subject, state, attempt, "
@@ -217,8 +222,51 @@ class Plans(IdemdCase):
             self.assertLessEqual(max(got[1:]), 2 * base,
                                  "%s: completing one record %s read %s buffers, alone %s"
                                  % (name, what, got, alone))
-        self.assertIn("records_pkey", indexes)
-        self.assertNotIn("records_in_progress_lease_idx", indexes)
+        self.assertEqual(indexes, {"records_pkey"})
+
+    def test_completion_writes_no_index_entry(self):
+        for name, marks in COMPLETIONS:
+            with self.subTest(name):
+                self.completion_is_hot(name, marks)
+
+    def completion_is_hot(self, name, marks):
+        """Claims N records through claim_one (a token valid for two
+        minutes, as on a token route) and completes them through NAME (kept
+        a day), each in a transaction of its own: the completions are HOT
+        updates, all but at most two (one whose page has no room left
+        before PostgreSQL prunes it is not); with the indexes of migrations
+        0010 and 0011 none was. One more completion, kept an exact 5 s, is
+        not HOT: it moves its record's sweep_at to its end (0017)."""
+        n, first = 20, 5 * 10 ** 8
+        expires = int(time.time()) + 120
+        counts = ("SELECT pg_stat_force_next_flush();\n\\o\n\\echo ===\n"
+                  "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+                  "WHERE relid = 'records'::regclass;\n\\o /dev/null\n")
+        script = "\\o /dev/null\nPREPARE claim_one AS %s;\nPREPARE %s AS %s;\n" % (
+            statement(CLAIM_ONE), name, statement(marks))
+        for k in range(n + 1):
+            script += "EXECUTE claim_one(%s);\n" % claim_args(first + k, 1, expires)
+        script += counts
+        for k in range(n):
+            script += "EXECUTE %s(%s);\n" % (name, complete_args(first + k, 1))
+        script += counts
+        script += "EXECUTE %s(%s);\n" % (name, complete_args(first + n, 1, -1 - 5))
+        script += counts
+        script += ("\\o\n\\echo ===\nSELECT sweep_at = expires_at, "
+                   "expires_at < now() + interval '6 seconds' FROM records "
+                   "WHERE tenant_id = %d AND token_id = decode('%032x', 'hex');\n"
+                   "DELETE FROM records WHERE tenant_id = %d AND token_id >= decode('%032x', 'hex')"
+                   " AND token_id <= decode('%032x', 'hex');\n"
+                   % (TENANT, first + n, TENANT, first, first + n))
+        out = [o.split() for o in session(self.idemd.db, script).split("===\n")[1:]]
+        (u0, h0), (u1, h1), (u2, h2) = [map(int, o[0].split("|")) for o in out[:3]]
+        self.assertEqual(u1 - u0, n, "%s: %d completions updated %d rows" % (name, n, u1 - u0))
+        self.assertGreaterEqual(h1 - h0, n - 2, "%s: %d of %d completions were HOT"
+                                % (name, h1 - h0, n))
+        self.assertEqual((u2 - u1, h2 - h1), (1, 0),
+                         "%s: a completion kept an exact time: updated, HOT" % name)
+        self.assertEqual(out[3][0], "t|t", "%s: its sweep_at is its expires_at, 5 s on" % name)
+
 
 if __name__ == "__main__":
     harness.main()
