@@ -296,13 +296,15 @@ void metrics_duplicate(uint32_t tenant_id, uint32_t operation_id, enum metrics_d
 		memory_order_relaxed);
 }
 
-void metrics_set_stuck(const struct metrics_stuck *rows, size_t n, int ok)
+void metrics_set_db_up(int up)
+{
+	atomic_store(&metrics_db_ok, up);
+}
+
+void metrics_set_stuck(const struct metrics_stuck *rows, size_t n)
 {
 	long sums[METRICS_PAIRS + 1] = { 0 };
 
-	atomic_store(&metrics_db_ok, ok);
-	if (!ok)
-		return;
 	for (size_t i = 0; i < n; i++)
 		sums[metrics_pair_slot(rows[i].ms_tenant_id, rows[i].ms_operation_id)] +=
 			(long)rows[i].ms_count;

@@ -74,9 +74,11 @@ struct metrics_stuck {
 	int64_t ms_count;
 };
 
-/* The periodic stuck-records count: ROWS (N of them, borrowed), or OK 0
- * when the query failed (idemd_db_up 0, the gauges keep their values). */
-void metrics_set_stuck(const struct metrics_stuck *rows, size_t n, int ok);
+/* The periodic stuck-records count: ROWS (N of them, borrowed). */
+void metrics_set_stuck(const struct metrics_stuck *rows, size_t n);
+
+/* Whether the janitor's periodic check reached PostgreSQL (idemd_db_up). */
+void metrics_set_db_up(int up);
 
 /* The database pool: a wait for a connection of SECONDS. */
 void metrics_db_wait(double seconds);

@@ -141,8 +141,8 @@ static void janitor_resolve_pairs(void)
 	}
 }
 
-/* The records stuck in progress (idemd_records_stuck, idemd_db_up); the
- * seconds until the next count. No index finds records in progress
+/* The records stuck in progress (idemd_records_stuck; kept as they were
+ * when the count fails); the seconds until the next count. No index finds records in progress
  * (migrations/0017), so the count reads the whole table: it is made again
  * after JANITOR_STUCK_INTERVAL_SECONDS or JANITOR_STUCK_SPACING times as
  * long as it took, whichever is longer, so that it takes at most about
@@ -154,11 +154,9 @@ static int janitor_count_stuck(void)
 	size_t n;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if (store_records_stuck(&rows, &n) < 0) {
-		metrics_set_stuck(NULL, 0, 0);
+	if (store_records_stuck(&rows, &n) < 0)
 		return JANITOR_STUCK_INTERVAL_SECONDS;
-	}
-	metrics_set_stuck(rows, n, 1);
+	metrics_set_stuck(rows, n);
 	free(rows);
 	double spaced = janitor_ms_since(&t0) * JANITOR_STUCK_SPACING / 1e3;
 	return spaced > JANITOR_STUCK_INTERVAL_SECONDS ? (int)spaced
@@ -168,12 +166,14 @@ static int janitor_count_stuck(void)
 /* Statistics autovacuum has left far behind (a new deployment's records in
  * its first minutes, or autovacuum busy elsewhere) brought up to date, so
  * that every connection's plans are made again for the tables as they are
- * (store_refresh_statistics). */
+ * (store_refresh_statistics); whether that reached PostgreSQL is
+ * idemd_db_up. */
 static void janitor_refresh_statistics(void)
 {
-	int n;
+	int n, ok = store_refresh_statistics(&n) == 0;
 
-	if (store_refresh_statistics(&n) == 0 && n > 0)
+	metrics_set_db_up(ok);
+	if (ok && n > 0)
 		log_info("janitor: analyzed %d table%s whose statistics autovacuum had left "
 			 "behind",
 			 n, n == 1 ? "" : "s");

@@ -24,12 +24,12 @@ struct config;
 int janitor_start(const struct config *cfg) IDEMD_WUR;
 void janitor_stop(void);
 
-/* Runs sweep batches until nothing expired is left or another instance
- * holds the sweep lock; returns the number of records deleted or -1. With
- * PACED, rests after each batch as long as it took (at most 0.5 s), so a
- * large backlog takes at most half of one database connection's time and
- * foreground claims keep their latency, and stops early when the janitor
- * is asked to stop. */
+/* Runs sweep batches until no row whose time to be swept came is left or
+ * another instance holds the sweep lock; returns the number of records
+ * whose life it ended, or -1. With PACED, rests after each batch as long
+ * as it took (at most 0.5 s), so a large backlog takes at most half of one
+ * database connection's time and foreground claims keep their latency,
+ * and stops early when the janitor is asked to stop. */
 long janitor_sweep_now(int paced);
 
 /* Reads the database's clock and sets idemd_clock_offset_ms (common.h)
