@@ -4,8 +4,9 @@
 # lease) it times migration 0010 (the replays column and the partial index
 # of records in progress), migration 0017 (sweep_at and its index, the
 # three indexes that kept completions from being HOT dropped), the
-# idemd_records_stuck query (a read of the whole table since 0017), one
-# batch of the sweep's first pass after 0017 (500 rows given their time)
+# idemd_records_stuck query (a read of the whole table since 0017), the
+# first four sweep batches after 0017 (500 rows already there each given
+# their time)
 # and the worst-case replay count flush (16384 distinct records, the
 # in-memory table's capacity, in one UPDATE).
 #
@@ -49,16 +50,18 @@ COMMIT;
 \echo == migration 0017 on the table
 BEGIN;
 ALTER TABLE records ADD COLUMN sweep_at timestamptz NOT NULL DEFAULT '-infinity';
-CREATE INDEX records_sweep_idx ON records (sweep_at);
+CREATE INDEX records_sweep_idx ON records (sweep_at, tenant_id, token_id);
 DROP INDEX records_live_expiry_idx;
 DROP INDEX records_fence_expiry_idx;
 DROP INDEX records_in_progress_lease_idx;
 COMMIT;
 ANALYZE records;
-\echo == the sweep's first batches after 0017: each row given its time (3 batches of 500)
-SELECT * FROM idemd.sweep(500, 604800);
-SELECT * FROM idemd.sweep(500, 604800);
-SELECT * FROM idemd.sweep(500, 604800);
+SELECT pg_size_pretty(pg_relation_size('records_sweep_idx')) AS sweep_index_size;
+\echo == the first sweep batches after 0017: the rows already there given their time, 500 a batch
+SELECT ended, deleted, moved, last AS c FROM idemd.sweep(500, 604800) \gset
+SELECT ended, deleted, moved, last AS c FROM idemd.sweep(500, 604800, :'c') \gset
+SELECT ended, deleted, moved, last AS c FROM idemd.sweep(500, 604800, :'c') \gset
+SELECT * FROM idemd.sweep(500, 604800, :'c');
 \echo == stuck-records query (3 runs)
 SELECT tenant_id, operation_id, count(*) FROM records WHERE state = 'in_progress' AND lease_expires_at < now() AND expires_at > now() GROUP BY tenant_id, operation_id LIMIT 10000;
 SELECT tenant_id, operation_id, count(*) FROM records WHERE state = 'in_progress' AND lease_expires_at < now() AND expires_at > now() GROUP BY tenant_id, operation_id LIMIT 10000;

@@ -3,11 +3,12 @@
 -- random token over one-element arrays, as idemd sends them for batches
 -- (the plain-SQL statements claim_fresh and complete_current of
 -- src/store/store.c, their audit events told by the record's own columns:
--- migrations/0013), two transactions (tenant 0). A batch of one goes
--- through claim_one and complete_one instead (the same statements with
--- their one element read by subscript, the completion without
--- complete_current's locking step: docs/performance.md); costmodel.sh
--- makes its batches of 32 from this.
+-- migrations/0013; sweep_at for a retention of 86400 s, so that the
+-- completion is a HOT update: migrations/0017), two transactions (tenant
+-- 0). A batch of one goes through claim_one and complete_one instead (the
+-- same statements with their one element read by subscript, the
+-- completion without complete_current's locking step:
+-- docs/performance.md); costmodel.sh makes its batches of 32 from this.
 -- Throughput here is the ceiling idemd's first submit can reach with the
 -- current SQL and no batching; the gap between it and bench's
 -- first_submit is idemd's own (or, above it, what batching buys).
@@ -19,10 +20,12 @@ WITH x AS (SELECT * FROM unnest(ARRAY[0], ARRAY[decode(lpad(to_hex(:k::bigint), 
        AS x(tenant, id, op, subject, fp, expires, lease, i)),
      ins AS (INSERT INTO records AS rec (tenant_id, token_id, operation_id, subject, state,
                  fingerprint, attempt, lease_expires_at, version_claimed, token_expires_at,
-                 expires_at, created_at, updated_at, claimed_seq, claimed_by, claimed_trace)
+                 expires_at, sweep_at, created_at, updated_at, claimed_seq, claimed_by,
+                 claimed_trace)
              SELECT x.tenant, x.id, x.op, x.subject, 'in_progress', x.fp, 1,
                     now() + make_interval(secs => x.lease), NULL, to_timestamp(x.expires),
                     greatest(to_timestamp(x.expires), now() + make_interval(secs => x.lease)),
+                    greatest(to_timestamp(x.expires), now() + interval '86400 seconds'),
                     now(), now(), nextval('record_events_seq_seq'), 'api_key:1', NULL
                FROM x WHERE x.lease > 0 AND to_timestamp(x.expires) > now() ORDER BY x.i
              ON CONFLICT (tenant_id, token_id) DO NOTHING
@@ -56,6 +59,9 @@ WITH u AS (SELECT * FROM unnest(ARRAY[0], ARRAY[decode(lpad(to_hex(:k::bigint), 
                     response_is_json = coalesce(u.is_json, false),
                     expires_at = greatest(now() + make_interval(secs => u.retention),
                                           rec.token_expires_at),
+                    sweep_at = least(rec.sweep_at,
+                                     greatest(now() + make_interval(secs => u.retention),
+                                              rec.token_expires_at)),
                     updated_at = now(), completed_at = clock_timestamp(),
                     completed_seq = nextval('record_events_seq_seq'),
                     completed_by = 'api_key:1', completed_trace = NULL

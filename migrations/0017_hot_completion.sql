@@ -31,23 +31,25 @@
 -- idemd.claim_locked, which leaves sweep_at as the first claim set it, as
 -- idemd.complete does).
 --
--- The rows already there are given their time here, once (every row is
--- written: docs/operations.md has the time it takes). Rows written without
--- sweep_at later (a previous release's, and the PL/pgSQL claim and revoke
--- paths, which are not the common case) take the default, -infinity: the
--- sweeper's next pass gives them their time, one write each.
+-- The rows already there take the column's default, -infinity, stored in
+-- the catalogue (ADD COLUMN rewrites nothing, and writes wait only while
+-- the index is built): the sweeper's first passes after this migration
+-- give each its time, one write each, in its paced batches (docs/
+-- operations.md has how long that takes). So do the rows written later
+-- without sweep_at: a previous release's, and the PL/pgSQL claim and
+-- revoke paths', which are not the common case. The index holds the
+-- primary key after sweep_at, so that each batch of a pass goes on from
+-- exactly the row where the one before it stopped, however many rows
+-- share a sweep_at (all of them do, at first).
 --
 -- idemd_records_stuck counts records in progress past their lease
 -- without an index (any index that finds records in progress has a key or
 -- a predicate the completion changes): src/cli/janitor.c spaces the count
--- so that it costs PostgreSQL at most about 1 % of its time.
+-- by what it costs.
 -- (Lines tagged "-- mutant:" are replaced in a mutant build: tests/mutants.sh.)
 
 ALTER TABLE records ADD COLUMN sweep_at timestamptz NOT NULL DEFAULT '-infinity';
-UPDATE records
-   SET sweep_at = expires_at + CASE WHEN state = 'expired' THEN interval '7 days'
-                                    ELSE interval '0' END;
-CREATE INDEX records_sweep_idx ON records (sweep_at);
+CREATE INDEX records_sweep_idx ON records (sweep_at, tenant_id, token_id);
 DROP INDEX records_live_expiry_idx;
 DROP INDEX records_fence_expiry_idx;
 DROP INDEX records_in_progress_lease_idx;
@@ -90,40 +92,50 @@ $$;
 
 -- --------------------------------------------------------------- idemd.sweep
 -- The rows whose sweep_at is P_LATE seconds past (the janitor's sweep
--- interval: a record completed within it is then over), from P_AFTER on
--- (NULL: from the first), at most P_LIMIT of them, oldest first, skipping
--- locked ones,
--- when no other instance is sweeping (ended = -1 otherwise): a live record
--- past its expires_at ends its life (ENDED), a fence whose life ended
--- P_KEEP seconds ago or more is deleted (DELETED), any other row is given
--- its next time (MOVED). LAST: the latest sweep_at it took, where the
--- pass's next batch starts, so that no batch walks again the index entries
--- that the batches before it left behind (they stay until vacuum: a walk
--- from the first entry each time made a large sweep quadratic; bench/
--- README.md).
-CREATE FUNCTION idemd.sweep(p_limit int, p_keep int, p_after timestamptz DEFAULT NULL,
+-- interval: a record completed within it is then over), after the row
+-- P_AFTER names (NULL: from the first), at most P_LIMIT of them, in
+-- sweep_at order, skipping locked ones, when no other instance is
+-- sweeping (ended = -1 otherwise): a live record past its expires_at ends
+-- its life (ENDED), a fence whose life ended P_KEEP seconds ago or more is
+-- deleted (DELETED), any other row is given its next time (MOVED). LAST
+-- names the last row it took, where the pass's next batch starts (an
+-- opaque text: microseconds since the epoch or -inf, tenant, id in hex),
+-- so that no batch walks again the index entries that the batches before
+-- it left behind: they stay until vacuum, and a walk from the first entry
+-- each time made a large sweep quadratic (bench/README.md).
+CREATE FUNCTION idemd.sweep(p_limit int, p_keep int, p_after text DEFAULT NULL,
                             p_late int DEFAULT 0)
-RETURNS TABLE (ended int, deleted int, moved int, last timestamptz)
+RETURNS TABLE (ended int, deleted int, moved int, last text)
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_now  timestamptz := clock_timestamp();
-    v_keep interval := make_interval(secs => greatest(p_keep, 0));
-    r      record;
+    v_now    timestamptz := clock_timestamp();
+    v_keep   interval := make_interval(secs => greatest(p_keep, 0));
+    v_at     timestamptz := '-infinity';
+    v_tenant int := -2147483648;
+    v_id     bytea := '';
+    r        record;
 BEGIN
     ended := 0; deleted := 0; moved := 0;
     IF NOT pg_try_advisory_xact_lock(7428137) THEN
         ended := -1;
         RETURN NEXT; RETURN;
     END IF;
+    IF p_after IS NOT NULL THEN
+        v_at := CASE split_part(p_after, ' ', 1) WHEN '-inf' THEN '-infinity'::timestamptz
+                ELSE timestamptz 'epoch' + (split_part(p_after, ' ', 1) || ' microseconds')::interval
+                END;
+        v_tenant := split_part(p_after, ' ', 2)::int;
+        v_id := decode(split_part(p_after, ' ', 3), 'hex');
+    END IF;
     FOR r IN SELECT rec.tenant_id, rec.token_id, rec.state, rec.expires_at, rec.sweep_at
                FROM records rec
               WHERE rec.sweep_at <= v_now - make_interval(secs => greatest(p_late, 0))
-                AND rec.sweep_at >= coalesce(p_after, '-infinity')
-              ORDER BY rec.sweep_at
+                AND (rec.sweep_at, rec.tenant_id, rec.token_id) > (v_at, v_tenant, v_id)
+              ORDER BY rec.sweep_at, rec.tenant_id, rec.token_id
               LIMIT greatest(p_limit, 0)
                 FOR UPDATE SKIP LOCKED LOOP
-        last := r.sweep_at;
+        v_at := r.sweep_at; v_tenant := r.tenant_id; v_id := r.token_id;
         IF r.state = 'expired' THEN
             IF r.expires_at + v_keep <= v_now THEN  -- mutant:fences_swept_at_once             IF true THEN
                 DELETE FROM records rec
@@ -143,19 +155,25 @@ BEGIN
             moved := moved + 1;
         END IF;
     END LOOP;
+    IF ended + deleted + moved > 0 THEN
+        last := CASE WHEN isfinite(v_at)
+                     THEN (extract(epoch FROM v_at) * 1000000)::bigint::text ELSE '-inf' END
+                || ' ' || v_tenant || ' ' || encode(v_id, 'hex');
+    END IF;
     RETURN NEXT;
 END;
 $$;
 
 -- ------------------------------------------- the previous releases' entry points
--- Same arguments and results as before (0011): both run idemd.sweep, whose
+-- Same arguments and results as before (0011): both run idemd.sweep, each
+-- batch from the first row (P_AFTER and LAST_EXPIRY are not used), whose
 -- fences are kept the default seven days under idemd_sweep_after, which is
 -- not told the retention configured.
 CREATE OR REPLACE FUNCTION idemd_sweep_after(p_limit int, p_after timestamptz)
 RETURNS TABLE (deleted int, last_expiry timestamptz)
 LANGUAGE sql
 AS $$
-    SELECT s.ended, s.last FROM idemd.sweep(p_limit, 604800, p_after) s
+    SELECT s.ended, NULL::timestamptz FROM idemd.sweep(p_limit, 604800) s
 $$;
 
 CREATE OR REPLACE FUNCTION idemd.sweep_fences(p_limit int, p_keep int) RETURNS int

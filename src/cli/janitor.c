@@ -81,15 +81,15 @@ static int janitor_rest(double ms)
 long janitor_sweep_now(int paced)
 {
 	long total = 0, fences = 0;
-	int64_t after = 0; /* each batch goes on where the last one stopped */
+	/* each batch goes on where the last one stopped */
+	struct store_swept s = { .sw_after = "" };
 	int full, deleted;
 
 	do {
 		struct timespec t0;
-		struct store_swept s;
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		if (store_sweep(JANITOR_SWEEP_BATCH, janitor.fence_retention,
-				janitor.sweep_interval, &after, &s) < 0)
+				janitor.sweep_interval, &s) < 0)
 			return -1;
 		if (s.sw_ended < 0)
 			break; /* another instance is sweeping */
@@ -142,11 +142,13 @@ static void janitor_resolve_pairs(void)
 }
 
 /* The records stuck in progress (idemd_records_stuck; kept as they were
- * when the count fails); the seconds until the next count. No index finds records in progress
- * (migrations/0017), so the count reads the whole table: it is made again
- * after JANITOR_STUCK_INTERVAL_SECONDS or JANITOR_STUCK_SPACING times as
- * long as it took, whichever is longer, so that it takes at most about
- * 1 % of one PostgreSQL backend's time per instance. */
+ * when the count fails); the seconds until the next count. No index finds
+ * records in progress (migrations/0017), so the count reads the whole
+ * table: it is made again after JANITOR_STUCK_INTERVAL_SECONDS or
+ * JANITOR_STUCK_SPACING times as long as it took, whichever is longer, so
+ * that on a large table it takes about 1 % of one core per instance with
+ * PostgreSQL's two parallel workers beside its backend (0.5-0.7 s for 10
+ * million records: bench/ops_figures.sh). */
 static int janitor_count_stuck(void)
 {
 	struct metrics_stuck *rows;

@@ -17,9 +17,9 @@ struct config;
 /* The ids of the tenant/operation pairs metrics names and the check of the
  * hot tables' statistics this often; idemd_records_stuck (a read of the
  * whole table, migrations/0017) this often or JANITOR_STUCK_SPACING times
- * as long as its last count took, whichever is longer */
+ * as long as its last count took, whichever is longer (janitor.c) */
 #define JANITOR_STUCK_INTERVAL_SECONDS 15
-#define JANITOR_STUCK_SPACING 100
+#define JANITOR_STUCK_SPACING 300
 
 int janitor_start(const struct config *cfg) IDEMD_WUR;
 void janitor_stop(void);

@@ -320,16 +320,16 @@ struct store_swept {
 	int sw_ended;	/* records past their expiry whose life it ended (fences now) */
 	int sw_deleted; /* fences whose life ended KEEP_SECONDS ago or more */
 	int sw_moved;	/* rows given their next time (a later expiry, a fence's deletion) */
+	/* where the pass's next batch starts ("": from the first row); opaque */
+	char sw_after[96];
 };
 
 /* One batch of the sweep (migrations/0017): at most LIMIT rows whose time
- * to be looked at is LATE_SECONDS past, from *AFTER_MS (unix ms; 0: from
- * the first) on, oldest first, skipping locked ones, when no other
- * instance is sweeping; *AFTER_MS becomes where the pass's next batch
- * starts. The batch had rows left over when the three counts add up to
- * LIMIT. */
-int store_sweep(int limit, int keep_seconds, int late_seconds, int64_t *after_ms,
-		struct store_swept *swept) IDEMD_WUR;
+ * to be looked at is LATE_SECONDS past, after SWEPT->sw_after, in that
+ * time's order, skipping locked ones, when no other instance is sweeping;
+ * fills SWEPT. The batch had rows left over when the three counts add up
+ * to LIMIT. */
+int store_sweep(int limit, int keep_seconds, int late_seconds, struct store_swept *swept) IDEMD_WUR;
 
 /* The queries of `idemd records` (store_cli.c). Their parameters, as
  * text (NULL: not given):

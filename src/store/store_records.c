@@ -109,12 +109,7 @@ static const struct db_stmt st_version_bump = {
 	ST_VERSION_BUMP, "version_bump", "SELECT ok, version FROM idemd_version_bump($1, $2, $3)", 3
 };
 static const struct db_stmt st_sweep = {
-	ST_SWEEP, "sweep",
-	"SELECT ended, deleted, moved, CASE WHEN isfinite(last) THEN " MS(
-		"last") " ELSE $3 END "
-			"FROM idemd.sweep($1, $2, CASE WHEN $3::bigint > 0 THEN to_timestamp($3::bigint / 1000.0) END, "
-			"$4)",
-	4
+	ST_SWEEP, "sweep", "SELECT ended, deleted, moved, last FROM idemd.sweep($1, $2, $3, $4)", 4
 };
 static const struct db_stmt st_clock = { ST_CLOCK, "clock", "SELECT " MS("clock_timestamp()"), 0 };
 /* Whether records (then record_events) changed by more rows since their
@@ -377,24 +372,28 @@ int store_version_bump(uint32_t tenant_id, const char *key, int64_t expected, in
 	return 0;
 }
 
-int store_sweep(int limit, int keep_seconds, int late_seconds, int64_t *after_ms,
-		struct store_swept *swept)
+#define SWEPT(f) STORE_FIELD(struct store_swept, f)
+static const struct store_col swept_cols[] = {
+	{ 0, SC_INT, SWEPT(sw_ended) },
+	{ 1, SC_INT, SWEPT(sw_deleted) },
+	{ 2, SC_INT, SWEPT(sw_moved) },
+	{ 3, SC_TEXT, STORE_TEXT(struct store_swept, sw_after) },
+};
+
+int store_sweep(int limit, int keep_seconds, int late_seconds, struct store_swept *swept)
 {
-	char lim[16], keep[16], after[24], late[16];
-	int64_t o[4];
+	char lim[16], keep[16], late[16];
+	int rc = -1;
 
 	snprintf(lim, sizeof(lim), "%d", limit);
 	snprintf(keep, sizeof(keep), "%d", keep_seconds);
-	snprintf(after, sizeof(after), "%" PRId64, *after_ms);
 	snprintf(late, sizeof(late), "%d", late_seconds);
-	const char *v[] = { lim, keep, after, late };
-	if (store_ints(&st_sweep, v, NULL, NULL, o, 4) < 0)
-		return -1;
-	swept->sw_ended = (int)o[0];
-	swept->sw_deleted = (int)o[1];
-	swept->sw_moved = (int)o[2];
-	*after_ms = o[3];
-	return 0;
+	const char *v[] = { lim, keep, swept->sw_after[0] != '\0' ? swept->sw_after : NULL, late };
+	PGresult *r = db_run(&st_sweep, v, NULL, NULL);
+	if (r != NULL && PQntuples(r) == 1)
+		rc = store_read_row(r, 0, swept_cols, IDEMD_ARRAY_LEN(swept_cols), swept);
+	PQclear(r);
+	return rc;
 }
 
 int store_replays_add(size_t n, const uint32_t *tenant_ids, const uint8_t (*ids)[16],

@@ -200,6 +200,32 @@ class Lives(IdemdCase):
             self.assertLess(time.monotonic(), t0 + 10, "the sweeper never ended its life")
             time.sleep(0.2)
 
+    def test_rows_without_a_sweep_time_get_one(self):
+        # a row written without sweep_at (there before migration 0017, or
+        # by a previous release, or the PL/pgSQL claim) has -infinity: the
+        # sweeper's next pass gives a live one its expiry and ends the life
+        # of one whose expiry passed
+        op = self.put_operation()
+        live, past = os.urandom(16).hex(), os.urandom(16).hex()
+        self.db("INSERT INTO records (tenant_id, token_id, operation_id, subject, state, attempt, "
+                "response_status, token_expires_at, expires_at) "
+                "SELECT o.tenant_id, decode(x.id, 'hex'), o.id, 'u', 'completed', 1, 200, x.e, x.e "
+                "FROM operations o, (VALUES ('%s', now() + interval '1 hour'), "
+                "('%s', now() - interval '1 second')) x(id, e) WHERE o.name = '%s'"
+                % (live, past, op))
+        deadline = time.monotonic() + 8
+        while self.state(past) != "expired":
+            self.assertLess(time.monotonic(), deadline, "the sweeper never ended the life")
+            time.sleep(0.2)
+        while True:
+            state, ahead = self.sweep_at(live)
+            if ahead > 0:
+                break
+            self.assertLess(time.monotonic(), deadline, "the live row never got its time")
+            time.sleep(0.2)
+        self.assertEqual(state, "completed")
+        self.assertAlmostEqual(ahead, 3600, delta=10)
+
     # ---- 2. a token claim racing the sweep at expiry
 
     def test_token_claim_after_the_sweep_cannot_restart_attempt_1(self):
