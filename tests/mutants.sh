@@ -37,7 +37,7 @@
 #   batch_twins                claims of one record that meet in one batch
 #                              all take the plain-SQL insert
 #   told_events_lost           the end of a life drops the claimed and completed
-#                              events its record told (migrations/0013)
+#                              events its record told (migrations/0013, 0018)
 #   told_events_lost_on_delete the deletion of a live record drops them
 #   told_events_unfiltered     the trail shows told events past the retention
 #                              they were given (migrations/0014)
@@ -51,7 +51,7 @@
 #                              after a reused one closed without an answer
 #   fences_swept_at_once       the sweep deletes a fence at its next pass, not
 #                              fence_retention_seconds after its life ended
-#                              (migrations/0017)
+#                              (migrations/0017, 0018)
 #
 # A mechanism inside a function of a migration that deployments already
 # applied (its text is fixed by its checksum) is broken by a copy of that
