@@ -210,9 +210,9 @@ BEGIN
     v_at := v_sweeps[v_n]; v_tenant := v_tenants[v_n]; v_id := v_ids[v_n];
     ended := idemd.end_lives(
         ARRAY(SELECT v_tenants[i] FROM generate_subscripts(v_ids, 1) i
-               WHERE v_states[i] <> 'expired' AND v_ends[i] <= v_now),
+               WHERE v_states[i] <> 'expired' AND v_ends[i] <= v_now ORDER BY i),
         ARRAY(SELECT v_ids[i] FROM generate_subscripts(v_ids, 1) i
-               WHERE v_states[i] <> 'expired' AND v_ends[i] <= v_now),
+               WHERE v_states[i] <> 'expired' AND v_ends[i] <= v_now ORDER BY i),
         v_keep);
     DELETE FROM records rec
      USING generate_subscripts(v_ids, 1) i
