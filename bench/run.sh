@@ -34,8 +34,9 @@
 #
 #   --scale    afterwards: 10 million records (1 million of them expired;
 #              BENCH_SCALE_ROWS changes the total for a quick check),
-#              claim and replay again, then the sweeper deletes the expired
-#              million while claims are measured; writes results/scale.md
+#              claim and replay again, then the sweeper ends the expired
+#              million's lives and deletes their rows (fence_retention_seconds
+#              0) while claims are measured; writes results/scale.md
 #              (and latest.md, as without the flag)
 #   --profile  afterwards: perf profiles of the direct first submit (idemd
 #              alone with call graphs, and the whole machine by process)
@@ -199,17 +200,19 @@ CONNINFO=$(pg conninfo "$PGDIR" idemd)
 GATEWAY=0
 [ -f "$ROOT/src/gateway/gateway.c" ] && GATEWAY=1
 SWEEP_INTERVAL=86400
+FENCE_RETENTION=604800
 
 write_config() {  # write_config WITH_ROUTES
   python3 - "$CONF" "127.0.0.1:$PORT" "$CONNINFO" "$WORK/master.key" "$1" \
-            "http://127.0.0.1:$UPORT" "$SWEEP_INTERVAL" \
+            "http://127.0.0.1:$UPORT" "$SWEEP_INTERVAL" "$FENCE_RETENTION" \
             "${BENCH_THREADS:-}" "${BENCH_POOL_SIZE:-}" <<'EOF'
 import json, sys
-path, listen, db, key, routes, upstream, sweep, threads, pool = sys.argv[1:]
+path, listen, db, key, routes, upstream, sweep, fences, threads, pool = sys.argv[1:]
 cfg = {"listen": listen, "database_url": db, "master_key_file": key,
        "max_connections": 4096, "max_connections_per_ip": 0,
        "connection_timeout_seconds": 30,
-       "sweep_interval_seconds": int(sweep)}
+       "sweep_interval_seconds": int(sweep),
+       "fence_retention_seconds": int(fences)}
 if threads:
     cfg["threads"] = int(threads)
 if pool:
@@ -704,11 +707,12 @@ if [ "$SCALE" = 1 ]; then
     else exp="now() - interval '1 day' + (g - $lo) * interval '3.6 milliseconds'"; fi
     sql "INSERT INTO records (tenant_id, token_id, operation_id, subject, state, fingerprint,
            attempt, lease_expires_at, version_claimed, response_status, response_headers,
-           response_body, response_is_json, token_expires_at, expires_at, created_at, updated_at)
+           response_body, response_is_json, token_expires_at, expires_at, sweep_at, created_at,
+           updated_at)
          SELECT $TENANT_ID, decode(lpad(to_hex(g), 32, '0'), 'hex'), $OP_ID, 'user-' || (g % 100000),
                 'completed', NULL, 1, NULL, NULL, 201, '{\"location\": \"/orders/1\"}'::jsonb,
                 convert_to('{\"order_id\":' || g || '}', 'UTF8'), true,
-                least($exp, now() + interval '1 hour'), $exp, now(), now()
+                least($exp, now() + interval '1 hour'), $exp, $exp, now(), now()
            FROM generate_series($lo, $hi) AS g
          ON CONFLICT DO NOTHING"
     note "loaded $hi rows ($(( $(date +%s) - T0 )) s since start)"
@@ -723,9 +727,11 @@ if [ "$SCALE" = 1 ]; then
     wrk_run scale_claim "r$r" "$URL" first_submit.lua "$DUR" 16 "$f" 2 claim-only
     wrk_run scale_replay "r$r" "$URL" replay.lua "$DUR" 16 "$REPLAY" 2
   done
-  say "scale: the sweeper deletes the expired million while claims are measured"
+  # the sweeper ends each expired life, then (its fence kept no longer)
+  # deletes the row
+  say "scale: the sweeper ends and deletes the expired million while claims are measured"
   before=$(sql "SELECT count(*) FROM records WHERE expires_at < now()")
-  SWEEP_INTERVAL=1
+  SWEEP_INTERVAL=1 FENCE_RETENTION=0
   write_config "$GATEWAY"
   restart_idemd
   s0=$(date +%s) worst=0 i=0
