@@ -71,7 +71,10 @@ $$;
 -- the events it told are kept as rows and its 'expired' event written
 -- (what the trigger records_ended did row by row, dropped below: lives end
 -- here alone), then it becomes a fence, looked at again P_KEEP after its
--- life ended. Returns how many it ended.
+-- life ended. Returns how many it ended. Its callers hold the records'
+-- locks already (idemd.sweep its batch, idemd.claim_locked its record),
+-- and a record past its expires_at takes no write that changes what it
+-- tells, so the two statements see the same records.
 CREATE FUNCTION idemd.end_lives(p_tenants int[], p_ids bytea[], p_keep interval DEFAULT '0')
 RETURNS int
 LANGUAGE plpgsql
