@@ -52,6 +52,9 @@
 #   fences_swept_at_once       the sweep deletes a fence at its next pass, not
 #                              fence_retention_seconds after its life ended
 #                              (migrations/0017, 0018)
+#   new_life_swept_late        a new life of a fenced key is swept when the
+#                              fence would have been deleted, not at its end
+#                              (migrations/0019)
 #
 # A mechanism inside a function of a migration that deployments already
 # applied (its text is fixed by its checksum) is broken by a copy of that
@@ -80,7 +83,7 @@ pointed() {
     replay_ignores_expiry|clock_offset_ignored|fences_swept_at_once) echo test_exactly_once ;;
     release_after_broken_answer|release_unknown_outcome|route_outlives_lease|\
     told_events_unfiltered) echo test_broken_upstream ;;
-    told_events_lost|event_rows_unfiltered) echo test_audit ;;
+    told_events_lost|event_rows_unfiltered|new_life_swept_late) echo test_audit ;;
     replay_ignores_fingerprint) echo test_claims ;;
     *) echo test_corners ;;
   esac
@@ -98,7 +101,7 @@ MUTANTS=(fence_resets no_fence lease_from_txn_start lease_spent_acked forward_on
          replay_db_ignores_expiry complete_ignores_expiry complete_fn_ignores_expiry
          checkpoint_unfenced batch_twins told_events_lost told_events_lost_on_delete
          told_events_unfiltered event_rows_unfiltered clock_offset_ignored replay_ignores_fingerprint resend_allowed
-         fences_swept_at_once)
+         fences_swept_at_once new_life_swept_late)
 if [ -n "${IDEMD_MUTANTS:-}" ]; then read -r -a MUTANTS <<<"$IDEMD_MUTANTS"; fi
 
 # Each function copy is its migration's function, but for its "-- was:" lines.

@@ -112,6 +112,33 @@ class Audit(IdemdCase):
             time.sleep(0.5)
 
 
+    def test_a_new_life_of_a_fenced_key_ends_at_its_own_expiry(self):
+        # the first life ends and becomes a fence, kept fence_retention_seconds
+        # (7 days here); the key's next life, claimed and then abandoned
+        # (neither completed nor released, which move the sweep earlier
+        # themselves), is swept when its lease ends, not when the fence would
+        # have been deleted (migrations/0019)
+        op = self.put_operation(token_ttl_seconds=1, lease_seconds=1, retention_seconds=1,
+                                audit_retention_seconds=60)
+        path = "/v1/operations/%s/keys/%s" % (op, uniq("order"))
+        first = assert_status(self, self.client.post(path + "/claim", {}), 201)
+        rid = first["id"]
+        assert_status(self, self.client.post(path + "/complete", {"attempt": 1, "status": 200}),
+                      200)
+        for lives in (1, 2):
+            deadline = time.monotonic() + 8
+            while [e["event"] for e in self.events(rid)].count("expired") < lives:
+                self.assertLess(time.monotonic(), deadline,
+                                "life %d was not swept at its end" % lives)
+                time.sleep(0.3)
+            if lives == 1:
+                second = assert_status(self, self.client.post(path + "/claim", {}), 201)
+                self.assertEqual((second["id"], second["attempt"]), (rid, 2))
+        ev = self.events(rid)
+        self.assertEqual([(e["event"], e.get("attempt")) for e in ev],
+                         [("claimed", 1), ("completed", 1), ("expired", 1),
+                          ("claimed", 2), ("expired", 2)])
+
 class HeldSweep(IdemdCase):
     """A trail read while the event sweep has not come (a day apart here,
     as late as a janitor still waiting on a frozen primary would be)."""

@@ -990,9 +990,8 @@ class RecordMachine(RuleBasedStateMachine):
         """The janitor's sweep statement, then what is left: a record whose
         expiry passed is no longer live (a fence, state 'expired', or no
         row) unless its time to be swept is still to come (a claim never
-        completed, or a new life of a fenced key, keeps its row's space
-        longer: migrations/0017), every other record is still there,
-        live."""
+        completed keeps its row's space longer: migrations/0017), every
+        other record is still there, live."""
         ids = [x.id for x in self.recs if x.row]
         s = time.time()
         out = psql("SELECT ended FROM idemd.sweep(1000, 604800); "
@@ -1016,7 +1015,7 @@ class RecordMachine(RuleBasedStateMachine):
             live = x.id in rows and rows[x.id] != "expired"
             if not x.has_record:
                 # over for every reader already; its row may wait for its
-                # sweep time (a new life of a fenced key keeps the fence's)
+                # sweep time (a claim never completed nor released)
                 self.expect(not live or x.id in later,
                             "sweep: %r, whose life ended, is live again (%s)"
                             % (x, rows.get(x.id)))
