@@ -111,7 +111,6 @@ class Audit(IdemdCase):
             self.assertLess(time.monotonic(), deadline, "the events were never swept")
             time.sleep(0.5)
 
-
     def test_a_new_life_of_a_fenced_key_ends_at_its_own_expiry(self):
         # the first life ends and becomes a fence, kept fence_retention_seconds
         # (7 days here); the key's next life, claimed and then abandoned
@@ -138,6 +137,7 @@ class Audit(IdemdCase):
         self.assertEqual([(e["event"], e.get("attempt")) for e in ev],
                          [("claimed", 1), ("completed", 1), ("expired", 1),
                           ("claimed", 2), ("expired", 2)])
+
 
 class HeldSweep(IdemdCase):
     """A trail read while the event sweep has not come (a day apart here,
