@@ -3,7 +3,8 @@
 ``Client`` (sync, http.client) and ``AsyncClient`` (asyncio streams) cover
 the whole HTTP API; ``Client.claim`` is a context manager that completes on
 success and releases on a retryable exception, and ``Client.consume``
-processes a batch of queue messages exactly once each.
+processes a batch of queue messages exactly once each; ``idemd.kafka``
+does it for a Kafka consumer's polls (confluent-kafka), offsets included.
 """
 
 from ._core import UNSET, Retry
@@ -11,6 +12,7 @@ from ._flows import MessageOutcome, RunResult
 from .aio import AsyncClaim, AsyncClient
 from .client import Claim, Client
 from .decorator import idempotent
+from . import kafka
 from ._web import caller_scope, scoped_key
 from .errors import (IdemdError, TransportError, ERRORS,
     InvalidRequestError,
@@ -54,7 +56,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "Client", "AsyncClient", "Claim", "AsyncClaim", "Retry", "UNSET",
-    "MessageOutcome", "RunResult", "idempotent", "caller_scope", "scoped_key", "Outcome", "Claimed", "BatchClaimItem", "BatchClaimResult",
+    "MessageOutcome", "RunResult", "idempotent", "kafka", "caller_scope", "scoped_key", "Outcome", "Claimed", "BatchClaimItem", "BatchClaimResult",
     "BatchCompleteItem", "BatchCompleteResult", "CompleteResult", "Health",
     "IssuedToken", "KeyRecord", "Operation", "ReleaseResult", "StoredResponse",
     "TokenInfo", "Version", "response_bytes", "Checkpoint", "CheckpointResult",
