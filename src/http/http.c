@@ -272,6 +272,13 @@ static enum http_framing http_framing(struct request *req)
 		http_set_header(req, "Retry-After", "1");
 		return HTTP_FRAMING_CLOSE;
 	}
+	if (req->req_bad_target) {
+		/* a NUL would cut it where a proxy before idemd may not (RFC 9112
+		 * allows no control byte in a target): never routed nor forwarded */
+		request_fail(req, 400, "invalid_request",
+			     "the request target holds a NUL or another control character");
+		return HTTP_FRAMING_CLOSE;
+	}
 	if (req->req_bad_header != NULL) {
 		/* never echoed: it may hold control bytes */
 		request_fail(req, 400, "invalid_request",
@@ -503,8 +510,8 @@ static struct MHD_Daemon *http_api_start(const struct config *cfg)
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONNECTION_MEMORY,
 		MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_NOTIFY_COMPLETED, http_completed,
 		NULL, MHD_OPTION_NOTIFY_CONNECTION, http_connection, NULL,
-		MHD_OPTION_UNESCAPE_CALLBACK, http_no_unescape, NULL, MHD_OPTION_ARRAY, tls,
-		MHD_OPTION_END);
+		MHD_OPTION_UNESCAPE_CALLBACK, http_no_unescape, NULL, MHD_OPTION_URI_LOG_CALLBACK,
+		http_target_seen, NULL, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
 	freeaddrinfo(ai);
 	/* libmicrohttpd has parsed the PEM data by now; the key text is wiped */
 	http_key_free(key);

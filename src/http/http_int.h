@@ -43,6 +43,11 @@ void http_request_free(struct request *req);
  * http_request_new can check byte for byte (0.9.75: a NUL in a value, an
  * obs-fold line refused); with another the check is off. */
 int http_raw_supported(void);
+/* libmicrohttpd's URI log callback (MHD_OPTION_URI_LOG_CALLBACK): notes
+ * the request target as sent, before libmicrohttpd cuts it at its '?' and
+ * its arguments' separators, on the connection for http_request_new, which
+ * refuses a target holding a NUL or another control byte. Returns NULL. */
+void *http_target_seen(void *cls, const char *uri, struct MHD_Connection *conn);
 /* The last thing done with REQ before it is freed (http_grace_done). */
 void http_epoch_leave(const struct request *req);
 
@@ -54,6 +59,13 @@ struct http_conn {
 	 * is being answered. The reaper closes it past request_timeout. */
 	_Atomic int64_t hc_since;
 	MHD_socket hc_fd;
+	/* the request target as the URI log callback saw it (http_target_seen):
+	 * borrowed from libmicrohttpd's read buffer until the request's
+	 * context is made, its length up to its first NUL, and whether that
+	 * much holds a control byte */
+	const char *hc_target;
+	size_t hc_target_len;
+	int hc_target_ctl;
 	struct http_conn *hc_prev, *hc_next; /* in http_conns, under its lock */
 };
 

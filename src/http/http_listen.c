@@ -142,7 +142,8 @@ struct MHD_Daemon *http_admin_start(const struct config *cfg, void *access_cls)
 			     MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONNECTION_MEMORY,
 			     MHD_OPTION_NOTIFY_COMPLETED, http_completed, NULL,
 			     MHD_OPTION_NOTIFY_CONNECTION, http_connection, NULL,
-			     MHD_OPTION_UNESCAPE_CALLBACK, http_no_unescape, NULL, MHD_OPTION_END);
+			     MHD_OPTION_UNESCAPE_CALLBACK, http_no_unescape, NULL,
+			     MHD_OPTION_URI_LOG_CALLBACK, http_target_seen, NULL, MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (d == NULL) {
 		log_error("http: cannot listen on admin_listen %s:%u", cfg->admin_listen_host,

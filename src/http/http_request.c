@@ -120,6 +120,40 @@ int http_raw_supported(void)
 #endif
 }
 
+void *http_target_seen(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct http_conn *c = ci != NULL ? ci->socket_context : NULL;
+
+	(void)cls;
+	if (c == NULL || uri == NULL)
+		return NULL;
+	c->hc_target = uri;
+	c->hc_target_len = strlen(uri);
+	c->hc_target_ctl = 0;
+	for (size_t i = 0; i < c->hc_target_len; i++)
+		if ((unsigned char)uri[i] < 0x20 || uri[i] == 0x7f)
+			c->hc_target_ctl = 1;
+	return NULL;
+}
+
+/* 1 when the target of the request whose VERSION libmicrohttpd reports
+ * (C: its connection's state, NULL when that was out of memory) holds a
+ * control byte, or cannot be shown not to. 0.9.75 ends the target with a
+ * NUL where the space before the version was, so the version starts right
+ * after what the log callback saw unless a NUL cut it earlier. */
+static int http_target_bad(struct http_conn *c, const char *version)
+{
+	int bad = c == NULL || c->hc_target == NULL || c->hc_target_ctl;
+
+	if (!bad && http_raw_supported() && version != c->hc_target + c->hc_target_len + 1)
+		bad = 1;
+	if (c != NULL)
+		c->hc_target = NULL; /* the next request's is noted anew */
+	return bad;
+}
+
 static int http_valid_request_id(const char *id)
 {
 	size_t n = strlen(id);
@@ -220,6 +254,7 @@ struct request *http_request_new(struct MHD_Connection *conn, const char *url, c
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 	req->req_conn_ctx = ci != NULL ? ci->socket_context : NULL;
+	req->req_bad_target = http_target_bad(req->req_conn_ctx, version);
 	scan.hs_raw_on = http_raw_begin(&scan, conn, method, version);
 	MHD_get_connection_values_n(conn, MHD_HEADER_KIND, http_scan_header, &scan);
 	if (scan.hs_raw_on && !headers_tiling_end(&scan.hs_raw) && req->req_bad_header == NULL)

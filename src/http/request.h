@@ -74,6 +74,7 @@ struct request {
 	int req_n_if_match;	     /* how many If-Match headers */
 	const char *req_bad_header;  /* borrowed: first header whose name or value is malformed */
 	int req_has_underscore;	     /* some header name holds '_' */
+	int req_bad_target;	     /* the request target holds a NUL or a control byte */
 	int req_no_if_match;	     /* a gateway route that ignores If-Match */
 	int req_waited;		     /* seconds of Prefer: wait applied (answer says so) */
 	size_t req_reserved;	     /* body bytes counted against max_inflight_body_bytes */

@@ -19,6 +19,8 @@ fix:
   - a body whose JSON would take far more memory than its size (a batch
     or a webhook of "[{},{},…]") is 413, and several of them at once leave
     idemd's peak memory small.
+  - a request target holding a NUL or another control byte is 400 on
+    every route, never cut, routed or forwarded;
   - an IPv6 peer is one client per ipv6_client_prefix (unit
     test_http_budget shows the prefixes; loopback has one IPv6 address,
     so here a flood over ::1 is shown to be counted as one client, for
@@ -291,6 +293,41 @@ class HostileTenants(IdemdCase):
         head = ("POST /orders#frag HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\n"
                 "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}" % tok)
         self.assertEqual(self.raw(head.encode()), 400)
+
+    def test_control_byte_in_the_target_is_400_never_forwarded(self):
+        # libmicrohttpd cuts a target at a raw NUL: "/orders\0/../x" would
+        # be routed and forwarded as /orders, what a proxy before idemd
+        # may have read as another path (RFC 9112: a control byte in a
+        # target is a 400)
+        before = len(self.up.requests())
+        targets = [b"/orders\x00/../v1/tokens", b"/orders?a=1\x00b=2", b"/orders\x01",
+                   b"/orders?a=\x1b[31m", b"/orders\x7f", b"/orders?a=1&\x00"]
+        for target in targets:
+            with self.subTest(target=target):
+                tok = self.issue("order.create", "u")
+                head = (b"POST %s HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\n"
+                        b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+                        % (target, tok.encode()))
+                self.assertEqual(self.raw(head), 400)
+        body = b'{"operation":"order.create","subject":"u"}'
+        for target in (b"/v1/tokens\x00/junk", b"/v1/tokens?\x00", b"/v1/tokens\t"):
+            with self.subTest(target=target):
+                head = (b"POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                        % (target, self.api_key.encode(), len(body), body))
+                self.assertEqual(self.raw(head), 400)
+        for target in (b"/healthz\x00x", b"/metrics\x00"):
+            with self.subTest(target=target):
+                self.assertEqual(self.raw(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % target),
+                                 400)
+        self.assertEqual(len(self.up.requests()), before, "a cut target was forwarded")
+        # what a client sends as is still passes: an encoded NUL is text
+        tok = self.issue("order.create", "u")
+        head = (b"POST /orders?a=%%00&b=%%7f HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+                % tok.encode())
+        self.assertEqual(self.raw(head), 201)
+        self.assertEqual(self.up.requests()[-1]["path"], "/ok?a=%00&b=%7f")
 
     def test_audit_trail_pages_past_a_thousand_events(self):
         op = self.put_operation(lease_seconds=30)
