@@ -47,6 +47,21 @@ static size_t utf8_char_len(const unsigned char *s)
 	return n;
 }
 
+/* 1 when the valid character of N bytes at P reorders or breaks a line
+ * without showing itself: a bidi embedding, override or isolate
+ * (U+202A..U+202E, U+2066..U+2069), a direction mark (U+200E, U+200F,
+ * U+061C), a line or paragraph separator (U+2028, U+2029). */
+static int utf8_invisible(const unsigned char *p, size_t n)
+{
+	if (n == 2)
+		return p[0] == 0xD8 && p[1] == 0x9C;
+	if (n != 3 || p[0] != 0xE2)
+		return 0;
+	if (p[1] == 0x80)
+		return p[2] == 0x8E || p[2] == 0x8F || (p[2] >= 0xA8 && p[2] <= 0xAE);
+	return p[1] == 0x81 && p[2] >= 0xA6 && p[2] <= 0xA9;
+}
+
 /* The escape of the single byte C (a control, DEL, a backslash in text, or
  * a byte that starts no valid character); borrowed: a literal, or ESC
  * (of ESCLEN bytes) written with a numeric escape. */
@@ -75,6 +90,11 @@ char *utf8_escape_controls(const char *s, enum utf8_escape how)
 		const char *put = NULL;
 		if (n == 2 && p[0] == 0xC2 && p[1] < 0xA0) {
 			snprintf(esc, sizeof(esc), "\\u%04x", p[1]); /* C1 */
+			put = esc;
+		} else if (utf8_invisible(p, n)) {
+			unsigned cp = n == 2 ? 0x061Cu
+					     : 0x2000u | ((p[1] & 0x3Fu) << 6) | (p[2] & 0x3Fu);
+			snprintf(esc, sizeof(esc), "\\u%04x", cp);
 			put = esc;
 		} else if (n == 0 || *p < 0x20 || *p == 0x7F ||
 			   (*p == '\\' && how == UTF8_ESCAPE_TEXT)) {

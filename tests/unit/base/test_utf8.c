@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,6 +69,53 @@ static void test_json_controls(void **state)
 	check("{\"s\":\"a\\\\b\"}", UTF8_ESCAPE_JSON, "{\"s\":\"a\\\\b\"}");
 }
 
+/* The code points that reorder or break a line of text without showing
+ * themselves: bidi embeddings, overrides and isolates (U+202A..U+202E,
+ * U+2066..U+2069), the marks (U+200E, U+200F, U+061C) and the line and
+ * paragraph separators (U+2028, U+2029). */
+static int is_invisible_control(unsigned cp)
+{
+	return cp == 0x061C || cp == 0x200E || cp == 0x200F || cp == 0x2028 || cp == 0x2029 ||
+	       (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+static void test_bidi_and_separators(void **state)
+{
+	(void)state;
+	/* "Trojan Source": a cell shown reordered, a row broken in two */
+	check("user\xe2\x80\xae"
+	      "cba\xe2\x81\xa6x\xe2\x81\xa9",
+	      UTF8_ESCAPE_TEXT, "user\\u202ecba\\u2066x\\u2069");
+	check("a\xe2\x80\xa8"
+	      "b\xe2\x80\xa9"
+	      "c\xe2\x80\x8f\xd8\x9c",
+	      UTF8_ESCAPE_TEXT, "a\\u2028b\\u2029c\\u200f\\u061c");
+	check("{\"s\":\"\xe2\x80\xaa\xe2\x80\x8e\"}", UTF8_ESCAPE_JSON,
+	      "{\"s\":\"\\u202a\\u200e\"}");
+	/* every other character of the BMP is kept as it came */
+	for (unsigned cp = 0xA0; cp < 0x10000; cp++) {
+		char in[4], want[8];
+		if (cp >= 0xD800 && cp <= 0xDFFF)
+			continue;
+		if (cp < 0x800) {
+			in[0] = (char)(0xC0 | (cp >> 6));
+			in[1] = (char)(0x80 | (cp & 0x3F));
+			in[2] = '\0';
+		} else {
+			in[0] = (char)(0xE0 | (cp >> 12));
+			in[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+			in[2] = (char)(0x80 | (cp & 0x3F));
+			in[3] = '\0';
+		}
+		if (is_invisible_control(cp))
+			snprintf(want, sizeof(want), "\\u%04x", cp);
+		else
+			snprintf(want, sizeof(want), "%s", in);
+		for (int how = 0; how < 2; how++)
+			check(in, (enum utf8_escape)how, want);
+	}
+}
+
 static void test_every_byte_pair_is_safe(void **state)
 {
 	char in[3] = { 0 };
@@ -98,4 +146,5 @@ static void test_cut_tail(void **state)
 }
 
 UNIT_MAIN(cmocka_unit_test(test_text_controls), cmocka_unit_test(test_json_controls),
+	  cmocka_unit_test(test_bidi_and_separators),
 	  cmocka_unit_test(test_every_byte_pair_is_safe), cmocka_unit_test(test_cut_tail))
