@@ -1,16 +1,23 @@
-/* Operation cache: a small direct-mapped table under a read-write lock,
+/* Operation cache: a small set-associative table under a read-write lock,
  * indexed twice (by name and by id) over the same entries, with a flag per
  * slot that says it was read since it was loaded (the janitor reloads
- * those). */
+ * those). Sets are chosen by SipHash (crypto_shorthash) under a key drawn
+ * at start, so no tenant can name operations that land in the set where
+ * another tenant's is kept, and a set holds OPCACHE_WAYS entries, so even
+ * a chance meeting evicts nothing in use. */
 #include "opcache.h"
 
 #include <pthread.h>
+#include <sodium.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define OPCACHE_SLOTS 1024
+#define OPCACHE_WAYS 4
+#define OPCACHE_SETS 256
+#define OPCACHE_SLOTS (OPCACHE_WAYS * OPCACHE_SETS)
 
 struct opcache_entry {
 	struct operation oe_op;
@@ -24,6 +31,14 @@ static pthread_rwlock_t opcache_lock = PTHREAD_RWLOCK_INITIALIZER;
 /* read since loaded, per slot (set by readers under the read lock) */
 static atomic_uchar opcache_name_read[OPCACHE_SLOTS], opcache_id_read[OPCACHE_SLOTS];
 
+static unsigned char opcache_key[crypto_shorthash_KEYBYTES];
+static pthread_once_t opcache_key_once = PTHREAD_ONCE_INIT;
+
+static void opcache_key_draw(void)
+{
+	randombytes_buf(opcache_key, sizeof(opcache_key));
+}
+
 static void opcache_mark_read(atomic_uchar *flag)
 {
 	/* written only when it changes: readers do not bounce the line */
@@ -31,13 +46,33 @@ static void opcache_mark_read(atomic_uchar *flag)
 		atomic_store_explicit(flag, 1, memory_order_relaxed);
 }
 
-static size_t opcache_name_slot(uint32_t tenant_id, const char *name)
+/* The first slot of the set that the N bytes at WHO (a kind byte, then
+ * what the index is keyed by) choose. */
+static size_t opcache_set(const unsigned char *who, size_t n)
 {
-	uint64_t h = 1469598103934665603ULL ^ tenant_id;
+	uint64_t h;
 
-	for (const char *p = name; *p != '\0'; p++)
-		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-	return (size_t)(h % OPCACHE_SLOTS);
+	pthread_once(&opcache_key_once, opcache_key_draw);
+	crypto_shorthash((unsigned char *)&h, who, n, opcache_key);
+	return (size_t)(h % OPCACHE_SETS) * OPCACHE_WAYS;
+}
+
+static size_t opcache_name_set(uint32_t tenant_id, const char *name)
+{
+	unsigned char who[1 + 4 + sizeof(((struct operation *)0)->op_name)] = { 'n' };
+	size_t len = strnlen(name, sizeof(who) - 5);
+
+	memcpy(who + 1, &tenant_id, 4);
+	memcpy(who + 5, name, len);
+	return opcache_set(who, 5 + len);
+}
+
+static size_t opcache_id_set(uint32_t op_id)
+{
+	unsigned char who[1 + 4] = { 'i' };
+
+	memcpy(who + 1, &op_id, 4);
+	return opcache_set(who, sizeof(who));
 }
 
 static time_t opcache_now(void)
@@ -48,13 +83,56 @@ static time_t opcache_now(void)
 	return ts.tv_sec;
 }
 
+static int opcache_fresh(const struct opcache_entry *e, time_t now)
+{
+	return e->oe_used && now - e->oe_loaded < OPCACHE_TTL_SECONDS;
+}
+
+/* 1 when A and B are one operation to the index by name (BY_NAME) or by id. */
+static int opcache_same(const struct operation *a, const struct operation *b, int by_name)
+{
+	if (!by_name)
+		return a->op_id == b->op_id;
+	return a->op_tenant_id == b->op_tenant_id && strcmp(a->op_name, b->op_name) == 0;
+}
+
+/* The slot of the set at FIRST of SLOTS (READ: their flags) that OP goes
+ * to: the one holding it already, else the first expired or unused, else
+ * one not read since it was loaded, else the one loaded longest ago.
+ * Called with the write lock held. */
+static size_t opcache_place(const struct opcache_entry *slots, atomic_uchar *read, size_t first,
+			    const struct operation *op, int by_name, time_t now)
+{
+	size_t best = first;
+	int best_rank = 3;
+
+	for (size_t i = first; i < first + OPCACHE_WAYS; i++) {
+		const struct opcache_entry *e = &slots[i];
+		if (e->oe_used && opcache_same(&e->oe_op, op, by_name))
+			return i;
+		int rank = 2;
+		if (!opcache_fresh(e, now))
+			rank = 0;
+		else if (!atomic_load_explicit(&read[i], memory_order_relaxed))
+			rank = 1;
+		if (rank < best_rank ||
+		    (rank == best_rank && e->oe_loaded < slots[best].oe_loaded)) {
+			best = i;
+			best_rank = rank;
+		}
+	}
+	return best;
+}
+
 void opcache_put(const struct operation *op)
 {
 	time_t now = opcache_now();
+	size_t name_set = opcache_name_set(op->op_tenant_id, op->op_name),
+	       id_set = opcache_id_set(op->op_id);
 
 	pthread_rwlock_wrlock(&opcache_lock);
-	size_t na = opcache_name_slot(op->op_tenant_id, op->op_name),
-	       nb = op->op_id % OPCACHE_SLOTS;
+	size_t na = opcache_place(opcache_by_name_slots, opcache_name_read, name_set, op, 1, now),
+	       nb = opcache_place(opcache_by_id_slots, opcache_id_read, id_set, op, 0, now);
 	struct opcache_entry *a = &opcache_by_name_slots[na];
 	struct opcache_entry *b = &opcache_by_id_slots[nb];
 	a->oe_op = *op;
@@ -66,27 +144,36 @@ void opcache_put(const struct operation *op)
 	pthread_rwlock_unlock(&opcache_lock);
 }
 
-static int opcache_fresh(const struct opcache_entry *e, time_t now)
-{
-	return e->oe_used && now - e->oe_loaded < OPCACHE_TTL_SECONDS;
-}
-
-int opcache_by_name(uint32_t tenant_id, const char *name, struct operation *op, int *found)
+/* OP's entry in the set at FIRST of SLOTS copied into *OUT, its flag in
+ * READ set: 1, or 0 when the set holds none fresh. */
+static int opcache_get(const struct opcache_entry *slots, atomic_uchar *read, size_t first,
+		       const struct operation *op, int by_name, struct operation *out)
 {
 	time_t now = opcache_now();
 	int hit = 0;
 
-	size_t slot = opcache_name_slot(tenant_id, name);
 	pthread_rwlock_rdlock(&opcache_lock);
-	const struct opcache_entry *e = &opcache_by_name_slots[slot];
-	if (opcache_fresh(e, now) && e->oe_op.op_tenant_id == tenant_id &&
-	    strcmp(e->oe_op.op_name, name) == 0) {
-		*op = e->oe_op;
-		hit = 1;
-		opcache_mark_read(&opcache_name_read[slot]);
+	for (size_t i = first; i < first + OPCACHE_WAYS && !hit; i++) {
+		const struct opcache_entry *e = &slots[i];
+		if (opcache_fresh(e, now) && opcache_same(&e->oe_op, op, by_name)) {
+			*out = e->oe_op;
+			hit = 1;
+			opcache_mark_read(&read[i]);
+		}
 	}
 	pthread_rwlock_unlock(&opcache_lock);
-	if (hit) {
+	return hit;
+}
+
+int opcache_by_name(uint32_t tenant_id, const char *name, struct operation *op, int *found)
+{
+	struct operation want;
+
+	want.op_tenant_id = tenant_id;
+	/* a name too long for any operation is the database's to refuse */
+	if (snprintf(want.op_name, sizeof(want.op_name), "%s", name) < (int)sizeof(want.op_name) &&
+	    opcache_get(opcache_by_name_slots, opcache_name_read,
+			opcache_name_set(tenant_id, want.op_name), &want, 1, op)) {
 		*found = 1;
 		return 0;
 	}
@@ -99,18 +186,11 @@ int opcache_by_name(uint32_t tenant_id, const char *name, struct operation *op, 
 
 int opcache_by_id(uint32_t op_id, struct operation *op, int *found)
 {
-	time_t now = opcache_now();
-	int hit = 0;
+	struct operation want;
 
-	pthread_rwlock_rdlock(&opcache_lock);
-	const struct opcache_entry *e = &opcache_by_id_slots[op_id % OPCACHE_SLOTS];
-	if (opcache_fresh(e, now) && e->oe_op.op_id == op_id) {
-		*op = e->oe_op;
-		hit = 1;
-		opcache_mark_read(&opcache_id_read[op_id % OPCACHE_SLOTS]);
-	}
-	pthread_rwlock_unlock(&opcache_lock);
-	if (hit) {
+	want.op_id = op_id;
+	if (opcache_get(opcache_by_id_slots, opcache_id_read, opcache_id_set(op_id), &want, 0,
+			op)) {
 		*found = 1;
 		return 0;
 	}
