@@ -55,6 +55,9 @@
 #   new_life_swept_late        a new life of a fenced key is swept when the
 #                              fence would have been deleted, not at its end
 #                              (migrations/0019)
+#   unstorable_kept_long       an upstream refusal too large to store is kept
+#                              (as its 502) for the operation's retention, not
+#                              the refusal's error_retention_seconds
 #
 # A mechanism inside a function of a migration that deployments already
 # applied (its text is fixed by its checksum) is broken by a copy of that
@@ -85,6 +88,7 @@ pointed() {
     told_events_unfiltered) echo test_broken_upstream ;;
     told_events_lost|event_rows_unfiltered|new_life_swept_late) echo test_audit ;;
     replay_ignores_fingerprint) echo test_claims ;;
+    unstorable_kept_long) echo test_hostile_tenants ;;
     *) echo test_corners ;;
   esac
 }
@@ -101,7 +105,7 @@ MUTANTS=(fence_resets no_fence lease_from_txn_start lease_spent_acked forward_on
          replay_db_ignores_expiry complete_ignores_expiry complete_fn_ignores_expiry
          checkpoint_unfenced batch_twins told_events_lost told_events_lost_on_delete
          told_events_unfiltered event_rows_unfiltered clock_offset_ignored replay_ignores_fingerprint resend_allowed
-         fences_swept_at_once new_life_swept_late)
+         fences_swept_at_once new_life_swept_late unstorable_kept_long)
 if [ -n "${IDEMD_MUTANTS:-}" ]; then read -r -a MUTANTS <<<"$IDEMD_MUTANTS"; fi
 
 # Each function copy is its migration's function, but for its "-- was:" lines.

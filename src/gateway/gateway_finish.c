@@ -228,10 +228,17 @@ static int gateway_retention(const struct gateway_route *gr, int status, int ret
 static int gateway_store(struct gateway_job *j)
 {
 	struct upstream_call *c = &j->gj_call;
+	/* the upstream's own status chooses the retention, also when its
+	 * answer is stored as a 502: a refusal too large to store is kept as
+	 * long as the refusal would have been, not the operation's retention */
+	int judged = (int)c->uc_status;
 
 	if (c->uc_result != UPSTREAM_ANSWERED && gateway_unstorable(j) < 0)
 		return -1; /* out of memory: nothing to store, and nothing safe to say */
 	j->gj_resp.sr_status = (int)c->uc_status;
+#ifdef IDEMD_MUTANT_UNSTORABLE_KEPT_LONG
+	judged = j->gj_resp.sr_status;
+#endif
 	j->gj_resp.sr_headers =
 		c->uc_result == UPSTREAM_ANSWERED
 			? json_dumps(c->uc_resp_headers, JSON_COMPACT | JSON_SORT_KEYS)
@@ -247,7 +254,7 @@ static int gateway_store(struct gateway_job *j)
 	j->gj_cargs.attempt = j->gj_attempt;
 	j->gj_cargs.resp = &j->gj_resp;
 	j->gj_cargs.retention_seconds =
-		gateway_retention(j->gj_route, j->gj_resp.sr_status, j->gj_retention_seconds);
+		gateway_retention(j->gj_route, judged, j->gj_retention_seconds);
 	/* a key's record may end before the key would (a new life then runs
 	 * anew); a token's stays while the token is valid */
 	j->gj_cargs.retention_exact = j->gj_route->gr_key != GATEWAY_KEY_TOKEN &&

@@ -15,7 +15,8 @@ fix:
     the body budget (the rest get 503), and are cut after
     request_timeout_seconds;
   - an upstream's 4xx on a derived-key route (anonymous) is kept 300 s,
-    not the operation's whole retention;
+    not the operation's whole retention, and so is a 4xx too large to
+    store (kept as a 502 upstream_answer_unstorable);
   - a body whose JSON would take far more memory than its size (a batch
     or a webhook of "[{},{},…]") is 413, and several of them at once leave
     idemd's peak memory small.
@@ -213,6 +214,30 @@ class HostileTenants(IdemdCase):
                 "(SELECT id FROM operations WHERE name = 'hook.receive') "
                 "ORDER BY updated_at DESC LIMIT 1" % status, db=self.idemd.db))
         self.assertAlmostEqual(life[422], 300, delta=2)
+        self.assertAlmostEqual(life[201], 86400, delta=2)
+
+    def test_unstorable_refusal_keeps_a_refusals_retention(self):
+        # a forged event near max_body_bytes, refused with a 422 that
+        # quotes it: too large to store, so a 502 upstream_answer_unstorable
+        # is kept, for as long as the 422 would have been (300 s), not the
+        # operation's 86,400 s, so the genuine event is blocked 300 s at most
+        life = {}
+        pad = "x" * (800 * 1024)
+        for mode, status in (("echo=422,3", 422), ("big=%d" % (3 * 1024 * 1024), 201)):
+            event = "evt_%s" % uniq("u")
+            r = self.anon.post("/hooks", {"id": event, "pad": pad},
+                               headers={"X-Upstream-Mode": mode})
+            assert_problem(self, r, 502, "upstream_answer_unstorable")
+            again = self.anon.post("/hooks", {"id": event, "amount": 10})
+            self.assertEqual((again.status, again.header("Idempotent-Replayed")),
+                             (502, "true"), again.describe())
+            life[status] = float(psql(
+                "SELECT extract(epoch FROM expires_at - updated_at) FROM records "
+                "WHERE state = 'completed' AND response_status = 502 AND operation_id = "
+                "(SELECT id FROM operations WHERE name = 'hook.receive') "
+                "ORDER BY updated_at DESC LIMIT 1", db=self.idemd.db))
+        self.assertAlmostEqual(life[422], 300, delta=2,
+                               msg="an unstorable 422 was kept for the whole retention")
         self.assertAlmostEqual(life[201], 86400, delta=2)
 
     def test_repeated_unknown_key_costs_one_lookup_a_second(self):

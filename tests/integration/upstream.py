@@ -13,6 +13,8 @@ How it answers is chosen per request by the X-Upstream-Mode header:
   slow=SECONDS     the same after sleeping SECONDS
   status=CODE      CODE with a JSON {"error": "..."} body
   big=BYTES        201 with a body of BYTES bytes
+  echo=CODE,TIMES  CODE with a JSON body quoting the request's body TIMES
+                   times (a validation refusal that echoes its input)
   close            closes the connection without answering
   short            200 whose body is shorter than its Content-Length, then
                    closes: the answer breaks off after its status line
@@ -106,6 +108,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             code = int(mode[7:])
             self._send(code, json.dumps({"error": "upstream said %d" % code}).encode(),
                        {"X-Order-Id": "none"})
+            return
+        if mode.startswith("echo="):
+            code, times = mode[5:].split(",")
+            self._send(int(code), b'{"detail":[' + b",".join([body] * int(times)) + b"]}")
             return
         if mode.startswith("big="):
             self._send(201, b"x" * int(mode[4:]), ctype="application/octet-stream")
