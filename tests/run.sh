@@ -139,6 +139,11 @@ say "queue consumers under chaos (RabbitMQ, with and without idemd)"
 # and timeout kills the whole stage (its servers included) if it hangs.
 stage "queue consumers (RabbitMQ)" 480 bash tests/queue.sh
 
+say "kafka consumers (a KRaft broker: kills, rebalances, a stalled handler, duplicates)"
+# Bounded: the broker, idemd and the consumers it starts are stopped on exit;
+# the broker's jars and the Python venv are cached in build/kafka.
+stage "kafka consumers" 420 bash tests/kafka.sh
+
 say "prometheus (promtool on deploy/prometheus, a real Prometheus scraping idemd)"
 # Bounded: Prometheus and idemd listen on 127.0.0.1 and are stopped on exit.
 stage prometheus 300 bash tests/prometheus.sh
