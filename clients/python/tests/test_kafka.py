@@ -66,9 +66,7 @@ class FakeConsumer:
 
 
 def processor(client, op, **kw):
-    p = idemd.kafka.Processor(client, op, retry_delay=0, **kw)
-    p.topic_partition = TP
-    return p
+    return idemd.kafka.Processor(client, op, retry_delay=0, topic_partition=TP, **kw)
 
 
 def event(eid, **more):

@@ -110,7 +110,9 @@ class Processor:
     record's value, or what ``key(record)`` returns; with none of them,
     ``topic/partition/offset`` (which holds for redeliveries, not for a
     producer that sends an event twice). ``request``, ``fingerprint`` and
-    ``subject`` are as for :meth:`Client.consume`.
+    ``subject`` are as for :meth:`Client.consume`. ``topic_partition``
+    builds the offsets committed and sought: confluent_kafka's
+    ``TopicPartition`` unless given.
 
     Commit offsets only through it (``enable.auto.commit`` false). A record
     answered ``in_progress`` (another consumer holds it, or held it and
@@ -129,8 +131,8 @@ class Processor:
                  fingerprint: Optional[Callable[[KafkaRecord], str]] = None,
                  subject: Optional[Callable[[KafkaRecord], str]] = None,
                  release_on: ReleaseOn = (Exception,), retry_delay: float = 0.2,
-                 on_replay: Optional[Callable[[KafkaRecord, Optional[StoredResponse]], Any]] = None
-                 ) -> None:
+                 on_replay: Optional[Callable[[KafkaRecord, Optional[StoredResponse]], Any]] = None,
+                 topic_partition: Optional[Callable[[str, int, int], Any]] = None) -> None:
         if sum(x is not None for x in (key_header, key_field, key)) > 1:
             raise ValueError("name at most one of key_header, key_field and key")
         self.client = client
@@ -150,8 +152,8 @@ class Processor:
         # (refused, or interrupted): committed again on revoke.
         self._uncommitted: Dict[Tuple[str, int], int] = {}
         self._lock = threading.Lock()
-        # confluent_kafka.TopicPartition, looked up on first use.
-        self.topic_partition: Optional[Callable[[str, int, int], Any]] = None
+        # confluent_kafka.TopicPartition unless given, looked up on first use.
+        self.topic_partition = topic_partition
 
     # ------------------------------------------------------------ keys
 
