@@ -58,6 +58,9 @@
 #   unstorable_kept_long       an upstream refusal too large to store is kept
 #                              (as its 502) for the operation's retention, not
 #                              the refusal's error_retention_seconds
+#   connections_per_address    max_connections_per_ip counts each address, not
+#                              each client (an IPv6 prefix of
+#                              ipv6_client_prefix bits)
 #
 # A mechanism inside a function of a migration that deployments already
 # applied (its text is fixed by its checksum) is broken by a copy of that
@@ -89,6 +92,7 @@ pointed() {
     told_events_lost|event_rows_unfiltered|new_life_swept_late) echo test_audit ;;
     replay_ignores_fingerprint) echo test_claims ;;
     unstorable_kept_long) echo test_hostile_tenants ;;
+    connections_per_address) echo test_hostile_ipv6 ;;
     *) echo test_corners ;;
   esac
 }
@@ -105,7 +109,7 @@ MUTANTS=(fence_resets no_fence lease_from_txn_start lease_spent_acked forward_on
          replay_db_ignores_expiry complete_ignores_expiry complete_fn_ignores_expiry
          checkpoint_unfenced batch_twins told_events_lost told_events_lost_on_delete
          told_events_unfiltered event_rows_unfiltered clock_offset_ignored replay_ignores_fingerprint resend_allowed
-         fences_swept_at_once new_life_swept_late unstorable_kept_long)
+         fences_swept_at_once new_life_swept_late unstorable_kept_long connections_per_address)
 if [ -n "${IDEMD_MUTANTS:-}" ]; then read -r -a MUTANTS <<<"$IDEMD_MUTANTS"; fi
 
 # Each function copy is its migration's function, but for its "-- was:" lines.

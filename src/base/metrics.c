@@ -114,6 +114,8 @@ static const struct {
 	{ "idemd_db_batches_total", "Batched claim and complete statements run." },
 	{ "idemd_db_batch_jobs_total", "Jobs run in batched statements." },
 	{ "idemd_request_timeouts_total", "Connections closed by request_timeout_seconds." },
+	{ "idemd_connections_refused_total",
+	  "Connections shut down at once: their client held max_connections_per_ip." },
 	{ "idemd_replay_cache_hits_total",
 	  "Replay cache lookups that answered (or refused) a duplicate." },
 	{ "idemd_replay_cache_misses_total", "Replay cache lookups that had to ask PostgreSQL." },

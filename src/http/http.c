@@ -484,6 +484,10 @@ static void http_key_free(char *key)
 
 /* The API's daemon on listen_host:listen_port (TLS when configured), or
  * NULL after logging. */
+/* max_connections_per_ip, for the API daemon's connection notification
+ * (http_connection counts each client's connections; not reloadable) */
+static int http_conn_cap;
+
 static struct MHD_Daemon *http_api_start(const struct config *cfg)
 {
 	struct MHD_OptionItem tls[3];
@@ -494,6 +498,7 @@ static struct MHD_Daemon *http_api_start(const struct config *cfg)
 
 	if (ai == NULL)
 		return NULL;
+	http_conn_cap = cfg->max_connections_per_ip;
 	if (http_tls_options(cfg, tls, &cert, &key, &flags) < 0) {
 		freeaddrinfo(ai);
 		free(cert);
@@ -505,11 +510,10 @@ static struct MHD_Daemon *http_api_start(const struct config *cfg)
 		flags, cfg->listen_port, NULL, NULL, http_access, NULL, MHD_OPTION_EXTERNAL_LOGGER,
 		http_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
 		(unsigned)cfg->threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_seconds,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONNECTION_MEMORY,
 		MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_NOTIFY_COMPLETED, http_completed,
-		NULL, MHD_OPTION_NOTIFY_CONNECTION, http_connection, NULL,
+		NULL, MHD_OPTION_NOTIFY_CONNECTION, http_connection, &http_conn_cap,
 		MHD_OPTION_UNESCAPE_CALLBACK, http_no_unescape, NULL, MHD_OPTION_URI_LOG_CALLBACK,
 		http_target_seen, NULL, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
 	freeaddrinfo(ai);

@@ -1,7 +1,8 @@
 /* HTTP connections: the state each keeps across its requests (the API
- * key memo, the deadline) and the reaper thread that shuts down
- * connections past request_timeout_seconds, receiving a request or
- * sending its answer. */
+ * key memo, the deadline), the count of each client's connections (one
+ * over max_connections_per_ip is shut down) and the reaper thread that
+ * shuts down connections past request_timeout_seconds, receiving a
+ * request or sending its answer. */
 #include "http_int.h"
 
 #include <pthread.h>
@@ -53,13 +54,36 @@ static void *http_reaper(void *arg)
 	return NULL;
 }
 
+/* Connections open per client slot (http_client_slot), of the API daemon. */
+static atomic_int http_conn_clients[HTTP_CLIENT_SLOTS];
+
+/* Counts the connection C of CONN for its client; shuts it down when that
+ * makes more than CAP (0: no cap). libmicrohttpd's own per-IP limit counts
+ * each address apart, so a host with a /64 could hold every connection. */
+static void http_conn_count(struct http_conn *c, struct MHD_Connection *conn, int cap)
+{
+#ifdef IDEMD_MUTANT_CONNECTIONS_PER_ADDRESS
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	c->hc_slot = ci != NULL ? http_client_slot_of(ci->client_addr, 128) : 0;
+#else
+	c->hc_slot = http_client_slot(conn);
+#endif
+	c->hc_counted = 1;
+	int n = atomic_fetch_add(&http_conn_clients[c->hc_slot], 1) + 1;
+	if (cap > 0 && n > cap) {
+		/* before a byte is read: libmicrohttpd sees the end and closes it */
+		shutdown(c->hc_fd, SHUT_RDWR);
+		metrics_add(METRIC_CONNECTIONS_REFUSED, 1);
+	}
+}
+
 /* A connection opens (its state is made) or closes (the state is wiped). */
 void http_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
 		     enum MHD_ConnectionNotificationCode toe)
 {
 	struct http_conn *c = *socket_context;
 
-	(void)cls;
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
 		const union MHD_ConnectionInfo *ci =
 			MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -77,6 +101,8 @@ void http_connection(void *cls, struct MHD_Connection *conn, void **socket_conte
 		if (setsockopt(c->hc_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) != 0)
 			log_debug("http: SO_SNDBUF not set");
 		atomic_store(&c->hc_since, http_now_ms());
+		if (cls != NULL)
+			http_conn_count(c, conn, *(const int *)cls);
 		pthread_mutex_lock(&http_conns.reaper.lock);
 		c->hc_next = http_conns.head;
 		if (c->hc_next != NULL)
@@ -94,6 +120,8 @@ void http_connection(void *cls, struct MHD_Connection *conn, void **socket_conte
 		if (c->hc_next != NULL)
 			c->hc_next->hc_prev = c->hc_prev;
 		pthread_mutex_unlock(&http_conns.reaper.lock);
+		if (c->hc_counted)
+			atomic_fetch_sub(&http_conn_clients[c->hc_slot], 1);
 		auth_memo_wipe(&c->hc_auth);
 		free(c);
 	}

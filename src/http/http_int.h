@@ -66,6 +66,10 @@ struct http_conn {
 	const char *hc_target;
 	size_t hc_target_len;
 	int hc_target_ctl;
+	/* the client slot its connection is counted in (http_conn_cap), when
+	 * counted */
+	size_t hc_slot;
+	int hc_counted;
 	struct http_conn *hc_prev, *hc_next; /* in http_conns, under its lock */
 };
 
@@ -86,7 +90,12 @@ static inline void http_receiving(struct request *req, int yes)
 	if (req->req_conn_ctx != NULL)
 		atomic_store(&req->req_conn_ctx->hc_since, yes ? http_now_ms() : 0);
 }
-/* libmicrohttpd's connection notification: makes or wipes its state. */
+/* libmicrohttpd's connection notification: makes or wipes its state. CLS
+ * is NULL, or (the API daemon's) a pointer to the most connections one
+ * client may hold at once (max_connections_per_ip, 0: no cap), borrowed for
+ * the daemon's life: its connections are counted per client as the body
+ * budget counts them (http_client_slot: an IPv4 address, an IPv6 prefix of
+ * ipv6_client_prefix bits), and one over the cap is shut down at once. */
 void http_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
 		     enum MHD_ConnectionNotificationCode toe);
 /* Starts the reaper (request_timeout_seconds of CFG, borrowed until
