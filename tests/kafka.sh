@@ -2,18 +2,21 @@
 # The Kafka stage: a real broker redelivers, consumers are killed, rebalanced,
 # stalled past max.poll.interval.ms and fed duplicates by their producer, and
 # every event's effect (a row in a ledger table) still happens exactly once
-# (tests/kafka/scenarios.py, consumers using idemd.kafka). A negative control
-# follows: the same consumer without idemd must count some events twice, or
-# the stage fails. Then the ad-spend example (examples/adspend) runs with a
+# (tests/kafka/scenarios.py: Python consumers using idemd.kafka on
+# confluent-kafka, then JVM ones using dev.idemd.client.kafka on
+# kafka-clients, tests/kafka/jvm). A negative control follows: the same
+# consumer without idemd must count some events twice, or the stage fails. Then the ad-spend example (examples/adspend) runs with a
 # kill in the middle, with and without idemd, and both sums are checked.
 #
 # Starts, all on 127.0.0.1 and all stopped on exit (failure included), pid by
 # pid: a PostgreSQL cluster (unless IDEMD_TEST_PGHOST/IDEMD_TEST_PGUSER name
 # one, as tests/run.sh does), one idemd on a fresh database, and a single-node
 # Apache Kafka broker in KRaft mode (broker and controller in one JVM) on two
-# free ports. The broker's jars come from Maven Central into build/kafka/lib,
-# confluent-kafka and psycopg from PyPI into build/kafka/venv; both are kept
-# for the next run. Ends with "kafka: ok" or "kafka: FAILED".
+# free ports. The broker's jars and the JVM consumer's (kafka-clients,
+# jackson) come from Maven Central into build/kafka, confluent-kafka and
+# psycopg from PyPI into build/kafka/venv; all are kept for the next run.
+# The JVM consumer is compiled with clients/jvm/idemd-client's sources.
+# Ends with "kafka: ok" or "kafka: FAILED".
 # KAFKA_EVENTS (2000 per scenario) and KAFKA_SEED (17) tune the run.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -24,6 +27,7 @@ PY=/usr/bin/python3
 KAFKA_VERSION=3.9.1
 CACHE=$ROOT/build/kafka
 LIB=$CACHE/lib-$KAFKA_VERSION
+JLIB=$CACHE/jvm-lib-$KAFKA_VERSION
 VENV=$CACHE/venv
 PIP_PKGS=("confluent-kafka==2.16.1" "psycopg[binary]==3.2.13")
 
@@ -81,6 +85,34 @@ EOF
     die "the broker's jars could not be fetched"
   touch "$LIB/.complete"
 fi
+if [ -f "$JLIB/.complete" ]; then
+  echo "JVM consumer jars: cached in ${JLIB#"$ROOT"/} ($(find "$JLIB" -name '*.jar' | wc -l) jars)"
+else
+  say "JVM consumer jars: kafka-clients $KAFKA_VERSION and jackson-databind from Maven Central"
+  rm -rf "$JLIB" && mkdir -p "$TMP/jpom"
+  # idemd-client's own dependencies (clients/jvm/idemd-client/pom.xml).
+  cat >"$TMP/jpom/pom.xml" <<EOF
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local.idemd</groupId><artifactId>kafka-jvm-consumer</artifactId><version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-clients</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>com.fasterxml.jackson.core</groupId><artifactId>jackson-databind</artifactId><version>2.19.2</version></dependency>
+  </dependencies>
+</project>
+EOF
+  timeout 300 mvn -B -q -f "$TMP/jpom/pom.xml" -Dmaven.repo.local="$CACHE/m2" \
+    dependency:copy-dependencies -DoutputDirectory="$JLIB" -DincludeScope=runtime ||
+    die "the JVM consumer's jars could not be fetched"
+  touch "$JLIB/.complete"
+fi
+# The JVM consumer, compiled with the client's sources as they are here.
+mkdir -p "$TMP/jvm-classes"
+# shellcheck disable=SC2046
+timeout 120 javac -nowarn -d "$TMP/jvm-classes" -cp "$JLIB/*" \
+  $(find clients/jvm/idemd-client/src/main/java -name '*.java') tests/kafka/jvm/KafkaConsumerMain.java \
+  >"$TMP/javac.out" 2>&1 || { cat "$TMP/javac.out" >&2; die "the JVM consumer did not compile"; }
 if "$VENV/bin/python" -c 'import confluent_kafka, psycopg' 2>/dev/null &&
    [ "$(cat "$VENV/.pkgs" 2>/dev/null)" = "${PIP_PKGS[*]}" ]; then
   echo "python venv: cached in ${VENV#"$ROOT"/} (confluent-kafka $("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("confluent-kafka"))'))"
@@ -172,9 +204,10 @@ export IDEMD_URL=http://127.0.0.1:$IDEMD_PORT IDEMD_API_KEY
 export KAFKA_BOOTSTRAP=127.0.0.1:$KAFKA_PORT
 export LEDGER_DSN="host=$IDEMD_TEST_PGHOST dbname=$DB user=$IDEMD_TEST_PGUSER"
 export PYTHONPATH=$ROOT/clients/python/src PYTHONDONTWRITEBYTECODE=1
-say "consumers killed, rebalanced, stalled and fed duplicates (idemd.kafka), then without idemd"
+say "consumers killed, rebalanced, stalled and fed duplicates (Python, then JVM), then without idemd"
+mkdir -p "$TMP/work"
 timeout 330 "$VENV/bin/python" tests/kafka/scenarios.py --events "${KAFKA_EVENTS:-2000}" \
-  --seed "${KAFKA_SEED:-17}" --work "$TMP/work" ||
+  --seed "${KAFKA_SEED:-17}" --work "$TMP/work" --jvm-classpath "$TMP/jvm-classes:$JLIB/*" ||
   { echo "--- idemd log (tail)" >&2; tail -n 20 "$TMP/idemd.log" >&2; die "a scenario failed"; }
 
 say "the ad-spend example (examples/adspend): a kill in the middle, with and without idemd"

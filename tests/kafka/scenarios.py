@@ -37,10 +37,17 @@ def sql(db, q, *args):
     return db.execute(q, args).fetchall()
 
 
+RUNNING = []   # every consumer started, stopped on the way out whatever happens
+
+
 class Scenario:
-    def __init__(self, name, lease, key_header="", duplicates=0):
+    def __init__(self, name, lease, key_header="", duplicates=0, jvm=None):
+        self.base = name
+        if jvm:
+            name += "-jvm"
         self.name, self.lease, self.key_header, self.duplicates = name, lease, key_header, duplicates
         self.topic, self.group, self.operation = "t-" + name, "g-" + name, "kafka." + name
+        self.jvm = jvm     # the JVM consumer's classpath, or None for the Python one
         self.procs = {}
 
 
@@ -77,8 +84,13 @@ def produce(bootstrap, s, events, rng):
 
 
 def start(s, name, work, *extra, no_idemd=False):
-    args = [sys.executable, os.path.join(HERE, "consumer.py"), "--scenario", s.name,
-            "--topic", s.topic, "--group", s.group, "--name", name, "--operation", s.operation]
+    if s.jvm:
+        args = ["java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", s.jvm,
+                "KafkaConsumerMain", "--work", work]
+    else:
+        args = [sys.executable, os.path.join(HERE, "consumer.py")]
+    args += ["--scenario", s.name, "--topic", s.topic, "--group", s.group, "--name", name,
+             "--operation", s.operation]
     if s.key_header:
         args += ["--key-header", s.key_header]
     if no_idemd:
@@ -86,7 +98,41 @@ def start(s, name, work, *extra, no_idemd=False):
     args += list(extra)
     log = open(os.path.join(work, "%s-%s.log" % (s.name, name)), "w")
     s.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    RUNNING.append(s.procs[name])
     return s.procs[name]
+
+
+def stop_all():
+    for p in RUNNING:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def load_jvm_files(db, s, work):
+    """The JVM consumers' effect and delivery files, into the ledger tables."""
+    for fn in sorted(os.listdir(work)):
+        parts = fn.split(".")
+        if len(parts) < 4 or parts[1] != s.name:
+            continue
+        path, consumer = os.path.join(work, fn), parts[2]
+        with open(path) as f:
+            if parts[0] == "ledger":
+                rows = [ln.rstrip("\n").split("\t") for ln in f if ln.strip()]
+                with db.cursor() as c:
+                    c.executemany("INSERT INTO ledger (scenario, event_id, part, off, consumer, attempt,"
+                                  " claim_id) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                                  [(s.name, e, int(p), int(o), consumer, int(a), i)
+                                   for e, p, o, a, i in rows])
+            elif parts[0] == "deliveries":
+                rows = [ln.split() for ln in f if ln.strip()]
+                with db.cursor() as c:
+                    c.executemany("INSERT INTO deliveries (scenario, consumer, part, off)"
+                                  " VALUES (%s, %s, %s, %s)",
+                                  [(s.name, consumer, int(p), int(o)) for p, o in rows])
+            elif parts[0] == "counts" and fn.endswith(".json"):
+                db.execute("INSERT INTO counts (scenario, consumer, counts) VALUES (%s, %s, %s)",
+                           (s.name, consumer, f.read()))
 
 
 def wait_dead(proc, limit=60):
@@ -104,8 +150,12 @@ def wait_delivered(db, s, name, limit=30):
     """Until consumer NAME has polled something (it is in the group)."""
     deadline = time.time() + limit
     while time.time() < deadline:
-        if sql(db, "SELECT 1 FROM deliveries WHERE scenario = %s AND consumer = %s LIMIT 1",
-               s.name, name):
+        if s.jvm:
+            f = os.path.join(s.work, "deliveries.%s.%s.tsv" % (s.name, name))
+            if os.path.exists(f) and os.path.getsize(f) > 0:
+                return
+        elif sql(db, "SELECT 1 FROM deliveries WHERE scenario = %s AND consumer = %s LIMIT 1",
+                 s.name, name):
             return
         time.sleep(0.05)
     raise RuntimeError("consumer %s of %s polled nothing in %d s" % (name, s.name, limit))
@@ -135,7 +185,7 @@ def finish(bootstrap, s, limit):
             ok = True
             break
         for name, p in s.procs.items():
-            if p.poll() is not None and p.returncode not in (0, -signal.SIGKILL):
+            if p.poll() is not None and p.returncode not in (0, 143, -signal.SIGKILL):
                 raise RuntimeError("consumer %s exited with %s" % (name, p.returncode))
         time.sleep(0.3)
     for p in s.procs.values():
@@ -238,7 +288,17 @@ def main():
     ap.add_argument("--events", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--work", required=True)
+    ap.add_argument("--jvm-classpath", default="",
+                    help="also run every scenario with the JVM consumer (tests/kafka/jvm)")
     a = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        return run_all(a)
+    finally:
+        stop_all()
+
+
+def run_all(a):
     os.makedirs(a.work, exist_ok=True)
     rng = random.Random(a.seed)
     bootstrap = os.environ["KAFKA_BOOTSTRAP"]
@@ -251,15 +311,18 @@ def main():
     db.execute("CREATE TABLE counts (scenario text, consumer text, counts jsonb,"
                " PRIMARY KEY (scenario, consumer))")
 
-    plan = [(Scenario("kill-restart", lease=3), kill_restart),
-            (Scenario("rebalance", lease=3), rebalance),
-            (Scenario("join-leave", lease=3), join_leave),
-            (Scenario("slow-handler", lease=20), slow_handler),
-            (Scenario("producer-dups", lease=3, key_header="event-id",
-                      duplicates=a.events // 10), producer_dups)]
+    plan = []
+    for jvm in [None] + ([a.jvm_classpath] if a.jvm_classpath else []):
+        plan += [(Scenario("kill-restart", lease=3, jvm=jvm), kill_restart),
+                 (Scenario("rebalance", lease=3, jvm=jvm), rebalance),
+                 (Scenario("join-leave", lease=3, jvm=jvm), join_leave),
+                 (Scenario("slow-handler", lease=20, jvm=jvm), slow_handler),
+                 (Scenario("producer-dups", lease=3, key_header="event-id",
+                           duplicates=a.events // 10, jvm=jvm), producer_dups)]
     failures = []
     rows = []
     for s, run in plan:
+        s.work = a.work
         t0 = time.time()
         create_topic(admin, s.topic)
         client.put_operation(s.operation, token_ttl_seconds=3600, retention_seconds=86400,
@@ -267,6 +330,8 @@ def main():
         sent = produce(bootstrap, s, a.events, rng)
         run(s, a.work, db)
         caught = finish(bootstrap, s, 90)
+        if s.jvm:
+            load_jvm_files(db, s, a.work)
         t = tally(db, s, a.events, sent)
         t["seconds"] = round(time.time() - t0, 1)
         rows.append((s.name, t))
@@ -279,7 +344,7 @@ def main():
             bad.append("%d effects for %d events" % (t["effects"], a.events))
         if t["redelivered"] + t["producer_dups"] == 0:
             bad.append("nothing was delivered twice: the scenario proves nothing")
-        if s.name == "slow-handler" and t["commit_failures"] == 0:
+        if s.base == "slow-handler" and t["commit_failures"] == 0:
             bad.append("no commit was refused: the handler did not outlive max.poll.interval.ms")
         failures += ["%s: %s" % (s.name, b) for b in bad]
         print("%-14s %s%s" % (s.name, json.dumps(t), "" if not bad else "  FAIL: " + "; ".join(bad)),
@@ -287,6 +352,7 @@ def main():
 
     # The negative control: kill-restart's first kill, without idemd.
     s = Scenario("no-idemd", lease=3)
+    s.work = a.work
     create_topic(admin, s.topic)
     sent = produce(bootstrap, s, a.events, rng)
     kill_restart(s, a.work, db, no_idemd=True)
