@@ -60,13 +60,16 @@ static void serve_free_retired(struct serve_retired *r)
 }
 
 /* Main thread, each second and after each reload: frees what the running
- * grace period waited for once it is done, then starts the next one for
- * what was replaced since. */
+ * grace period waited for once it is done (the configs, and the route
+ * tables, router sets and CORS sets built from them: http_grace_done), and
+ * gives the memory back to the system, then starts the next grace period
+ * for what was replaced since. */
 static void serve_reclaim(void)
 {
 	if (serve_grace != NULL && http_grace_done()) {
 		serve_free_retired(serve_grace);
 		serve_grace = NULL;
+		malloc_trim(0);
 	}
 	if (serve_grace == NULL && serve_retired != NULL) {
 		serve_grace = serve_retired;

@@ -33,11 +33,13 @@
 #include "log.h"
 #include "opcache.h"
 #include "reqjson.h"
+#include "retire.h"
 #include "engine.h"
 
-/* One config's routes; the tables of earlier configs (SIGHUP) are kept,
- * linked, until gateway_stop(): a request or a forward may still hold one
- * of their routes. */
+/* One config's routes. A table a reload replaced is freed once no request
+ * begun before it runs (retire_add: a forward's request stays suspended
+ * until the forward ends, so no forward holds one of its routes either);
+ * when that is out of memory it stays, linked, until gateway_stop(). */
 struct gateway_table {
 	struct gateway_route *routes;
 	size_t n_routes;
@@ -435,15 +437,24 @@ static void gateway_table_free(struct gateway_table *t)
 	free(t);
 }
 
+/* Frees table ARG and the ones linked from it. */
+static void gateway_tables_free(void *arg)
+{
+	struct gateway_table *t = arg;
+
+	while (t != NULL) {
+		struct gateway_table *prev = t->prev;
+		gateway_table_free(t);
+		t = prev;
+	}
+}
+
 static void gateway_free_routes(void)
 {
 	router_clear_added();
 	atomic_store(&gw.current, NULL);
-	while (gw.tables != NULL) {
-		struct gateway_table *prev = gw.tables->prev;
-		gateway_table_free(gw.tables);
-		gw.tables = prev;
-	}
+	gateway_tables_free(gw.tables);
+	gw.tables = NULL;
 }
 
 /* Whether a forward of TIMEOUT_MS, with its margin, does not fit in a
@@ -463,7 +474,7 @@ long gateway_longest_forward(uint32_t tenant_id, const char *operation)
 #ifdef IDEMD_MUTANT_ROUTE_OUTLIVES_LEASE
 	return 0;
 #endif
-	/* tables are kept until gateway_stop(): the one read stays valid */
+	/* a request's: the table read stays valid until it ends */
 	const struct gateway_table *t = atomic_load(&gw.current);
 	for (size_t i = 0; t != NULL && i < t->n_routes; i++) {
 		const struct gateway_route *gr = &t->routes[i];
@@ -589,9 +600,11 @@ static int gateway_load_routes(const struct config *cfg)
 	}
 	if (router_publish() < 0)
 		goto fail;
-	t->prev = gw.tables;
+	struct gateway_table *old = gw.tables;
 	gw.tables = t;
 	atomic_store(&gw.current, t);
+	if (old != NULL && retire_add(gateway_tables_free, old) < 0)
+		t->prev = old;
 	return 0;
 fail:
 	router_discard();

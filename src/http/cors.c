@@ -6,13 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "retire.h"
+
 /* The origins in force, swapped whole on a reload (SIGHUP): a reader sees
- * one list or the other. The lists are the configs' (kept for the life of
- * the process); the small sets that point at them are never freed. */
+ * one list or the other. The lists are the configs'; a set replaced is
+ * freed once no request that may have read it runs (retire_add), or kept
+ * for good, linked from its successor, when that is out of memory. */
 struct cors_set {
 	char *const *cs_origins;
 	size_t cs_n;
-	struct cors_set *cs_prev; /* the sets it replaced: still reachable */
+	struct cors_set *cs_prev; /* a set it replaced, when not retired */
 };
 static struct cors_set cors_none;
 static struct cors_set *_Atomic cors_now = &cors_none;
@@ -27,6 +30,8 @@ void cors_init(char *const *origins, size_t n)
 	s->cs_n = n;
 	s->cs_prev = atomic_load(&cors_now);
 	atomic_store(&cors_now, s);
+	if (s->cs_prev != &cors_none && retire_add(free, s->cs_prev) == 0)
+		s->cs_prev = NULL;
 }
 
 const char *cors_allowed(const char *origin)

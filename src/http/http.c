@@ -28,6 +28,7 @@
 #include "metrics.h"
 #include "problem.h"
 #include "randpool.h"
+#include "retire.h"
 #include "router.h"
 #include "token.h"
 
@@ -598,5 +599,6 @@ int http_stop(void)
 	MHD_stop_daemon(http_daemon);
 	http_daemon = NULL;
 	http_conn_stop();
+	retire_all_run(); /* no request runs: what reloads replaced goes */
 	return 0;
 }

@@ -27,6 +27,10 @@ void http_reload(const struct config *cfg);
  */
 void http_grace_begin(void);
 int http_grace_done(void);
+/* What a reload replaced and only requests read (a route table, a router
+ * set, a CORS set) is handed to retire_add() (base/retire.h): the grace
+ * period begun next seals it, the http_grace_done() that sees that period
+ * done frees it, and http_stop() frees whatever is left. */
 /* Stops accepting and waits (at most 30 s) for in-flight requests that are
  * not suspended to finish; idle keep-alive connections do not hold it. */
 void http_quiesce(void);

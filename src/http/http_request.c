@@ -15,6 +15,7 @@
 
 #include "headers.h"
 #include "randpool.h"
+#include "retire.h"
 
 atomic_int http_active;
 atomic_int http_suspended;
@@ -171,11 +172,17 @@ static unsigned http_epoch_waited; /* the epoch a grace period waits for */
 void http_grace_begin(void)
 {
 	http_epoch_waited = atomic_fetch_xor(&http_epoch_now, 1u) & 1u;
+	/* one grace period at a time: the one before was done, and freed
+	 * what it waited for */
+	retire_seal();
 }
 
 int http_grace_done(void)
 {
-	return atomic_load(&http_epoch_requests[http_epoch_waited]) == 0;
+	if (atomic_load(&http_epoch_requests[http_epoch_waited]) != 0)
+		return 0;
+	retire_sealed_run();
+	return 1;
 }
 
 void http_epoch_leave(const struct request *req)

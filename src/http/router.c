@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "retire.h"
+
 /* The API's own routes (routes.c), matched after the added ones. */
 static const struct route *router_table;
 static size_t router_table_n;
@@ -88,13 +90,23 @@ char *router_decode(const char *s, size_t len, size_t *outlen)
 /* Routes added (the gateway's), matched before router_table: a set that
  * is being built (router_add), and the one requests match against, which
  * router_publish swaps whole (start, and each reload). A set that was in
- * force is kept (linked from its successor) until router_clear_added: a
- * request may still hold one of its routes. */
+ * force is freed once no request that may have matched it runs
+ * (retire_add), or with router_clear_added when that is out of memory:
+ * until then it is linked from its successor. */
 struct router_set {
 	const struct route **r;
 	size_t n;
 	struct router_set *prev;
 };
+
+static void router_set_free(void *arg)
+{
+	struct router_set *s = arg;
+
+	free(s->r);
+	free(s);
+}
+
 static struct router_set router_building;
 static struct router_set *_Atomic router_added;
 
@@ -119,6 +131,8 @@ int router_publish(void)
 	s->prev = atomic_load(&router_added);
 	memset(&router_building, 0, sizeof(router_building));
 	atomic_store(&router_added, s);
+	if (s->prev != NULL && retire_add(router_set_free, s->prev) == 0)
+		s->prev = NULL;
 	return 0;
 }
 
@@ -134,8 +148,7 @@ void router_clear_added(void)
 
 	while (s != NULL) {
 		struct router_set *prev = s->prev;
-		free(s->r);
-		free(s);
+		router_set_free(s);
 		s = prev;
 	}
 	free(router_building.r);
