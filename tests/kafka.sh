@@ -5,8 +5,12 @@
 # (tests/kafka/scenarios.py: Python consumers using idemd.kafka on
 # confluent-kafka, then JVM ones using dev.idemd.client.kafka on
 # kafka-clients, tests/kafka/jvm). A negative control follows: the same
-# consumer without idemd must count some events twice, or the stage fails. Then the ad-spend example (examples/adspend) runs with a
-# kill in the middle, with and without idemd, and both sums are checked.
+# consumer without idemd must count some events twice, or the stage fails.
+# A transactional consume-transform-produce worker is killed inside a Kafka
+# transaction (tests/kafka/transactions.py): its output topic holds each
+# event once, yet its effect outside Kafka ran twice without idemd. Then
+# the ad-spend example (examples/adspend) runs with a kill in the middle,
+# with and without idemd, and both sums are checked.
 #
 # Starts, all on 127.0.0.1 and all stopped on exit (failure included), pid by
 # pid: a PostgreSQL cluster (unless IDEMD_TEST_PGHOST/IDEMD_TEST_PGUSER name
@@ -17,7 +21,8 @@
 # psycopg from PyPI into build/kafka/venv; all are kept for the next run.
 # The JVM consumer is compiled with clients/jvm/idemd-client's sources.
 # Ends with "kafka: ok" or "kafka: FAILED".
-# KAFKA_EVENTS (2000 per scenario) and KAFKA_SEED (17) tune the run.
+# KAFKA_EVENTS (2000 per scenario), KAFKA_TX_EVENTS (1000) and KAFKA_SEED
+# (17) tune the run.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -209,6 +214,10 @@ mkdir -p "$TMP/work"
 timeout 330 "$VENV/bin/python" tests/kafka/scenarios.py --events "${KAFKA_EVENTS:-2000}" \
   --seed "${KAFKA_SEED:-17}" --work "$TMP/work" --jvm-classpath "$TMP/jvm-classes:$JLIB/*" ||
   { echo "--- idemd log (tail)" >&2; tail -n 20 "$TMP/idemd.log" >&2; die "a scenario failed"; }
+
+say "Kafka's transactions: the output exactly once, an effect outside Kafka not (without idemd)"
+timeout 240 "$VENV/bin/python" tests/kafka/transactions.py --events "${KAFKA_TX_EVENTS:-1000}" ||
+  die "the transactions scenario failed"
 
 say "the ad-spend example (examples/adspend): a kill in the middle, with and without idemd"
 ADSPEND_DSN=$LEDGER_DSN timeout 120 "$VENV/bin/python" examples/adspend/check.py ||
