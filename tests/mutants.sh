@@ -61,6 +61,8 @@
 #   connections_per_address    max_connections_per_ip counts each address, not
 #                              each client (an IPv6 prefix of
 #                              ipv6_client_prefix bits)
+#   listing_unshared           one tenant runs any number of listings and
+#                              event pages at once (max_listing_per_tenant)
 #
 # A mechanism inside a function of a migration that deployments already
 # applied (its text is fixed by its checksum) is broken by a copy of that
@@ -91,7 +93,7 @@ pointed() {
     told_events_unfiltered) echo test_broken_upstream ;;
     told_events_lost|event_rows_unfiltered|new_life_swept_late) echo test_audit ;;
     replay_ignores_fingerprint) echo test_claims ;;
-    unstorable_kept_long) echo test_hostile_tenants ;;
+    unstorable_kept_long|listing_unshared) echo test_hostile_tenants ;;
     connections_per_address) echo test_hostile_ipv6 ;;
     *) echo test_corners ;;
   esac
@@ -109,7 +111,7 @@ MUTANTS=(fence_resets no_fence lease_from_txn_start lease_spent_acked forward_on
          replay_db_ignores_expiry complete_ignores_expiry complete_fn_ignores_expiry
          checkpoint_unfenced batch_twins told_events_lost told_events_lost_on_delete
          told_events_unfiltered event_rows_unfiltered clock_offset_ignored replay_ignores_fingerprint resend_allowed
-         fences_swept_at_once new_life_swept_late unstorable_kept_long connections_per_address)
+         fences_swept_at_once new_life_swept_late unstorable_kept_long connections_per_address listing_unshared)
 if [ -n "${IDEMD_MUTANTS:-}" ]; then read -r -a MUTANTS <<<"$IDEMD_MUTANTS"; fi
 
 # Each function copy is its migration's function, but for its "-- was:" lines.

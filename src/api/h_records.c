@@ -100,7 +100,11 @@ void h_record_events(struct request *req)
 			     H_EVENTS_MAX);
 		return;
 	}
-	if (store_events_get(req->req_tenant_id, id, after, (int)limit, &events, &next) < 0) {
+	if (http_listing_take(req) < 0)
+		return;
+	int rc = store_events_get(req->req_tenant_id, id, after, (int)limit, &events, &next);
+	http_listing_give(req);
+	if (rc < 0) {
 		request_unavailable(req);
 		return;
 	}
@@ -280,7 +284,11 @@ void h_record_list(struct request *req)
 		goto done;
 	/* one row more than the page: next_cursor is null exactly when
 	 * nothing follows, a full last page included */
-	if (!none && store_record_list(req->req_tenant_id, &f, (size_t)limit + 1, &rows, &n) < 0) {
+	if (!none && http_listing_take(req) < 0)
+		goto done;
+	int rc = none ? 0 : store_record_list(req->req_tenant_id, &f, (size_t)limit + 1, &rows, &n);
+	http_listing_give(req);
+	if (rc < 0) {
 		request_unavailable(req);
 		goto done;
 	}

@@ -58,6 +58,7 @@ static const struct cfg_key config_keys[] = {
 	KEY(max_inflight_body_bytes_per_client, SIZE, "0", 0, 64 * GIB, CFG_RELOAD, NULL),
 	KEY(max_inflight_body_bytes_per_tenant, SIZE, "0", 0, 64 * GIB, CFG_RELOAD, NULL),
 	KEY(ipv6_client_prefix, INT, "64", 1, 128, CFG_RELOAD, NULL),
+	KEY(max_listing_per_tenant, INT, "2", 0, 1000, CFG_RELOAD, NULL),
 	KEY(request_timeout_seconds, INT, "30", 1, 3600, 0, NULL),
 	KEY(issue_rate_per_second, DOUBLE, "0", 0, 1000000, CFG_RELOAD, NULL),
 	KEY(issue_burst, INT, "100", 1, 1000000, CFG_RELOAD, NULL),

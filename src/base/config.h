@@ -85,6 +85,9 @@ struct config {
 	size_t max_inflight_body_bytes_per_client;
 	/* and one tenant: default 0 = a half */
 	size_t max_inflight_body_bytes_per_tenant;
+	/* default 2, 0..1000 (0: no bound): listings and event pages one tenant
+	 * runs at once (http_listing_take) */
+	int max_listing_per_tenant;
 	/* default 64, 1..128: the IPv6 prefix counted as one client (the
 	 * per-client body share, the unknown-key lookups of one client) */
 	int ipv6_client_prefix;

@@ -463,6 +463,7 @@ void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		   toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? (int)toe : 0);
 	http_clear_reply(req);
 	http_budget_give(req);
+	http_listing_give(req);
 	http_receiving(req, 1); /* the next request's time starts now */
 	for (int i = 0; i < HTTP_MAX_PARAMS; i++)
 		free(req->req_params[i]);

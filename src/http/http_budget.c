@@ -10,7 +10,8 @@
  * slots of a hash keyed at start with random bytes (a collision shares a
  * slot's share, never more; nobody can choose addresses that collide). The
  * same slots count auth.c's lookups of unknown keys. A reservation is given
- * back when its request ends. */
+ * back when its request ends. The listing share counts, per tenant slot,
+ * the listings and event pages running (max_listing_per_tenant). */
 #include "http_int.h"
 
 #include <netinet/in.h>
@@ -26,6 +27,7 @@ static const struct config *_Atomic budget_cfg; /* swapped on a reload */
 static atomic_size_t budget_all;
 static atomic_size_t budget_client[HTTP_CLIENT_SLOTS];
 static atomic_size_t budget_tenant[HTTP_CLIENT_SLOTS];
+static atomic_int budget_listing[HTTP_CLIENT_SLOTS]; /* listings running, per tenant slot */
 
 static unsigned char budget_slot_key[crypto_shorthash_KEYBYTES];
 static pthread_once_t budget_slot_once = PTHREAD_ONCE_INIT;
@@ -142,4 +144,34 @@ void http_budget_return(struct request *req)
 	if (req->req_budget_tenant != 0)
 		atomic_fetch_sub(&budget_tenant[req->req_budget_tenant - 1], req->req_reserved);
 	req->req_reserved = 0;
+}
+
+int http_listing_take(struct request *req)
+{
+	int cap = budget_cfg->max_listing_per_tenant;
+	size_t slot = req->req_tenant_id % HTTP_CLIENT_SLOTS;
+
+#ifdef IDEMD_MUTANT_LISTING_UNSHARED
+	cap = 0;
+#endif
+	if (cap <= 0 || req->req_tenant_id == 0 || req->req_listing != 0)
+		return 0;
+	if (atomic_fetch_add(&budget_listing[slot], 1) >= cap) {
+		atomic_fetch_sub(&budget_listing[slot], 1);
+		request_fail(req, 429, "rate_limited",
+			     "this tenant already runs %d listings at once on this instance; retry",
+			     cap);
+		http_set_header(req, "Retry-After", "1");
+		return -1;
+	}
+	req->req_listing = 1 + slot;
+	return 0;
+}
+
+void http_listing_give(struct request *req)
+{
+	if (req->req_listing == 0)
+		return;
+	atomic_fetch_sub(&budget_listing[req->req_listing - 1], 1);
+	req->req_listing = 0;
 }

@@ -80,6 +80,7 @@ struct request {
 	size_t req_reserved;	     /* body bytes counted against max_inflight_body_bytes */
 	size_t req_budget_client;    /* its client address's slot (http_budget.c) */
 	size_t req_budget_tenant;    /* 1 + its tenant's slot, 0: none */
+	size_t req_listing;	     /* 1 + its tenant's slot in the listing share, 0: none */
 	uint32_t req_tenant_id;	     /* set by authentication */
 	/* who acts, for the audit trail, borrowed: "api_key:<id>" (set by
 	 * authentication, in req_by_buf) or the gateway route's name */
@@ -164,6 +165,16 @@ void http_reply_take(struct request *req, unsigned status, const char *content_t
  * (copied); a later reply replaces it and its headers. Without either
  * there is nothing to add it to. */
 void http_set_header(struct request *req, const char *name, const char *value);
+/* The listing share, for the statements that read many rows (a record
+ * listing, a page of audit events): one tenant runs at most
+ * max_listing_per_tenant of them at once on this instance (0: no bound),
+ * so one tenant's listings cannot hold every HTTP worker and pool
+ * connection while another tenant's claims wait. Takes REQ's tenant's
+ * share: 0, or -1 after recording 429 rate_limited with Retry-After: 1.
+ * http_listing_give() gives it back once the statement has run (the end
+ * of the request does too). */
+int http_listing_take(struct request *req) IDEMD_WUR;
+void http_listing_give(struct request *req);
 
 /*
  * Leaves the reply to another thread: call from a handler, which then returns

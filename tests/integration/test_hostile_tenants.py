@@ -20,6 +20,8 @@ fix:
   - a body whose JSON would take far more memory than its size (a batch
     or a webhook of "[{},{},…]") is 413, and several of them at once leave
     idemd's peak memory small.
+  - one tenant runs at most max_listing_per_tenant listings and event
+    pages at once (its next is 429), so another tenant's still run;
   - a request target holding a NUL or another control byte is 400 on
     every route, never cut, routed or forwarded;
   - an IPv6 peer is one client per ipv6_client_prefix (unit
@@ -33,6 +35,7 @@ test_http_helpers, test_redact_paths.)
 import os
 import select
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -74,6 +77,7 @@ class HostileTenants(IdemdCase):
         cls.up = cls.stop_after_class(Upstream())
         u = "http://127.0.0.1:%d" % cls.up.port
         cls.extra_config = {
+            "pool_size": 8,  # two listings held in PostgreSQL leave the rest some
             "max_inflight_body_bytes": BUDGET,
             "max_body_bytes": 2 * 1024 * 1024,
             "routes": [
@@ -239,6 +243,62 @@ class HostileTenants(IdemdCase):
         self.assertAlmostEqual(life[422], 300, delta=2,
                                msg="an unstorable 422 was kept for the whole retention")
         self.assertAlmostEqual(life[201], 86400, delta=2)
+
+    def test_one_tenants_listings_leave_the_others_a_share(self):
+        # records locked: every listing blocks inside PostgreSQL, holding
+        # an HTTP worker and a pool connection. acme runs its share
+        # (max_listing_per_tenant, 2) and no more: its third listing and
+        # its event pages are 429 at once; globex still gets its turn
+        locker = subprocess.Popen([harness.PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1",
+                                   "-d", self.idemd.db], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env=harness.pg_env(), text=True)
+        answers, threads = {}, []
+
+        def listing(name, client, path):
+            answers[name] = harness.Client(self.server.port, client.api_key, timeout=30).get(path)
+        try:
+            locker.stdin.write("BEGIN;\nLOCK TABLE records IN ACCESS EXCLUSIVE MODE;\n")
+            locker.stdin.flush()
+            q = "SELECT count(*) FROM pg_locks WHERE relation = 'records'::regclass AND granted"
+            deadline = time.monotonic() + 5
+            while psql(q, db=self.idemd.db).strip() == "0":
+                self.assertLess(time.monotonic(), deadline, "could not lock records")
+                time.sleep(0.05)
+            for name in ("acme1", "acme2"):
+                threads.append(threading.Thread(target=listing, args=(
+                    name, self.client, "/v1/records?subject=nobody&limit=500")))
+                threads[-1].start()
+            # both inside PostgreSQL, waiting for the lock
+            q = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                 "AND wait_event_type = 'Lock' AND query LIKE '%subject = $4%'")
+            deadline = time.monotonic() + 10
+            while int(psql(q, db=self.idemd.db).strip() or 0) < 2:
+                self.assertLess(time.monotonic(), deadline, "the listings did not reach the lock")
+                time.sleep(0.05)
+            t0 = time.monotonic()
+            third = self.client.get("/v1/records?subject=nobody&limit=500")
+            events = self.client.get("/v1/records/%s/events" % ("0" * 32))
+            took = time.monotonic() - t0
+            assert_problem(self, third, 429, "rate_limited")
+            self.assertEqual(third.header("Retry-After"), "1")
+            assert_problem(self, events, 429, "rate_limited")
+            self.assertLess(took, 2.0, "the refusals waited for the database")
+            threads.append(threading.Thread(target=listing, args=(
+                "globex", self.other, "/v1/records?subject=nobody")))
+            threads[-1].start()
+            time.sleep(0.5)
+            self.assertNotIn("globex", answers, "the lock did not hold globex's listing")
+        finally:
+            locker.stdin.write("COMMIT;\n")
+            locker.stdin.close()
+            locker.wait(10)
+            for t in threads:
+                t.join(30)
+        for name in ("acme1", "acme2", "globex"):
+            self.assertEqual(answers[name].status, 200, answers[name].describe())
+        # the shares were given back
+        self.assertEqual(self.client.get("/v1/records?subject=nobody").status, 200)
 
     def test_repeated_unknown_key_costs_one_lookup_a_second(self):
         bogus = ["idk_" + uuid.uuid4().hex + uuid.uuid4().hex[:11] for _ in range(4)]
