@@ -9,7 +9,9 @@ table first, so the stage can count redeliveries across SIGKILLs.
 --die POINT:N kills this process (SIGKILL, from itself) in its N-th batch
 that holds a new record: "claimed" after the batch's claims and before any
 effect (its claims stay held until their lease runs out), "completed" after
-the batch's completions are stored and before its offsets are committed.
+the batch's completions are stored and before its offsets are committed;
+--die effect:N:K right after the batch's K-th effect, between effects and
+their completion (the window where an effect runs again).
 --stall N:SECONDS makes the handler of the N-th such batch sleep (past
 max.poll.interval.ms). --pace SECONDS sleeps after each batch (so that
 the group's members overlap). SIGTERM closes the consumer (leaving the group).
@@ -58,7 +60,7 @@ def main():
 
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    die_point, die_batch = (a.die.split(":") + [""])[:2] if a.die else ("", "0")
+    die_point, die_batch, die_after = (a.die.split(":") + ["0", "0"])[:3] if a.die else ("", "0", "0")
     stall_batch, stall_s = (int(x) if i == 0 else float(x)
                             for i, x in enumerate(a.stall.split(":"))) if a.stall else (0, 0.0)
 
@@ -70,7 +72,7 @@ def main():
     if a.instance_id:
         conf["group.instance.id"] = a.instance_id
     consumer = confluent_kafka.Consumer(conf)
-    state = {"batch": 0, "new": False}
+    state = {"batch": 0, "new": False, "effects": 0}
 
     def effect(record, claim):
         ev = json.loads(record.value())
@@ -88,6 +90,10 @@ def main():
             if state["batch"] == stall_batch:
                 time.sleep(stall_s)
         effect(record, claim)
+        state["effects"] += 1
+        if die_point == "effect" and state["batch"] == int(die_batch) and \
+                state["effects"] == int(die_after):
+            os.kill(os.getpid(), signal.SIGKILL)
         return {"ok": True}
 
     class Killing:
@@ -119,6 +125,7 @@ def main():
                    (a.scenario, a.name, [r.partition() for r in records],
                     [r.offset() for r in records]))
         state["new"] = False
+        state["effects"] = 0
         if proc is not None:
             proc.process(Killing(), records, handler)
         else:

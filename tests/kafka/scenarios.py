@@ -9,7 +9,11 @@ the group has committed every partition to its end. Then it checks, from
 the ledger table (one row per effect), that every event's effect ran
 exactly once, and counts redeliveries from the deliveries table (a record
 delivered again, or an event id the producer sent twice): a scenario whose
-redelivery did not happen proves nothing and fails. A negative control runs
+redelivery did not happen proves nothing and fails. One more scenario kills
+a consumer between effects and their completion, the window no one closes
+from outside: there exactly the effects it left run twice, each time with
+the same claim id (what a downstream service deduplicates on). A negative
+control runs
 the first scenario's kills with consumers that do not use idemd: there the
 ledger must show events counted twice, or the stage fails.
 """
@@ -41,7 +45,8 @@ RUNNING = []   # every consumer started, stopped on the way out whatever happens
 
 
 class Scenario:
-    def __init__(self, name, lease, key_header="", duplicates=0, jvm=None):
+    def __init__(self, name, lease, key_header="", duplicates=0, jvm=None, window=0):
+        self.window = window   # effects a kill leaves without their completion
         self.base = name
         if jvm:
             name += "-jvm"
@@ -252,6 +257,17 @@ def slow_handler(s, work, db):
     start(s, "b", work, *poll)
 
 
+def kill_in_handler(s, work, db):
+    """The window no one closes from outside: a consumer killed after 30
+    effects of a batch and before the batch's completion. Its restart takes
+    the batch over after the lease and runs those 30 effects again, each
+    with the same claim id (the key a downstream service deduplicates
+    on); every other event once."""
+    inst = ["--instance-id", "static-" + s.name, "--batch", "100"]
+    wait_dead(start(s, "life1", work, *inst, "--die", "effect:2:%d" % s.window))
+    start(s, "life2", work, *inst)
+
+
 def producer_dups(s, work, db):
     """A producer that sent 10 % of the events twice; keyed by a header."""
     start(s, "a", work, "--batch", "200", "--pace", "0.05")
@@ -271,6 +287,10 @@ def tally(db, s, events, sent):
             " FROM deliveries WHERE scenario = %s GROUP BY part, off) x", s.name)[0]
     takeovers = sql(db, "SELECT count(*) FROM ledger WHERE scenario = %s AND attempt > 1",
                     s.name)[0][0]
+    # events with two effects carrying one claim id, attempts 1 and 2
+    same_claim = sql(db, "SELECT count(*) FROM (SELECT event_id FROM ledger WHERE scenario = %s"
+                         " GROUP BY event_id HAVING count(*) = 2 AND count(DISTINCT claim_id) = 1"
+                         " AND min(attempt) = 1 AND max(attempt) = 2) x", s.name)[0][0]
     counts = [c for (c,) in sql(db, "SELECT counts FROM counts WHERE scenario = %s", s.name)]
     agg = {}
     for c in counts:
@@ -278,7 +298,7 @@ def tally(db, s, events, sent):
             agg[k] = agg.get(k, 0) + v
     return dict(events=events, sent=sent, effects=effects, distinct=distinct, once=once,
                 deliveries=int(deliveries), offsets=offsets, redelivered=again,
-                producer_dups=sent - events, takeovers=takeovers,
+                producer_dups=sent - events, takeovers=takeovers, same_claim=same_claim,
                 replayed=agg.get("replayed", 0), retried=agg.get("retried", 0),
                 commit_failures=agg.get("commit_failures", 0))
 
@@ -319,6 +339,8 @@ def run_all(a):
                  (Scenario("slow-handler", lease=20, jvm=jvm), slow_handler),
                  (Scenario("producer-dups", lease=3, key_header="event-id",
                            duplicates=a.events // 10, jvm=jvm), producer_dups)]
+        if not jvm:
+            plan.append((Scenario("kill-in-handler", lease=3, window=30), kill_in_handler))
     failures = []
     rows = []
     for s, run in plan:
@@ -340,7 +362,13 @@ def run_all(a):
             bad.append("the group did not commit every partition to its end")
         if t["distinct"] != a.events:
             bad.append("%d events of %d have an effect" % (t["distinct"], a.events))
-        if t["effects"] != a.events or t["once"] != a.events:
+        if s.window:
+            if (t["effects"] != a.events + s.window or t["once"] != a.events - s.window
+                    or t["same_claim"] != s.window):
+                bad.append("%d effects, %d events once, %d twice with one claim id: not the %d"
+                           " the kill left between effect and completion" % (
+                               t["effects"], t["once"], t["same_claim"], s.window))
+        elif t["effects"] != a.events or t["once"] != a.events:
             bad.append("%d effects for %d events" % (t["effects"], a.events))
         if t["redelivered"] + t["producer_dups"] == 0:
             bad.append("nothing was delivered twice: the scenario proves nothing")
@@ -367,13 +395,13 @@ def run_all(a):
 
     print("\n| scenario | events | sent twice by the producer | deliveries | records"
           " delivered again | replayed | sought back (409) | taken over | commits refused |"
-          " effects | events with one effect |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          " effects | events with one effect | twice, one claim id |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, t in rows + [(s.name, t)]:
-        print("| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |" % (
+        print("| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |" % (
             name, t["events"], t["producer_dups"], t["deliveries"], t["redelivered"],
             t["replayed"], t["retried"], t["takeovers"], t["commit_failures"], t["effects"],
-            t["once"]))
+            t["once"], t["same_claim"]))
     for f in failures:
         print("FAIL " + f)
     return 1 if failures else 0
