@@ -4,8 +4,9 @@ LEDGER_DSN).
 
 Each scenario has its own topic (3 partitions), consumer group and idemd
 operation; it produces --events events, runs consumer processes
-(tests/kafka/consumer.py) on a timeline, kills some of them, and waits until
-the group has committed every partition to its end. Then it checks, from
+(tests/kafka/consumer.py; with --jvm-classpath the five main scenarios run
+again with tests/kafka/jvm) on a timeline, kills some of them, and waits
+until the group has committed every partition to its end. Then it checks, from
 the ledger table (one row per effect), that every event's effect ran
 exactly once, and counts redeliveries from the deliveries table (a record
 delivered again, or an event id the producer sent twice): a scenario whose
@@ -13,9 +14,9 @@ redelivery did not happen proves nothing and fails. One more scenario kills
 a consumer between effects and their completion, the window no one closes
 from outside: there exactly the effects it left run twice, each time with
 the same claim id (what a downstream service deduplicates on). A negative
-control runs
-the first scenario's kills with consumers that do not use idemd: there the
-ledger must show events counted twice, or the stage fails.
+control runs the first scenario's first kill with consumers that do not
+use idemd: there the ledger must show events counted twice, or the stage
+fails.
 """
 
 import argparse
