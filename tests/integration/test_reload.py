@@ -149,8 +149,13 @@ class Reload(IdemdCase):
         after1000 = reloads(11, 1000)
         print("\n  RSS after 10 reloads %d KiB, after 1,000 %d KiB" % (after10, after1000),
               end="", file=sys.stderr)
-        self.assertLess(after1000 - after10, 1024,
-                        "1,000 reloads kept %d KiB" % (after1000 - after10))
+        # AddressSanitizer's allocator keeps what is freed (its quarantine,
+        # its size classes): there the reloads are run for its reports alone
+        with open(harness.BIN, "rb") as f:
+            sanitized = b"__asan_init" in f.read()
+        if not sanitized:
+            self.assertLess(after1000 - after10, 1024,
+                            "1,000 reloads kept %d KiB" % (after1000 - after10))
         self.assertEqual(self.submit(anon, "/m7").status, 201)
         self.assertEqual(self.up.requests()[-1]["path"], "/g1000-7", "the last reload in force")
         self.assertEqual(srv.stop(), 0)
