@@ -63,6 +63,22 @@
 #                              ipv6_client_prefix bits)
 #   listing_unshared           one tenant runs any number of listings and
 #                              event pages at once (max_listing_per_tenant)
+#   holder_unfenced            a gateway record whose holder lives is taken
+#                              over at its lease's end (migrations/0020)
+#   lease_below_route_needs    a lease a live instance's route cannot fit is
+#                              accepted (PUT on another instance, 0020)
+#   deadline_unsent            the upstream is told no Idempotency-Deadline,
+#                              only a timeout it counts from its late read
+#   told_whole_timeout         the upstream is told the route's whole
+#                              timeout_ms, not what the lease leaves
+#   batch_cut_forgets          a batch whose second statement fails reruns
+#                              the items its first statement decided
+#   clock_steps_seen           idemd's clock follows the host's wall clock
+#                              between measurements, so a step counts
+#   complete_batch_unfenced    a completion of several records in one
+#                              statement ignores the attempt
+#   release_on_close           a forward whose connection closed before any
+#                              status line releases the key at once
 #
 # A mechanism inside a function of a migration that deployments already
 # applied (its text is fixed by its checksum) is broken by a copy of that
@@ -83,8 +99,8 @@ PY=${PYTHON:-python3}
 # The safety tests, fastest and most pointed first. Each mutant runs the
 # test that pins its mechanism first, then the others in this order until
 # one fails.
-SAFETY=(test_corners test_broken_upstream test_exactly_once test_claims test_concurrency
-        test_long_work test_keys test_gateway test_scenarios test_audit)
+SAFETY=(test_corners test_broken_upstream test_exactly_once test_holder_fence test_claims
+        test_concurrency test_long_work test_keys test_gateway test_scenarios test_audit)
 pointed() {
   case "$1" in
     fence_resets|no_fence|lease_spent_acked|admit_in_progress|release_after_2xx|\
@@ -95,6 +111,13 @@ pointed() {
     replay_ignores_fingerprint) echo test_claims ;;
     unstorable_kept_long|listing_unshared) echo test_hostile_tenants ;;
     connections_per_address) echo test_hostile_ipv6 ;;
+    holder_unfenced) echo test_holder_fence:Fence.test_completion_stalled_past_the_lease_keeps_the_key ;;
+    lease_below_route_needs) echo test_holder_fence:Fence.test_lease_shortened_elsewhere_is_refused ;;
+    deadline_unsent) echo test_holder_fence:Fence.test_late_reading_upstream_never_runs_beside_a_retry ;;
+    told_whole_timeout) echo test_holder_fence:Fence.test_upstream_is_told_the_cut_deadline ;;
+    batch_cut_forgets) echo test_holder_fence:Fence.test_batch_cut_inside_the_database_keeps_its_fresh_claims ;;
+    clock_steps_seen) echo test_holder_fence:ClockStep ;;
+    release_on_close) echo test_broken_upstream ;;
     *) echo test_corners ;;
   esac
 }
@@ -111,7 +134,9 @@ MUTANTS=(fence_resets no_fence lease_from_txn_start lease_spent_acked forward_on
          replay_db_ignores_expiry complete_ignores_expiry complete_fn_ignores_expiry
          checkpoint_unfenced batch_twins told_events_lost told_events_lost_on_delete
          told_events_unfiltered event_rows_unfiltered clock_offset_ignored replay_ignores_fingerprint resend_allowed
-         fences_swept_at_once new_life_swept_late unstorable_kept_long connections_per_address listing_unshared)
+         fences_swept_at_once new_life_swept_late unstorable_kept_long connections_per_address listing_unshared
+         holder_unfenced lease_below_route_needs deadline_unsent told_whole_timeout
+         batch_cut_forgets clock_steps_seen complete_batch_unfenced release_on_close)
 if [ -n "${IDEMD_MUTANTS:-}" ]; then read -r -a MUTANTS <<<"$IDEMD_MUTANTS"; fi
 
 # Each function copy is its migration's function, but for its "-- was:" lines.
@@ -161,16 +186,19 @@ for m in "${MUTANTS[@]}"; do
   fi
   by=""
   for t in $(tests_of "$m"); do
+    # FILE, or FILE:CASE for the one test case that pins the mechanism
+    file=${t%%:*} only=()
+    if [ "$file" != "$t" ]; then only=("${t#*:}"); fi
     printf '    %s ... ' "$t"
     if IDEMD_BIN="$DIR/idemd" IDEMD_SOURCE_DIR="$ROOT" timeout 300 \
-         "$PY" "tests/integration/$t.py" --failfast >"$TMP/$m.$t.log" 2>&1; then
+         "$PY" "tests/integration/$file.py" "${only[@]}" --failfast >"$TMP/$m.$file.log" 2>&1; then
       echo "passed (did not notice)"
     else
       echo "FAILED: caught"
       # the failing test cases, for the table
-      cases=$(grep -oE '^(FAIL|ERROR): [a-z_0-9]+' "$TMP/$m.$t.log" | sed -E 's/^(FAIL|ERROR): //' |
+      cases=$(grep -oE '^(FAIL|ERROR): [a-z_0-9]+' "$TMP/$m.$file.log" | sed -E 's/^(FAIL|ERROR): //' |
               sort -u | head -n 3 | paste -sd, -)
-      by="$t${cases:+ ($cases)}"
+      by="$file${cases:+ ($cases)}"
       break
     fi
   done

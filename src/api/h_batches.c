@@ -325,18 +325,21 @@ static json_t *h_item_early(const struct h_item *it)
 	return o;
 }
 
-/* Whether the database step of the set failed: then the whole request is
- * 503 with Retry-After (one answer for one condition), never a 200 of
- * items that each say 503. */
+/* Whether the database step of the set failed for every item: then the
+ * whole request is 503 with Retry-After (one answer for one condition).
+ * When part of it committed (the first statement, before the second
+ * failed), the items it decided are answered, each as if alone, and the
+ * others each say 503: nothing committed goes unanswered. */
 static int h_batch_unavailable(struct request *req, struct h_batch *b)
 {
 	for (size_t k = 0; k < b->hb_m; k++)
-		if (b->hb_rcs[k] < 0) {
-			h_batch_free(b);
-			request_unavailable(req);
-			return 1;
-		}
-	return 0;
+		if (b->hb_rcs[k] == 0)
+			return 0;
+	if (b->hb_m == 0)
+		return 0;
+	h_batch_free(b);
+	request_unavailable(req);
+	return 1;
 }
 
 /* Answers every item, on the request's thread: 503 unavailable for an

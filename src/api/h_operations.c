@@ -79,20 +79,11 @@ static int h_operation_check_version(struct request *req, const json_t *rv, cons
 }
 
 /* Checks OP against this instance's gateway routes of its operation: a
- * forward must fit in the lease (gateway.h), and a version_key needs
- * routes whose keys come from tokens; 0, or -1 after replying 400. */
+ * version_key needs routes whose keys come from tokens; 0, or -1 after
+ * replying 400. (That every live instance's routes fit in its lease, the
+ * database checks as it writes: h_operation_refused.) */
 static int h_operation_check_gateway(struct request *req, const struct operation *op)
 {
-	long longest = gateway_longest_forward(op->op_tenant_id, op->op_name);
-	if (longest > (long)op->op_lease_seconds * 1000) {
-		request_fail(req, 400, "invalid_request",
-			     "field lease_seconds (%d) is shorter than a gateway route of this "
-			     "operation waits for its upstream: its timeout_ms and the 500 ms "
-			     "margin take %ld ms; raise lease_seconds to at least %ld or lower the "
-			     "route's timeout_ms",
-			     op->op_lease_seconds, longest, (longest + 999) / 1000);
-		return -1;
-	}
 	const char *derived = op->op_has_version_key
 				      ? gateway_derived_route(op->op_tenant_id, op->op_name)
 				      : NULL;
@@ -114,7 +105,8 @@ void h_operation_put(struct request *req)
 					       "require_version",	  "wait_seconds",
 					       "audit_retention_seconds", NULL };
 	struct operation op = { 0 };
-	int created;
+	struct op_refusal why;
+	int created, refused;
 	const char *vkey;
 	const char *name = reqjson_name_param(req, 0);
 	json_t *body = name ? http_body_object(req, allowed) : NULL;
@@ -134,8 +126,20 @@ void h_operation_put(struct request *req)
 	op.op_require_version = json_is_true(rv);
 	if (h_operation_check_gateway(req, &op) < 0)
 		goto done;
-	if (store_operation_put(&op, &created) < 0) {
+	if (store_operation_put(&op, &created, &refused, &why) < 0) {
 		request_unavailable(req);
+		goto done;
+	}
+	if (refused) {
+		/* a live instance's route waits longer for its upstream than the
+		 * new lease would cover; nothing changed */
+		request_fail(
+			req, 400, "invalid_request",
+			"field lease_seconds (%d) is shorter than gateway route %s of instance "
+			"%s needs: its timeout_ms and forward_margin_ms take %lld ms; raise "
+			"lease_seconds to at least %lld or lower that route's timeout_ms",
+			op.op_lease_seconds, why.or_route, why.or_instance,
+			(long long)why.or_need_ms, (long long)(why.or_need_ms + 999) / 1000);
 		goto done;
 	}
 	opcache_put(&op);

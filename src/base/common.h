@@ -24,19 +24,27 @@ static inline int64_t idemd_local_unix_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* How far the database's clock is ahead of this host's, in ms: measured by
- * the janitor every second (janitor.c), 0 until then. Defined in
- * rfc3339.c, with the other times. */
+/* This host's monotonic clock in milliseconds: it never steps. */
+static inline int64_t idemd_mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The database's clock less this host's monotonic clock, and less its wall
+ * clock, in ms, at the janitor's last measurement (janitor.c, every
+ * second); 0 until then. Defined in rfc3339.c, with the other times. */
 extern _Atomic int64_t idemd_clock_offset_ms;
+extern _Atomic int64_t idemd_clock_skew_ms;
 
 /* The clock records, tokens and leases are timed by: the database's, as
- * seen from here (this host's clock plus the measured offset), so that an
- * idemd host whose clock is off by seconds still agrees with the database
- * on what has expired. */
-static inline int64_t idemd_unix_ms(void)
-{
-	return idemd_local_unix_ms() + idemd_clock_offset_ms;
-}
+ * seen from here (this host's monotonic clock plus the measured offset),
+ * so that an idemd host whose clock is off by seconds, or steps between
+ * two measurements, still agrees with the database on what has expired;
+ * this host's wall clock until the first measurement. (rfc3339.c) */
+int64_t idemd_unix_ms(void);
 
 #define IDEMD_VERSION "0.1.0"
 

@@ -66,6 +66,7 @@ static const struct cfg_key config_keys[] = {
 	KEY(claim_burst, INT, "1000", 1, 1000000, CFG_RELOAD, NULL),
 	KEY(max_waiters, INT, "10000", 0, 1000000, 0, NULL),
 	KEY(database_timeout_ms, LONG, "10000", 100, 600000, 0, NULL),
+	KEY(forward_margin_ms, LONG, "1000", 100, 60000, CFG_RELOAD, NULL),
 	KEY(prepared_statements, BOOL, "true", 0, 0, 0, NULL),
 	KEY(log_level, STRING, "\"info\"", 0, 0, CFG_RELOAD, config_check_log_level),
 	KEY(tls_cert_file, STRING, "null", 0, 0, CFG_NONEMPTY | CFG_NULLABLE, NULL),

@@ -97,9 +97,12 @@ struct config {
 	/* per tenant: claims that reach the database (records made or taken
 	 * over), gateway submits included; default 0 = unlimited */
 	double claim_rate_per_second;
-	int claim_burst;	   /* default 1000, 1..1000000 */
-	int prepared_statements;   /* default true; false behind a transaction-pooling pgbouncer */
-	long database_timeout_ms;  /* default 10000, 100..600000: wait for one statement */
+	int claim_burst;	  /* default 1000, 1..1000000 */
+	int prepared_statements;  /* default true; false behind a transaction-pooling pgbouncer */
+	long database_timeout_ms; /* default 10000, 100..600000: wait for one statement */
+	/* default 1000, 100..60000: a gateway forward's deadline comes this long
+	 * before its lease ends, time for the upstream's own queueing */
+	long forward_margin_ms;
 	int max_waiters;	   /* default 10000, 0..1000000: duplicates waiting at once */
 	char *listen_database_url; /* NULL: database_url; secret; the waiters' LISTEN, which
 				      * a transaction-pooling proxy cannot carry */

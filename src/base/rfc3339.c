@@ -8,8 +8,23 @@
 
 #include "common.h"
 
-/* common.h: the database's clock less this host's, set by the janitor */
+/* common.h: the database's clock less this host's monotonic one, and less
+ * its wall clock, set by the janitor */
 _Atomic int64_t idemd_clock_offset_ms = 0;
+_Atomic int64_t idemd_clock_skew_ms = 0;
+
+int64_t idemd_unix_ms(void)
+{
+	int64_t offset = idemd_clock_offset_ms;
+
+	if (offset == 0)
+		return idemd_local_unix_ms();
+#ifdef IDEMD_MUTANT_CLOCK_STEPS_SEEN
+	/* the wall clock, so a step counts until the next measurement */
+	return idemd_local_unix_ms() + idemd_clock_skew_ms;
+#endif
+	return idemd_mono_ms() + offset;
+}
 
 /* Writes the 2 decimal digits of V (0..99) at P. */
 static char *rfc3339_2digits(char *p, unsigned v)

@@ -15,6 +15,7 @@
 #include "bgthread.h"
 #include "config.h"
 #include "keys.h"
+#include "gateway.h"
 #include "log.h"
 #include "metrics.h"
 #include "opcache.h"
@@ -34,24 +35,28 @@ static struct {
 
 int janitor_measure_clock(void)
 {
-	int64_t db, t0 = idemd_local_unix_ms();
+	/* against the monotonic clock, which no step of the host's clock
+	 * moves: a step between two measurements changes nothing idemd times */
+	int64_t db, t0 = idemd_mono_ms();
 
 	if (store_clock(&db) < 0)
 		return -1;
-	int64_t t1 = idemd_local_unix_ms();
+	int64_t t1 = idemd_mono_ms();
 	if (t1 - t0 > JANITOR_CLOCK_MAX_RTT_MS)
 		return -1;
 	int64_t offset = db - (t0 + t1) / 2, old = idemd_clock_offset_ms;
+	int64_t skew = db + (t1 - t0) / 2 - idemd_local_unix_ms();
 #ifdef IDEMD_MUTANT_CLOCK_OFFSET_IGNORED
 	offset = old;
 #endif
+	idemd_clock_skew_ms = skew;
 	if (offset - old > JANITOR_CLOCK_STEP_MS || old - offset > JANITOR_CLOCK_STEP_MS) {
 		idemd_clock_offset_ms = offset;
-		if (offset > 1000 || offset < -1000)
+		if (skew > 1000 || skew < -1000)
 			log_warn("janitor: this host's clock is %lld ms %s the database's; idemd "
 				 "follows the database's",
-				 (long long)(offset > 0 ? offset : -offset),
-				 offset > 0 ? "behind" : "ahead of");
+				 (long long)(skew > 0 ? skew : -skew),
+				 skew > 0 ? "behind" : "ahead of");
 	}
 	return 0;
 }
@@ -181,6 +186,30 @@ static void janitor_refresh_statistics(void)
 			 n, n == 1 ? "" : "s");
 }
 
+/* What the janitor does every second: the clock, the operations in use,
+ * the API keys, this instance's route needs. *OPS and *KEYS say whether
+ * the last reload of each worked (a failure is said once per outage). */
+static void janitor_each_second(int *ops, int *keys)
+{
+	(void)janitor_measure_clock();
+	/* the operations in use, reloaded before request threads would find
+	 * them expired and read them themselves (the pool logs the
+	 * database's state) */
+	int reloaded = opcache_refresh(OPCACHE_REFRESH_AGE) == 0;
+	if (!reloaded && *ops)
+		log_warn("janitor: could not reload the operations in use; request threads "
+			 "read them themselves meanwhile");
+	*ops = reloaded;
+	/* API keys added or revoked on any instance (auth.c) */
+	int read = auth_refresh() == 0;
+	if (!read && *keys)
+		log_warn("janitor: could not read the API keys; keys not read yet are looked up "
+			 "one by one meanwhile");
+	*keys = read;
+	/* this instance's routes still count when leases change */
+	gateway_needs_renew();
+}
+
 static void *janitor_main(void *arg)
 {
 	time_t last_keys = time(NULL), last_sweep = time(NULL), last_trim = time(NULL);
@@ -197,21 +226,7 @@ static void *janitor_main(void *arg)
 			break;
 		pthread_mutex_unlock(&janitor.bg.lock);
 		time_t now = time(NULL);
-		/* the operations in use, reloaded before request threads
-		 * would find them expired and read them themselves (said
-		 * once per outage; the pool logs the database's state) */
-		(void)janitor_measure_clock();
-		int reloaded = opcache_refresh(OPCACHE_REFRESH_AGE) == 0;
-		if (!reloaded && ops_reloaded)
-			log_warn("janitor: could not reload the operations in use; request "
-				 "threads read them themselves meanwhile");
-		ops_reloaded = reloaded;
-		/* API keys added or revoked on any instance (auth.c) */
-		int keys_read = auth_refresh() == 0;
-		if (!keys_read && api_keys_read)
-			log_warn("janitor: could not read the API keys; keys not read yet are "
-				 "looked up one by one meanwhile");
-		api_keys_read = keys_read;
+		janitor_each_second(&ops_reloaded, &api_keys_read);
 		if (now - last_keys >= JANITOR_KEYS_INTERVAL_SECONDS) {
 			last_keys = now;
 			if (keys_refresh() < 0)

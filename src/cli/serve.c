@@ -29,6 +29,7 @@
 #include "migrate.h"
 #include "replaycount.h"
 #include "routes.h"
+#include "store_fence.h"
 #include "waiters.h"
 #include "engine.h"
 
@@ -290,6 +291,7 @@ enum serve_up {
 	SERVE_UP_NONE,
 	SERVE_UP_BATCHER,
 	SERVE_UP_WAITERS,
+	SERVE_UP_FENCE,
 	SERVE_UP_GATEWAY,
 	SERVE_UP_HTTP
 };
@@ -310,6 +312,14 @@ static int serve_start(const struct config *cfg, enum serve_up *up)
 	if (waiters_start(cfg) < 0)
 		return -1;
 	*up = SERVE_UP_WAITERS;
+	/* what the gateway forwards is held by this process's fence session: a
+	 * real session, so it goes where the LISTEN session goes */
+	if (store_fence_start(cfg->listen_database_url != NULL ? cfg->listen_database_url
+							       : cfg->database_url) < 0) {
+		log_error("serve: cannot start the fence thread");
+		return -1;
+	}
+	*up = SERVE_UP_FENCE;
 	if (gateway_start(cfg) < 0)
 		return -1;
 	*up = SERVE_UP_GATEWAY;
@@ -359,6 +369,10 @@ static void serve_stop(enum serve_up up)
 		/* after the last request was answered: every replay is counted */
 		replaycount_stop();
 		gateway_stop();
+		/* fall through */
+	case SERVE_UP_FENCE:
+		/* after the last forward's outcome was written */
+		store_fence_stop();
 		/* fall through */
 	case SERVE_UP_WAITERS:
 		waiters_stop();

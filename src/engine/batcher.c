@@ -51,6 +51,7 @@ static void batcher_run_one(struct batcher_job *j)
 /* Runs the N jobs (all of one kind) and calls each one's bj_done. */
 static void batcher_run_batch(struct batcher_job **jobs, size_t n)
 {
+	char decided[BATCHER_MAX] = { 0 };
 	int rc = -1;
 
 	metrics_add(METRIC_DB_BATCHES, 1);
@@ -72,15 +73,16 @@ static void batcher_run_batch(struct batcher_job **jobs, size_t n)
 			pr[i] = jobs[i]->bj_complete_result;
 		}
 		if (jobs[0]->bj_kind == BATCHER_CLAIM)
-			rc = store_claim_many(ca, cr, n);
+			rc = store_claim_many(ca, cr, n, decided);
 		else
-			rc = store_complete_many(pa, pr, n);
+			rc = store_complete_many(pa, pr, n, decided);
 		if (rc < 0)
-			log_warn("batcher: a batch of %zu failed as a whole; running it one by one",
+			log_warn("batcher: a batch of %zu failed; running what it left undecided "
+				 "one by one",
 				 n);
 	}
 	for (size_t i = 0; i < n; i++) {
-		if (rc == 0)
+		if (decided[i])
 			jobs[i]->bj_rc = 0;
 		else
 			batcher_run_one(jobs[i]);
@@ -112,53 +114,63 @@ static int batcher_elem_cmp(const void *pa, const void *pb)
 	return memcmp(a->id, b->id, 16);
 }
 
-/* Runs set J: its elements in record order as one statement (one round
- * trip, one commit); when that fails as a whole, each on its own. */
-static void batcher_run_set(struct batcher_job *j)
+/* Runs set J's N elements in record order as one statement (one round
+ * trip, one commit) and marks in SET_DECIDED (request order) those it
+ * decided. */
+static void batcher_run_sorted(struct batcher_job *j, size_t n, char *set_decided)
 {
-	size_t n = j->bj_n;
 	struct batcher_elem *e = calloc(n, sizeof(*e));
 	const void **args = calloc(n, sizeof(*args));
 	void **res = calloc(n, sizeof(*res));
-	int rc = -1;
+	char *decided = calloc(n, 1);
+	int claims = j->bj_kind == BATCHER_CLAIM;
+
+	if (e == NULL || args == NULL || res == NULL || decided == NULL)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		e[i].tenant_id = claims ? j->bj_claim[i].tenant_id : j->bj_complete[i].tenant_id;
+		e[i].id = claims ? j->bj_claim[i].token_id : j->bj_complete[i].token_id;
+		e[i].i = i;
+	}
+	qsort(e, n, sizeof(*e), batcher_elem_cmp);
+	for (size_t k = 0; k < n; k++) {
+		size_t i = e[k].i;
+		args[k] = claims ? (const void *)&j->bj_claim[i] : (const void *)&j->bj_complete[i];
+		res[k] = claims ? (void *)&j->bj_claim_result[i]
+				: (void *)&j->bj_complete_result[i];
+	}
+	int rc = claims ? store_claim_many((const struct claim_args *const *)args,
+					   (struct claim_result *const *)res, n, decided)
+			: store_complete_many((const struct complete_args *const *)args,
+					      (struct complete_result *const *)res, n, decided);
+	if (rc < 0)
+		log_warn("batcher: a set of %zu failed; running what it left undecided one by one",
+			 n);
+	for (size_t k = 0; k < n; k++)
+		set_decided[e[k].i] = decided[k];
+out:
+	free(e);
+	free(args);
+	free(res);
+	free(decided);
+}
+
+/* Runs set J: its elements in record order as one statement; what that
+ * left undecided (it failed), each on its own. */
+static void batcher_run_set(struct batcher_job *j)
+{
+	size_t n = j->bj_n;
+	char *decided = calloc(n, 1);
 
 	metrics_add(METRIC_DB_BATCHES, 1);
 	metrics_add(METRIC_DB_BATCH_JOBS, (long)n);
 	metrics_batch(n);
 	log_debug("batcher: a set of %zu %s", n,
 		  j->bj_kind == BATCHER_CLAIM ? "claims" : "completes");
-	if (e != NULL && args != NULL && res != NULL) {
-		for (size_t i = 0; i < n; i++) {
-			const struct claim_args *ca = &j->bj_claim[i];
-			const struct complete_args *pa = &j->bj_complete[i];
-			e[i].tenant_id = j->bj_kind == BATCHER_CLAIM ? ca->tenant_id
-								     : pa->tenant_id;
-			e[i].id = j->bj_kind == BATCHER_CLAIM ? ca->token_id : pa->token_id;
-			e[i].i = i;
-		}
-		qsort(e, n, sizeof(*e), batcher_elem_cmp);
-		for (size_t k = 0; k < n; k++) {
-			size_t i = e[k].i;
-			if (j->bj_kind == BATCHER_CLAIM) {
-				args[k] = &j->bj_claim[i];
-				res[k] = &j->bj_claim_result[i];
-			} else {
-				args[k] = &j->bj_complete[i];
-				res[k] = &j->bj_complete_result[i];
-			}
-		}
-		if (j->bj_kind == BATCHER_CLAIM)
-			rc = store_claim_many((const struct claim_args *const *)args,
-					      (struct claim_result *const *)res, n);
-		else
-			rc = store_complete_many((const struct complete_args *const *)args,
-						 (struct complete_result *const *)res, n);
-		if (rc < 0)
-			log_warn("batcher: a set of %zu failed as a whole; running it one by one",
-				 n);
-	}
+	if (decided != NULL)
+		batcher_run_sorted(j, n, decided);
 	for (size_t i = 0; i < n; i++) {
-		if (rc == 0)
+		if (decided != NULL && decided[i])
 			j->bj_rcs[i] = 0;
 		else if (j->bj_kind == BATCHER_CLAIM)
 			j->bj_rcs[i] = store_claim(&j->bj_claim[i], &j->bj_claim_result[i]);
@@ -166,9 +178,7 @@ static void batcher_run_set(struct batcher_job *j)
 			j->bj_rcs[i] =
 				store_complete(&j->bj_complete[i], &j->bj_complete_result[i]);
 	}
-	free(e);
-	free(args);
-	free(res);
+	free(decided);
 	j->bj_rc = 0;
 	j->bj_done(j);
 }

@@ -147,6 +147,7 @@ struct claim *claim_new(const struct claim_in *in, struct claim_refusal *why)
 		return NULL;
 	}
 	c->cl_args.by = in->ci_by;
+	c->cl_args.holder = in->ci_holder;
 	c->cl_args.wait = c->cl_wait > 0;
 	c->cl_job.bj_kind = BATCHER_CLAIM;
 	c->cl_job.bj_claim = &c->cl_args;
@@ -220,6 +221,12 @@ static void claim_settle(struct claim *c, int rc)
 	if (rc < 0) {
 		o->co_outcome = OUTCOME_UNAVAILABLE;
 	} else {
+		/* granted too late to be used: nobody will record an answer for
+		 * it, so it keeps only its lease, not this process's fence */
+		if (o->co_res.cr_outcome == CLAIM_LEASE_SPENT && c->cl_args.holder != 0 &&
+		    store_unfence(t->tenant_id, t->id, o->co_res.cr_attempt) < 0)
+			log_warn("claim: a spent claim could not be let go (database unavailable); "
+				 "it stays held until this process stops");
 		o->co_outcome = claim_outcome(&o->co_res, t->key_id == 0, &o->co_values);
 		claim_settled(t, claim_fp(c), &o->co_res, o->co_waited > 0, o->co_from_cache);
 	}

@@ -36,6 +36,9 @@ struct claim_in {
 	int64_t ci_if_match; /* the version If-Match names (parsed by the caller) */
 	int ci_wait_asked;   /* seconds the caller would wait (-1: the operation's wait) */
 	const char *ci_by;   /* who, for the audit trail */
+	/* the fence that holds the record while this process lives (a
+	 * gateway forward: store_fence_holder), or 0: the lease alone */
+	int32_t ci_holder;
 	/* a replay's reply, rendered once per cached record and kept there
 	 * with kind CI_KIND (above 0; 0 and NULL: none, the stored response
 	 * alone) */

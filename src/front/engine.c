@@ -28,6 +28,7 @@
 #include "metrics.h"
 #include "replaycache.h"
 #include "reqjson.h"
+#include "store_fence.h"
 
 /* The direct API's envelope of a completed claim's response (new text of
  * *LEN bytes, free with free), or NULL. */
@@ -349,6 +350,12 @@ int engine_claim(struct request *req, const struct token *t, const struct operat
 	if (engine_claim_quota(req, 1) < 0 ||
 	    engine_if_match(req, &in.ci_has_if_match, &in.ci_if_match) < 0)
 		return -1;
+	/* idemd holds what it forwards: the record is fenced by this
+	 * process's life, never claimed without that fence */
+	if (keeps && (in.ci_holder = store_fence_holder()) == 0) {
+		request_unavailable(req);
+		return -1;
+	}
 	if (fp != NULL)
 		memcpy(in.ci_fp, fp, STORE_HASH_BYTES);
 	ec = calloc(1, sizeof(*ec));

@@ -103,7 +103,9 @@ int engine_replay_alias(struct request *req, const struct token *t, const uint8_
  * in every case. Every answer is built on the request's own thread after
  * the resume; with KEEPS 1 a granted claim's CLAIMED runs on the batcher
  * thread instead, where it may keep the connection suspended (the
- * gateway's forward) and answers nothing.
+ * gateway's forward) and answers nothing; such a claim is held by this
+ * process, and carries its fence (store_fence_holder): while the fence is
+ * not held, it is answered 503 at once.
  * REPLAY NULL: the direct API's envelope. T, OP and FP are copied; REPLAY is
  * borrowed until CLAIMED has run. Returns 0 when the request is suspended
  * (CLAIMED takes ARG), -1 after replying at once (validation; CLAIMED is not

@@ -117,7 +117,8 @@ static int gateway_claimed(struct request *req, const struct claim_result *res, 
 	if (res != NULL) {
 		struct gateway_job *j = gateway_job_new(req, p->gp_route, &p->gp_token, &p->gp_op,
 							res, p->gp_query, &p->gp_headers,
-							gw.cfg->max_body_bytes);
+							gw.cfg->max_body_bytes,
+							gw.cfg->forward_margin_ms);
 		keep = 1;
 		if (j == NULL) {
 			gateway_release(p->gp_route, p->gp_token.id, res->cr_attempt, req->req_id);
@@ -457,33 +458,14 @@ static void gateway_free_routes(void)
 	gw.tables = NULL;
 }
 
-/* Whether a forward of TIMEOUT_MS, with its margin, does not fit in a
+/* Whether a forward of TIMEOUT_MS, with MARGIN_MS, does not fit in a
  * lease of LEASE_SECONDS. */
-static int gateway_route_outlives(long timeout_ms, int lease_seconds)
+static int gateway_route_outlives(long timeout_ms, long margin_ms, int lease_seconds)
 {
 #ifdef IDEMD_MUTANT_ROUTE_OUTLIVES_LEASE
 	return 0;
 #endif
-	return timeout_ms + GATEWAY_LEASE_MARGIN_MS > (long)lease_seconds * 1000;
-}
-
-long gateway_longest_forward(uint32_t tenant_id, const char *operation)
-{
-	long longest = 0;
-
-#ifdef IDEMD_MUTANT_ROUTE_OUTLIVES_LEASE
-	return 0;
-#endif
-	/* a request's: the table read stays valid until it ends */
-	const struct gateway_table *t = atomic_load(&gw.current);
-	for (size_t i = 0; t != NULL && i < t->n_routes; i++) {
-		const struct gateway_route *gr = &t->routes[i];
-		if (gr->gr_tenant_id == tenant_id &&
-		    strcmp(gr->gr_cfg->operation, operation) == 0 &&
-		    gr->gr_cfg->timeout_ms + GATEWAY_LEASE_MARGIN_MS > longest)
-			longest = gr->gr_cfg->timeout_ms + GATEWAY_LEASE_MARGIN_MS;
-	}
-	return longest;
+	return timeout_ms + margin_ms > (long)lease_seconds * 1000;
 }
 
 const char *gateway_derived_route(uint32_t tenant_id, const char *operation)
@@ -515,7 +497,8 @@ static void gateway_route_key(struct gateway_route *gr, const char *key)
  * one that does not exist yet is only warned about; one whose lease a
  * forward could outlive, or with a version_key on a route of derived keys,
  * is refused. 0, or -1 (logged). */
-static int gateway_route_resolve(size_t i, const struct config_route *r, struct gateway_route *gr)
+static int gateway_route_resolve(size_t i, const struct config_route *r, struct gateway_route *gr,
+				 long margin_ms)
 {
 	struct operation op;
 	int found;
@@ -539,13 +522,13 @@ static int gateway_route_resolve(size_t i, const struct config_route *r, struct 
 			 "yet; submits are refused until it is created with PUT "
 			 "/v1/operations/%s",
 			 i, r->method, r->path, r->tenant, r->operation, r->operation);
-	else if (gateway_route_outlives(r->timeout_ms, op.op_lease_seconds)) {
-		log_error("gateway: routes[%zu] (%s %s): its timeout_ms %ld and a %d ms "
-			  "margin do not fit in operation \"%s\"'s lease_seconds %d: a "
+	else if (gateway_route_outlives(r->timeout_ms, margin_ms, op.op_lease_seconds)) {
+		log_error("gateway: routes[%zu] (%s %s): its timeout_ms %ld and forward_margin_ms "
+			  "%ld do not fit in operation \"%s\"'s lease_seconds %d: a "
 			  "forward could outlive its claim and run beside the next one; "
 			  "lower timeout_ms or raise lease_seconds (PUT /v1/operations/%s)",
-			  i, r->method, r->path, r->timeout_ms, GATEWAY_LEASE_MARGIN_MS,
-			  r->operation, op.op_lease_seconds, r->operation);
+			  i, r->method, r->path, r->timeout_ms, margin_ms, r->operation,
+			  op.op_lease_seconds, r->operation);
 		return -1;
 	} else if (gr->gr_key != GATEWAY_KEY_TOKEN && op.op_has_version_key) {
 		/* a derived key carries no subject: every submit would be 400 */
@@ -556,6 +539,32 @@ static int gateway_route_resolve(size_t i, const struct config_route *r, struct 
 			  "without version_key",
 			  i, r->method, r->path, r->operation, op.op_version_key, r->key);
 		return -1;
+	}
+	return 0;
+}
+
+/* Whether every route of T still fits in its operation's lease, with
+ * MARGIN_MS: 0, or -1 (logged). */
+static int gateway_routes_fit(const struct gateway_table *t, long margin_ms)
+{
+	for (size_t i = 0; i < t->n_routes; i++) {
+		const struct gateway_route *gr = &t->routes[i];
+		struct operation op;
+		int found;
+		if (store_operation_get(gr->gr_tenant_id, gr->gr_cfg->operation, &op, &found) < 0) {
+			log_error("gateway: the database is unavailable; cannot check route "
+				  "operations");
+			return -1;
+		}
+		if (found && gateway_route_outlives(gr->gr_cfg->timeout_ms, margin_ms,
+						    op.op_lease_seconds)) {
+			log_error("gateway: routes[%zu] (%s): operation \"%s\"'s lease_seconds %d "
+				  "was just shortened below its timeout_ms %ld and "
+				  "forward_margin_ms %ld",
+				  i, gr->gr_by + 6, gr->gr_cfg->operation, op.op_lease_seconds,
+				  gr->gr_cfg->timeout_ms, margin_ms);
+			return -1;
+		}
 	}
 	return 0;
 }
@@ -592,14 +601,22 @@ static int gateway_load_routes(const struct config *cfg)
 		}
 		if ((gr->gr_target = gateway_target(r)) == NULL)
 			goto fail;
-		if (gateway_route_resolve(i, r, gr) < 0)
+		if (gateway_route_resolve(i, r, gr, cfg->forward_margin_ms) < 0)
 			goto fail;
 		gateway_url_for_log(gr->gr_target, shown, sizeof(shown));
 		log_info("gateway: %s %s -> %s (tenant %s, operation %s)", r->method, r->path,
 			 shown, r->tenant, r->operation);
 	}
-	if (router_publish() < 0)
+	/* the needs first, then the leases once more: a lease shortened
+	 * between the check above and the needs' write is seen here */
+	if (gateway_needs_publish(t->routes, t->n_routes, cfg->forward_margin_ms) < 0 ||
+	    gateway_routes_fit(t, cfg->forward_margin_ms) < 0 || router_publish() < 0) {
+		const struct gateway_table *cur = atomic_load(&gw.current);
+		if (cur != NULL && gateway_needs_publish(cur->routes, cur->n_routes,
+							 gw.cfg->forward_margin_ms) < 0)
+			log_warn("gateway: the running routes' lease needs stay as last written");
 		goto fail;
+	}
 	struct gateway_table *old = gw.tables;
 	gw.tables = t;
 	atomic_store(&gw.current, t);
@@ -655,5 +672,6 @@ void gateway_stop(void)
 {
 	gateway_drain();
 	upstream_stop();
+	gateway_needs_drop();
 	gateway_free_routes();
 }

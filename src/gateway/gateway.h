@@ -57,10 +57,10 @@ void gateway_drain(void);
  * the old routes keep serving. */
 int gateway_reload(const struct config *cfg) IDEMD_WUR;
 
-/* The longest forward, in ms with its margin, of the running routes of
- * TENANT_ID's OPERATION (0: none): an operation's lease must cover it
- * (PUT /v1/operations refuses a shorter one). Callable from any thread. */
-long gateway_longest_forward(uint32_t tenant_id, const char *operation);
+/* Renews this instance's route needs in the database (the janitor, every
+ * second): PUT /v1/operations on any instance refuses a lease that a
+ * live instance's route cannot fit (gateway_needs.c). */
+void gateway_needs_renew(void);
 
 /* "METHOD path" of a running route of TENANT_ID's OPERATION whose keys
  * come from requests (a derived key: no subject), or NULL: an operation

@@ -9,6 +9,8 @@
 #include "gateway_int.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -129,22 +131,99 @@ static void gateway_job_release(const struct gateway_job *j)
 	gateway_release(j->gj_route, j->gj_token_id, j->gj_attempt, j->gj_req->req_id);
 }
 
+static _Atomic int gateway_stopping; /* the finishers are told to stop */
+
+/* Finisher: writes J's completion until the database answers (each try
+ * bounded by database_timeout_ms, a second apart) or the gateway stops;
+ * then frees J. The key stays held by this process's fence meanwhile. */
+static void gateway_complete_again(struct gateway_job *j)
+{
+	struct timespec pause = { 1, 0 };
+	int rc = -1;
+
+	for (int tries = 1; rc < 0; tries++) {
+		int last = atomic_load(&gateway_stopping);
+		if (!last)
+			nanosleep(&pause, NULL);
+		rc = store_complete(&j->gj_cargs, &j->gj_cres);
+		if (rc == 0 && (j->gj_cres.cpr_outcome == COMPLETE_STORED ||
+				j->gj_cres.cpr_outcome == COMPLETE_ALREADY)) {
+			/* the tenant from the job's own copy: the route table may be
+			 * a replaced one, freed since the request was answered */
+			engine_completion_keep(j->gj_cargs.tenant_id, j->gj_token_id, &j->gj_cres);
+			log_info("gateway: request %s: the upstream's answer was stored at try %d",
+				 j->gj_redo_id, tries + 1);
+		} else if (rc == 0) {
+			log_warn("gateway: request %s: attempt %d no longer held the key when its "
+				 "answer was stored again",
+				 j->gj_redo_id, j->gj_attempt);
+		} else if (last) {
+			log_error(
+				"gateway: request %s: stopping with the upstream's answer not "
+				"stored; once this process is gone the key may be forwarded again",
+				j->gj_redo_id);
+			break;
+		}
+	}
+	free(j->gj_redo_by);
+	free(j->gj_resp.sr_headers);
+	store_response_free(&j->gj_cres.cpr_stored);
+	gateway_job_free(j);
+}
+
+/* Hands J, whose request is answered, to a finisher that writes its
+ * completion again (gateway_complete_again): 0, or -1 (then J is still
+ * the caller's). */
+static int gateway_redo(struct gateway_job *j)
+{
+	j->gj_redo_by = j->gj_cargs.by != NULL ? strdup(j->gj_cargs.by) : NULL;
+	if (j->gj_cargs.by != NULL && j->gj_redo_by == NULL)
+		return -1;
+	snprintf(j->gj_redo_id, sizeof(j->gj_redo_id), "%s", j->gj_req->req_id);
+	j->gj_cargs.by = j->gj_redo_by;
+	j->gj_req = NULL;   /* answered: no longer the job's */
+	j->gj_route = NULL; /* nor the route, which a reload may free */
+	j->gj_redo = 1;
+	store_response_free(&j->gj_cres.cpr_stored);
+	memset(&j->gj_cres, 0, sizeof(j->gj_cres));
+	if (workq_push(&gw.q, &j->gj_item) == 0)
+		return 0;
+	free(j->gj_redo_by);
+	j->gj_redo_by = NULL;
+	return -1;
+}
+
+/* A forward whose outcome is unknown is given up: nothing more will be
+ * recorded for it, so the record keeps only its lease (which outlasts the
+ * deadline the upstream was told), not this process's fence. */
+static void gateway_job_unfence(const struct gateway_job *j)
+{
+	if (store_unfence(j->gj_route->gr_tenant_id, j->gj_token_id, j->gj_attempt) < 0)
+		log_warn("gateway: request %s: the key could not be let go (database "
+			 "unavailable); it stays held until this process stops",
+			 j->gj_req->req_id);
+}
+
 /* Request thread, after the batch with the job's complete committed:
  * answers with what was stored, then frees the job. */
 static void gateway_store_answer(struct request *req, void *arg)
 {
 	struct gateway_job *j = arg;
 	struct complete_result *res = &j->gj_cres;
-	struct outcome_values lost = { .ov_attempt = j->gj_attempt };
+	/* a gateway client is never told an internal code: whatever holds
+	 * the key now, its answer is replayed once it is stored */
+	struct outcome_values again = { .ov_retry_after = 1 };
 
 	if (j->gj_bj.bj_rc < 0) {
-		/* the upstream acted but nothing is stored: the claim stays until
-		 * its lease ends, then a retry forwards again with the same
-		 * Idempotency-Key, which the upstream must recognise */
+		/* the upstream acted but nothing is stored yet: the key stays
+		 * held by this process's fence while a finisher writes the
+		 * outcome again (gateway_redo); the client retries meanwhile */
 		log_warn("gateway: request %s: the upstream answered %ld but the outcome could "
-			 "not be stored (database unavailable)",
+			 "not be stored yet (database unavailable); storing it again",
 			 req->req_id, j->gj_call.uc_status);
 		request_unavailable(req);
+		if (gateway_redo(j) == 0)
+			return;
 		goto done;
 	}
 	switch (res->cpr_outcome) {
@@ -154,11 +233,14 @@ static void gateway_store_answer(struct request *req, void *arg)
 		gateway_reply_response(req, &res->cpr_stored, "false");
 		break;
 	case COMPLETE_LEASE_LOST:
-		answer_problem(req, OUTCOME_LEASE_LOST, &lost);
-		break;
 	case COMPLETE_NOT_IN_PROGRESS:
 	case COMPLETE_NO_RECORD:
-		answer_problem(req, OUTCOME_NOT_IN_PROGRESS, &lost);
+		/* this process's fence was lost (its session ended) and another
+		 * attempt holds the key */
+		log_warn("gateway: request %s: attempt %d no longer held the key when its "
+			 "answer was stored",
+			 req->req_id, j->gj_attempt);
+		answer_problem(req, OUTCOME_IN_PROGRESS, &again);
 		break;
 	}
 done:
@@ -281,6 +363,10 @@ static int gateway_outcome_unknown(const struct gateway_job *j)
 
 #ifdef IDEMD_MUTANT_RELEASE_UNKNOWN_OUTCOME
 	return 0;
+#endif
+#ifdef IDEMD_MUTANT_RELEASE_ON_CLOSE
+	/* a connection closed before any status line releases the key */
+	return !j->gj_stopped && c->uc_sent && c->uc_result == UPSTREAM_TIMEOUT;
 #endif
 	return !j->gj_stopped && c->uc_sent &&
 	       (c->uc_result == UPSTREAM_TIMEOUT || c->uc_result == UPSTREAM_FAILED);
@@ -414,6 +500,8 @@ void gateway_finish(struct gateway_job *j)
 		j->gj_unavailable = 1;
 	} else if (!gateway_outcome_unknown(j)) {
 		gateway_job_release(j);
+	} else {
+		gateway_job_unfence(j);
 	}
 	http_resume_then(req, gateway_answer, j);
 }
@@ -447,7 +535,11 @@ static void *gateway_finisher(void *arg)
 
 		if (it == NULL)
 			return NULL;
-		gateway_finish(WORKQ_JOB(it, struct gateway_job, gj_item));
+		struct gateway_job *j = WORKQ_JOB(it, struct gateway_job, gj_item);
+		if (j->gj_redo)
+			gateway_complete_again(j);
+		else
+			gateway_finish(j);
 	}
 }
 
@@ -459,6 +551,8 @@ int gateway_finish_start(void)
 
 void gateway_finish_stop(void)
 {
-	/* the finishers empty the queue, then return */
+	/* the finishers empty the queue (a completion still unanswered is
+	 * tried once more), then return */
+	atomic_store(&gateway_stopping, 1);
 	workq_workers_stop(&gw.finishers);
 }

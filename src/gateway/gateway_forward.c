@@ -133,15 +133,15 @@ static int gateway_forward_url(const char *target, const char *query, char **out
 }
 
 /* Sets C's timeout: the route's timeout_ms (CFG), cut to what the lease
- * that ends at LEASE_EXPIRES_AT (unix ms) leaves after the margin; 0, or
+ * that ends at LEASE_EXPIRES_AT (unix ms) leaves after MARGIN_MS; 0, or
  * -1 when that is too short for a forward to start. */
 static int gateway_forward_timeout(struct upstream_call *c, const struct config_route *cfg,
-				   int64_t lease_expires_at)
+				   int64_t lease_expires_at, long margin_ms)
 {
 	/* a forward never outlives its lease (past it, a duplicate may take
-	 * over), and none starts on a lease too short for it: NULL then, and
-	 * the claim is released (gateway.c) */
-	int64_t left = lease_expires_at - idemd_unix_ms() - GATEWAY_LEASE_MARGIN_MS;
+	 * over once this process is gone), and none starts on a lease too
+	 * short for it: NULL then, and the claim is released (gateway.c) */
+	int64_t left = lease_expires_at - idemd_unix_ms() - margin_ms;
 	c->uc_timeout_ms = cfg->timeout_ms;
 #ifdef IDEMD_MUTANT_FORWARD_ON_SPENT_LEASE
 	if (left < GATEWAY_MIN_TIMEOUT_MS)
@@ -156,20 +156,45 @@ static int gateway_forward_timeout(struct upstream_call *c, const struct config_
 	return 0;
 }
 
-/* Appends "Idempotency-Timeout-Ms" (C's timeout) to C's headers; 0, or -1
- * out of memory or when C has no headers (the list unchanged then). */
-static int gateway_forward_deadline(struct upstream_call *c)
+/* Appends "Idempotency-Timeout-Ms" (C's timeout, TOLD_MS) and
+ * "Idempotency-Deadline" (when that ends, unix ms on the database's clock)
+ * to C's headers; 0, or -1 out of memory or when C has no headers (the
+ * list unchanged then). */
+static int gateway_forward_deadline(struct upstream_call *c, long told_ms)
 {
-	/* the upstream learns how long idemd waits for its answer, so that a
-	 * cooperating upstream stops by then: the key stays held until the
-	 * lease ends, which is later (gateway_finish.c) */
-	char deadline[48];
-	snprintf(deadline, sizeof(deadline), "Idempotency-Timeout-Ms: %ld", c->uc_timeout_ms);
-	struct curl_slist *with = c->uc_headers ? curl_slist_append(c->uc_headers, deadline) : NULL;
+	/* the upstream learns when idemd stops waiting for its answer, so that
+	 * a cooperating upstream stops by then: the key stays held until the
+	 * lease ends, forward_margin_ms later (gateway_finish.c). A relative
+	 * timeout counts from when the upstream reads the request, which its
+	 * own queue may delay; the deadline does not move */
+	char timeout[48], deadline[64];
+	snprintf(timeout, sizeof(timeout), "Idempotency-Timeout-Ms: %ld", told_ms);
+#ifdef IDEMD_MUTANT_DEADLINE_UNSENT
+	snprintf(deadline, sizeof(deadline), "X-Idempotency-Unused: 0");
+#else
+	snprintf(deadline, sizeof(deadline), "Idempotency-Deadline: %lld",
+		 (long long)(idemd_unix_ms() + told_ms));
+#endif
+	struct curl_slist *with = c->uc_headers ? curl_slist_append(c->uc_headers, timeout) : NULL;
+	if (with == NULL)
+		return -1;
+	c->uc_headers = with;
+	with = curl_slist_append(c->uc_headers, deadline);
 	if (with == NULL)
 		return -1;
 	c->uc_headers = with;
 	return 0;
+}
+
+/* What the upstream is told it has: C's timeout, cut to the lease (the
+ * mutant tells the route's whole timeout_ms, CFG's). */
+static long gateway_told_ms(const struct upstream_call *c, const struct config_route *cfg)
+{
+#ifdef IDEMD_MUTANT_TOLD_WHOLE_TIMEOUT
+	return cfg->timeout_ms;
+#endif
+	(void)cfg;
+	return c->uc_timeout_ms;
 }
 
 /* Builds the job for a request that now holds the claim RES; takes
@@ -179,7 +204,7 @@ static int gateway_forward_deadline(struct upstream_call *c)
 struct gateway_job *gateway_job_new(struct request *req, const struct gateway_route *gr,
 				    const struct token *t, const struct operation *op,
 				    const struct claim_result *res, const char *query,
-				    struct curl_slist **headers, size_t max_body)
+				    struct curl_slist **headers, size_t max_body, long margin_ms)
 {
 	struct gateway_job *j = calloc(1, sizeof(*j));
 
@@ -205,8 +230,8 @@ struct gateway_job *gateway_job_new(struct request *req, const struct gateway_ro
 	c->uc_headers = *headers;
 	*headers = NULL;
 	c->uc_connect_timeout_ms = gr->gr_cfg->connect_timeout_ms;
-	if (gateway_forward_timeout(c, gr->gr_cfg, res->cr_lease_expires_at) < 0 ||
-	    gateway_forward_deadline(c) < 0) {
+	if (gateway_forward_timeout(c, gr->gr_cfg, res->cr_lease_expires_at, margin_ms) < 0 ||
+	    gateway_forward_deadline(c, gateway_told_ms(c, gr->gr_cfg)) < 0) {
 		gateway_job_free(j);
 		return NULL;
 	}

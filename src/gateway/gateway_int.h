@@ -23,10 +23,6 @@
 struct config_route;
 struct request;
 
-/* A forward ends this long before its claim's lease at the latest, and a
- * route's timeout_ms plus this must fit in its operation's lease. */
-#define GATEWAY_LEASE_MARGIN_MS 500
-
 /* Where a route's submits get their key (config "key"). */
 enum gateway_key { GATEWAY_KEY_TOKEN, GATEWAY_KEY_HEADER, GATEWAY_KEY_JSON, GATEWAY_KEY_BODY };
 
@@ -62,7 +58,20 @@ struct gateway_job {
 	struct stored_response gj_resp; /* headers owned, body borrowed from gj_call */
 	struct complete_args gj_cargs;
 	struct complete_result gj_cres;
+	/* a completion the database did not answer, written again by a
+	 * finisher after the request was answered 503 (gateway_redo): what
+	 * the request lent it, copied */
+	int gj_redo;
+	char *gj_redo_by;
+	char gj_redo_id[HTTP_REQUEST_ID_MAX + 1];
 };
+
+/* gateway_needs.c */
+/* Writes what ROUTES (N of them) need of their operations' leases, with
+ * MARGIN_MS, as this instance's, replacing what it had. 0, or -1 (logged). */
+int gateway_needs_publish(const struct gateway_route *routes, size_t n, long margin_ms) IDEMD_WUR;
+/* Deletes this instance's needs (at stop). */
+void gateway_needs_drop(void);
 
 /* gateway_forward.c */
 /* The headers sent upstream (headers_forward) from the request's F (N of
@@ -76,12 +85,13 @@ int gateway_query(struct request *req, char **out);
 /* Builds the job for a request that now holds the claim RES, owned
  * (gateway_job_free()); REQ (its body too) and GR are borrowed until the job
  * ends. Takes *HEADERS, setting it to NULL, unless it fails before that
- * (then *HEADERS stays the caller's). NULL on OOM. Runs on a batcher
- * thread. */
+ * (then *HEADERS stays the caller's). The forward's deadline comes
+ * MARGIN_MS (forward_margin_ms) before the lease ends at the latest. NULL
+ * on OOM. Runs on a batcher thread. */
 struct gateway_job *gateway_job_new(struct request *req, const struct gateway_route *gr,
 				    const struct token *t, const struct operation *op,
 				    const struct claim_result *res, const char *query,
-				    struct curl_slist **headers, size_t max_body);
+				    struct curl_slist **headers, size_t max_body, long margin_ms);
 void gateway_job_free(struct gateway_job *j);
 
 /* gateway_finish.c */

@@ -32,11 +32,17 @@
 #else
 #define COMPLETE_LIVE "rec.expires_at > clock_timestamp()"
 #endif
-/* Completions fence on the attempt number (the mutant does not). */
+/* Completions fence on the attempt number (the mutant does not; the
+ * second, only a batch of several). */
 #ifdef IDEMD_MUTANT_NO_FENCE
 #define FENCE_ATTEMPT "true"
 #else
 #define FENCE_ATTEMPT "rec.attempt = u.attempt"
+#endif
+#ifdef IDEMD_MUTANT_COMPLETE_BATCH_UNFENCED
+#define FENCE_ATTEMPT_MANY "true"
+#else
+#define FENCE_ATTEMPT_MANY FENCE_ATTEMPT
 #endif
 /* A record in progress, as the completion finds it: by its lease, which a
  * record holds exactly while it is in progress (the CHECK
@@ -64,7 +70,7 @@ static const struct db_stmt st_claim_many = {
 	ST_CLAIM_MANY, "claim_many",
 	"WITH r AS (SELECT * FROM idemd.claim($1::int[], $2::bytea[], $3::int[], $4::text[], "
 	"$5::bytea[], $6::bigint[], $7::int[], $8::text[], $9::bigint[], $10::boolean[], "
-	"$11::boolean[], $14::bigint[])), "
+	"$11::boolean[], $14::bigint[], $15::int[])), "
 	"ev AS (" EVENT_COLUMNS "SELECT ($1::int[])[r.i], ($2::bytea[])[r.i], " CLAIM_EVENT ", "
 	"r.attempt, NULL, NULL, " EVENT_BY("($12::text[])[r.i]") ", " EVENT_UNTIL(
 		"($13::int[])[r.i]") " FROM r "
@@ -72,7 +78,7 @@ static const struct db_stmt st_claim_many = {
 				     "SELECT outcome, attempt, " MS(
 					     "lease_expires_at") ", retry_after, resp_status, "
 								 "resp_headers, resp_body, resp_is_json, current_version, i FROM r ORDER BY i",
-	14
+	15
 };
 static const struct db_stmt st_complete_many = {
 	ST_COMPLETE_MANY, "complete_many",
@@ -101,7 +107,7 @@ static const struct db_stmt st_complete_many = {
  * 'completed') are told by the record's own columns (TOLD_EVENT,
  * migrations/0013) instead of a row each. */
 /* The claim of the fresh records and replays of x (tenant, id, op,
- * subject, fp, expires, lease, by, audit, retention, i, t), which the
+ * subject, fp, expires, lease, by, audit, retention, holder, i, t), which the
  * statement defines first; its rows in x's order. Written once for
  * st_claim_fresh and st_claim_one. A record's sweep_at is the earliest
  * end a completion kept the operation's retention can give it, so that
@@ -111,13 +117,14 @@ static const struct db_stmt st_complete_many = {
 #define CLAIM_FROM_X \
 	"ins AS (INSERT INTO records AS rec (tenant_id, token_id, operation_id, subject, state, " \
 	"fingerprint, attempt, lease_expires_at, version_claimed, token_expires_at, expires_at, " \
-	"sweep_at, created_at, updated_at, claimed_seq, claimed_by, claimed_trace, claimed_until) " \
+	"sweep_at, created_at, updated_at, claimed_seq, claimed_by, claimed_trace, claimed_until, " \
+	"holder) " \
 	"SELECT x.tenant, x.id, x.op, x.subject, 'in_progress', x.fp, 1, " \
 	"x.t + make_interval(secs => x.lease), NULL, to_timestamp(x.expires), " \
 	"greatest(to_timestamp(x.expires), x.t + make_interval(secs => x.lease)), " \
 	"greatest(to_timestamp(x.expires), x.t + make_interval(secs => x.retention)), " \
 	"x.t, x.t, " TOLD_EVENT( \
-		"x.by") ", x.t + make_interval(secs => x.audit) FROM x " \
+		"x.by") ", x.t + make_interval(secs => x.audit), nullif(x.holder, 0) FROM x " \
 			"WHERE x.lease > 0 AND to_timestamp(x.expires) > x.t ORDER BY x.i " \
 			"ON CONFLICT (tenant_id, token_id) DO NOTHING " \
 			"RETURNING rec.tenant_id, rec.token_id, rec.lease_expires_at), " \
@@ -139,10 +146,10 @@ static const struct db_stmt st_claim_fresh = {
 	ST_CLAIM_FRESH, "claim_fresh",
 	"WITH x AS (SELECT *, " GRANT_CLOCK " AS t FROM unnest(" HIDDEN_LENGTH(
 		"$1::int[]") ", $2::bytea[], $3::int[], "
-			     "$4::text[], $5::bytea[], $6::bigint[], $7::int[], $8::text[], $9::int[], $10::int[]) "
-			     "WITH ORDINALITY AS x(tenant, id, op, subject, fp, expires, lease, by, audit, "
-			     "retention, i)), " CLAIM_FROM_X,
-	10
+			     "$4::text[], $5::bytea[], $6::bigint[], $7::int[], $8::text[], $9::int[], $10::int[], "
+			     "$11::int[]) WITH ORDINALITY AS x(tenant, id, op, subject, fp, expires, lease, by, "
+			     "audit, retention, holder, i)), " CLAIM_FROM_X,
+	11
 };
 /* st_claim_fresh for a batch of one, as every batch is at low load: the
  * same parameters (one-element arrays) and rows, its one element read by
@@ -155,8 +162,9 @@ static const struct db_stmt st_claim_one = {
 	"WITH x AS (SELECT ($1::int[])[1] AS tenant, ($2::bytea[])[1] AS id, ($3::int[])[1] AS op, "
 	"($4::text[])[1] AS subject, ($5::bytea[])[1] AS fp, ($6::bigint[])[1] AS expires, "
 	"($7::int[])[1] AS lease, ($8::text[])[1] AS by, ($9::int[])[1] AS audit, "
-	"($10::int[])[1] AS retention, 1::bigint AS i, " GRANT_CLOCK " AS t), " CLAIM_FROM_X,
-	10
+	"($10::int[])[1] AS retention, ($11::int[])[1] AS holder, 1::bigint AS i, " GRANT_CLOCK
+	" AS t), " CLAIM_FROM_X,
+	11
 };
 /* The end of a completed record's life, from u's retention: N >= 0 keeps
  * it N seconds and at least as long as its token or key is valid; -1 - N
@@ -166,13 +174,13 @@ static const struct db_stmt st_claim_one = {
 	"ELSE greatest(now() + make_interval(secs => u.retention), rec.token_expires_at) END"
 /* The completion's update of the records in u (tenant, id, attempt,
  * status, headers, body, is_json, retention, by, audit, i) that FROM, a
- * FROM list holding u, joins in; then its rows in u's order. Written once
+ * FROM list holding u, joins in, fenced by FENCE (the attempt); then its rows in u's order. Written once
  * for st_complete_current and st_complete_one. It finds its records by
  * primary key (IN_PROGRESS). It moves the record's sweep_at only to an
  * earlier end (a retention shorter than the operation's, a refusal kept
  * an exact time), so that a completion kept the operation's retention
  * changes no indexed column: a HOT update (migrations/0017). */
-#define COMPLETE_UPDATE(from) \
+#define COMPLETE_UPDATE(from, fence) \
 	"upd AS (UPDATE records rec SET state = 'completed', lease_expires_at = NULL, " \
 	"response_status = u.status, response_headers = u.headers, response_body = u.body, " \
 	"response_is_json = coalesce(u.is_json, false), " \
@@ -183,8 +191,7 @@ static const struct db_stmt st_claim_one = {
 		"u.by") "), completed_until = clock_timestamp() + make_interval(secs => u.audit) " \
 			"FROM " from \
 			" WHERE rec.tenant_id = u.tenant AND rec.token_id = u.id AND " IN_PROGRESS \
-			" AND " COMPLETE_LIVE " AND " FENCE_ATTEMPT \
-			" AND u.status BETWEEN 100 AND 599 " \
+			" AND " COMPLETE_LIVE " AND " fence " AND u.status BETWEEN 100 AND 599 " \
 			"RETURNING u.i, rec.response_status, rec.response_headers, rec.response_body, " \
 			"rec.response_is_json, rec.expires_at, rec.fingerprint) " \
 			"SELECT 'completed', response_status, response_headers, response_body, " \
@@ -205,7 +212,8 @@ static const struct db_stmt st_complete_current = {
 			     "WHERE (rec.tenant_id, rec.token_id) IN (SELECT u.tenant, u.id FROM u) "
 			     "AND " IN_PROGRESS
 			     " ORDER BY rec.tenant_id, rec.token_id FOR UPDATE), " COMPLETE_UPDATE(
-				     "u JOIN locked l ON l.tenant_id = u.tenant AND l.token_id = u.id"),
+				     "u JOIN locked l ON l.tenant_id = u.tenant AND l.token_id = u.id",
+				     FENCE_ATTEMPT_MANY),
 	10
 };
 /* st_complete_current for a batch of one, as every batch is at low load:
@@ -219,7 +227,8 @@ static const struct db_stmt st_complete_one = {
 	"WITH u AS (SELECT ($1::int[])[1] AS tenant, ($2::bytea[])[1] AS id, "
 	"($3::int[])[1] AS attempt, ($4::int[])[1] AS status, ($5::jsonb[])[1] AS headers, "
 	"($6::bytea[])[1] AS body, ($7::boolean[])[1] AS is_json, ($8::int[])[1] AS retention, "
-	"($9::text[])[1] AS by, ($10::int[])[1] AS audit, 1::bigint AS i), " COMPLETE_UPDATE("u"),
+	"($9::text[])[1] AS by, ($10::int[])[1] AS audit, 1::bigint AS i), " COMPLETE_UPDATE(
+		"u", FENCE_ATTEMPT),
 	10
 };
 
@@ -471,50 +480,82 @@ static int store_complete_fill(const PGresult *r, int row, size_t i, const void 
 	return store_complete_row(r, row, ((struct complete_result *const *)arg)[i]);
 }
 
-/* Fresh records and replays in one statement (the common cases: one round
- * trip, one commit at most); whatever that did not settle then through
- * idemd.claim. A failure of the second statement leaves the first one's
- * records claimed and unanswered, as a connection lost after a commit
- * does: their lease ends and a retry takes over. */
-int store_claim_many(const struct claim_args *const *a, struct claim_result *const *res, size_t n)
+/* The elements of A (N) that DONE does not mark, through idemd.claim;
+ * marks them in DONE when that answers. 0, or -1. */
+static int store_claim_rest(const struct claim_args *const *a, struct claim_result *const *res,
+			    size_t n, char *done)
 {
-	if (n == 0 || !store_claim_fresh_fits(a, n))
-		return store_claim_all(a, res, n);
-
-	struct buf arrs[STORE_CLAIM_ARRAYS] = { { 0 } };
 	const struct claim_args **ra = malloc(n * sizeof(*ra));
 	struct claim_result **rr = malloc(n * sizeof(*rr));
-	char *done = calloc(n, 1);
-	PGresult *r = NULL;
+	size_t *ri = malloc(n * sizeof(*ri));
 	size_t m = 0;
 	int rc = -1;
 
-	if (ra == NULL || rr == NULL || done == NULL || store_claim_arrays(arrs, a, n) < 0)
+	if (ra == NULL || rr == NULL || ri == NULL)
 		goto out;
-	const char *v[10] = { arrs[0].b_data,  arrs[1].b_data, arrs[2].b_data, arrs[3].b_data,
-			      arrs[4].b_data,  arrs[5].b_data, arrs[6].b_data, arrs[11].b_data,
-			      arrs[12].b_data, arrs[14].b_data };
+	for (size_t i = 0; i < n; i++)
+		if (!done[i]) {
+			ra[m] = a[i];
+			ri[m] = i;
+			rr[m++] = res[i];
+		}
+	rc = m == 0 ? 0 : store_claim_all(ra, rr, m);
+#ifdef IDEMD_MUTANT_BATCH_CUT_FORGETS
+	/* what the first statement decided is forgotten with the rest */
+	if (rc < 0) {
+		store_claims_forget(res, done, n);
+		memset(done, 0, n);
+		m = 0;
+	}
+#endif
+	for (size_t k = 0; rc == 0 && k < m; k++)
+		done[ri[k]] = 1;
+out:
+	free(ra);
+	free(rr);
+	free(ri);
+	return rc;
+}
+
+/* Fresh records and replays in one statement (the common cases: one round
+ * trip, one commit at most); whatever that did not settle then through
+ * idemd.claim. What the first statement decided stays decided when the
+ * second fails: its records are its elements' (their holders were told
+ * nothing yet), so a rerun of the batch one by one must not run them again
+ * and find its own record in progress (store.h). */
+int store_claim_many(const struct claim_args *const *a, struct claim_result *const *res, size_t n,
+		     char *done)
+{
+	memset(done, 0, n);
+	if (n == 0 || !store_claim_fresh_fits(a, n)) {
+		if (store_claim_all(a, res, n) < 0)
+			return -1;
+		memset(done, 1, n);
+		return 0;
+	}
+
+	struct buf arrs[STORE_CLAIM_ARRAYS] = { { 0 } };
+	PGresult *r = NULL;
+	int rc = -1;
+
+	if (store_claim_arrays(arrs, a, n) < 0)
+		goto out;
+	const char *v[11] = { arrs[0].b_data,  arrs[1].b_data,	arrs[2].b_data, arrs[3].b_data,
+			      arrs[4].b_data,  arrs[5].b_data,	arrs[6].b_data, arrs[11].b_data,
+			      arrs[12].b_data, arrs[15].b_data, arrs[14].b_data };
 	/* columns as st_claim_many's, the element's index in the tenth */
 	if ((r = db_run(n == 1 ? &st_claim_one : &st_claim_fresh, v, NULL, NULL)) == NULL)
 		goto out;
 	if (store_batch_rows(r, 9, done, n, store_claim_fill, res) < 0) {
+		/* a row that does not fit: as if nothing was read */
 		store_claims_forget(res, done, n);
+		memset(done, 0, n);
 		goto out;
 	}
-	for (size_t i = 0; i < n; i++)
-		if (!done[i]) {
-			ra[m] = a[i];
-			rr[m++] = res[i];
-		}
-	rc = m == 0 ? 0 : store_claim_all(ra, rr, m);
-	if (rc < 0)
-		store_claims_forget(res, done, n);
+	rc = store_claim_rest(a, res, n, done);
 out:
 	PQclear(r);
 	store_arrays_free(arrs, STORE_CLAIM_ARRAYS);
-	free(ra);
-	free(rr);
-	free(done);
 	return rc;
 }
 
@@ -564,44 +605,54 @@ static int store_completes_twins(const struct complete_args *const *a, size_t n)
 
 /* Completes of the current attempt in one statement (the common case);
  * whatever that did not store then through idemd.complete, which explains
- * it. As with claims, a failure of the second statement leaves the first
- * one's outcomes stored and unanswered: a retry is told they are. */
+ * it. As with claims, what the first statement stored stays decided when
+ * the second fails. */
 int store_complete_many(const struct complete_args *const *a, struct complete_result *const *res,
-			size_t n)
+			size_t n, char *done)
 {
 	const struct complete_args **ra = malloc(n * sizeof(*ra));
 	struct complete_result **rr = malloc(n * sizeof(*rr));
-	char *done = calloc(n, 1), *rdone = calloc(n, 1);
+	size_t *ri = malloc(n * sizeof(*ri));
+	char *rdone = calloc(n, 1);
 	int twins = store_completes_twins(a, n), rc = -1;
 	size_t m = 0;
 
-	if (n == 0 || ra == NULL || rr == NULL || done == NULL || rdone == NULL)
+	memset(done, 0, n);
+	if (n == 0 || ra == NULL || rr == NULL || ri == NULL || rdone == NULL)
 		goto out;
 	if (!twins && store_complete_run(n == 1 ? &st_complete_one : &st_complete_current, a, res,
-					 done, n, 0) < 0)
+					 done, n, 0) < 0) {
+		memset(done, 0, n);
 		goto out;
+	}
 	for (size_t i = 0; i < n; i++)
 		if (!done[i]) {
 			ra[m] = a[i];
+			ri[m] = i;
 			rr[m++] = res[i];
 		}
 	rc = m == 0 ? 0 : store_complete_run(&st_complete_many, ra, rr, rdone, m, 1);
-	if (rc < 0)
-		store_completes_forget(res, done, n);
+	if (rc == 0)
+		for (size_t k = 0; k < m; k++)
+			done[ri[k]] = 1;
 out:
 	free(ra);
 	free(rr);
-	free(done);
+	free(ri);
 	free(rdone);
 	return rc;
 }
 
 int store_claim(const struct claim_args *a, struct claim_result *res)
 {
-	return store_claim_many(&a, &res, 1);
+	char done;
+
+	return store_claim_many(&a, &res, 1, &done);
 }
 
 int store_complete(const struct complete_args *a, struct complete_result *res)
 {
-	return store_complete_many(&a, &res, 1);
+	char done;
+
+	return store_complete_many(&a, &res, 1, &done);
 }

@@ -97,7 +97,35 @@ int store_api_keys_all(struct api_key_row **keys, size_t *n) IDEMD_WUR;
 int store_api_keys_sum(int64_t *count, int64_t *sum) IDEMD_WUR;
 
 /* Operations. */
-int store_operation_put(struct operation *op, int *created) IDEMD_WUR;
+/* A lease a live instance's gateway route cannot fit (idemd.op_put). */
+struct op_refusal {
+	char or_instance[128]; /* the instance, as store_route_needs_publish named it */
+	char or_route[160];    /* "METHOD PATH" */
+	int64_t or_need_ms;    /* its timeout_ms plus forward_margin_ms */
+};
+/* Creates or changes OP (op_id set). *REFUSED is set when a live
+ * instance's route needs a longer lease than OP's: nothing changed then,
+ * and *WHY names the route. 0, or -1 when the database did not answer. */
+int store_operation_put(struct operation *op, int *created, int *refused,
+			struct op_refusal *why) IDEMD_WUR;
+
+/* A gateway route's need of its operation's lease, in ms. */
+struct route_need {
+	uint32_t rn_tenant_id;
+	const char *rn_operation; /* borrowed for the call */
+	const char *rn_route;	  /* "METHOD PATH", borrowed for the call */
+	int64_t rn_need_ms;
+};
+/* Makes NEEDS (N of them) INSTANCE's, replacing what it had, valid 30 s
+ * unless renewed. 0, or -1. */
+int store_route_needs_publish(const char *instance, const struct route_need *needs,
+			      size_t n) IDEMD_WUR;
+/* Renews INSTANCE's needs for 30 s more; *SHORT is set to how many of them
+ * their operation's lease no longer fits (a change made while this
+ * instance was not counted). 0, or -1. */
+int store_route_needs_renew(const char *instance, int *short_leases) IDEMD_WUR;
+/* Deletes INSTANCE's needs (at stop). 0, or -1. */
+int store_route_needs_drop(const char *instance) IDEMD_WUR;
 int store_operation_get(uint32_t tenant_id, const char *name, struct operation *op,
 			int *found) IDEMD_WUR;
 int store_operation_by_id(uint32_t op_id, struct operation *op, int *found) IDEMD_WUR;
@@ -156,6 +184,11 @@ struct claim_args {
 	 * (idemd_unix_ms; 0: at the statement): a record in progress is taken
 	 * over only if its lease was already over then (migrations/0015) */
 	int64_t seen_ms;
+	/* a gateway claim: the id of this process's fence session
+	 * (store_fence_holder), whose lock keeps the record in progress past
+	 * its lease while the process lives (migrations/0020); 0: none, the
+	 * lease alone fences the record (the direct API: the caller holds it) */
+	int32_t holder;
 };
 
 enum claim_outcome {
@@ -221,16 +254,20 @@ struct complete_result {
 int store_complete(const struct complete_args *a, struct complete_result *r) IDEMD_WUR;
 
 /*
- * The same for N claims (completes) in one statement, so in one transaction
- * with one commit. Elements run in array order; the caller sorts them by
- * token so that concurrent batches lock records in the same order. Returns
- * 0 with every result filled, or -1 when the statement failed as a whole
- * (nothing was written; the caller may run the elements one by one).
+ * The same for N claims (completes): the common cases in one statement, so
+ * in one transaction with one commit, and the rest in a second. Elements
+ * run in array order; the caller sorts them by token so that concurrent
+ * batches lock records in the same order. Sets DECIDED[i] (N of them, the
+ * caller's) for each element whose result is filled: what a statement that
+ * committed decided. Returns 0 when every element is decided, or -1 (a
+ * statement failed: nothing of its elements was written, and the caller
+ * may run those, and only those, one by one; a record the first statement
+ * made is its element's, decided, never found again by its own rerun).
  */
-int store_claim_many(const struct claim_args *const *a, struct claim_result *const *r,
-		     size_t n) IDEMD_WUR;
+int store_claim_many(const struct claim_args *const *a, struct claim_result *const *r, size_t n,
+		     char *decided) IDEMD_WUR;
 int store_complete_many(const struct complete_args *const *a, struct complete_result *const *r,
-			size_t n) IDEMD_WUR;
+			size_t n, char *decided) IDEMD_WUR;
 
 enum release_outcome {
 	RELEASE_DONE,
@@ -238,6 +275,10 @@ enum release_outcome {
 	RELEASE_NOT_IN_PROGRESS,
 	RELEASE_NO_RECORD /* no record at all (a caller key never claimed) */
 };
+/* Lets a gateway record in progress at ATTEMPT be taken over at its
+ * lease's end even while this process lives (a forward given up with its
+ * outcome unknown: nothing more will be recorded for it). 0, or -1. */
+int store_unfence(uint32_t tenant_id, const uint8_t *token_id, int attempt) IDEMD_WUR;
 int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt, const char *by,
 		  enum release_outcome *outcome) IDEMD_WUR;
 

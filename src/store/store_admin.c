@@ -55,19 +55,37 @@ static const struct db_stmt st_apikeys_sum = {
 };
 static const struct db_stmt st_tenant_by_name = { ST_TENANT_BY_NAME, "tenant_by_name",
 						  "SELECT id FROM tenants WHERE name = $1", 1 };
+/* The operation's row locked, the route needs checked, then written
+ * (migrations/0020). */
 static const struct db_stmt st_op_put = {
 	ST_OP_PUT, "op_put",
-	"INSERT INTO operations(tenant_id, name, token_ttl_seconds, retention_seconds, "
-	"lease_seconds, version_key, require_version, wait_seconds, audit_retention_seconds) "
-	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($9::int, -1)) "
-	"ON CONFLICT (tenant_id, name) DO UPDATE SET token_ttl_seconds = EXCLUDED.token_ttl_seconds, "
-	"retention_seconds = EXCLUDED.retention_seconds, lease_seconds = EXCLUDED.lease_seconds, "
-	"version_key = EXCLUDED.version_key, require_version = EXCLUDED.require_version, "
-	"wait_seconds = EXCLUDED.wait_seconds, "
-	"audit_retention_seconds = EXCLUDED.audit_retention_seconds, "
-	"updated_at = now() RETURNING id, (xmax = 0)",
+	"SELECT coalesce(id, 0), created, refused, instance, route, need_ms "
+	"FROM idemd.op_put($1, $2, $3, $4, $5, $6, $7, $8, $9)",
 	9
 };
+static const struct db_stmt st_needs_publish = {
+	ST_NEEDS_PUBLISH, "needs_publish",
+	"WITH n AS (SELECT * FROM unnest($2::int[], $3::text[], $4::text[], $5::bigint[]) "
+	"AS n(tenant, op, route, need)), "
+	"gone AS (DELETE FROM route_needs rn WHERE rn.instance = $1 AND NOT EXISTS (SELECT 1 "
+	"FROM n WHERE n.tenant = rn.tenant_id AND n.op = rn.operation AND n.route = rn.route)) "
+	"INSERT INTO route_needs (instance, tenant_id, operation, route, need_ms, expires_at) "
+	"SELECT $1, n.tenant, n.op, n.route, max(n.need), clock_timestamp() + interval '30 s' "
+	"FROM n GROUP BY n.tenant, n.op, n.route "
+	"ON CONFLICT (tenant_id, operation, instance, route) DO UPDATE "
+	"SET need_ms = EXCLUDED.need_ms, expires_at = EXCLUDED.expires_at",
+	5
+};
+static const struct db_stmt st_needs_renew = {
+	ST_NEEDS_RENEW, "needs_renew",
+	"WITH r AS (UPDATE route_needs SET expires_at = clock_timestamp() + interval '30 s' "
+	"WHERE instance = $1 RETURNING tenant_id, operation, need_ms) "
+	"SELECT count(*) FROM r JOIN operations o ON o.tenant_id = r.tenant_id "
+	"AND o.name = r.operation WHERE r.need_ms > o.lease_seconds::bigint * 1000",
+	1
+};
+static const struct db_stmt st_needs_drop = { ST_NEEDS_DROP, "needs_drop",
+					      "DELETE FROM route_needs WHERE instance = $1", 1 };
 static const struct db_stmt st_op_get = { ST_OP_GET, "op_get",
 					  "SELECT " OP_COLUMNS
 					  " FROM operations WHERE tenant_id = $1 AND name = $2",
@@ -264,10 +282,9 @@ int store_tenant_by_name(const char *name, uint32_t *tenant_id, int *found)
 	return rows < 0 ? -1 : 0;
 }
 
-int store_operation_put(struct operation *op, int *created)
+int store_operation_put(struct operation *op, int *created, int *refused, struct op_refusal *why)
 {
 	char tenant[16], ttl[16], ret[16], lease[16], wait[16], audit[16];
-	int64_t o[2];
 
 	snprintf(wait, sizeof(wait), "%d", op->op_wait_seconds);
 	snprintf(audit, sizeof(audit), "%d", op->op_audit_retention);
@@ -284,10 +301,71 @@ int store_operation_put(struct operation *op, int *created)
 			    op->op_require_version ? "true" : "false",
 			    wait,
 			    audit };
-	if (store_ints(&st_op_put, v, NULL, NULL, o, 2) < 0)
+	PGresult *r = db_run(&st_op_put, v, NULL, NULL);
+	if (r == NULL)
 		return -1;
-	op->op_id = (uint32_t)o[0];
-	*created = (int)o[1];
+	if (PQntuples(r) != 1) {
+		PQclear(r);
+		return -1;
+	}
+	*refused = store_bool(r, 0, 2);
+	memset(why, 0, sizeof(*why));
+	if (*refused) {
+		snprintf(why->or_instance, sizeof(why->or_instance), "%s", PQgetvalue(r, 0, 3));
+		snprintf(why->or_route, sizeof(why->or_route), "%s", PQgetvalue(r, 0, 4));
+		why->or_need_ms = store_i64(r, 0, 5);
+	} else {
+		op->op_id = (uint32_t)store_i64(r, 0, 0);
+		*created = store_bool(r, 0, 1);
+	}
+	PQclear(r);
+	return 0;
+}
+
+int store_route_needs_publish(const char *instance, const struct route_need *needs, size_t n)
+{
+	struct buf arrs[4] = { { 0 } };
+	int rc = -1;
+
+	for (size_t i = 0; i < n; i++) {
+		store_array_i64(&arrs[0], needs[i].rn_tenant_id);
+		store_array_text(&arrs[1], needs[i].rn_operation, strlen(needs[i].rn_operation));
+		store_array_text(&arrs[2], needs[i].rn_route, strlen(needs[i].rn_route));
+		store_array_i64(&arrs[3], needs[i].rn_need_ms);
+	}
+	for (size_t k = 0; k < 4; k++)
+		if (n == 0)
+			(void)buf_str(&arrs[k], "{");
+	if (store_arrays_close(arrs, 4) == 0) {
+		const char *v[] = { instance, arrs[0].b_data, arrs[1].b_data, arrs[2].b_data,
+				    arrs[3].b_data };
+		PGresult *r = db_run(&st_needs_publish, v, NULL, NULL);
+		rc = r != NULL ? 0 : -1;
+		PQclear(r);
+	}
+	store_arrays_free(arrs, 4);
+	return rc;
+}
+
+int store_route_needs_renew(const char *instance, int *short_leases)
+{
+	const char *v[] = { instance };
+	int64_t n;
+
+	if (store_ints(&st_needs_renew, v, NULL, NULL, &n, 1) != 1)
+		return -1;
+	*short_leases = (int)n;
+	return 0;
+}
+
+int store_route_needs_drop(const char *instance)
+{
+	const char *v[] = { instance };
+	PGresult *r = db_run(&st_needs_drop, v, NULL, NULL);
+
+	if (r == NULL)
+		return -1;
+	PQclear(r);
 	return 0;
 }
 

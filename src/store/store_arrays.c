@@ -124,7 +124,8 @@ int store_claim_arrays(struct buf *arrs, const struct claim_args *const *a, size
 			store_array_i64(&arrs[13], c->seen_ms);
 		else
 			store_array_null(&arrs[13]);
-		store_array_i64(&arrs[14], c->retention_seconds);
+		store_array_i64(&arrs[14], c->holder);
+		store_array_i64(&arrs[15], c->retention_seconds);
 	}
 	return store_arrays_close(arrs, STORE_CLAIM_ARRAYS);
 }

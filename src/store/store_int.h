@@ -72,6 +72,10 @@ enum {
 	ST_ANALYZE_EVENTS,
 	ST_APIKEYS_ALL,
 	ST_APIKEYS_SUM,
+	ST_UNFENCE,
+	ST_NEEDS_PUBLISH,
+	ST_NEEDS_RENEW,
+	ST_NEEDS_DROP,
 };
 
 /* Who did it, for the audit trail; never NULL in a statement. */
@@ -181,11 +185,12 @@ static inline void store_arrays_free(struct buf *arrs, size_t n)
 	for (size_t i = 0; i < n; i++)
 		buf_free(&arrs[i]);
 }
-/* The STORE_CLAIM_ARRAYS arrays of claims A[0..N) (the first fourteen
- * st_claim_many's parameters, ten of them st_claim_fresh's), and the ten
+/* The STORE_CLAIM_ARRAYS arrays of claims A[0..N) (st_claim_many's
+ * fifteen parameters and the retention, eleven of them st_claim_fresh's),
+ * and the ten
  * of completions A[0..N) (st_complete_many's and st_complete_current's);
  * closed: -1 if building any of them failed. */
-#define STORE_CLAIM_ARRAYS 15
+#define STORE_CLAIM_ARRAYS 16
 int store_claim_arrays(struct buf *arrs, const struct claim_args *const *a, size_t n);
 int store_complete_arrays(struct buf *arrs, const struct complete_args *const *a, size_t n);
 

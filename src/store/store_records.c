@@ -24,6 +24,14 @@ static const struct db_stmt st_release = {
 		"released", "$3", "NULL", "$4") "'released') SELECT o FROM r",
 	4
 };
+/* A gateway forward given up with its outcome unknown: the record keeps
+ * its lease, and only its lease, from here (migrations/0020). */
+static const struct db_stmt st_unfence = {
+	ST_UNFENCE, "unfence",
+	"UPDATE records SET holder = NULL WHERE tenant_id = $1 AND token_id = $2 AND attempt = $3 "
+	"AND lease_expires_at IS NOT NULL AND holder IS NOT NULL",
+	3
+};
 static const struct db_stmt st_revoke = {
 	ST_REVOKE, "revoke",
 	"WITH r AS (SELECT idemd_revoke($1, $2, $3, $4, to_timestamp($5)) AS o), "
@@ -242,6 +250,21 @@ int store_release(uint32_t tenant_id, const uint8_t *token_id, int attempt, cons
 {
 	return store_fenced(&st_release, tenant_id, token_id, attempt, NULL, 0, by, "released",
 			    outcome, NULL);
+}
+
+int store_unfence(uint32_t tenant_id, const uint8_t *token_id, int attempt)
+{
+	char tenant[16], att[16];
+	const char *v[3] = { tenant, (const char *)token_id, att };
+	const int len[3] = { 0, 16 }, fmt[3] = { 0, 1 };
+
+	snprintf(tenant, sizeof(tenant), "%" PRIu32, tenant_id);
+	snprintf(att, sizeof(att), "%d", attempt);
+	PGresult *r = db_run(&st_unfence, v, len, fmt);
+	if (r == NULL)
+		return -1;
+	PQclear(r);
+	return 0;
 }
 
 int store_revoke(uint32_t tenant_id, const uint8_t *token_id, uint32_t operation_id,

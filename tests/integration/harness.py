@@ -359,6 +359,10 @@ class Idemd:
             "master_key_file": self.master_key_file,
             "pool_size": 4,
             "threads": 4,
+            # the tests' leases are a second or two: half a second's margin
+            # keeps their routes' timeouts short (test_holder_fence runs the
+            # default, 1000)
+            "forward_margin_ms": 500,
         }
         cfg.update(self.extra_config)
         cfg.update(extra)

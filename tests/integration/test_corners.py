@@ -122,6 +122,26 @@ class Records(IdemdCase):
         got = assert_status(self, self.client.get(key_path(op, key)), 200)
         self.assertNotIn("checkpoint", got, "a stale holder's checkpoint was stored")
 
+    def test_batch_completion_of_a_taken_over_attempt_is_refused(self):
+        # several completions in one statement fence on the attempt each, as
+        # one alone does (complete_current, not complete_one)
+        op = self.put_operation(lease_seconds=1)
+        keys = [uniq("k") for _ in range(4)]
+        for k in keys:
+            assert_status(self, self.client.post(key_path(op, k, "claim"), {}), 201)
+        time.sleep(1.3)
+        for k in keys[1:3]:
+            r = self.client.post(key_path(op, k, "claim"), {})
+            self.assertEqual(assert_status(self, r, 201)["attempt"], 2)
+        r = self.client.post("/v1/operations/%s/completions" % op, {"items": [
+            {"key": k, "attempt": 1, "status": 200, "body": {"by": "first"}} for k in keys]})
+        items = {i["key"]: i for i in assert_status(self, r, 200)["items"]}
+        self.assertEqual([items[k]["status"] for k in keys], [200, 409, 409, 200], items)
+        for k in keys[1:3]:
+            self.assertEqual(items[k]["code"], "lease_lost", items[k])
+            got = assert_status(self, self.client.get(key_path(op, k)), 200)
+            self.assertEqual((got["state"], got["attempt"]), ("in_progress", 2), got)
+
     def test_waiter_with_another_request_is_refused(self):
         op = self.put_operation(lease_seconds=30)
         key = uniq("k")

@@ -43,8 +43,8 @@ TENANT = 900001      # records of a tenant of the test's own (records has no for
 
 # Each statement is the one NUL-terminated string of the binary that
 # starts with the first text and holds the others.
-CLAIM_FRESH = (b"WITH x AS (", b"AS x(tenant, id, op, subject, fp, expires, lease, by, audit, "
-               b"retention, i)",
+CLAIM_FRESH = (b"WITH x AS (", b"AS x(tenant, id, op, subject, fp, expires, lease, by, "
+               b"audit, retention, holder, i)",
                b"ON CONFLICT (tenant_id, token_id) DO NOTHING")
 # the same claim for a batch of one (claim_one)
 CLAIM_ONE = (b"WITH x AS (", b"($9::int[])[1] AS audit", b"ON CONFLICT (tenant_id, token_id) DO NOTHING")
@@ -93,7 +93,8 @@ def claim_args(first, n, expires=4102444800):
     ids = [token(first + k) for k in range(n)]
     return ", ".join([arr(["%d" % TENANT] * n), arr(ids), arr(["1"] * n), arr(["u"] * n),
                       arr(["NULL"] * n), arr(["%d" % expires] * n), arr(["60"] * n),
-                      arr(["test"] * n), arr(["3600"] * n), arr(["86400"] * n)])
+                      arr(["test"] * n), arr(["3600"] * n), arr(["86400"] * n),
+                      arr(["0"] * n)])
 
 
 def complete_args(first, n, retention=86400):

@@ -21,6 +21,12 @@ How it answers is chosen per request by the X-Upstream-Mode header:
   chunked-cut      200 chunked, one chunk, then closes without the last one
   stall=SECONDS    200 with a Content-Length, part of the body, then SECONDS
                    of silence before it closes
+  late=READ,WORK   reads the request READ seconds late (as from a full
+                   listen queue), then honours the deadline it was told:
+                   Idempotency-Deadline (unix ms) if sent, else
+                   Idempotency-Timeout-Ms counted from its late read; it
+                   works WORK seconds and answers 201 if that fits, else
+                   answers 503 at once without acting ("executed" says which)
 A request's "end" is when the upstream finished working on it (after a
 slow= sleep), so a test can tell whether two executions overlapped.
 Control endpoints (not recorded):
@@ -93,6 +99,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             order = State.orders
             record = State.requests[-1]
         mode = self.headers.get("X-Upstream-Mode", "ok")
+        if mode.startswith("late="):
+            self._late(mode, record)
+            return
         if mode.startswith("slow="):
             time.sleep(float(mode[5:]))
             mode = "ok"
@@ -122,6 +131,29 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._send(201, json.dumps(doc).encode(),
                    {"Location": "/orders/%d" % order, "X-Order-Id": str(order),
                     "X-Not-Stored": "1"})
+
+    def _late(self, mode, record):
+        read, work = (float(x) for x in mode[5:].split(","))
+        time.sleep(read)
+        now = time.time()
+        deadline = self.headers.get("Idempotency-Deadline")
+        timeout = self.headers.get("Idempotency-Timeout-Ms")
+        if deadline is not None:
+            left = int(deadline) / 1000.0 - now
+        else:
+            left = int(timeout) / 1000.0 if timeout is not None else 3600.0
+        record["executed"] = left >= work
+        try:
+            if not record["executed"]:
+                record["end"] = now
+                self._send(503, b'{"error": "past the deadline"}')
+                return
+            record["start"] = now
+            time.sleep(work)
+            record["end"] = time.time()
+            self._send(201, b'{"late": true}')
+        except OSError:
+            pass  # idemd stopped waiting: the work is done all the same
 
     def _broken(self, mode):
         """A final status line, then an answer that breaks off."""

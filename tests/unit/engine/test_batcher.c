@@ -74,10 +74,12 @@ int store_complete(const struct complete_args *a, struct complete_result *r)
 	return 0;
 }
 
-int store_claim_many(const struct claim_args *const *a, struct claim_result *const *r, size_t n)
+int store_claim_many(const struct claim_args *const *a, struct claim_result *const *r, size_t n,
+		     char *decided)
 {
 	const uint8_t *t[64] = { NULL };
 
+	memset(decided, 0, n);
 	for (size_t i = 0; i < n; i++)
 		t[i] = a[i]->token_id;
 	record("claim_many", n, t);
@@ -87,15 +89,21 @@ int store_claim_many(const struct claim_args *const *a, struct claim_result *con
 		memset(r[i], 0, sizeof(*r[i]));
 		r[i]->cr_outcome = CLAIM_CLAIMED;
 		r[i]->cr_attempt = 200 + a[i]->token_id[0];
+		/* a token id of 0xdd: left undecided by a second statement that failed */
+		decided[i] = a[i]->token_id[0] != 0xdd;
 	}
+	for (size_t i = 0; i < n; i++)
+		if (!decided[i])
+			return -1;
 	return 0;
 }
 
 int store_complete_many(const struct complete_args *const *a, struct complete_result *const *r,
-			size_t n)
+			size_t n, char *decided)
 {
 	const uint8_t *t[64] = { NULL };
 
+	memset(decided, 0, n);
 	for (size_t i = 0; i < n; i++)
 		t[i] = a[i]->token_id;
 	record("complete_many", n, t);
@@ -104,6 +112,7 @@ int store_complete_many(const struct complete_args *const *a, struct complete_re
 	for (size_t i = 0; i < n; i++) {
 		memset(r[i], 0, sizeof(*r[i]));
 		r[i]->cpr_outcome = COMPLETE_ALREADY;
+		decided[i] = 1;
 	}
 	return 0;
 }
@@ -278,6 +287,42 @@ static void test_failed_batch_runs_one_by_one(void **state)
 	assert_int_equal(f[2].job.bj_rc, -1);
 }
 
+/* A batch whose second statement failed keeps what its first decided:
+ * only the undecided job runs again on its own, so a record the batch made
+ * is never found again, in progress, by its own job's rerun. */
+static void test_cut_batch_reruns_only_the_undecided(void **state)
+{
+	struct fixture_job f[4];
+
+	(void)state;
+	reset();
+	assert_int_equal(batcher_start(1), 0);
+	close_gate();
+	make_job(&f[0], BATCHER_COMPLETE, 0x01, NULL);
+	batcher_submit(&f[0].job);
+	wait_at_gate();
+	make_job(&f[1], BATCHER_CLAIM, 0x22, NULL);
+	make_job(&f[2], BATCHER_CLAIM, 0xdd, NULL);
+	make_job(&f[3], BATCHER_CLAIM, 0x11, NULL);
+	for (int i = 1; i < 4; i++)
+		batcher_submit(&f[i].job);
+	open_gate();
+	wait_done(4);
+	batcher_stop();
+
+	assert_int_equal(st.ncalls, 3);
+	assert_string_equal(st.calls[1].what, "claim_many");
+	assert_int_equal(st.calls[1].n, 3);
+	assert_string_equal(st.calls[2].what, "claim");
+	assert_int_equal(st.calls[2].tokens[0], 0xdd);
+	/* the decided keep the batch's results, the rerun its own */
+	assert_int_equal(f[1].claim_res.cr_attempt, 200 + 0x22);
+	assert_int_equal(f[3].claim_res.cr_attempt, 200 + 0x11);
+	assert_int_equal(f[2].claim_res.cr_attempt, 100 + 0xdd);
+	for (int i = 1; i < 4; i++)
+		assert_int_equal(f[i].job.bj_rc, 0);
+}
+
 /* Stopping runs everything still queued before the threads end. */
 static void test_stop_drains_the_queue(void **state)
 {
@@ -325,5 +370,6 @@ static void test_single_job_and_inline_when_stopped(void **state)
 
 UNIT_MAIN(cmocka_unit_test(test_queued_jobs_share_a_batch),
 	  cmocka_unit_test(test_failed_batch_runs_one_by_one),
+	  cmocka_unit_test(test_cut_batch_reruns_only_the_undecided),
 	  cmocka_unit_test(test_stop_drains_the_queue),
 	  cmocka_unit_test(test_single_job_and_inline_when_stopped))

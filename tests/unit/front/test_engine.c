@@ -34,6 +34,7 @@
 #include "engine.h"
 #include "opcache.h"
 #include "replaycache.h"
+#include "store_fence.h"
 #include "unit.h"
 #include "unit_reply.h"
 
@@ -49,6 +50,14 @@ void batcher_submit(struct batcher_job *j)
 {
 	queued = j;
 	n_queued++;
+}
+
+/* This process's fence (store_fence.c): held, unless a test says not. */
+static int32_t fence_id = 77;
+
+int32_t store_fence_holder(void)
+{
+	return fence_id;
 }
 
 /* The connection: suspends and resumes counted, the builder
@@ -179,6 +188,7 @@ static void claim_with(enum claim_outcome outcome, int rc, void (*fill)(struct c
 	assert_false(unit_replied(&req));
 	assert_int_equal(n_queued, 1);
 	assert_non_null(queued);
+	assert_int_equal(queued->bj_claim->holder, 0); /* the caller holds it */
 	queued->bj_rc = rc;
 	queued->bj_claim_result->cr_outcome = outcome;
 	queued->bj_claim_result->cr_attempt = 1;
@@ -393,6 +403,8 @@ static int on_claimed_keep(struct request *r, const struct claim_result *res, vo
 static void test_keeps(void **state)
 {
 	assert_int_equal(engine_claim(&req, &tok, NULL, fp, NULL, on_claimed_keep, 1, &req), 0);
+	/* a claim idemd holds carries its fence; a direct one none */
+	assert_int_equal(queued->bj_claim->holder, 77);
 	queued->bj_rc = 0;
 	queued->bj_claim_result->cr_outcome = CLAIM_CLAIMED;
 	queued->bj_claim_result->cr_attempt = 1;
@@ -401,6 +413,15 @@ static void test_keeps(void **state)
 	assert_int_equal(conn.resumes, 0);
 	assert_null(conn.then);
 	assert_false(unit_replied(&req));
+
+	/* no fence held (its session lost): not claimed at all */
+	setup(state);
+	fence_id = 0;
+	n_queued = 0;
+	assert_int_equal(engine_claim(&req, &tok, NULL, fp, NULL, on_claimed_keep, 1, &req), -1);
+	fence_id = 77;
+	assert_int_equal(n_queued, 0);
+	assert_int_equal(unit_reply(&req), 503);
 
 	setup(state);
 	assert_int_equal(engine_claim(&req, &tok, NULL, fp, NULL, on_claimed_keep, 1, &req), 0);

@@ -152,7 +152,8 @@ static struct gateway_job *job(int64_t lease_ms, const char *query)
 
 	assert_non_null(headers);
 	res.cr_lease_expires_at = now_ms() + lease_ms;
-	struct gateway_job *j = gateway_job_new(&req, &gr, &tok, &op, &res, query, &headers, 4096);
+	struct gateway_job *j =
+		gateway_job_new(&req, &gr, &tok, &op, &res, query, &headers, 4096, 500);
 	assert_null(headers); /* taken, and freed with a job refused */
 	return j;
 }
@@ -216,6 +217,12 @@ static void test_timeout_cut_to_the_lease(void **state)
 	assert_non_null(j);
 	assert_true(j->gj_call.uc_timeout_ms <= 2500);
 	assert_true(j->gj_call.uc_timeout_ms >= 2300);
+	/* told both ways: how long, and until when on the database's clock */
+	long told = strtol(line_value(j->gj_call.uc_headers, "Idempotency-Timeout-Ms"), NULL, 10);
+	long long until =
+		strtoll(line_value(j->gj_call.uc_headers, "Idempotency-Deadline"), NULL, 10);
+	assert_int_equal(told, j->gj_call.uc_timeout_ms);
+	assert_true(until >= now_ms() + told - 200 && until <= now_ms() + told);
 	gateway_job_free(j);
 	/* no forward on a lease too short for one: the caller releases */
 	assert_null(job(100, ""));
