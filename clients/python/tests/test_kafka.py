@@ -220,3 +220,18 @@ def test_process_function(client, op):
     c = FakeConsumer()
     p_out = idemd.kafka.process(client, op, c, [], lambda r, claim: None)
     assert p_out == [] and c.commits == []
+
+
+def test_retry_delay_doubles_while_records_are_held(client, op, monkeypatch):
+    slept = []
+    monkeypatch.setattr(idemd.kafka.time, "sleep", slept.append)
+    held = uniq("e")
+    client.claim_key(op, held)
+    p = idemd.kafka.Processor(client, op, key_field="event_id", topic_partition=TP,
+                              retry_delay=0.5, max_retry_delay=3)
+    for _ in range(5):
+        p.process(FakeConsumer(), [Rec(0, event(held))], lambda r, claim: None)
+    assert slept == [0.5, 1.0, 2.0, 3, 3]
+    p.process(FakeConsumer(), [Rec(1, event("other-" + held))], lambda r, claim: None)
+    p.process(FakeConsumer(), [Rec(0, event(held))], lambda r, claim: None)
+    assert slept[-1] == 0.5  # progress resets it

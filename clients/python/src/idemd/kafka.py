@@ -118,7 +118,8 @@ class Processor:
     answered ``in_progress`` (another consumer holds it, or held it and
     died, until its lease ends) or released after a failure is sought back,
     with what follows it in its partition: the next poll delivers it again,
-    after ``retry_delay`` seconds. A refused commit (the group rebalanced
+    after ``retry_delay`` seconds, doubled for each call in a row that
+    seeks back, up to ``max_retry_delay``. A refused commit (the group rebalanced
     away from this consumer, for instance after ``max.poll.interval.ms``)
     is counted, not raised: the outcomes are stored, so the partition's
     next owner replays those records without running their effects.
@@ -131,6 +132,7 @@ class Processor:
                  fingerprint: Optional[Callable[[KafkaRecord], str]] = None,
                  subject: Optional[Callable[[KafkaRecord], str]] = None,
                  release_on: ReleaseOn = (Exception,), retry_delay: float = 0.2,
+                 max_retry_delay: float = 5.0,
                  on_replay: Optional[Callable[[KafkaRecord, Optional[StoredResponse]], Any]] = None,
                  topic_partition: Optional[Callable[[str, int, int], Any]] = None) -> None:
         if sum(x is not None for x in (key_header, key_field, key)) > 1:
@@ -146,6 +148,8 @@ class Processor:
         self.subject = subject
         self.release_on = release_on
         self.retry_delay = retry_delay
+        self.max_retry_delay = max_retry_delay
+        self._retry_rounds = 0  # process() calls in a row that sought records back
         self.on_replay = on_replay
         self.counts = Counts()
         # Offsets whose records are settled but whose commit did not happen
@@ -233,8 +237,12 @@ class Processor:
             self.commit(consumer)
         if retry:
             self._seek(consumer, retry)
-            if self.retry_delay > 0:
-                time.sleep(self.retry_delay)
+            delay = min(self.retry_delay * 2 ** min(self._retry_rounds, 30), self.max_retry_delay)
+            self._retry_rounds += 1
+            if delay > 0:
+                time.sleep(delay)
+        else:
+            self._retry_rounds = 0
         return outcomes
 
     def _count(self, outcomes: Sequence[MessageOutcome[KafkaRecord]]) -> None:

@@ -42,7 +42,8 @@ import org.apache.kafka.common.TopicPartition;
  * {@code commitSync}. A record answered IN_PROGRESS (another consumer holds
  * it, or held it and died, until its lease ends), or released after its
  * handler threw, is sought back with what follows it in its partition: the
- * next poll delivers it again, after the retry delay. A refused commit (the
+ * next poll delivers it again, after the retry delay (doubled for each call
+ * in a row that seeks back, up to the maximum). A refused commit (the
  * group moved on, for instance after {@code max.poll.interval.ms}) is
  * counted, not thrown: the outcomes are stored, so the partition's next
  * owner replays those records. One consumer thread per processor, as for the
@@ -58,7 +59,9 @@ public final class KafkaProcessor<K, V> {
     private final String prefix;
     private final ConsumeOptions<ConsumerRecord<K, V>> options;
     private final Duration retryDelay;
+    private final Duration maxRetryDelay;
     private final boolean commitEachPoll;
+    private int retryRounds;  // process() calls in a row that sought records back
     private final Map<TopicPartition, Long> uncommitted = new HashMap<>();
     private final long[] counts = new long[Counts.FIELDS];
 
@@ -69,6 +72,7 @@ public final class KafkaProcessor<K, V> {
         this.prefix = b.prefix;
         this.options = b.options;
         this.retryDelay = b.retryDelay;
+        this.maxRetryDelay = b.maxRetryDelay;
         this.commitEachPoll = b.commitEachPoll;
     }
 
@@ -152,7 +156,11 @@ public final class KafkaProcessor<K, V> {
                     // no longer ours: its new owner reads it
                 }
             }
-            sleep(retryDelay);
+            Duration d = retryDelay.multipliedBy(1L << Math.min(retryRounds, 20));
+            retryRounds++;
+            sleep(d.compareTo(maxRetryDelay) > 0 ? maxRetryDelay : d);
+        } else {
+            retryRounds = 0;
         }
         return out;
     }
@@ -322,6 +330,7 @@ public final class KafkaProcessor<K, V> {
         private String prefix = "";
         private ConsumeOptions<ConsumerRecord<K, V>> options = ConsumeOptions.defaults();
         private Duration retryDelay = Duration.ofMillis(200);
+        private Duration maxRetryDelay = Duration.ofSeconds(5);
         private boolean commitEachPoll = true;
 
         private Builder(IdemdClient client, String operation) {
@@ -362,6 +371,16 @@ public final class KafkaProcessor<K, V> {
          */
         public Builder<K, V> retryDelay(Duration d) {
             this.retryDelay = Objects.requireNonNull(d, "retryDelay");
+            return this;
+        }
+
+        /**
+         * @param d the longest wait after seeking back (5 s by default): the
+         *        delay doubles for each process() call in a row that seeks back
+         * @return this builder
+         */
+        public Builder<K, V> maxRetryDelay(Duration d) {
+            this.maxRetryDelay = Objects.requireNonNull(d, "maxRetryDelay");
             return this;
         }
 

@@ -181,6 +181,21 @@ class KafkaProcessorTest {
     }
 
     @Test
+    void theRetryDelayDoublesWhileRecordsAreHeld() {
+        String held = UUID.randomUUID().toString();
+        client.claimKey(op, held, ClaimOptions.NONE);
+        var p = KafkaProcessor.<String, String>builder(client, op).key(RecordKeys.jsonField("event_id"))
+                .retryDelay(Duration.ofMillis(60)).maxRetryDelay(Duration.ofMillis(150)).build();
+        long t0 = System.nanoTime();
+        for (int i = 0; i < 4; i++) {  // 60, 120, 150, 150 ms
+            p.process(consumer, List.of(rec(0, 0, event(held))), this::handle);
+        }
+        long ms = (System.nanoTime() - t0) / 1_000_000;
+        assertTrue(ms >= 480 && ms < 5000, ms + " ms");
+        assertEquals(4, p.counts().retried());
+    }
+
+    @Test
     void badInputIsAClearErrorAndNothingIsClaimed() {
         String id = UUID.randomUUID().toString();
         var p = processor(RecordKeys.jsonField("event_id"));
