@@ -27,7 +27,16 @@ for arg in "$@"; do
 done
 
 passed=0 failed=0 skipped=0
-results=() problems=()
+results=() problems=() timings=()
+START=$SECONDS
+# timed NAME CMD...: runs CMD, then notes NAME's wall time for the table
+# the summary ends with.
+timed() {
+  local name=$1 t0=$SECONDS rc; shift
+  "$@"; rc=$?
+  timings+=("$name|$((SECONDS - t0))")
+  return "$rc"
+}
 say() { printf '\n==> %s\n' "$*"; }
 pg() { bash "$ROOT/deploy/pg.sh" "$@"; }
 
@@ -39,7 +48,7 @@ if [ "$browser" = 0 ]; then
   deps_args+=(--no-browser)
 fi
 
-bash deploy/deps.sh "${deps_args[@]}" || exit 1
+timed dependencies bash deploy/deps.sh "${deps_args[@]}" || exit 1
 
 # A throwaway cluster; under root PostgreSQL runs as idemd-pg, which must be
 # able to reach it, hence 0711.
@@ -62,15 +71,18 @@ IDEMD_TEST_PGDATA=$(readlink -f "$TMP/pg")/data
 IDEMD_TEST_PGCTL="bash $(printf %q "$ROOT/deploy/pg.sh") pg_ctl $(printf %q "$TMP/pg")"
 export IDEMD_TEST_PGHOST IDEMD_TEST_PGUSER IDEMD_TEST_PSQL IDEMD_TEST_PGDATA IDEMD_TEST_PGCTL
 
-# suite NAME BUILD_DIR CMAKE_ARGS...: build a tree and run its ctest suite.
-suite() {
+# suite NAME BUILD_DIR CMAKE_ARGS...: build a tree and run its ctest suite
+# (bounded: the build 900 s, the tests 1800 s in all, each 600 s).
+suite() { timed "$1" suite_run "$@"; }
+suite_run() {
   local name=$1 dir=$2; shift 2
   say "building $dir ($name)"
-  if ! { cmake -S . -B "$dir" "$@" >/dev/null && cmake --build "$dir" -j2; }; then
+  if ! { cmake -S . -B "$dir" "$@" >/dev/null && timeout 900 cmake --build "$dir" -j2; }; then
     results+=("$name: build FAILED"); problems+=("$name build"); return
   fi
   say "running $name tests"
-  ctest --test-dir "$dir" --output-on-failure -j1 --timeout 600 "${ctest_exclude[@]}" 2>&1 |
+  timeout -k 30 1800 ctest --test-dir "$dir" --output-on-failure -j1 --timeout 600 \
+    "${ctest_exclude[@]}" 2>&1 |
     tee "$TMP/ctest.log"
   local rc=${PIPESTATUS[0]} line p=0 f=0 s
   line=$(sed -nE 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1 \2/p' "$TMP/ctest.log" | tail -n 1)
@@ -89,7 +101,8 @@ suite() {
 # "-k 60 600"; - for none), with IDEMD_BIN the release build's binary. The
 # summary gets "NAME: ok" ("NAME: $STAGE_OK" when set) or "NAME: FAILED";
 # a failure adds NAME, less any "(...)" tail, to the problem list.
-stage() {
+stage() { timed "$1" stage_run "$@"; }
+stage_run() {
   local name=$1 limit=$2 lim=(); shift 2
   if [ "$limit" != - ]; then read -ra lim <<<"timeout $limit"; fi
   if IDEMD_BIN="$ROOT/build/idemd" "${lim[@]}" "$@"; then
@@ -104,7 +117,7 @@ suite release build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEMD_WERROR="$werror" -
 say "mutants (tests/mutants.sh: each safety mechanism broken in turn must be caught)"
 # Bounded: one build tree, each mutant recompiles a few files and runs the
 # safety tests only until one fails.
-STAGE_OK="all caught" stage mutants 1200 bash tests/mutants.sh
+STAGE_OK="all caught" stage mutants 1800 bash tests/mutants.sh
 
 say "history checker (tests/checker.sh: contending clients, two instances, faults)"
 # Bounded: its PostgreSQL, idemd instances and upstream are stopped on exit.
@@ -124,7 +137,7 @@ if ! grep -qs "\"version\": \"$redocly_version\"" build/node/node_modules/@redoc
   npm install --prefix build/node --no-audit --no-fund --loglevel=error "@redocly/cli@$redocly_version"
 fi
 redocly_lint() { [ -x "$redocly" ] && "$redocly" lint api/openapi.yaml; }
-stage "openapi lint" - redocly_lint
+stage "openapi lint" 300 redocly_lint
 
 say "Debian package (tests/package.sh)"
 # builds, inspects, unpacks and runs the .deb; as root also installs it on
@@ -132,7 +145,7 @@ say "Debian package (tests/package.sh)"
 stage "debian package" 900 bash tests/package.sh
 
 say "client libraries (clients/python, clients/node, clients/go, clients/jvm)"
-stage "client libraries" - bash tests/clients.sh
+stage "client libraries" 1200 bash tests/clients.sh
 
 say "queue consumers under chaos (RabbitMQ, with and without idemd)"
 # Bounded: RabbitMQ, idemd and the consumers it starts are stopped on exit,
@@ -154,17 +167,17 @@ say "high availability (tests/ha.sh: Patroni, etcd, HAProxy, faults under a stor
 stage "high availability" "-k 120 1000" bash tests/ha.sh
 
 say "checking the C formatting (tests/static/format.sh, .clang-format)"
-stage "c formatting" - bash tests/static/format.sh
+stage "c formatting" 300 bash tests/static/format.sh
 
 say "checking the layers of src/ (tests/static/layers.py: includes run downward, no cycles)"
-stage layers - python3 tests/static/layers.py
+stage layers 120 python3 tests/static/layers.py
 
 say "checking the size of src/'s functions (tests/static/functions.py: lizard, 60 lines, complexity 15)"
 # Bounded: installs lizard (pinned) in build/lizard-venv on first use.
 stage "function size" 300 python3 tests/static/functions.py
 
 say "checking the problem codes against api/openapi.yaml"
-stage "problem codes" - python3 tests/static/problem_codes.py
+stage "problem codes" 120 python3 tests/static/problem_codes.py
 
 say "docs examples (tests/static/docs.py: README.md and docs/ run against idemd, outputs compared)"
 # Bounded: its idemd listens on 127.0.0.1 and is stopped, its databases
@@ -172,7 +185,7 @@ say "docs examples (tests/static/docs.py: README.md and docs/ run against idemd,
 stage "docs examples" "-k 30 300" python3 tests/static/docs.py
 
 say "checking the links of the Markdown files"
-stage "markdown links" - python3 tests/static/links.py
+stage "markdown links" 120 python3 tests/static/links.py
 
 if [ "$sanitize" = 1 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -180,26 +193,34 @@ if [ "$sanitize" = 1 ]; then
     suite sanitizer build-asan -DCMAKE_BUILD_TYPE=Debug -DIDEMD_WERROR=ON -DIDEMD_SANITIZE=ON
 
   say "unit tests under valgrind"
-  vg_fail=0 vg_count=0
-  for t in build/test_*; do
-    [ -x "$t" ] || continue
-    vg_count=$((vg_count + 1))
-    if ! valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect \
-         "$t" >"$TMP/valgrind.log" 2>&1; then
-      cat "$TMP/valgrind.log"; vg_fail=$((vg_fail + 1))
-    fi
-  done
+  # Bounded: 300 s a program.
+  valgrind_units() {
+    vg_fail=0 vg_count=0
+    for t in build/test_*; do
+      [ -x "$t" ] || continue
+      vg_count=$((vg_count + 1))
+      if ! timeout 300 valgrind -q --error-exitcode=99 --leak-check=full \
+           --errors-for-leak-kinds=definite,indirect "$t" >"$TMP/valgrind.log" 2>&1; then
+        cat "$TMP/valgrind.log"; vg_fail=$((vg_fail + 1))
+      fi
+    done
+  }
+  timed valgrind valgrind_units
   results+=("valgrind: $((vg_count - vg_fail)) of $vg_count unit test programs clean")
   if [ "$vg_fail" -ne 0 ] || [ "$vg_count" -eq 0 ]; then problems+=("valgrind"); fi
 
   say "fuzzing (${IDEMD_FUZZ_SECONDS:-30} s per target)"
-  stage fuzz - bash tests/fuzz/run.sh "${IDEMD_FUZZ_SECONDS:-30}"
+  stage fuzz 900 bash tests/fuzz/run.sh "${IDEMD_FUZZ_SECONDS:-30}"
 else
   results+=("sanitizer, valgrind, fuzz: skipped (use --sanitize)")
 fi
 
 say "summary"
 printf '  %s\n' "${results[@]}"
+echo
+echo "  time per stage (s):"
+for row in "${timings[@]}"; do printf '    %-34s %5d\n' "${row%%|*}" "${row#*|}"; done
+printf '    %-34s %5d\n' "all (dependencies and setup included)" "$((SECONDS - START))"
 if [ "${#problems[@]}" -gt 0 ]; then
   printf '  FAILED: %s\n' "${problems[@]}"
 else
