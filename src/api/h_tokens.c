@@ -1,5 +1,5 @@
 /* Tokens API: issue, introspect, revoke, and the claim / complete / release
- * state machine. Order of checks follows PRODUCT.md: token format, signature,
+ * state machine. Order of checks (api/openapi.yaml): token format, signature,
  * scope, then the record (in one SQL function call). */
 #include <inttypes.h>
 #include <sodium.h>

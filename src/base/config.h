@@ -1,4 +1,5 @@
-/* Configuration: the JSON file of PRODUCT.md, environment overrides, validation. */
+/* Configuration: the JSON file (docs/configuration.md), environment overrides,
+ * validation. */
 #ifndef IDEMD_CONFIG_H
 #define IDEMD_CONFIG_H
 

@@ -39,13 +39,13 @@ Per key (one record address; its ops are one history):
      answer would have had.
   7  expiry is exact: no replay or read shows a completed life after the
      expires_at its complete's answer announced (EXPIRY_SLACK allowed).
-  6r gateway, no forward on a dying lease (PRODUCT part three: a forward
+  6r gateway, no forward on a dying lease (docs/gateway.md: a forward
      starts only while the lease covers the route's timeout plus a margin):
      no second execution while the first was still running upstream
      although the first ran shorter than the route's timeout (so its
      forward was cut short of that timeout, or outlived its lease).
 
-  6f gateway, a final status line is final (PRODUCT part four): once the
+  6f gateway, a final status line is final (docs/reliability.md): once the
      upstream sent a final status line (2xx-4xx) and idemd answered the
      submit that forwarded it (not 503) at least FINAL_READ seconds later,
      no execution of the key after it inside the life that answer would

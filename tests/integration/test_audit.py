@@ -1,5 +1,4 @@
-"""Records and their audit trail (PRODUCT.md part two, "Records, audit and
-duplicates prevented"): GET /v1/records/{id} and /v1/records/{id}/events;
+"""Records and their audit trail (docs/operations.md, api/openapi.yaml): GET /v1/records/{id} and /v1/records/{id}/events;
 every state change leaves one event written with it, naming who did it
 (an API key's id or a gateway route, never a secret); events outlive the
 swept record for the operation's audit_retention_seconds; tenants never see

@@ -1,5 +1,5 @@
-"""Integration tests: exactly once through a broken upstream (PRODUCT.md
-part four). One regression test per corner a review broke, each failing on
+"""Integration tests: exactly once through a broken upstream
+(docs/reliability.md, "What ran is never run again"). One regression test per corner a review broke, each failing on
 the code before it was fixed:
 
   1. an upstream that sends a final status line and then breaks (a body

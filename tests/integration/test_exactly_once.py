@@ -1,4 +1,4 @@
-"""Integration tests: exactly once in the corners (PRODUCT.md part three).
+"""Integration tests: exactly once in the corners (docs/reliability.md).
 One regression test per hole a review found, each failing on the code
 before migrations/0011 and passing after:
 

@@ -1,4 +1,4 @@
-"""Integration tests: the hardening rules of PRODUCT.md ("Hardening"), with
+"""Integration tests: the hardening rules of docs/security.md, with
 raw sockets on the client side and a raw-socket upstream (rawupstream.py)
 that keeps the exact bytes of every upstream connection and parses them
 strictly.

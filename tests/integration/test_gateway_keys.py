@@ -1,4 +1,4 @@
-"""Derived keys on gateway routes (PRODUCT.md part two): a route's "key" is
+"""Derived keys on gateway routes (docs/gateway.md): a route's "key" is
 a header (the IETF Idempotency-Key draft, webhook delivery ids), a member
 of the JSON body, or the request's own hash; "scope_headers" keep two
 callers' equal keys apart; "fingerprint" is bytes, canonical JSON or none;

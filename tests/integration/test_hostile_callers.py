@@ -1,5 +1,5 @@
-"""Integration tests: hostile callers, third round (PRODUCT.md part four,
-"Callers that never lock each other out"). Each failed before its fix:
+"""Integration tests: hostile callers, third round (docs/security.md:
+callers that never lock each other out). Each failed before its fix:
 
   - while one address floods idemd with made-up API keys (far more than
     its share of lookups a second), a genuine key sent from that same

@@ -1,5 +1,5 @@
-"""Integration tests: hostile clients and tenants, second round (PRODUCT.md
-part three). Each reproduces a finding of the review and failed before its
+"""Integration tests: hostile clients and tenants, second round
+(docs/security.md). Each reproduces a finding of the review and failed before its
 fix:
 
   - a gateway submit with a garbage token and a large Content-Length holds

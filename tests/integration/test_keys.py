@@ -1,4 +1,4 @@
-"""Caller keys on the direct API (PRODUCT.md part two, "Caller keys"):
+"""Caller keys on the direct API (docs/service-calls.md):
 claim, complete, release and introspection of /v1/operations/{op}/keys/{key},
 with the outcome table of tokens, a key's scope (tenant and operation),
 invalid keys, records never claimed, subjects and version counters, and one

@@ -1,4 +1,4 @@
-"""Long work (PRODUCT.md part two, "Long work: extend and checkpoint"):
+"""Long work (docs/long-work.md: extend and checkpoint):
 the current attempt extends its lease and leaves checkpoints; a takeover's
 201 and introspection carry the latest checkpoint; a stale attempt gets 409
 lease_lost and writes nothing. For tokens and caller keys alike."""

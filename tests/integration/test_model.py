@@ -4,7 +4,8 @@ complete, release, revoke, extend, checkpoint, wait (Prefer: wait), expire
 (short TTLs and leases running out), sweep, version bumps, and races:
 requests sent at the same moment from several threads to two idemd
 processes on one database, each answer checked against a reference model of
-PRODUCT.md's state machine written here in Python.
+the claim state machine (api/openapi.yaml, "Claim outcomes") written here in
+Python.
 
 Checked on every step: at most one execution (one 201 per attempt of a
 record, never a 201 after a completion in the same life), replays identical
@@ -12,7 +13,7 @@ to the stored response, fencing (a stale attempt's complete, release,
 extend and checkpoint get 409 lease_lost and write nothing), version
 counters equal to the acknowledged bumps.
 
-Lives of a record (PRODUCT.md part three, "Exactly once, in the corners"):
+Lives of a record (docs/reliability.md, "Fencing outlives the record"):
 a record past its expires_at is gone for every reader at once, swept or not
 (claim, replay, introspection); a caller key claimed again after that
 starts a new life whose attempt continues the numbering (the last attempt +
@@ -352,7 +353,7 @@ class RecordMachine(RuleBasedStateMachine):
     def one(self, rec, s, r, check, what):
         self.settle(what, [(self.idx(rec), s, r, check)])
 
-    # ---- the claim table (PRODUCT.md "Claim outcomes"), as a check
+    # ---- the claim table (api/openapi.yaml, the claim's outcomes), as a check
 
     def check_claim(self, rec, fp, s, r, resp, what):
         """Checks a claim's answer against the model at [S, R] and applies it."""

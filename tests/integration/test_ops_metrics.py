@@ -1,5 +1,4 @@
-"""Operating idemd (PRODUCT.md part two, "Records, audit and duplicates
-prevented"; docs/operations.md): the per-record replay count (every
+"""Operating idemd (docs/operations.md): the per-record replay count (every
 kind of replay counted, flushed within 10 s, nothing lost on SIGTERM), the
 metric families an operator alerts on (duplicates by tenant, operation and
 outcome with bounded labels, stuck records, histograms with HELP and TYPE),

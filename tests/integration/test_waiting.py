@@ -1,5 +1,5 @@
-"""Duplicates that wait for the answer (PRODUCT.md part two, "Waiting
-instead of 409"): Prefer: wait=N or the operation's wait_seconds; the
+"""Duplicates that wait for the answer instead of a 409 (api/openapi.yaml,
+Prefer: wait): Prefer: wait=N or the operation's wait_seconds; the
 waiter gets the replay when the first completes, becomes the next attempt
 when it is released or its lease ends, or gets 409 when N passes; across
 idemd instances; bounded by max_waiters; holding no HTTP thread; answered
