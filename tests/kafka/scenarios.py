@@ -147,7 +147,7 @@ def wait_dead(proc, limit=60):
         proc.wait(limit)
     except subprocess.TimeoutExpired:
         raise RuntimeError("a consumer did not reach its --die point: %s" % proc.args) from None
-    if proc.returncode != -signal.SIGKILL:
+    if proc.returncode not in (-signal.SIGKILL, 137):  # 137: the JVM's halt, had kill failed
         raise RuntimeError("a consumer exited with %s, not SIGKILL: %s" % (proc.returncode, proc.args))
     return proc.returncode
 
@@ -191,7 +191,7 @@ def finish(bootstrap, s, limit):
             ok = True
             break
         for name, p in s.procs.items():
-            if p.poll() is not None and p.returncode not in (0, 143, -signal.SIGKILL):
+            if p.poll() is not None and p.returncode not in (0, 137, 143, -signal.SIGKILL):
                 raise RuntimeError("consumer %s exited with %s" % (name, p.returncode))
         time.sleep(0.3)
     for p in s.procs.values():

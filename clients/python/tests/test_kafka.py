@@ -232,6 +232,10 @@ def test_retry_delay_doubles_while_records_are_held(client, op, monkeypatch):
     for _ in range(5):
         p.process(FakeConsumer(), [Rec(0, event(held))], lambda r, claim: None)
     assert slept == [0.5, 1.0, 2.0, 3, 3]
+    # another partition's progress does not reset it; the partition's own does
+    p.process(FakeConsumer(), [Rec(7, event("p1-" + held), partition=1)], lambda r, claim: None)
+    p.process(FakeConsumer(), [Rec(0, event(held))], lambda r, claim: None)
+    assert slept[-1] == 3
     p.process(FakeConsumer(), [Rec(1, event("other-" + held))], lambda r, claim: None)
     p.process(FakeConsumer(), [Rec(0, event(held))], lambda r, claim: None)
-    assert slept[-1] == 0.5  # progress resets it
+    assert slept[-1] == 0.5

@@ -119,7 +119,7 @@ class Processor:
     died, until its lease ends) or released after a failure is sought back,
     with what follows it in its partition: the next poll delivers it again,
     after ``retry_delay`` seconds, doubled for each call in a row that
-    seeks back, up to ``max_retry_delay``. A refused commit (the group rebalanced
+    seeks the same partition back, up to ``max_retry_delay``. A refused commit (the group rebalanced
     away from this consumer, for instance after ``max.poll.interval.ms``)
     is counted, not raised: the outcomes are stored, so the partition's
     next owner replays those records without running their effects.
@@ -149,7 +149,8 @@ class Processor:
         self.release_on = release_on
         self.retry_delay = retry_delay
         self.max_retry_delay = max_retry_delay
-        self._retry_rounds = 0  # process() calls in a row that sought records back
+        # Per partition: process() calls in a row that sought it back.
+        self._retry_rounds: Dict[Tuple[str, int], int] = {}
         self.on_replay = on_replay
         self.counts = Counts()
         # Offsets whose records are settled but whose commit did not happen
@@ -235,14 +236,17 @@ class Processor:
             self._uncommitted.update(settled)
         if commit:
             self.commit(consumer)
+        for tp in settled:
+            if tp not in retry:  # the partition moved on
+                self._retry_rounds.pop(tp, None)
         if retry:
             self._seek(consumer, retry)
-            delay = min(self.retry_delay * 2 ** min(self._retry_rounds, 30), self.max_retry_delay)
-            self._retry_rounds += 1
+            rounds = max(self._retry_rounds.get(tp, 0) for tp in retry)
+            for tp in retry:
+                self._retry_rounds[tp] = self._retry_rounds.get(tp, 0) + 1
+            delay = min(self.retry_delay * 2 ** min(rounds, 30), self.max_retry_delay)
             if delay > 0:
                 time.sleep(delay)
-        else:
-            self._retry_rounds = 0
         return outcomes
 
     def _count(self, outcomes: Sequence[MessageOutcome[KafkaRecord]]) -> None:

@@ -43,7 +43,7 @@ import org.apache.kafka.common.TopicPartition;
  * it, or held it and died, until its lease ends), or released after its
  * handler threw, is sought back with what follows it in its partition: the
  * next poll delivers it again, after the retry delay (doubled for each call
- * in a row that seeks back, up to the maximum). A refused commit (the
+ * in a row that seeks the same partition back, up to the maximum). A refused commit (the
  * group moved on, for instance after {@code max.poll.interval.ms}) is
  * counted, not thrown: the outcomes are stored, so the partition's next
  * owner replays those records. One consumer thread per processor, as for the
@@ -61,7 +61,7 @@ public final class KafkaProcessor<K, V> {
     private final Duration retryDelay;
     private final Duration maxRetryDelay;
     private final boolean commitEachPoll;
-    private int retryRounds;  // process() calls in a row that sought records back
+    private final Map<TopicPartition, Integer> retryRounds = new HashMap<>();  // calls in a row seeking it back
     private final Map<TopicPartition, Long> uncommitted = new HashMap<>();
     private final long[] counts = new long[Counts.FIELDS];
 
@@ -145,6 +145,11 @@ public final class KafkaProcessor<K, V> {
             }
         }
         uncommitted.putAll(settled);
+        for (TopicPartition tp : settled.keySet()) {
+            if (!retry.containsKey(tp)) {
+                retryRounds.remove(tp);  // the partition moved on
+            }
+        }
         if (commitEachPoll) {
             commit(consumer, null);
         }
@@ -156,11 +161,13 @@ public final class KafkaProcessor<K, V> {
                     // no longer ours: its new owner reads it
                 }
             }
-            Duration d = retryDelay.multipliedBy(1L << Math.min(retryRounds, 20));
-            retryRounds++;
+            int rounds = 0;
+            for (TopicPartition tp : retry.keySet()) {
+                rounds = Math.max(rounds, retryRounds.getOrDefault(tp, 0));
+                retryRounds.merge(tp, 1, Integer::sum);
+            }
+            Duration d = retryDelay.multipliedBy(1L << Math.min(rounds, 20));
             sleep(d.compareTo(maxRetryDelay) > 0 ? maxRetryDelay : d);
-        } else {
-            retryRounds = 0;
         }
         return out;
     }
