@@ -63,6 +63,8 @@
 #                              ipv6_client_prefix bits)
 #   listing_unshared           one tenant runs any number of listings and
 #                              event pages at once (max_listing_per_tenant)
+#   listing_on_worker          a listing's statement runs on the HTTP worker
+#                              that took it, not on a reader thread
 #   holder_unfenced            a gateway record whose holder lives is taken
 #                              over at its lease's end (migrations/0020)
 #   lease_below_route_needs    a lease a live instance's route cannot fit is
@@ -109,7 +111,7 @@ pointed() {
     told_events_unfiltered) echo test_broken_upstream ;;
     told_events_lost|event_rows_unfiltered|new_life_swept_late) echo test_audit ;;
     replay_ignores_fingerprint) echo test_claims ;;
-    unstorable_kept_long|listing_unshared) echo test_hostile_tenants ;;
+    unstorable_kept_long|listing_unshared|listing_on_worker) echo test_hostile_tenants ;;
     connections_per_address) echo test_hostile_ipv6 ;;
     holder_unfenced) echo test_holder_fence:Fence.test_completion_stalled_past_the_lease_keeps_the_key ;;
     lease_below_route_needs) echo test_holder_fence:Fence.test_lease_shortened_elsewhere_is_refused ;;
@@ -134,7 +136,7 @@ MUTANTS=(fence_resets no_fence lease_from_txn_start lease_spent_acked forward_on
          replay_db_ignores_expiry complete_ignores_expiry complete_fn_ignores_expiry
          checkpoint_unfenced batch_twins told_events_lost told_events_lost_on_delete
          told_events_unfiltered event_rows_unfiltered clock_offset_ignored replay_ignores_fingerprint resend_allowed
-         fences_swept_at_once new_life_swept_late unstorable_kept_long connections_per_address listing_unshared
+         fences_swept_at_once new_life_swept_late unstorable_kept_long connections_per_address listing_unshared listing_on_worker
          holder_unfenced lease_below_route_needs deadline_unsent told_whole_timeout
          batch_cut_forgets clock_steps_seen complete_batch_unfenced release_on_close)
 if [ -n "${IDEMD_MUTANTS:-}" ]; then read -r -a MUTANTS <<<"$IDEMD_MUTANTS"; fi

@@ -2,7 +2,9 @@
  * token's id, a caller key's, the one forwarded upstream), GET
  * /v1/records/{id}/events (its audit trail, which may outlive it) and
  * GET /v1/records (a listing, newest claim first, keyset-paginated: for
- * finding work stuck in progress). */
+ * finding work stuck in progress). A listing and an event page read many
+ * rows: their statements run on the readers (readers.h), within the
+ * tenant's listing share (http_listing_take), never on an HTTP worker. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 
 #include "handlers.h"
 #include "opcache.h"
+#include "readers.h"
 #include "reqjson.h"
 #include "router.h"
 #include "store.h"
@@ -80,14 +83,82 @@ void h_record_get(struct request *req)
 
 static int h_query_int(struct request *req, const char *name, int64_t max, int64_t *out);
 
+/* A listing or an event page: what its handler parsed, and what the
+ * statement, run by a reader, gave. Owned by its handler until submitted,
+ * then freed by its answer. */
+struct h_read {
+	struct reader_job hr_job;
+	int hr_rc; /* the statement's: 0, or -1 (unavailable) */
+	int64_t hr_limit;
+	/* a listing: the filter (rf_subject is hr_subject) and the rows */
+	struct record_filter hr_filter;
+	char *hr_subject;
+	struct record_row *hr_rows;
+	size_t hr_n;
+	/* an event page */
+	uint8_t hr_id[TOKEN_ID_BYTES];
+	int64_t hr_after, hr_next;
+	json_t *hr_events;
+};
+
+/* Submits R (new, or NULL when out of memory) to the readers with RUN and
+ * ANSWER, within REQ's listing share: 0, or -1 after replying (R and its
+ * subject freed). */
+static int h_read_submit(struct request *req, struct h_read *r, void (*run)(struct reader_job *),
+			 void (*answer)(struct request *, void *))
+{
+	if (r == NULL) {
+		request_unavailable(req);
+		return -1;
+	}
+	if (http_listing_take(req) < 0) {
+		free(r->hr_subject);
+		free(r);
+		return -1;
+	}
+	r->hr_job.rj_req = req;
+	r->hr_job.rj_tenant_id = req->req_tenant_id;
+	r->hr_job.rj_run = run;
+	r->hr_job.rj_answer = answer;
+	readers_submit(&r->hr_job);
+	return 0;
+}
+
+static void h_record_events_run(struct reader_job *j)
+{
+	struct h_read *r = IDEMD_CONTAINER_OF(j, struct h_read, hr_job);
+
+	r->hr_rc = store_events_get(j->rj_tenant_id, r->hr_id, r->hr_after, (int)r->hr_limit,
+				    &r->hr_events, &r->hr_next);
+}
+
+static void h_record_events_answer(struct request *req, void *arg)
+{
+	struct h_read *r = arg;
+	char cur[24];
+
+	http_listing_give(req);
+	if (r->hr_rc < 0) {
+		request_unavailable(req);
+	} else if (json_array_size(r->hr_events) == 0 && r->hr_after == 0) {
+		json_decref(r->hr_events);
+		request_fail(req, 404, "record_not_found", "no record or audit trail with this id");
+	} else {
+		snprintf(cur, sizeof(cur), "%" PRId64, r->hr_next);
+		http_reply_json(req, 200,
+				json_pack("{s:o,s:o}", "events", r->hr_events, "next_cursor",
+					  r->hr_next != 0 ? json_string(cur) : json_null()));
+	}
+	free(r);
+}
+
 /* GET /v1/records/{id}/events[?limit=&cursor=]: pages of at most LIMIT
  * (1..1000, default 1000) events; "next_cursor" (opaque: the last event's
  * sequence number) asks for the next, null on the last page. */
 void h_record_events(struct request *req)
 {
 	uint8_t id[TOKEN_ID_BYTES];
-	int64_t limit = H_EVENTS_MAX, after = 0, next = 0;
-	json_t *events;
+	int64_t limit = H_EVENTS_MAX, after = 0;
 
 	if (h_record_id(req, id) < 0)
 		return;
@@ -100,24 +171,13 @@ void h_record_events(struct request *req)
 			     H_EVENTS_MAX);
 		return;
 	}
-	if (http_listing_take(req) < 0)
-		return;
-	int rc = store_events_get(req->req_tenant_id, id, after, (int)limit, &events, &next);
-	http_listing_give(req);
-	if (rc < 0) {
-		request_unavailable(req);
-		return;
+	struct h_read *r = calloc(1, sizeof(*r));
+	if (r != NULL) {
+		memcpy(r->hr_id, id, sizeof(r->hr_id));
+		r->hr_after = after;
+		r->hr_limit = limit;
 	}
-	if (json_array_size(events) == 0 && after == 0) {
-		json_decref(events);
-		request_fail(req, 404, "record_not_found", "no record or audit trail with this id");
-		return;
-	}
-	char cur[24];
-	snprintf(cur, sizeof(cur), "%" PRId64, next);
-	http_reply_json(req, 200,
-			json_pack("{s:o,s:o}", "events", events, "next_cursor",
-				  next != 0 ? json_string(cur) : json_null()));
+	(void)h_read_submit(req, r, h_record_events_run, h_record_events_answer);
 }
 
 /* A non-negative integer query argument NAME into *OUT (absent: untouched).
@@ -271,27 +331,10 @@ static json_t *h_record_row_json(const struct record_row *r)
 	return o;
 }
 
-void h_record_list(struct request *req)
+/* The page of N ROWS (one more than LIMIT when more follow) as the reply. */
+static void h_record_list_reply(struct request *req, const struct record_row *rows, size_t n,
+				int64_t limit)
 {
-	struct record_filter f;
-	struct record_row *rows = NULL;
-	char *subject = NULL;
-	int64_t limit;
-	size_t n = 0;
-	int none = 0;
-
-	if (h_record_filter(req, &f, &limit, &subject, &none) < 0)
-		goto done;
-	/* one row more than the page: next_cursor is null exactly when
-	 * nothing follows, a full last page included */
-	if (!none && http_listing_take(req) < 0)
-		goto done;
-	int rc = none ? 0 : store_record_list(req->req_tenant_id, &f, (size_t)limit + 1, &rows, &n);
-	http_listing_give(req);
-	if (rc < 0) {
-		request_unavailable(req);
-		goto done;
-	}
 	int more = n > (size_t)limit;
 	if (more)
 		n = (size_t)limit;
@@ -309,10 +352,58 @@ void h_record_list(struct request *req)
 		json_decref(list);
 		json_decref(next);
 		request_unavailable(req);
-		goto done;
+		return;
 	}
 	http_reply_json(req, 200, json_pack("{s:o,s:o}", "records", list, "next_cursor", next));
-done:
-	free(rows);
-	free(subject);
+}
+
+static void h_record_list_run(struct reader_job *j)
+{
+	struct h_read *r = IDEMD_CONTAINER_OF(j, struct h_read, hr_job);
+
+	/* one row more than the page: next_cursor is null exactly when
+	 * nothing follows, a full last page included */
+	r->hr_rc = store_record_list(j->rj_tenant_id, &r->hr_filter, (size_t)r->hr_limit + 1,
+				     &r->hr_rows, &r->hr_n);
+}
+
+static void h_record_list_answer(struct request *req, void *arg)
+{
+	struct h_read *r = arg;
+
+	http_listing_give(req);
+	if (r->hr_rc < 0)
+		request_unavailable(req);
+	else
+		h_record_list_reply(req, r->hr_rows, r->hr_n, r->hr_limit);
+	free(r->hr_rows);
+	free(r->hr_subject);
+	free(r);
+}
+
+void h_record_list(struct request *req)
+{
+	struct record_filter f;
+	char *subject = NULL;
+	int64_t limit;
+	int none = 0;
+
+	if (h_record_filter(req, &f, &limit, &subject, &none) < 0) {
+		free(subject);
+		return;
+	}
+	if (none) { /* an operation that does not exist: nothing to read */
+		h_record_list_reply(req, NULL, 0, limit);
+		free(subject);
+		return;
+	}
+	struct h_read *r = calloc(1, sizeof(*r));
+	if (r == NULL)
+		free(subject);
+	else {
+		r->hr_filter = f;
+		r->hr_subject = subject;
+		r->hr_limit = limit;
+	}
+	(void)h_read_submit(req, r, h_record_list_run, h_record_list_answer);
 }

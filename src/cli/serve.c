@@ -27,6 +27,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "migrate.h"
+#include "readers.h"
 #include "replaycount.h"
 #include "routes.h"
 #include "store_fence.h"
@@ -327,6 +328,8 @@ static int serve_start(const struct config *cfg, enum serve_up *up)
 		log_error("serve: cannot start the replay count thread");
 		return -1;
 	}
+	if (readers_start() < 0)
+		return -1;
 	/* every API key in memory before the first request: a genuine key
 	 * never waits on the rate-limited lookup of unknown ones */
 	if (auth_refresh() < 0)
@@ -366,8 +369,10 @@ static void serve_stop(enum serve_up up)
 		}
 		/* fall through */
 	case SERVE_UP_GATEWAY:
-		/* after the last request was answered: every replay is counted */
+		/* after the last request was answered: every replay is counted,
+		 * no listing waits for a reader */
 		replaycount_stop();
+		readers_stop();
 		gateway_stop();
 		/* fall through */
 	case SERVE_UP_FENCE:

@@ -21,7 +21,9 @@ fix:
     or a webhook of "[{},{},…]") is 413, and several of them at once leave
     idemd's peak memory small.
   - one tenant runs at most max_listing_per_tenant listings and event
-    pages at once (its next is 429), so another tenant's still run;
+    pages at once (its next is 429), so another tenant's still run, and
+    their statements run on reader threads: listings held in PostgreSQL
+    leave every HTTP worker free for other requests;
   - a request target holding a NUL or another control byte is 400 on
     every route, never cut, routed or forwarded;
   - an IPv6 peer is one client per ipv6_client_prefix (unit
@@ -249,22 +251,12 @@ class HostileTenants(IdemdCase):
         # an HTTP worker and a pool connection. acme runs its share
         # (max_listing_per_tenant, 2) and no more: its third listing and
         # its event pages are 429 at once; globex still gets its turn
-        locker = subprocess.Popen([harness.PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1",
-                                   "-d", self.idemd.db], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  env=harness.pg_env(), text=True)
+        locker = lock_records(self.idemd.db)
         answers, threads = {}, []
 
         def listing(name, client, path):
             answers[name] = harness.Client(self.server.port, client.api_key, timeout=30).get(path)
         try:
-            locker.stdin.write("BEGIN;\nLOCK TABLE records IN ACCESS EXCLUSIVE MODE;\n")
-            locker.stdin.flush()
-            q = "SELECT count(*) FROM pg_locks WHERE relation = 'records'::regclass AND granted"
-            deadline = time.monotonic() + 5
-            while psql(q, db=self.idemd.db).strip() == "0":
-                self.assertLess(time.monotonic(), deadline, "could not lock records")
-                time.sleep(0.05)
             for name in ("acme1", "acme2"):
                 threads.append(threading.Thread(target=listing, args=(
                     name, self.client, "/v1/records?subject=nobody&limit=500")))
@@ -290,9 +282,7 @@ class HostileTenants(IdemdCase):
             time.sleep(0.5)
             self.assertNotIn("globex", answers, "the lock did not hold globex's listing")
         finally:
-            locker.stdin.write("COMMIT;\n")
-            locker.stdin.close()
-            locker.wait(10)
+            unlock_records(locker)
             for t in threads:
                 t.join(30)
         for name in ("acme1", "acme2", "globex"):
@@ -436,6 +426,70 @@ class HostileTenants(IdemdCase):
         for bad in ("limit=0", "limit=1001", "cursor=x", "cursor=-1"):
             assert_problem(self, self.client.get("/v1/records/%s/events?%s" % (rid, bad)), 400,
                            "invalid_request")
+
+
+def lock_records(db):
+    """A psql session holding records locked (ACCESS EXCLUSIVE): every
+    statement on the table waits. Close its stdin after COMMIT to free it."""
+    locker = subprocess.Popen([harness.PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", db],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=harness.pg_env(), text=True)
+    locker.stdin.write("BEGIN;\nLOCK TABLE records IN ACCESS EXCLUSIVE MODE;\n")
+    locker.stdin.flush()
+    q = "SELECT count(*) FROM pg_locks WHERE relation = 'records'::regclass AND granted"
+    deadline = time.monotonic() + 5
+    while psql(q, db=db).strip() == "0":
+        if time.monotonic() > deadline:
+            raise AssertionError("could not lock records")
+        time.sleep(0.05)
+    return locker
+
+
+def unlock_records(locker):
+    locker.stdin.write("COMMIT;\n")
+    locker.stdin.close()
+    locker.wait(10)
+
+
+class ListingWorkers(IdemdCase):
+    """Two HTTP workers: a listing's statement runs on a reader thread, so
+    listings held in PostgreSQL leave every worker free."""
+
+    extra_config = {"threads": 2, "pool_size": 8}
+
+    def test_listings_held_in_postgresql_leave_the_workers_free(self):
+        locker = lock_records(self.idemd.db)
+        answers, threads = {}, []
+
+        def listing(name, path):
+            answers[name] = harness.Client(self.server.port, self.api_key, timeout=30).get(path)
+        try:
+            for name, path in (("list", "/v1/records?subject=nobody"),
+                               ("events", "/v1/records/%s/events" % ("0" * 32))):
+                threads.append(threading.Thread(target=listing, args=(name, path)))
+                threads[-1].start()
+            # both statements inside PostgreSQL, waiting for the lock
+            q = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                 "AND wait_event_type = 'Lock' AND (query LIKE '%subject = $4%' "
+                 "OR query LIKE '%FROM idemd.events%')")
+            deadline = time.monotonic() + 10
+            while int(psql(q, db=self.idemd.db).strip() or 0) < 2:
+                self.assertLess(time.monotonic(), deadline, "the reads did not reach the lock")
+                time.sleep(0.05)
+            # another tenant's requests that need no records table: answered
+            # at once, on new connections and on kept-alive ones alike
+            t0 = time.monotonic()
+            for _ in range(6):
+                r = harness.Client(self.server.port, self.keys["globex"], timeout=3).get(
+                    "/v1/operations")
+                self.assertEqual(r.status, 200, r.describe())
+            self.assertLess(time.monotonic() - t0, 2.0, "the HTTP workers were held")
+        finally:
+            unlock_records(locker)
+            for t in threads:
+                t.join(30)
+        self.assertEqual(answers["list"].status, 200, answers["list"].describe())
+        self.assertEqual(answers["events"].status, 404, answers["events"].describe())
 
 
 class WaiterShares(IdemdCase):
