@@ -28,6 +28,11 @@ claim with a body of about 1 KiB) back to back. Scenarios:
             max_inflight_body_bytes 16777216 for this scenario
   batch+quota  (--quota-rate N, the second binary only) the batch flood with
             claim_rate_per_second N for every tenant
+  listing   tenant A: 16 keep-alive connections listing
+            GET /v1/records?subject=nobody&limit=500 back to back, over
+            --listing-records records of A's (300,000 by default, made
+            once per binary with batch claims before its first listing
+            run; each listing reads all of them, about 0.4 s)
 
 Rounds are interleaved (every scenario of both binaries once per round, the
 binaries' order alternating) and each figure is the median over the rounds.
@@ -68,7 +73,9 @@ BODY_BUDGET = 16777216
 RAMP = 1.5
 B_SOURCE = "127.0.0.2"
 B_PAYLOAD = {"request": {"sku": "B-1", "qty": 1, "note": "x" * 1000}}
-SCENARIOS = ["baseline", "batch", "unknown", "unknown-cold", "body"]
+LIST_CONNS = 16
+LIST_RECORDS = 300000
+SCENARIOS = ["baseline", "batch", "unknown", "unknown-cold", "body", "listing"]
 
 
 def log(*a):
@@ -313,6 +320,80 @@ def attack_batch(port, key, stop, q):
     q.put(counts)
 
 
+def fill_records(target, n):
+    """N records of tenant A (caller-key claims in 500-item batches, 8
+    connections), once per binary."""
+    if getattr(target, "filled", 0) >= n:
+        return
+    hdr = {"Authorization": "Bearer " + target.keys["a"], "Content-Type": "application/json"}
+    batches = (n + BATCH_ITEMS - 1) // BATCH_ITEMS
+    lock = threading.Lock()
+    todo = list(range(batches))
+
+    def worker():
+        conn = http.client.HTTPConnection("127.0.0.1", target.port, timeout=120)
+        while True:
+            with lock:
+                if not todo:
+                    break
+                b = todo.pop()
+            items = ",".join('{"key":"fill-%d-%d","request":{"n":%d}}' % (b, i, i)
+                             for i in range(BATCH_ITEMS))
+            conn.request("POST", "/v1/operations/a.claim/claims",
+                         body=('{"items":[' + items + "]}").encode(), headers=hdr)
+            r = conn.getresponse()
+            r.read()
+            if r.status != 200:
+                raise SystemExit("filling A's records on %s: %s" % (target.label, r.status))
+        conn.close()
+
+    log("making %d records of A's on %s" % (n, target.label))
+    ts = [threading.Thread(target=worker) for _ in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    target.filled = n
+
+
+def attack_listing(port, key, stop, q):
+    counts = {"requests": 0, "status": {}}
+    lock = threading.Lock()
+    hdr = {"Authorization": "Bearer " + key}
+
+    def worker():
+        conn = None
+        while not stop.is_set():
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                conn.request("GET", "/v1/records?subject=nobody&limit=500", headers=hdr)
+                r = conn.getresponse()
+                r.read()
+                st = r.status
+                if r.will_close:
+                    conn.close()
+                    conn = None
+            except (OSError, http.client.HTTPException):
+                st = 0
+                if conn:
+                    conn.close()
+                conn = None
+                time.sleep(0.05)
+            with lock:
+                counts["requests"] += 1
+                counts["status"][st] = counts["status"].get(st, 0) + 1
+            if st == 429:
+                time.sleep(0.001)  # a client that retries at once, not a spin
+
+    ts = [threading.Thread(target=worker, daemon=True) for _ in range(LIST_CONNS)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    q.put(counts)
+
+
 def fresh_key():
     return "idk_" + base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
 
@@ -453,13 +534,15 @@ def attack_body(port, stop, q):
 
 
 # -------------------------------------------------------------- one run
-def run_one(target, scenario, rnd, duration, quota_rate):
+def run_one(target, scenario, rnd, duration, quota_rate, listing_records=LIST_RECORDS):
     extra = {}
     if scenario == "body":
         extra["max_inflight_body_bytes"] = BODY_BUDGET
     if scenario == "batch+quota":
         extra["claim_rate_per_second"] = quota_rate
     target.start(extra)
+    if scenario == "listing":
+        fill_records(target, listing_records)
     la0 = loadavg()
     if scenario != "unknown-cold":
         # one claim of B's first, so that its key is known to idemd before
@@ -478,6 +561,8 @@ def run_one(target, scenario, rnd, duration, quota_rate):
         att = ctx.Process(target=attack_unknown, args=(target.port, stop, aq))
     elif scenario == "body":
         att = ctx.Process(target=attack_body, args=(target.port, stop, aq))
+    elif scenario == "listing":
+        att = ctx.Process(target=attack_listing, args=(target.port, target.keys["a"], stop, aq))
     if att:
         att.start()
     time.sleep(RAMP)
@@ -537,7 +622,7 @@ def describe_attack(scen, runs):
                 st[k] = st.get(k, 0) + v
         return "A: %s batches, %s items 201 (median per run; statuses over all runs %s)" % (
             int(reqs), int(items), fmt_status(st))
-    if scen.startswith("unknown"):
+    if scen.startswith("unknown") or scen == "listing":
         st = {}
         for x in a:
             for k, v in x["status"].items():
@@ -568,6 +653,8 @@ def report(args, runs, meta):
                   "unknown": "unknown-key flood (8 connections, a fresh key each)",
                   "unknown-cold": "unknown-key flood, B's key not yet known to idemd",
                   "body": "body-budget attack (64 × 1 MiB declared from 127.0.0.1)",
+                  "listing": "listing flood (A: 16 connections, `?subject=nobody&limit=500` "
+                             "over %d records)" % args.listing_records,
                   "batch+quota": "batch flood, `claim_rate_per_second` %s" % args.quota_rate}
     out = []
     out.append("# Fairness between tenants (issue 27)\n")
@@ -630,6 +717,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=8.0)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--listing-records", type=int, default=LIST_RECORDS,
+                    help="how many records of A's the listing scenario lists")
     ap.add_argument("--quota-rate", type=int, default=0,
                     help="also run the batch flood on --after with claim_rate_per_second N")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "fairness.md"))
@@ -666,7 +755,7 @@ def main():
                 for t in order:
                     if s == "batch+quota" and t.label != "after":
                         continue
-                    r = run_one(t, s, rnd, args.duration, args.quota_rate)
+                    r = run_one(t, s, rnd, args.duration, args.quota_rate, args.listing_records)
                     runs.append(r)
                     loads += [float(r["load_before"][0]), float(r["load_after"][0])]
                     log("round %d %-11s %-6s p50 %s p99 %s ms, %d/%d 201, load %s" % (
