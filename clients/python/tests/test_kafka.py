@@ -239,3 +239,17 @@ def test_retry_delay_doubles_while_records_are_held(client, op, monkeypatch):
     p.process(FakeConsumer(), [Rec(1, event("other-" + held))], lambda r, claim: None)
     p.process(FakeConsumer(), [Rec(0, event(held))], lambda r, claim: None)
     assert slept[-1] == 0.5
+
+
+def test_a_consumer_without_commit_offsets_is_a_bug_not_a_refusal(client, op):
+    class Old:
+        def commit(self):  # no offsets=, asynchronous=
+            pass
+
+        def seek(self, tp):
+            pass
+
+    p = processor(client, op)
+    with pytest.raises(TypeError):
+        p.process(Old(), [Rec(0)], lambda r, claim: None)
+    assert p.counts.commit_failures == 0

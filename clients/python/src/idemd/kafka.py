@@ -300,6 +300,8 @@ class Processor:
         try:
             consumer.commit(offsets=[self._tp(t, p, o) for (t, p), o in sorted(todo.items())],
                             asynchronous=False)
+        except (TypeError, AttributeError):
+            raise  # not the broker's refusal: a consumer without commit(offsets=...)
         except Exception:  # confluent_kafka.KafkaException: the group moved on
             self.counts.commit_failures += 1
             with self._lock:  # the partitions' new owners replay from their offsets

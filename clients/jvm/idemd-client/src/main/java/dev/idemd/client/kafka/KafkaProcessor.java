@@ -21,6 +21,8 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.InterruptException;
+import org.apache.kafka.common.errors.WakeupException;
 
 /**
  * Runs a handler once per Kafka event and commits offsets only after idemd
@@ -179,6 +181,7 @@ public final class KafkaProcessor<K, V> {
      * @param consumer the consumer
      * @param only the partitions to commit, or null for all
      * @return false (and counted) when the broker refused
+     * @throws WakeupException after {@code consumer.wakeup()}, as commitSync throws it
      */
     public boolean commit(Consumer<K, V> consumer, Collection<TopicPartition> only) {
         Map<TopicPartition, OffsetAndMetadata> todo = new HashMap<>();
@@ -195,6 +198,8 @@ public final class KafkaProcessor<K, V> {
             consumer.commitSync(todo);
             counts[Counts.COMMITS]++;
             ok = true;
+        } catch (WakeupException | InterruptException stop) {
+            throw stop;  // the application's own stop: its loop must see it
         } catch (KafkaException refused) {  // CommitFailedException, RebalanceInProgressException...
             counts[Counts.COMMIT_FAILURES]++;
             ok = false;  // the partitions' new owners replay from their offsets

@@ -155,6 +155,20 @@ class KafkaProcessorTest {
     }
 
     @Test
+    void aWakeupIsNotTakenForARefusedCommit() {
+        MockConsumer<String, String> wokenUp = new MockConsumer<>(OffsetResetStrategy.EARLIEST) {
+            @Override
+            public synchronized void commitSync(Map<TopicPartition, OffsetAndMetadata> offsets) {
+                throw new org.apache.kafka.common.errors.WakeupException();
+            }
+        };
+        var p = processor(RecordKeys.offsets());
+        assertThrows(org.apache.kafka.common.errors.WakeupException.class,
+                () -> p.process(wokenUp, List.of(rec(0, 0, "x")), this::handle));
+        assertEquals(0, p.counts().commitFailures());
+    }
+
+    @Test
     void revokeCommitsTheRevokedPartitionsSettledOffsets() {
         var p = KafkaProcessor.<String, String>builder(client, op).commitEachPoll(false).build();
         p.process(consumer, List.of(rec(0, 0, "x"), rec(1, 4, "y")), this::handle);
