@@ -11,6 +11,17 @@ Faults (one every 2.5-5 s, in turn over the kinds, random parameters):
              started again 0.5-1.5 s later (needs IDEMD_TEST_PGCTL)
   pgstall    a transaction holding LOCK TABLE records IN EXCLUSIVE MODE for
              2-4 s: every write waits inside PostgreSQL longer than a lease
+  complstall completion statements begun in the next 1.5 s wait 2.5-4 s
+             inside PostgreSQL before they reach their rows (a statement
+             trigger, as behind another record's lock or in a paused
+             backend): holders that stall past their leases while their
+             duplicates do not
+  batchcut   the records in progress locked for 1.5 s while every statement
+             that waits inside idemd.claim (a batch's second statement) is
+             terminated: cuts that land between a batch's two statements
+  leasechange a PUT on either instance shortening a gateway operation's lease
+             below what the routes need: it must be refused (400)
+  clockstep  idemd1's clock (libfaketime) steps by 1.5-3 s, back or forth
 
 Beside the faults: ck.short's audit_retention_seconds switches between
 AUDIT_SHORT and AUDIT_LONG every 5-12 s, and idemd1 runs with its clock
@@ -94,6 +105,9 @@ class Bed:
         self.upstream_log = os.path.join(out, "upstream.jsonl")
         self.api_key = None
         self.skew = 0.0
+        # idemd1's clock offset, read by libfaketime from this file on
+        # every reading, so that it can step while idemd1 runs
+        self.skew_file = os.path.join(out, "faketime")
         if skew != 0:
             if os.path.exists(FAKETIME_LIB):
                 self.skew = skew
@@ -138,7 +152,10 @@ class Bed:
         env = None
         if i == 1 and self.skew:
             # this instance's clock is off by SKEW seconds (libfaketime)
-            env = dict(os.environ, LD_PRELOAD=FAKETIME_LIB, FAKETIME="%+gs" % self.skew)
+            with open(self.skew_file, "w") as f:
+                f.write("%+g\n" % self.skew)
+            env = dict(os.environ, LD_PRELOAD=FAKETIME_LIB, FAKETIME_TIMESTAMP_FILE=self.skew_file,
+                       FAKETIME_NO_CACHE="1", FAKETIME_DONT_FAKE_MONOTONIC="1")
         self.procs[i] = subprocess.Popen([self.bin, "--config", self.config(i), "serve"],
                                          stdout=self.logs[i], stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, cwd=self.out, env=env)
@@ -170,6 +187,17 @@ class Bed:
             raise RuntimeError("upstream did not start")
         self.upstream_port = int(line.split()[1])
         self.run_idemd("migrate")
+        # complstall's one-shot stall of the next completion statement
+        p = self.psql("CREATE TABLE checker_stall (until timestamptz, seconds float8); "
+                      "CREATE FUNCTION checker_stall() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                      "DECLARE d float8; BEGIN IF current_query() LIKE '%state = ''completed''%' "
+                      "THEN SELECT seconds INTO d FROM checker_stall "
+                      "WHERE until > clock_timestamp(); "
+                      "IF d IS NOT NULL THEN PERFORM pg_sleep(d); END IF; END IF; RETURN NULL; "
+                      "END $$; CREATE TRIGGER checker_stall BEFORE UPDATE ON records "
+                      "FOR EACH STATEMENT EXECUTE FUNCTION checker_stall()")
+        if p.returncode != 0:
+            raise RuntimeError("the completion stall: " + p.stderr)
         out = self.run_idemd("tenant", "create", "shop")
         self.api_key = json.loads(out.strip().splitlines()[-1])["api_key"]
         for i in (0, 1):
@@ -293,10 +321,72 @@ class Nemesis:
             if p.returncode != 0:
                 self.errors.append("stall: " + p.stderr.strip())
             detail = "records locked %.1f s" % d
+        elif kind in ("complstall", "batchcut", "leasechange", "clockstep"):
+            node, w1, detail = getattr(self, kind)(node)
         else:
             raise ValueError(kind)
         self.h.fault(kind, w0, w1, node, detail)
         self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    def complstall(self, node):
+        d = self.rng.uniform(2.5, 4.0)
+        p = self.bed.psql("INSERT INTO checker_stall VALUES (clock_timestamp() + "
+                          "interval '1.5 s', %.2f)" % d)
+        if p.returncode != 0:
+            self.errors.append("complstall: " + p.stderr.strip())
+        time.sleep(1.5 + d)
+        self.bed.psql("DELETE FROM checker_stall")
+        return None, time.time(), "completions begun in 1.5 s wait %.1f s" % d
+
+    def batchcut(self, node):
+        # the records in progress locked: a batch's first statement (fresh
+        # keys, replays) passes, its second waits on them and is cut there
+        locker = threading.Thread(target=self.bed.psql, args=(
+            "BEGIN; SELECT count(*) FROM (SELECT 1 FROM records WHERE lease_expires_at IS NOT "
+            "NULL FOR UPDATE) l; SELECT pg_sleep(1.5); COMMIT;",), kwargs={"timeout": 30})
+        locker.start()
+        cut, until = 0, time.monotonic() + 1.6
+        while time.monotonic() < until:
+            p = self.bed.psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                              "WHERE datname = current_database() AND wait_event_type = 'Lock' "
+                              "AND query LIKE '%idemd.claim(%'")
+            cut += int(p.stdout.strip() or 0)
+            time.sleep(0.05)
+        locker.join(30)
+        self.counts["batch statements cut"] = self.counts.get("batch statements cut", 0) + cut
+        return None, time.time(), "%d second statements cut" % cut
+
+    def leasechange(self, node):
+        spec = self.rng.choice([s for s in SPECS if s.kind.startswith("gw")])
+        req = urllib.request.Request(
+            "http://127.0.0.1:%d/v1/operations/%s" % (self.bed.ports[node], spec.name),
+            data=json.dumps(dict(spec.policy(), lease_seconds=2)).encode(), method="PUT",
+            headers={"Authorization": "Bearer " + self.bed.api_key,
+                     "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                status = r.status
+        except urllib.error.HTTPError as e:
+            status = e.code
+        except OSError as e:
+            return node, time.time(), "not answered (%s)" % e
+        if 200 <= status < 300:
+            self.errors.append("leasechange: a 2 s lease under %.1f s routes was accepted (%d)"
+                               % (GW_TIMEOUT, status))
+            self.bed.psql("UPDATE operations SET lease_seconds = %d WHERE name = '%s'"
+                          % (spec.D, spec.name))
+        return node, time.time(), "%s lease 2 s: %d" % (spec.name, status)
+
+    def clockstep(self, node):
+        if not self.bed.skew:
+            return 1, time.time(), "no libfaketime"
+        step = self.rng.uniform(1.5, 3.0) * self.rng.choice((-1, 1))
+        new = max(-5.0, min(5.0, self.bed.skew + step))
+        with open(self.bed.skew_file, "w") as f:
+            f.write("%+g\n" % new)
+        detail = "idemd1 %+g s -> %+g s" % (self.bed.skew, new)
+        self.bed.skew = new
+        return 1, time.time(), detail
 
     def run(self, until):
         order = []
@@ -344,7 +434,8 @@ def main():
     out = os.environ.get("CHECKER_OUT") or tempfile.mkdtemp(prefix="idemd-checker.")
     os.makedirs(out, exist_ok=True)
     rng = random.Random(seed)
-    kinds = ["sigkill", "sigstop", "terminate", "pgstall", "pgstall"]
+    kinds = ["sigkill", "sigstop", "terminate", "pgstall", "complstall", "complstall",
+             "batchcut", "leasechange", "clockstep"]
     if os.environ.get("IDEMD_TEST_PGCTL") and os.environ.get("IDEMD_TEST_PGDATA"):
         kinds.append("pgcrash")
     else:
