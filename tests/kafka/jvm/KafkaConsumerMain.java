@@ -138,22 +138,11 @@ public final class KafkaConsumerMain {
                 }
                 append(deliveries, sb.toString().stripTrailing());
                 batchNew = false;
-                proc.process(consumer, records, (r, claim) -> {
-                    if (!batchNew) {
-                        batchNew = true;
-                        batchNo++;
-                        if (diePoint.equals("claimed") && batchNo == dieBatch) {
-                            die();
-                        }
-                        if (batchNo == stallBatch) {
-                            Thread.sleep(stallMs);
-                        }
-                    }
-                    String eid = RecordKeys.<String, String>jsonField("event_id").apply(r);
-                    append(ledger, eid + "\t" + r.partition() + "\t" + r.offset() + "\t" + claim.attempt()
-                            + "\t" + claim.id());
-                    return Map.of("ok", true);
-                });
+                try {
+                    process(proc, consumer, records, ledger, diePoint, dieBatch, stallBatch, stallMs);
+                } catch (WakeupException e) {
+                    break;  // SIGTERM during the commit: the batch is completed, close() follows
+                }
                 writeCounts(work, tag, proc);
                 if (paceMs > 0) {
                     Thread.sleep(paceMs);
@@ -163,6 +152,27 @@ public final class KafkaConsumerMain {
             consumer.close();  // leaves the group: the listener commits what is settled
             writeCounts(work, tag, proc);
         }
+    }
+
+    private static void process(KafkaProcessor<String, String> proc, DyingConsumer consumer,
+            List<ConsumerRecord<String, String>> records, FileOutputStream ledger, String diePoint, int dieBatch,
+            int stallBatch, long stallMs) {
+        proc.process(consumer, records, (r, claim) -> {
+            if (!batchNew) {
+                batchNew = true;
+                batchNo++;
+                if (diePoint.equals("claimed") && batchNo == dieBatch) {
+                    die();
+                }
+                if (batchNo == stallBatch) {
+                    Thread.sleep(stallMs);
+                }
+            }
+            String eid = RecordKeys.<String, String>jsonField("event_id").apply(r);
+            append(ledger, eid + "\t" + r.partition() + "\t" + r.offset() + "\t" + claim.attempt()
+                    + "\t" + claim.id());
+            return Map.of("ok", true);
+        });
     }
 
     /** The consumer, killed before the commit of a chosen batch (its completions stored). */
