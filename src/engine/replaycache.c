@@ -55,6 +55,15 @@ static pthread_mutex_t replaycache_locks[REPLAYCACHE_STRIPES] = { [0 ... REPLAYC
 
 #define REPLAYCACHE_SETS (REPLAYCACHE_SLOTS / REPLAYCACHE_WAYS)
 
+/* Whether entry E is past its expiry (the mutant serves it anyway). A
+ * macro, not a conditional around a brace: one in each branch of a
+ * conditional blinds lizard (tests/static/functions.py). */
+#ifdef IDEMD_MUTANT_REPLAY_IGNORES_EXPIRY
+#define REPLAYCACHE_EXPIRED(e) 0
+#else
+#define REPLAYCACHE_EXPIRED(e) ((e)->re_expires_at <= idemd_unix_ms())
+#endif
+
 /* First slot of set WHICH (0 or 1) of the two that (TENANT, ID) may use. */
 static size_t replaycache_set(uint32_t tenant_id, const uint8_t id[16], int which)
 {
@@ -227,12 +236,8 @@ static struct replaycache_entry *replaycache_find(size_t set, uint32_t tenant_id
 		struct replaycache_entry *e = &replaycache_slots[set + w];
 		if (!e->re_used || e->re_tenant_id != tenant_id || memcmp(e->re_id, id, 16) != 0)
 			continue;
-			/* the record's expiry by the database's clock (common.h) */
-#ifdef IDEMD_MUTANT_REPLAY_IGNORES_EXPIRY
-		if (0) {
-#else
-		if (e->re_expires_at <= idemd_unix_ms()) {
-#endif
+		/* the record's expiry by the database's clock (common.h) */
+		if (REPLAYCACHE_EXPIRED(e)) {
 			replaycache_drop(e);
 			return NULL;
 		}
@@ -270,31 +275,80 @@ static struct replaycache_entry *replaycache_find_locked(uint32_t tenant_id, con
 	return NULL;
 }
 
-void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
-		     const struct stored_response *r, int64_t expires_at)
+/* Fills FRESH with a copy of R for (TENANT, ID) and FP. 0, or -1 when R
+ * is too large to cache or memory runs out. */
+static int replaycache_fill(struct replaycache_entry *fresh, uint32_t tenant_id,
+			    const uint8_t id[16], const uint8_t *fp,
+			    const struct stored_response *r)
 {
-	struct replaycache_entry fresh = { 0 };
 	const char *headers = r->sr_headers ? r->sr_headers : "{}";
 	size_t headers_len = strlen(headers);
 
+	memset(fresh, 0, sizeof(*fresh));
 	if (r->sr_body_len > REPLAYCACHE_MAX_BODY)
-		return;
-	fresh.re_data = replaycache_block(headers, headers_len, r->sr_body, r->sr_body_len, NULL, 0,
-					  NULL, 0);
-	if (fresh.re_data == NULL)
-		return;
-	fresh.re_tenant_id = tenant_id;
-	memcpy(fresh.re_id, id, sizeof(fresh.re_id));
-	fresh.re_has_fp = fp != NULL;
+		return -1;
+	fresh->re_data = replaycache_block(headers, headers_len, r->sr_body, r->sr_body_len, NULL,
+					   0, NULL, 0);
+	if (fresh->re_data == NULL)
+		return -1;
+	fresh->re_tenant_id = tenant_id;
+	memcpy(fresh->re_id, id, sizeof(fresh->re_id));
+	fresh->re_has_fp = fp != NULL;
 	if (fp != NULL)
-		memcpy(fresh.re_fp, fp, sizeof(fresh.re_fp));
-	fresh.re_status = r->sr_status;
-	fresh.re_is_json = r->sr_is_json != 0;
-	fresh.re_headers_len = (uint32_t)headers_len;
-	fresh.re_body_len = (uint32_t)r->sr_body_len;
+		memcpy(fresh->re_fp, fp, sizeof(fresh->re_fp));
+	fresh->re_status = r->sr_status;
+	fresh->re_is_json = r->sr_is_json != 0;
+	fresh->re_headers_len = (uint32_t)headers_len;
+	fresh->re_body_len = (uint32_t)r->sr_body_len;
+	fresh->re_tick = atomic_fetch_add(&replaycache_clock, 1);
+	fresh->re_used = 1;
+	return 0;
+}
+
+/* The slot a new entry for (TENANT, ID) takes in the sets of P (locked):
+ * the key's own entry, else a free slot in the emptier set (while the
+ * byte bound allows growth: ROOM), else the least recently used of both
+ * sets, so a full cache keeps turning over instead of refusing newer
+ * responses. */
+static struct replaycache_entry *replaycache_victim(const struct replaycache_pair *p,
+						    uint32_t tenant_id, const uint8_t id[16],
+						    int room)
+{
+	struct replaycache_entry *victim = replaycache_find2(p, tenant_id, id);
+	size_t best_free = 0;
+
+	for (int k = 0; victim == NULL && room && k < 2; k++) {
+		size_t nfree = 0;
+		struct replaycache_entry *slot = NULL;
+		for (size_t w = 0; w < REPLAYCACHE_WAYS; w++)
+			if (replaycache_tags[p->rp_set[k] + w] == 0) {
+				nfree++;
+				if (slot == NULL)
+					slot = &replaycache_slots[p->rp_set[k] + w];
+			}
+		if (nfree > best_free) {
+			best_free = nfree;
+			victim = slot;
+		}
+	}
+	if (victim != NULL)
+		return victim;
+	victim = &replaycache_slots[p->rp_set[0]];
+	for (int k = 0; k < 2; k++)
+		for (size_t w = 0; w < REPLAYCACHE_WAYS; w++)
+			if (replaycache_slots[p->rp_set[k] + w].re_tick < victim->re_tick)
+				victim = &replaycache_slots[p->rp_set[k] + w];
+	return victim;
+}
+
+void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
+		     const struct stored_response *r, int64_t expires_at)
+{
+	struct replaycache_entry fresh;
+
+	if (replaycache_fill(&fresh, tenant_id, id, fp, r) != 0)
+		return;
 	fresh.re_expires_at = expires_at;
-	fresh.re_tick = atomic_fetch_add(&replaycache_clock, 1);
-	fresh.re_used = 1;
 
 	struct replaycache_pair p;
 	size_t need = replaycache_entry_bytes(&fresh);
@@ -307,36 +361,8 @@ void replaycache_put(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp
 		return;
 	}
 	replaycache_pair_lock(&p, tenant_id, id);
-	/* the key's own entry, else a free slot in the emptier set (while the
-	 * byte bound allows growth), else the least recently used of both
-	 * sets: a full cache keeps turning over instead of refusing newer
-	 * responses */
-	int room = atomic_load(&replaycache_bytes) + need <= REPLAYCACHE_MAX_BYTES;
-	struct replaycache_entry *victim = replaycache_find2(&p, tenant_id, id);
-	if (victim == NULL && room) {
-		size_t best_free = 0;
-		for (int k = 0; k < 2; k++) {
-			size_t nfree = 0;
-			struct replaycache_entry *slot = NULL;
-			for (size_t w = 0; w < REPLAYCACHE_WAYS; w++)
-				if (replaycache_tags[p.rp_set[k] + w] == 0) {
-					nfree++;
-					if (slot == NULL)
-						slot = &replaycache_slots[p.rp_set[k] + w];
-				}
-			if (nfree > best_free) {
-				best_free = nfree;
-				victim = slot;
-			}
-		}
-	}
-	if (victim == NULL) {
-		victim = &replaycache_slots[p.rp_set[0]];
-		for (int k = 0; k < 2; k++)
-			for (size_t w = 0; w < REPLAYCACHE_WAYS; w++)
-				if (replaycache_slots[p.rp_set[k] + w].re_tick < victim->re_tick)
-					victim = &replaycache_slots[p.rp_set[k] + w];
-	}
+	struct replaycache_entry *victim = replaycache_victim(
+		&p, tenant_id, id, atomic_load(&replaycache_bytes) + need <= REPLAYCACHE_MAX_BYTES);
 	if (atomic_load(&replaycache_bytes) - replaycache_entry_bytes(victim) + need >
 	    REPLAYCACHE_MAX_BYTES) {
 		/* even the eviction would not make room: keep what is there */
@@ -505,56 +531,93 @@ enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16
 	return replaycache_end_second(e, lock, *reply != NULL);
 }
 
-void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp, int kind,
-			   const void *raw, size_t raw_len, const char *reply, size_t reply_len)
-{
-	pthread_mutex_t *lock;
-	struct replaycache_entry *e = replaycache_find_locked(tenant_id, id, &lock);
+/* What an entry's block holds past its headers and body. */
+struct replaycache_parts {
+	const char *rt_reply;
+	size_t rt_reply_len;
+	const void *rt_raw; /* NULL: none */
+	size_t rt_raw_len;
+};
 
-	if (e == NULL)
-		return;
-	if (kind <= 0 || kind > UINT8_MAX || !replaycache_fp_equal(e, fp) ||
-	    (e->re_reply_kind != 0 && e->re_reply_kind != kind))
-		goto out;
-	/* the reply first attached stays; a body replaces the one before */
+/* Puts in T the body E's block is to hold: T's, unless it is too large
+ * (or there is none), else the one E holds (or none). 1 when that is no
+ * body or the one E holds already (compared in constant time: a stored
+ * body is the client's data), 0 when it is a new one. */
+static int replaycache_raw_of(const struct replaycache_entry *e, struct replaycache_parts *t)
+{
+	if (t->rt_raw != NULL && t->rt_raw_len > REPLAYCACHE_MAX_RAW)
+		t->rt_raw = NULL;
+	if (t->rt_raw == NULL && e->re_has_raw) {
+		t->rt_raw = replaycache_raw(e);
+		t->rt_raw_len = e->re_raw_len;
+	}
+	if (t->rt_raw == NULL) {
+		t->rt_raw_len = 0;
+		return 1;
+	}
+	return e->re_has_raw && e->re_raw_len == t->rt_raw_len &&
+	       sodium_memcmp(replaycache_raw(e), t->rt_raw, t->rt_raw_len) == 0;
+}
+
+/* Turns T, a reply of KIND and the body that gave it, into what E's block
+ * is to hold: the reply first attached stays; a body replaces the one
+ * before, and one too large keeps the one before. 0 when that is new, -1
+ * when E cannot take it or holds it already. Called with E's lock held. */
+static int replaycache_parts_of(const struct replaycache_entry *e, int kind,
+				struct replaycache_parts *t)
+{
+	if (kind <= 0 || kind > UINT8_MAX || (e->re_reply_kind != 0 && e->re_reply_kind != kind))
+		return -1;
 	if (e->re_reply_kind != 0) {
-		reply = replaycache_reply(e);
-		reply_len = e->re_reply_len;
-	} else if (reply_len > REPLAYCACHE_MAX_REPLY) {
-		goto out;
+		t->rt_reply = replaycache_reply(e);
+		t->rt_reply_len = e->re_reply_len;
+	} else if (t->rt_reply_len > REPLAYCACHE_MAX_REPLY) {
+		return -1;
 	}
-	if (raw != NULL && raw_len > REPLAYCACHE_MAX_RAW)
-		raw = NULL;
-	if (raw == NULL && e->re_has_raw) {
-		raw = replaycache_raw(e);
-		raw_len = e->re_raw_len;
-	}
-	if (raw == NULL)
-		raw_len = 0;
-	if (e->re_reply_kind != 0 &&
-	    (raw == NULL || (e->re_has_raw && e->re_raw_len == raw_len &&
-			     sodium_memcmp(replaycache_raw(e), raw, raw_len) == 0)))
-		goto out; /* nothing new */
+	if (replaycache_raw_of(e, t) && e->re_reply_kind != 0)
+		return -1; /* nothing new */
+	return 0;
+}
+
+/* Replaces E's block by one that holds T as a reply of KIND, when the
+ * byte bound allows it and memory does. Called with E's lock held. */
+static void replaycache_reblock(struct replaycache_entry *e, int kind,
+				const struct replaycache_parts *t)
+{
 	size_t old = replaycache_entry_bytes(e);
-	size_t now = (size_t)e->re_headers_len + e->re_body_len + reply_len + raw_len;
+	size_t now = (size_t)e->re_headers_len + e->re_body_len + t->rt_reply_len + t->rt_raw_len;
+
 	if (atomic_load(&replaycache_bytes) - old + now > REPLAYCACHE_MAX_BYTES)
-		goto out;
+		return;
 	char *b = replaycache_block(e->re_data, e->re_headers_len, replaycache_body(e),
-				    e->re_body_len, reply, reply_len, raw, raw_len);
+				    e->re_body_len, t->rt_reply, t->rt_reply_len, t->rt_raw,
+				    t->rt_raw_len);
 	if (b == NULL)
-		goto out;
+		return;
 	free(e->re_data);
 	e->re_data = b;
 	e->re_reply_kind = (uint8_t)kind;
-	e->re_reply_len = (uint32_t)reply_len;
-	e->re_has_raw = raw != NULL;
-	e->re_raw_len = (uint32_t)raw_len;
+	e->re_reply_len = (uint32_t)t->rt_reply_len;
+	e->re_has_raw = t->rt_raw != NULL;
+	e->re_raw_len = (uint32_t)t->rt_raw_len;
 	atomic_fetch_add(&replaycache_bytes, now);
 	atomic_fetch_sub(&replaycache_bytes, old);
 	atomic_size_t *mine = &replaycache_tenant_bytes[e->re_tenant_id % REPLAYCACHE_TENANT_SLOTS];
 	atomic_fetch_add(mine, now);
 	atomic_fetch_sub(mine, old);
-out:
+}
+
+void replaycache_set_reply(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp, int kind,
+			   const void *raw, size_t raw_len, const char *reply, size_t reply_len)
+{
+	pthread_mutex_t *lock;
+	struct replaycache_entry *e = replaycache_find_locked(tenant_id, id, &lock);
+	struct replaycache_parts t = { reply, reply_len, raw, raw_len };
+
+	if (e == NULL)
+		return;
+	if (replaycache_fp_equal(e, fp) && replaycache_parts_of(e, kind, &t) == 0)
+		replaycache_reblock(e, kind, &t);
 	pthread_mutex_unlock(lock);
 }
 
