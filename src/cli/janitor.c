@@ -19,6 +19,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "opcache.h"
+#include "replaycache.h"
 #include "store.h"
 
 static struct {
@@ -186,9 +187,39 @@ static void janitor_refresh_statistics(void)
 			 n, n == 1 ? "" : "s");
 }
 
+/* Tenants deleted on any instance (`idemd tenant delete`): once the
+ * tenants' count or id sum changes, the operations and the answers held in
+ * memory are dropped (the API keys go with auth_refresh), so no deleted
+ * tenant's policy or stored answer is served from memory a second later;
+ * and every JANITOR_ORPHANS_INTERVAL_SECONDS the rows that claims racing a
+ * deletion left under a tenant id that no longer exists are deleted. */
+static struct {
+	int64_t count, sum; /* the tenants as last seen (-1: not read) */
+	time_t last_orphans;
+} janitor_seen = { -1, -1, 0 };
+
+static void janitor_tenants(time_t now)
+{
+	int64_t c, s, deleted = 0;
+
+	if (store_tenants_sum(&c, &s) == 0 && (c != janitor_seen.count || s != janitor_seen.sum)) {
+		opcache_clear();
+		replaycache_clear();
+		janitor_seen.count = c;
+		janitor_seen.sum = s;
+	}
+	if (now - janitor_seen.last_orphans >= JANITOR_ORPHANS_INTERVAL_SECONDS) {
+		janitor_seen.last_orphans = now;
+		if (store_orphans_delete(&deleted) == 0 && deleted > 0)
+			log_info("janitor: deleted %lld rows of tenants that no longer exist",
+				 (long long)deleted);
+	}
+}
+
 /* What the janitor does every second: the clock, the operations in use,
- * the API keys, this instance's route needs. *OPS and *KEYS say whether
- * the last reload of each worked (a failure is said once per outage). */
+ * the API keys, the tenants, this instance's route needs. *OPS and *KEYS
+ * say whether the last reload of each worked (a failure is said once per
+ * outage). */
 static void janitor_each_second(int *ops, int *keys)
 {
 	(void)janitor_measure_clock();
@@ -206,6 +237,7 @@ static void janitor_each_second(int *ops, int *keys)
 		log_warn("janitor: could not read the API keys; keys not read yet are looked up "
 			 "one by one meanwhile");
 	*keys = read;
+	janitor_tenants(time(NULL));
 	/* this instance's routes still count when leases change */
 	gateway_needs_renew();
 }
@@ -260,6 +292,10 @@ int janitor_start(const struct config *cfg)
 {
 	janitor.sweep_interval = cfg->sweep_interval_seconds;
 	janitor.fence_retention = cfg->fence_retention_seconds;
+	/* the tenants as they are at the start: what changes after is a change
+	 * (unread now: the first sight counts as one) */
+	if (store_tenants_sum(&janitor_seen.count, &janitor_seen.sum) < 0)
+		janitor_seen.count = janitor_seen.sum = -1;
 	return bgthread_start(&janitor.bg, janitor_main);
 }
 

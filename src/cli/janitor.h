@@ -14,6 +14,8 @@ struct config;
 #define JANITOR_KEYS_INTERVAL_SECONDS 5
 #define JANITOR_SWEEP_BATCH 500
 #define JANITOR_TRIM_INTERVAL_SECONDS 30
+/* how often the rows of deleted tenants are looked for (janitor_tenants) */
+#define JANITOR_ORPHANS_INTERVAL_SECONDS 5
 /* The ids of the tenant/operation pairs metrics names and the check of the
  * hot tables' statistics this often; idemd_records_stuck (a read of the
  * whole table, migrations/0017) this often or JANITOR_STUCK_SPACING times

@@ -246,3 +246,15 @@ int opcache_refresh(int min_age)
 	}
 	return 0;
 }
+
+void opcache_clear(void)
+{
+	pthread_rwlock_wrlock(&opcache_lock);
+	memset(opcache_by_name_slots, 0, sizeof(opcache_by_name_slots));
+	memset(opcache_by_id_slots, 0, sizeof(opcache_by_id_slots));
+	for (size_t i = 0; i < OPCACHE_SLOTS; i++) {
+		atomic_store_explicit(&opcache_name_read[i], 0, memory_order_relaxed);
+		atomic_store_explicit(&opcache_id_read[i], 0, memory_order_relaxed);
+	}
+	pthread_rwlock_unlock(&opcache_lock);
+}

@@ -21,6 +21,9 @@ int opcache_by_id(uint32_t op_id, struct operation *op, int *found) IDEMD_WUR;
 
 /* Records OP as just written. */
 void opcache_put(const struct operation *op);
+/* Forgets every entry (a tenant was deleted somewhere: its operations
+ * must not be served from memory); they are read again as used. */
+void opcache_clear(void);
 
 /* Janitor: reloads every entry used since it was loaded and at least
  * MIN_AGE seconds old. 0, or -1 when the database did not answer (the rest

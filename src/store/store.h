@@ -71,6 +71,13 @@ void store_tenants_free(struct tenant_info *tenants, size_t n);
 /* Deletes the tenant NAME with its records, counters, operations and API
  * keys, in one transaction; *found = 0 (nothing written) when none. */
 int store_tenant_delete(const char *name, int *found) IDEMD_WUR;
+/* How many tenants there are and the sum of their ids, into *COUNT and
+ * *SUM: a deletion (or a creation) anywhere changes them. 0, or -1. */
+int store_tenants_sum(int64_t *count, int64_t *sum) IDEMD_WUR;
+/* Deletes the records, audit events and version counters of tenant ids
+ * that no longer exist (left by claims that raced a tenant's deletion),
+ * their number into *DELETED (store_orphans.c). 0, or -1. */
+int store_orphans_delete(int64_t *deleted) IDEMD_WUR;
 /* Adds an API key to the tenant NAME; *found = 0 (nothing written) when none. */
 int store_api_key_add(const char *tenant, const uint8_t key_hash[STORE_HASH_BYTES],
 		      uint32_t *key_id, int *found) IDEMD_WUR;

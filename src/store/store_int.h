@@ -76,6 +76,8 @@ enum {
 	ST_NEEDS_PUBLISH,
 	ST_NEEDS_RENEW,
 	ST_NEEDS_DROP,
+	ST_TENANTS_SUM,
+	ST_ORPHANS_DELETE,
 };
 
 /* Who did it, for the audit trail; never NULL in a statement. */

@@ -24,6 +24,9 @@ fix:
     pages at once (its next is 429), so another tenant's still run, and
     their statements run on reader threads: listings held in PostgreSQL
     leave every HTTP worker free for other requests;
+  - a deleted tenant's key, token and gateway route are refused within
+    3 s of the delete, its stored answers no longer replayed, nothing
+    forwarded for it, and the rows its racing claims left are deleted;
   - a request target holding a NUL or another control byte is 400 on
     every route, never cut, routed or forwarded;
   - an IPv6 peer is one client per ipv6_client_prefix (unit
@@ -490,6 +493,72 @@ class ListingWorkers(IdemdCase):
                 t.join(30)
         self.assertEqual(answers["list"].status, 200, answers["list"].describe())
         self.assertEqual(answers["events"].status, 404, answers["events"].describe())
+
+
+class DeletedTenant(IdemdCase):
+    """A tenant deleted while its API key claims, its token is replayed and
+    its gateway route forwards: within 3 s nothing of it is served or
+    forwarded on this instance, and within 10 s no row of it is left."""
+
+    tenant_names = ("acme", "globex", "doomed")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.up = cls.stop_after_class(Upstream())
+        cls.extra_config = {"routes": [
+            {"method": "POST", "path": "/doomed", "tenant": "doomed", "operation": "d.op",
+             "upstream": "http://127.0.0.1:%d/ok" % cls.up.port, "key": "token"}]}
+        super().setUpClass()
+        cls.define_operation("d.op", client=harness.Client(cls.server.port, cls.keys["doomed"]))
+
+    def test_a_deleted_tenant_is_gone_everywhere(self):
+        doomed = harness.Client(self.server.port, self.keys["doomed"])
+        tid = psql("SELECT id FROM tenants WHERE name = 'doomed'", db=self.idemd.db).strip()
+        tok = assert_status(self, doomed.post("/v1/tokens", {"operation": "d.op",
+                                                             "subject": "u"}), 201)["token"]
+        first = self.anon.post("/doomed", {"n": 1}, headers={"Idempotency-Key": tok})
+        self.assertEqual(first.status, 201, first.describe())
+        again = self.anon.post("/doomed", {"n": 1}, headers={"Idempotency-Key": tok})
+        self.assertEqual((again.status, again.header("Idempotent-Replayed")), (201, "true"))
+        stop, n = threading.Event(), [0]
+
+        def race():
+            while not stop.is_set():
+                n[0] += 1
+                doomed.post("/v1/operations/d.op/keys/race-%d/claim" % n[0], {})
+        racer = threading.Thread(target=race)
+        racer.start()
+        try:
+            time.sleep(0.3)
+            p = self.idemd.run("tenant", "delete", "doomed")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            deleted = time.monotonic()
+            time.sleep(3.0)
+        finally:
+            stop.set()
+            racer.join(10)
+        self.assertGreater(n[0], 2, "the racing claims did not run")
+        forwarded = len(self.up.requests())
+        # 3 s after the delete: its key, its token and its route are refused,
+        # its stored answer is not replayed, and nothing goes upstream
+        r = doomed.post("/v1/operations/d.op/keys/late/claim", {})
+        self.assertEqual(r.status, 401, r.describe())
+        r = self.anon.post("/doomed", {"n": 1}, headers={"Idempotency-Key": tok})
+        self.assertNotEqual(r.status, 201, "a deleted tenant's answer was replayed: " +
+                            r.describe())
+        tok2 = tok[:-2] + ("AA" if not tok.endswith("AA") else "BB")
+        self.anon.post("/doomed", {"n": 2}, headers={"Idempotency-Key": tok2})
+        self.assertEqual(len(self.up.requests()), forwarded, "forwarded for a deleted tenant")
+        # and no row of it is left once the janitor has looked (every 5 s)
+        q = ("SELECT (SELECT count(*) FROM records WHERE tenant_id = %s) + "
+             "(SELECT count(*) FROM record_events WHERE tenant_id = %s) + "
+             "(SELECT count(*) FROM versions WHERE tenant_id = %s)" % (tid, tid, tid))
+        while int(psql(q, db=self.idemd.db).strip()) != 0:
+            self.assertLess(time.monotonic() - deleted, 10.0, "rows of the deleted tenant "
+                            "left: %s" % psql(q, db=self.idemd.db).strip())
+            time.sleep(0.2)
+        # the other tenants are served as before
+        self.assertEqual(self.client.get("/v1/operations").status, 200)
 
 
 class WaiterShares(IdemdCase):
