@@ -6,9 +6,9 @@
  * the tenants for deletions (store_tenants_sum). */
 #include "store_int.h"
 
-static const struct db_stmt st_tenants_sum = {
-	ST_TENANTS_SUM, "tenants_sum", "SELECT count(*), coalesce(sum(id), 0) FROM tenants", 0
-};
+static const struct db_stmt st_tenants_sum = { ST_TENANTS_SUM, "tenants_sum",
+					       "SELECT count(*), coalesce(sum(id), 0) FROM tenants",
+					       0 };
 
 /* The tenant ids of each table found with one index probe per id (its
  * primary key leads with tenant_id), those without a tenant kept; their
@@ -20,17 +20,18 @@ static const struct db_stmt st_tenants_sum = {
 	     "FROM " name " WHERE " name ".id IS NOT NULL)"
 static const struct db_stmt st_orphans_delete = {
 	ST_ORPHANS_DELETE, "orphans_delete",
-	"WITH RECURSIVE " ORPHAN_IDS("r", "records") ", " ORPHAN_IDS("e", "record_events") ", "
-	ORPHAN_IDS("v", "versions") ", "
-	"gone AS (SELECT DISTINCT id FROM (SELECT id FROM r UNION ALL SELECT id FROM e "
-	"UNION ALL SELECT id FROM v) ids WHERE id IS NOT NULL "
-	"AND NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = ids.id)), "
-	"quiet AS (SELECT set_config('idemd.deleting_tenant', 'on', true) AS on_), "
-	"dr AS (DELETE FROM records rec USING gone, quiet WHERE rec.tenant_id = gone.id "
-	"RETURNING 1), "
-	"de AS (DELETE FROM record_events ev USING gone WHERE ev.tenant_id = gone.id RETURNING 1), "
-	"dv AS (DELETE FROM versions ver USING gone WHERE ver.tenant_id = gone.id RETURNING 1) "
-	"SELECT (SELECT count(*) FROM dr) + (SELECT count(*) FROM de) + (SELECT count(*) FROM dv)",
+	"WITH RECURSIVE " ORPHAN_IDS("r", "records") ", " ORPHAN_IDS("e", "record_events") ", " ORPHAN_IDS(
+		"v",
+		"versions") ", "
+			    "gone AS (SELECT DISTINCT id FROM (SELECT id FROM r UNION ALL SELECT id FROM e "
+			    "UNION ALL SELECT id FROM v) ids WHERE id IS NOT NULL "
+			    "AND NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = ids.id)), "
+			    "quiet AS (SELECT set_config('idemd.deleting_tenant', 'on', true) AS on_), "
+			    "dr AS (DELETE FROM records rec USING gone, quiet WHERE rec.tenant_id = gone.id "
+			    "RETURNING 1), "
+			    "de AS (DELETE FROM record_events ev USING gone WHERE ev.tenant_id = gone.id RETURNING 1), "
+			    "dv AS (DELETE FROM versions ver USING gone WHERE ver.tenant_id = gone.id RETURNING 1) "
+			    "SELECT (SELECT count(*) FROM dr) + (SELECT count(*) FROM de) + (SELECT count(*) FROM dv)",
 	0
 };
 
