@@ -18,22 +18,22 @@ static const struct db_stmt st_tenants_sum = { ST_TENANTS_SUM, "tenants_sum",
 	name "(id) AS ((SELECT min(tenant_id) FROM " table ") UNION ALL " \
 	     "SELECT (SELECT min(x.tenant_id) FROM " table " x WHERE x.tenant_id > " name ".id) " \
 	     "FROM " name " WHERE " name ".id IS NOT NULL)"
-static const struct db_stmt st_orphans_delete = {
-	ST_ORPHANS_DELETE, "orphans_delete",
-	"WITH RECURSIVE " ORPHAN_IDS("r", "records") ", " ORPHAN_IDS("e", "record_events") ", " ORPHAN_IDS(
-		"v",
-		"versions") ", "
-			    "gone AS (SELECT DISTINCT id FROM (SELECT id FROM r UNION ALL SELECT id FROM e "
-			    "UNION ALL SELECT id FROM v) ids WHERE id IS NOT NULL "
-			    "AND NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = ids.id)), "
-			    "quiet AS (SELECT set_config('idemd.deleting_tenant', 'on', true) AS on_), "
-			    "dr AS (DELETE FROM records rec USING gone, quiet WHERE rec.tenant_id = gone.id "
-			    "RETURNING 1), "
-			    "de AS (DELETE FROM record_events ev USING gone WHERE ev.tenant_id = gone.id RETURNING 1), "
-			    "dv AS (DELETE FROM versions ver USING gone WHERE ver.tenant_id = gone.id RETURNING 1) "
-			    "SELECT (SELECT count(*) FROM dr) + (SELECT count(*) FROM de) + (SELECT count(*) FROM dv)",
-	0
-};
+#define ORPHANS_GONE \
+	"gone AS (SELECT DISTINCT id FROM (SELECT id FROM r UNION ALL SELECT id FROM e " \
+	"UNION ALL SELECT id FROM v) ids WHERE id IS NOT NULL " \
+	"AND NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = ids.id)), "
+#define ORPHANS_DELETE \
+	"quiet AS (SELECT set_config('idemd.deleting_tenant', 'on', true) AS on_), " \
+	"dr AS (DELETE FROM records rec USING gone, quiet WHERE rec.tenant_id = gone.id " \
+	"RETURNING 1), " \
+	"de AS (DELETE FROM record_events ev USING gone WHERE ev.tenant_id = gone.id RETURNING 1), " \
+	"dv AS (DELETE FROM versions ver USING gone WHERE ver.tenant_id = gone.id RETURNING 1) "
+#define ORPHANS_SQL \
+	"WITH RECURSIVE " ORPHAN_IDS("r", "records") ", " ORPHAN_IDS( \
+		"e", "record_events") ", " ORPHAN_IDS("v", "versions") ", " ORPHANS_GONE \
+		ORPHANS_DELETE "SELECT (SELECT count(*) FROM dr) + (SELECT count(*) FROM de) + (SELECT count(*) FROM dv)"
+static const struct db_stmt st_orphans_delete = { ST_ORPHANS_DELETE, "orphans_delete", ORPHANS_SQL,
+						  0 };
 
 int store_tenants_sum(int64_t *count, int64_t *sum)
 {
