@@ -221,17 +221,6 @@ static void token_fill(const uint8_t *buf, struct token *t)
 	t->subject[t->subject_len] = '\0';
 }
 
-int token_parse(const char *s, size_t len, struct token *t)
-{
-	uint8_t buf[TOKEN_DECODE_BYTES];
-	size_t n;
-
-	if (token_decode(s, len, buf, &n) != TOKEN_OK)
-		return TOKEN_MALFORMED;
-	token_fill(buf, t);
-	return TOKEN_OK;
-}
-
 int token_open(const char *s, size_t len, struct token *t,
 	       const uint8_t *(*key_of)(uint32_t key_id, void *arg), void *arg)
 {
@@ -249,20 +238,6 @@ int token_open(const char *s, size_t len, struct token *t,
 	if (crypto_verify_16(tag, buf + n - TOKEN_TAG_BYTES) != 0)
 		return TOKEN_BAD_SIGNATURE;
 	return TOKEN_OK;
-}
-
-/* token_verify's key lookup: the one key it was given, whatever the id. */
-static const uint8_t *token_the_key(uint32_t key_id, void *arg)
-{
-	(void)key_id;
-	return arg;
-}
-
-int token_verify(const char *s, size_t len, const uint8_t key[TOKEN_KEY_BYTES])
-{
-	struct token t;
-
-	return token_open(s, len, &t, token_the_key, (void *)(uintptr_t)key);
 }
 
 void token_id_hex(const uint8_t id[TOKEN_ID_BYTES], char out[2 * TOKEN_ID_BYTES + 1])

@@ -47,25 +47,14 @@ IDEMD_WUR int token_encode(const struct token *t, const uint8_t key[TOKEN_KEY_BY
 			   size_t outlen);
 
 /*
- * Strict, bounded parse of s[0..len) without checking the tag: base64url
- * alphabet only, no padding, canonical encoding, format version 1, no
- * unknown flags, subject length matching the total length exactly, no NUL
- * in the subject. Fills t (including key_id, so the caller can look up the
- * key) and returns TOKEN_OK, or TOKEN_MALFORMED leaving t unspecified.
- * s need not be NUL-terminated.
- */
-IDEMD_WUR int token_parse(const char *s, size_t len, struct token *t);
-
-/*
- * Checks the tag of s[0..len) under key in constant time: TOKEN_OK or
- * TOKEN_BAD_SIGNATURE (TOKEN_MALFORMED if s does not parse at all).
- */
-IDEMD_WUR int token_verify(const char *s, size_t len, const uint8_t key[TOKEN_KEY_BYTES]);
-
-/*
- * token_parse() and token_verify() with one decoding: fills t, then checks
- * the tag under the key that key_of(t->key_id, arg) returns (NULL: no such
- * key, TOKEN_BAD_SIGNATURE). The key is used before token_open returns.
+ * Strict, bounded parse of s[0..len): base64url alphabet only, no padding,
+ * canonical encoding, format version 1, no unknown flags, subject length
+ * matching the total length exactly, no NUL in the subject; fills t
+ * (including key_id) and returns TOKEN_MALFORMED when it does not parse,
+ * leaving t unspecified. Then checks the tag, in constant time, under the
+ * key that key_of(t->key_id, arg) returns: TOKEN_OK, or
+ * TOKEN_BAD_SIGNATURE (key_of's NULL, no such key, too; t stays filled).
+ * s need not be NUL-terminated. The key is used before token_open returns.
  */
 IDEMD_WUR int token_open(const char *s, size_t len, struct token *t,
 			 const uint8_t *(*key_of)(uint32_t key_id, void *arg), void *arg);
@@ -94,7 +83,7 @@ uint32_t token_expiry(int64_t now_ms, int64_t ttl);
  * tabs are ignored. Copies the token, NUL-terminated,
  * into out. Returns 0, or -1 if the value is empty, badly quoted, has
  * trailing garbage, or is longer than TOKEN_MAX_CHARS or outlen - 1.
- * The result still has to go through token_parse.
+ * The result still has to go through token_open.
  */
 IDEMD_WUR int token_from_header(const char *value, char *out, size_t outlen);
 
