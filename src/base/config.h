@@ -131,8 +131,10 @@ struct config {
  */
 int config_load(struct config *cfg, const char *path, char *err, size_t errlen) IDEMD_WUR;
 
-/* Parses a JSON text: the rules of config_load without the environment
- * (so "database_url" must be in TEXT). */
+/* Parses a JSON text: the rules of config_load without the file and the
+ * environment (so "database_url" must be in TEXT). idemd loads files; this
+ * is for the unit tests and the config fuzzer, which check those rules on
+ * text without writing a file for each case. */
 int config_parse(struct config *cfg, const char *text, char *err, size_t errlen) IDEMD_WUR;
 
 /* Frees everything CFG owns and zeroes it; safe on a zeroed CFG and twice. */

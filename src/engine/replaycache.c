@@ -459,12 +459,6 @@ int replaycache_has(uint32_t tenant_id, const uint8_t id[16])
 	return 1;
 }
 
-enum replaycache_hit replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
-				     struct stored_response *out)
-{
-	return replaycache_lookup(tenant_id, id, fp, 0, out, NULL, NULL);
-}
-
 /* Ends a lookup by a second name of the request (its bytes, or its body)
  * on E, whose set's LOCK is held: a HIT marks E used and is counted; a
  * miss goes on to replaycache_lookup, which counts it. */

@@ -36,15 +36,6 @@ enum replaycache_hit {
 	REPLAYCACHE_OTHER_FP = 2, /* a completed answer for another request's fingerprint */
 };
 
-/*
- * Looks up (TENANT, ID). REPLAYCACHE_HIT, filling OUT with an owned copy
- * (store_response_free()), when a live entry exists and FP equals its
- * fingerprint; REPLAYCACHE_OTHER_FP when a live entry exists with another
- * fingerprint; REPLAYCACHE_MISS when nothing usable is cached.
- */
-enum replaycache_hit replaycache_get(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
-				     struct stored_response *out);
-
 /* 1 when a completed response of (TENANT, ID) is cached, else 0. */
 int replaycache_has(uint32_t tenant_id, const uint8_t id[16]);
 
@@ -53,10 +44,14 @@ int replaycache_has(uint32_t tenant_id, const uint8_t id[16]);
  * answers duplicates with), tagged with a KIND above 0 that the caller
  * chooses, since one record may be replayed by routes of different forms.
  *
- * replaycache_get() that, when REPLY is not NULL and the entry holds a
- * rendered reply of KIND, returns a copy of that, owned (NUL-terminated,
- * free()), in *REPLY and *REPLY_LEN instead of filling OUT. Otherwise
- * *REPLY is NULL and OUT is filled as by replaycache_get().
+ * Looks up (TENANT, ID). REPLAYCACHE_HIT when a live entry exists and FP
+ * equals its fingerprint: when REPLY is not NULL and the entry holds a
+ * rendered reply of KIND, with a copy of that, owned (NUL-terminated,
+ * free()), in *REPLY and *REPLY_LEN; otherwise with *REPLY NULL and OUT
+ * filled with an owned copy of the response (store_response_free()).
+ * REPLAYCACHE_OTHER_FP when a live entry exists with another fingerprint;
+ * REPLAYCACHE_MISS when nothing usable is cached. KIND 0 and REPLY NULL
+ * ask for the response alone.
  */
 enum replaycache_hit replaycache_lookup(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
 					int kind, struct stored_response *out, char **reply,
@@ -91,7 +86,7 @@ enum replaycache_hit replaycache_get_raw(uint32_t tenant_id, const uint8_t id[16
  * its fingerprint is FP; the last one set stays.
  * replaycache_get_alias() answers a request with those bytes without
  * working out its fingerprint: REPLAYCACHE_HIT with OUT filled as by
- * replaycache_get() when the entry holds ALIAS, else REPLAYCACHE_MISS (go
+ * replaycache_lookup() when the entry holds ALIAS, else REPLAYCACHE_MISS (go
  * the full way). The same bytes give the same fingerprint.
  */
 void replaycache_set_alias(uint32_t tenant_id, const uint8_t id[16], const uint8_t *fp,
@@ -104,6 +99,7 @@ enum replaycache_hit replaycache_get_alias(uint32_t tenant_id, const uint8_t id[
  * REPLAYCACHE_MAX_BYTES) and entries. */
 void replaycache_usage(size_t *bytes, size_t *entries);
 
+/* Drops every entry (the unit tests start each case from an empty cache). */
 void replaycache_clear(void);
 
 #endif

@@ -115,11 +115,6 @@ unsigned answer_status(enum outcome o)
 	return outcome_rows[o].status;
 }
 
-const char *answer_code(enum outcome o)
-{
-	return outcome_rows[o].code;
-}
-
 /* The value of V that ARG names. */
 static int64_t outcome_value(enum outcome_arg arg, const struct outcome_values *v)
 {

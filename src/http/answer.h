@@ -17,10 +17,6 @@
 /* The status OUTCOME answers with. */
 unsigned answer_status(enum outcome o);
 
-/* The problem code of OUTCOME, NULL for the ones that are no problem
- * (claimed, replay, stored). */
-const char *answer_code(enum outcome o);
-
 /* Records OUTCOME, a refusal, on REQ as its problem (request_fail) with
  * the headers it carries (Retry-After, ETag); V may be NULL. */
 void answer_problem(struct request *req, enum outcome o, const struct outcome_values *v);

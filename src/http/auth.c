@@ -232,14 +232,6 @@ int auth_refresh(void)
 	return 0;
 }
 
-size_t auth_known_count(void)
-{
-	pthread_rwlock_rdlock(&auth_lock);
-	size_t n = auth_known.ak_n;
-	pthread_rwlock_unlock(&auth_lock);
-	return n;
-}
-
 void auth_key_generate(char *out, size_t outlen)
 {
 	unsigned char raw[32];

@@ -71,13 +71,13 @@ void auth_memo_wipe(struct auth_memo *memo);
  * now. serve calls it before the listener opens, the janitor once a
  * second. 0, or -1 (database or memory; the set stays as it was). */
 int auth_refresh(void) IDEMD_WUR;
-/* How many keys the known set holds. */
-size_t auth_known_count(void);
-
-/* Forgets every known key, the known set too (and makes every memo stale). */
+/* For tests: forgets every known key, the known set too (and makes every
+ * memo stale), so that each test case starts from an empty set. */
 void auth_cache_clear(void);
 
-/* For tests: the clock of AUTH_RECHECK_MS, in ms (NULL: CLOCK_MONOTONIC_COARSE). */
+/* For tests: the clock of AUTH_RECHECK_MS, in ms (NULL:
+ * CLOCK_MONOTONIC_COARSE), so that a test steps its time instead of
+ * sleeping through the recheck. */
 void auth_set_clock(int64_t (*now_ms)(void));
 
 #endif

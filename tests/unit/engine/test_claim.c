@@ -273,12 +273,14 @@ static void test_replay_from_the_database_is_cached(void **state)
 	assert_int_equal(o->co_from_cache, 0);
 	claim_free(c);
 	/* the same request is now answered from memory; another is not */
-	assert_int_equal(replaycache_get(TENANT, in.ci_token.id, in.ci_fp, &r), REPLAYCACHE_HIT);
+	assert_int_equal(replaycache_lookup(TENANT, in.ci_token.id, in.ci_fp, 0, &r, NULL, NULL),
+			 REPLAYCACHE_HIT);
 	assert_int_equal(r.sr_status, 201);
 	store_response_free(&r);
 	uint8_t other[STORE_HASH_BYTES];
 	memset(other, 0x11, sizeof(other));
-	assert_int_equal(replaycache_get(TENANT, in.ci_token.id, other, &r), REPLAYCACHE_OTHER_FP);
+	assert_int_equal(replaycache_lookup(TENANT, in.ci_token.id, other, 0, &r, NULL, NULL),
+			 REPLAYCACHE_OTHER_FP);
 }
 
 int main(void)

@@ -55,7 +55,7 @@ static void test_hit_is_a_copy(void **state)
 	id_of(id, 1);
 	memset(fp, 7, sizeof(fp));
 	replaycache_put(5, id, fp, &r, now_ms() + 60000);
-	assert_int_equal(replaycache_get(5, id, fp, &out), 1);
+	assert_int_equal(replaycache_lookup(5, id, fp, 0, &out, NULL, NULL), 1);
 	assert_int_equal(out.sr_status, 201);
 	assert_string_equal(out.sr_headers, "{\"location\":\"/o/1\"}");
 	assert_int_equal(out.sr_body_len, 8);
@@ -103,8 +103,8 @@ static void test_other_tenant_never_served(void **state)
 	replaycache_clear();
 	id_of(id, 2);
 	replaycache_put(5, id, NULL, &r, now_ms() + 60000);
-	assert_int_equal(replaycache_get(6, id, NULL, &out), 0);
-	assert_int_equal(replaycache_get(5, id, NULL, &out), 1);
+	assert_int_equal(replaycache_lookup(6, id, NULL, 0, &out, NULL, NULL), 0);
+	assert_int_equal(replaycache_lookup(5, id, NULL, 0, &out, NULL, NULL), 1);
 	store_response_free(&out);
 }
 
@@ -119,12 +119,12 @@ static void test_fingerprint_mismatch(void **state)
 	memset(fp, 1, sizeof(fp));
 	memset(other, 2, sizeof(other));
 	replaycache_put(5, id, fp, &r, now_ms() + 60000);
-	assert_int_equal(replaycache_get(5, id, other, &out), 2);
-	assert_int_equal(replaycache_get(5, id, NULL, &out), 2);
+	assert_int_equal(replaycache_lookup(5, id, other, 0, &out, NULL, NULL), 2);
+	assert_int_equal(replaycache_lookup(5, id, NULL, 0, &out, NULL, NULL), 2);
 	/* stored without a fingerprint: a submit with one is a mismatch too */
 	id_of(id, 4);
 	replaycache_put(5, id, NULL, &r, now_ms() + 60000);
-	assert_int_equal(replaycache_get(5, id, fp, &out), 2);
+	assert_int_equal(replaycache_lookup(5, id, fp, 0, &out, NULL, NULL), 2);
 }
 
 static void test_expired_not_served(void **state)
@@ -136,7 +136,7 @@ static void test_expired_not_served(void **state)
 	replaycache_clear();
 	id_of(id, 5);
 	replaycache_put(5, id, NULL, &r, now_ms() - 1);
-	assert_int_equal(replaycache_get(5, id, NULL, &out), 0);
+	assert_int_equal(replaycache_lookup(5, id, NULL, 0, &out, NULL, NULL), 0);
 }
 
 static void test_many_entries_and_eviction(void **state)
@@ -153,7 +153,7 @@ static void test_many_entries_and_eviction(void **state)
 	}
 	for (unsigned i = 0; i < 3 * REPLAYCACHE_SLOTS; i++) {
 		id_of(id, 1000 + i);
-		if (replaycache_get(9, id, NULL, &out) == 1) {
+		if (replaycache_lookup(9, id, NULL, 0, &out, NULL, NULL) == 1) {
 			assert_memory_equal(out.sr_body, "{\"n\":12345}", 11);
 			store_response_free(&out);
 			hits++;
@@ -162,7 +162,7 @@ static void test_many_entries_and_eviction(void **state)
 	/* bounded by the table, and the newest entries are kept */
 	assert_true(hits > 0 && hits <= REPLAYCACHE_SLOTS);
 	id_of(id, 1000 + 3 * REPLAYCACHE_SLOTS - 1);
-	assert_int_equal(replaycache_get(9, id, NULL, &out), 1);
+	assert_int_equal(replaycache_lookup(9, id, NULL, 0, &out, NULL, NULL), 1);
 	store_response_free(&out);
 	replaycache_clear();
 }
@@ -193,12 +193,12 @@ static void test_tenant_share(void **state)
 		id_of(id, 80000 + i);
 		replaycache_put(9, id, NULL, &r, now_ms() + 60000);
 		/* the flooding tenant's own newest answer is still served */
-		assert_int_equal(replaycache_get(9, id, NULL, &out), 1);
+		assert_int_equal(replaycache_lookup(9, id, NULL, 0, &out, NULL, NULL), 1);
 		store_response_free(&out);
 	}
 	for (unsigned i = 0; i < 20; i++) {
 		id_of(id, 70000 + i);
-		if (replaycache_get(8, id, NULL, &out) == 1) {
+		if (replaycache_lookup(8, id, NULL, 0, &out, NULL, NULL) == 1) {
 			store_response_free(&out);
 			kept++;
 		}
@@ -224,13 +224,13 @@ static void test_byte_bound_turns_over(void **state)
 		id_of(id, 50000 + i);
 		replaycache_put(3, id, NULL, &r, now_ms() + 60000);
 		/* the response just stored is served */
-		assert_int_equal(replaycache_get(3, id, NULL, &out), 1);
+		assert_int_equal(replaycache_lookup(3, id, NULL, 0, &out, NULL, NULL), 1);
 		assert_int_equal(out.sr_body_len, sizeof(big));
 		store_response_free(&out);
 	}
 	for (unsigned i = 0; i < n; i++) {
 		id_of(id, 50000 + i);
-		if (replaycache_get(3, id, NULL, &out) == 1) {
+		if (replaycache_lookup(3, id, NULL, 0, &out, NULL, NULL) == 1) {
 			store_response_free(&out);
 			hits++;
 		}
@@ -274,8 +274,8 @@ static void test_reply_and_raw_key(void **state)
 	assert_string_equal(reply, "{\"state\":\"completed\"}");
 	assert_null(out.sr_body);
 	free(reply);
-	/* replaycache_get still gives the response */
-	assert_int_equal(replaycache_get(5, id, fp, &out), 1);
+	/* a lookup of kind 0 still gives the response */
+	assert_int_equal(replaycache_lookup(5, id, fp, 0, &out, NULL, NULL), 1);
 	assert_int_equal(out.sr_body_len, 8);
 	store_response_free(&out);
 
@@ -401,15 +401,15 @@ static void test_full_set(void **state)
 		replaycache_put(3, id[k], NULL, &r, now_ms() + 60000);
 	/* both sets are used before anything is evicted */
 	for (unsigned k = 0; k < N; k++) {
-		assert_int_equal(replaycache_get(3, id[k], NULL, &out), 1);
+		assert_int_equal(replaycache_lookup(3, id[k], NULL, 0, &out, NULL, NULL), 1);
 		store_response_free(&out);
 	}
 	/* id[1] is now the least recently used of the two sets */
-	assert_int_equal(replaycache_get(3, id[0], NULL, &out), 1);
+	assert_int_equal(replaycache_lookup(3, id[0], NULL, 0, &out, NULL, NULL), 1);
 	store_response_free(&out);
 	replaycache_put(3, id[N], NULL, &r, now_ms() + 60000);
 	for (unsigned k = 0; k <= N; k++) {
-		int got = replaycache_get(3, id[k], NULL, &out);
+		int got = replaycache_lookup(3, id[k], NULL, 0, &out, NULL, NULL);
 		assert_int_equal(got, k == 1 ? 0 : 1);
 		if (got == 1)
 			store_response_free(&out);
@@ -417,7 +417,7 @@ static void test_full_set(void **state)
 	/* putting a cached key again replaces it in place */
 	replaycache_put(3, id[0], NULL, &r, now_ms() + 60000);
 	for (unsigned k = 0; k <= N; k++) {
-		int got = replaycache_get(3, id[k], NULL, &out);
+		int got = replaycache_lookup(3, id[k], NULL, 0, &out, NULL, NULL);
 		assert_int_equal(got, k == 1 ? 0 : 1);
 		if (got == 1)
 			store_response_free(&out);
