@@ -1,7 +1,8 @@
 /*
  * A growable byte buffer, NUL-terminated once anything was added. A failed
  * append keeps what was there and marks the buffer failed, so a caller may
- * append several pieces and check once (buf_failed).
+ * append several pieces and check once (b_failed): that is why buf_add()
+ * and buf_str() alone of the fallible functions are not IDEMD_WUR.
  *
  * Ownership: b_data is owned by the buffer until buf_take() returns it,
  * owned, to the caller; buf_free() frees it. A zeroed struct buf is an empty buffer.

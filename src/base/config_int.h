@@ -84,13 +84,13 @@ int config_fail(char *err, size_t errlen, const char *fmt, ...)
  * keys take their default, absent CFG_REQUIRED keys are errors. PREFIX is
  * put before key names in messages ("routes[0]."). (config_set.c) */
 int config_load_object(void *base, const struct cfg_key *keys, size_t nkeys, json_t *obj,
-		       const char *prefix, char *err, size_t errlen);
+		       const char *prefix, char *err, size_t errlen) IDEMD_WUR;
 /* Frees what BASE holds by the table KEYS (not BASE itself). */
 void config_free_object(void *base, const struct cfg_key *keys, size_t nkeys);
 /* Parses S into *HOST (owned: free() it) and *PORT; LABEL names the source in
  * errors (config_check.c). */
 int config_store_address(char **host, uint16_t *port, const char *s, const char *label, char *err,
-			 size_t errlen);
+			 size_t errlen) IDEMD_WUR;
 
 /* The elements of a list (CFG_STRLIST, CFG_ROUTES): what it holds (for
  * "must be an array of WHAT"), the size of one, how element I of the new

@@ -5,6 +5,8 @@
 
 #include <jansson.h>
 
+#include "common.h"
+
 enum log_level { LOG_LEVEL_DEBUG, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LEVEL_ERROR };
 
 /* Lines below this level are neither formatted nor written (default
@@ -13,7 +15,7 @@ extern enum log_level log_min_level;
 
 /* The level named NAME ("debug", "info", "warn", "error") into *OUT: 0, or
  * -1 when NAME is none of them. */
-int log_level_parse(const char *name, enum log_level *out);
+int log_level_parse(const char *name, enum log_level *out) IDEMD_WUR;
 
 void log_write(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Like log_write, whatever log_min_level says: for the few lines an

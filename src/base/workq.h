@@ -85,7 +85,7 @@ struct workq_workers {
  * take returns nothing), WHO naming them in the log: 0, or -1 (N out of
  * range, or a thread that could not start: those started are stopped). */
 int workq_workers_start(struct workq_workers *w, struct workq *q, int n, void *(*fn)(void *),
-			void *arg, const char *who);
+			void *arg, const char *who) IDEMD_WUR;
 
 /* Closes the queue; each thread empties it and returns, and is joined. */
 void workq_workers_stop(struct workq_workers *w);

@@ -36,6 +36,6 @@ long janitor_sweep_now(int paced);
 
 /* Reads the database's clock and sets idemd_clock_offset_ms (common.h)
  * from it. 0, or -1 when the database did not answer in time. */
-int janitor_measure_clock(void);
+int janitor_measure_clock(void) IDEMD_WUR;
 
 #endif

@@ -304,8 +304,11 @@ static int serve_start(const struct config *cfg, enum serve_up *up)
 	engine_init(cfg);
 	metrics_init(cfg);
 	routes_init();
-	/* one clock: the database's, before the first request is timed */
-	(void)janitor_measure_clock();
+	/* one clock: the database's, before the first request is timed; while
+	 * it cannot be read the host's stands in, until the janitor's next
+	 * reading (every second) */
+	if (janitor_measure_clock() != 0)
+		log_debug("serve: the database's clock could not be read yet");
 	/* two batches in flight: one commits while the next gathers */
 	if (batcher_start(cfg->pool_size < 2 ? 1 : 2) < 0)
 		return -1;

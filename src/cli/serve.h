@@ -10,6 +10,6 @@ struct config;
 /* Serves with CFG (loaded from CONFIG_PATH, or NULL: defaults and the
  * environment; SIGHUP reads it again) until SIGTERM or SIGINT: the exit
  * status. */
-int serve(const struct config *cfg, const char *config_path);
+int serve(const struct config *cfg, const char *config_path) IDEMD_WUR;
 
 #endif

@@ -32,11 +32,11 @@ void callerkey_address(uint32_t tenant, const struct operation *op, const char *
 /* The key in a header VALUE: bare, or one RFC 8941 sf-string (quoted, \"
  * and \\ escaped). Into OUT (OUTLEN bytes); its length, or -1 when the
  * value is a malformed sf-string, -2 when it is too long. */
-int callerkey_from_header(const char *value, char *out, size_t outlen);
+int callerkey_from_header(const char *value, char *out, size_t outlen) IDEMD_WUR;
 
 /* The key at JSON Pointer POINTER (RFC 6901, "/a/0/b") in DOC: a string,
  * or an integer in decimal. Into OUT (OUTLEN bytes); its length, -1 when
  * nothing usable is there, -2 when it is too long. */
-int callerkey_from_json(json_t *doc, const char *pointer, char *out, size_t outlen);
+int callerkey_from_json(json_t *doc, const char *pointer, char *out, size_t outlen) IDEMD_WUR;
 
 #endif

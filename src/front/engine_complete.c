@@ -149,11 +149,11 @@ static void engine_completed_reply(struct request *req, const struct complete_re
 	char at[RFC3339_MAX];
 
 	(void)buf_str(&b, "{\"state\":\"completed\",\"response\":");
-	(void)reqjson_response_text(&b, &res->cpr_stored, res->cpr_outcome == COMPLETE_STORED);
+	int rc = reqjson_response_text(&b, &res->cpr_stored, res->cpr_outcome == COMPLETE_STORED);
 	(void)buf_str(&b, ",\"expires_at\":\"");
 	(void)buf_add(&b, at, rfc3339_text(res->cpr_expires_at, at));
 	(void)buf_str(&b, "\"}\n");
-	if (b.b_failed) {
+	if (rc != 0 || b.b_failed) {
 		buf_free(&b);
 		request_unavailable(req);
 		return;

@@ -81,7 +81,7 @@ struct curl_slist *gateway_request_headers(struct request *req, const struct gat
 					   size_t n);
 /* The request's query string rebuilt: into *OUT, owned (free()); "" when
  * there is none. 0 or -1. */
-int gateway_query(struct request *req, char **out);
+int gateway_query(struct request *req, char **out) IDEMD_WUR;
 /* Builds the job for a request that now holds the claim RES, owned
  * (gateway_job_free()); REQ (its body too) and GR are borrowed until the job
  * ends. Takes *HEADERS, setting it to NULL, unless it fails before that
@@ -107,7 +107,7 @@ void gateway_finish(struct gateway_job *j);
  * job C is in. */
 void gateway_on_done(struct upstream_call *c);
 /* Starts the finisher threads: 0, or -1 after logging. */
-int gateway_finish_start(void);
+int gateway_finish_start(void) IDEMD_WUR;
 /* Lets the finishers empty their queue and joins them. */
 void gateway_finish_stop(void);
 
@@ -119,7 +119,7 @@ void gateway_finish_stop(void);
  * 0, or -1 after replying. */
 int gateway_derived_address(struct request *req, const struct gateway_route *gr,
 			    const uint8_t *bytes_fp, const struct headers_field *f, size_t n,
-			    json_t **doc, struct token *t, struct operation *op);
-int gateway_body_doc(struct request *req, json_t **doc);
+			    json_t **doc, struct token *t, struct operation *op) IDEMD_WUR;
+int gateway_body_doc(struct request *req, json_t **doc) IDEMD_WUR;
 
 #endif

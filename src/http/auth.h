@@ -46,7 +46,7 @@ void auth_key_hash(const char *key, size_t len, uint8_t out[32]);
 
 /* Resolves KEY, sent by the client of slot CLIENT, to its tenant: AUTH_OK,
  * AUTH_DENIED or AUTH_UNAVAILABLE. */
-int auth_check(const char *key, size_t client, uint32_t *tenant_id);
+int auth_check(const char *key, size_t client, uint32_t *tenant_id) IDEMD_WUR;
 
 /*
  * What one connection last authenticated with, so that its next request
@@ -62,7 +62,8 @@ struct auth_memo {
 };
 
 /* auth_check() through MEMO (NULL: none). */
-int auth_check_memo(const char *key, size_t client, struct auth_memo *memo, uint32_t *tenant_id);
+int auth_check_memo(const char *key, size_t client, struct auth_memo *memo,
+		    uint32_t *tenant_id) IDEMD_WUR;
 void auth_memo_wipe(struct auth_memo *memo);
 
 /* Reads the keys the database holds into the known set, which answers for

@@ -100,7 +100,7 @@ void http_connection(void *cls, struct MHD_Connection *conn, void **socket_conte
 		     enum MHD_ConnectionNotificationCode toe);
 /* Starts the reaper (request_timeout_seconds of CFG, borrowed until
  * http_conn_stop()): 0, or -1 after logging. */
-int http_conn_start(const struct config *cfg);
+int http_conn_start(const struct config *cfg) IDEMD_WUR;
 /* Stops the reaper; safe when not started. */
 void http_conn_stop(void);
 
@@ -125,7 +125,7 @@ void http_mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(
  * them); MHD_USE_TLS added to *FLAGS. 0, or -1 after logging (*CERT and
  * *KEY may still be set: the caller frees them as well). */
 int http_tls_options(const struct config *cfg, struct MHD_OptionItem opts[3], char **cert,
-		     char **key, unsigned *flags);
+		     char **key, unsigned *flags) IDEMD_WUR;
 /* The address to listen on, HOST and PORT resolved (WHAT names the key
  * in the log), owned (freeaddrinfo()), with the daemon's flags for it in
  * *FLAGS (the usual ones, MHD_USE_IPv6 for an IPv6 address); NULL after
@@ -159,7 +159,7 @@ size_t http_client_slot(struct MHD_Connection *conn);
  * that the addresses of one prefix are one client. A hash keyed with random
  * bytes drawn once per process, so collisions cannot be chosen. */
 size_t http_client_slot_of(const struct sockaddr *sa, int v6_prefix);
-int http_budget_take(struct request *req, size_t n);
+int http_budget_take(struct request *req, size_t n) IDEMD_WUR;
 void http_budget_return(struct request *req);
 static inline void http_budget_give(struct request *req)
 {

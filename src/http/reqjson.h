@@ -105,7 +105,7 @@ json_t *reqjson_response(const struct stored_response *r);
  * of printable strings are copied member by member, and with OWN_BODY
  * (R's JSON body is idemd's own compact dump, made in this process) the
  * body is copied as it is. 0, or -1 (out of memory: B is failed). */
-int reqjson_response_text(struct buf *b, const struct stored_response *r, int own_body);
+int reqjson_response_text(struct buf *b, const struct stored_response *r, int own_body) IDEMD_WUR;
 
 /* What reqjson_etag() gives for a weak ETag: no counter is ever at it. */
 #define REQJSON_ETAG_WEAK ((int64_t)-1)

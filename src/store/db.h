@@ -71,7 +71,7 @@ void db_pool_usage(int *size, int *in_use, int *waiting);
 
 /* 1 when a connection can run a trivial query now on a writable server
  * (a read-only one has its connection dropped). */
-int db_ping(void);
+int db_ping(void) IDEMD_WUR;
 
 /* 1 when a statement failing with SQLSTATE (may be NULL) means its
  * connection is no good any more and must be dropped: class 08 (connection

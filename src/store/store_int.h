@@ -113,7 +113,7 @@ int store_bool(const PGresult *r, int row, int col);
 /* Decodes a bytea text value into malloc'd memory (NUL-terminated). */
 unsigned char *store_bytea(const PGresult *r, int row, int col, size_t *len);
 /* Reads status, headers, body, is_json of ROW starting at column COL. */
-int store_read_response(const PGresult *r, int row, int col, struct stored_response *out);
+int store_read_response(const PGresult *r, int row, int col, struct stored_response *out) IDEMD_WUR;
 
 /* How a column is read (store_rows.c). */
 enum store_type {
@@ -152,12 +152,12 @@ struct store_col {
 /* Fills the struct BASE from ROW of R by COLS; 0, or -1 (then what it
  * allocated is freed). store_free_row frees what BASE holds by COLS. */
 int store_read_row(const PGresult *r, int row, const struct store_col *cols, size_t ncols,
-		   void *base);
+		   void *base) IDEMD_WUR;
 void store_free_row(void *base, const struct store_col *cols, size_t ncols);
 /* Every row of R (taken: this clears it; NULL: the statement failed) into
  * an owned array *ROWS of *N structs of SIZE bytes (store_free_rows); 0 or -1. */
 int store_read_rows(PGresult *r, const struct store_col *cols, size_t ncols, size_t size,
-		    void *rows, size_t *n);
+		    void *rows, size_t *n) IDEMD_WUR;
 void store_free_rows(void *rows, size_t n, const struct store_col *cols, size_t ncols, size_t size);
 /* ROW of R as an owned JSON object by COLS; the first NROWS rows as an owned
  * array of them. NULL when out of memory. */
@@ -169,7 +169,7 @@ struct json_t *store_rows_json(const PGresult *r, int nrows, const struct store_
  * 0; 0 for NULL, no row or a failed statement) into OUT. How many rows it
  * returned, or -1 when it failed. */
 int store_ints(const struct db_stmt *stmt, const char *const *values, const int *lengths,
-	       const int *formats, int64_t *out, int n);
+	       const int *formats, int64_t *out, int n) IDEMD_WUR;
 
 /* PostgreSQL array literals are built in a struct buf: {e1,e2,...}
  * (store_arrays.c). */
@@ -181,7 +181,7 @@ void store_array_null(struct buf *a);
 void store_array_bool(struct buf *a, int v);
 void store_array_bytea(struct buf *a, const uint8_t *p, size_t n);
 /* Closes every array of ARRS; -1 if building any of them failed. */
-int store_arrays_close(struct buf *arrs, size_t n);
+int store_arrays_close(struct buf *arrs, size_t n) IDEMD_WUR;
 static inline void store_arrays_free(struct buf *arrs, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
@@ -193,7 +193,8 @@ static inline void store_arrays_free(struct buf *arrs, size_t n)
  * of completions A[0..N) (st_complete_many's and st_complete_current's);
  * closed: -1 if building any of them failed. */
 #define STORE_CLAIM_ARRAYS 16
-int store_claim_arrays(struct buf *arrs, const struct claim_args *const *a, size_t n);
-int store_complete_arrays(struct buf *arrs, const struct complete_args *const *a, size_t n);
+int store_claim_arrays(struct buf *arrs, const struct claim_args *const *a, size_t n) IDEMD_WUR;
+int store_complete_arrays(struct buf *arrs, const struct complete_args *const *a,
+			  size_t n) IDEMD_WUR;
 
 #endif

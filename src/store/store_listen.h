@@ -10,6 +10,8 @@
 #ifndef IDEMD_STORE_LISTEN_H
 #define IDEMD_STORE_LISTEN_H
 
+#include "common.h"
+
 struct store_listener;
 
 enum store_listen_open {
@@ -28,7 +30,7 @@ enum store_listen_open store_listen_open(const char *conninfo, int probe_ms,
  * each (PAYLOAD borrowed for the call). 0, or -1 when the connection was
  * lost (close it and open another). */
 int store_listen_wait(struct store_listener *l, int tick_ms,
-		      void (*heard)(void *arg, const char *payload), void *arg);
+		      void (*heard)(void *arg, const char *payload), void *arg) IDEMD_WUR;
 
 /* Closes L (NULL: nothing). */
 void store_listen_close(struct store_listener *l);
