@@ -3,8 +3,8 @@
 # stalled past max.poll.interval.ms and fed duplicates by their producer, and
 # every event's effect (a row in a ledger table) still happens exactly once
 # (tests/kafka/scenarios.py: Python consumers using idemd.kafka on
-# confluent-kafka, then JVM ones using dev.idemd.client.kafka on
-# kafka-clients, tests/kafka/jvm). A negative control follows: the same
+# confluent-kafka, the same on kafka-python for three of them, then JVM
+# ones using dev.idemd.client.kafka on kafka-clients, tests/kafka/jvm). A negative control follows: the same
 # consumer without idemd must count some events twice, or the stage fails.
 # A transactional consume-transform-produce worker is killed inside a Kafka
 # transaction (tests/kafka/transactions.py): its output topic holds each
@@ -17,8 +17,9 @@
 # one, as tests/run.sh does), one idemd on a fresh database, and a single-node
 # Apache Kafka broker in KRaft mode (broker and controller in one JVM) on two
 # free ports. The broker's jars and the JVM consumer's (kafka-clients,
-# jackson) come from Maven Central into build/kafka, confluent-kafka and
-# psycopg from PyPI into build/kafka/venv; all are kept for the next run.
+# jackson) come from Maven Central into build/kafka, confluent-kafka,
+# kafka-python and psycopg from PyPI into build/kafka/venv; all are kept
+# for the next run.
 # The JVM consumer is compiled with clients/jvm/idemd-client's sources.
 # Ends with "kafka: ok" or "kafka: FAILED".
 # KAFKA_EVENTS (2000 per scenario), KAFKA_TX_EVENTS (1000) and KAFKA_SEED
@@ -34,7 +35,7 @@ CACHE=$ROOT/build/kafka
 LIB=$CACHE/lib-$KAFKA_VERSION
 JLIB=$CACHE/jvm-lib-$KAFKA_VERSION
 VENV=$CACHE/venv
-PIP_PKGS=("confluent-kafka==2.16.1" "psycopg[binary]==3.2.13")
+PIP_PKGS=("confluent-kafka==2.16.1" "kafka-python==3.0.12" "psycopg[binary]==3.2.13")
 
 say() { printf '\n==> [%ds] %s\n' "$SECONDS" "$*"; }
 die() { echo "kafka.sh: $*" >&2; echo "kafka: FAILED"; exit 1; }
@@ -118,7 +119,7 @@ mkdir -p "$TMP/jvm-classes"
 timeout 120 javac -nowarn -d "$TMP/jvm-classes" -cp "$JLIB/*" \
   $(find clients/jvm/idemd-client/src/main/java -name '*.java') tests/kafka/jvm/KafkaConsumerMain.java \
   >"$TMP/javac.out" 2>&1 || { cat "$TMP/javac.out" >&2; die "the JVM consumer did not compile"; }
-if "$VENV/bin/python" -c 'import confluent_kafka, psycopg' 2>/dev/null &&
+if "$VENV/bin/python" -c 'import confluent_kafka, kafka, psycopg' 2>/dev/null &&
    [ "$(cat "$VENV/.pkgs" 2>/dev/null)" = "${PIP_PKGS[*]}" ]; then
   echo "python venv: cached in ${VENV#"$ROOT"/} (confluent-kafka $("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("confluent-kafka"))'))"
 else
@@ -209,10 +210,11 @@ export IDEMD_URL=http://127.0.0.1:$IDEMD_PORT IDEMD_API_KEY
 export KAFKA_BOOTSTRAP=127.0.0.1:$KAFKA_PORT
 export LEDGER_DSN="host=$IDEMD_TEST_PGHOST dbname=$DB user=$IDEMD_TEST_PGUSER"
 export PYTHONPATH=$ROOT/clients/python/src PYTHONDONTWRITEBYTECODE=1
-say "consumers killed, rebalanced, stalled and fed duplicates (Python, then JVM), then without idemd"
+say "consumers killed, rebalanced, stalled and fed duplicates (Python, kafka-python, JVM), then without idemd"
 mkdir -p "$TMP/work"
 timeout 330 "$VENV/bin/python" tests/kafka/scenarios.py --events "${KAFKA_EVENTS:-2000}" \
-  --seed "${KAFKA_SEED:-17}" --work "$TMP/work" --jvm-classpath "$TMP/jvm-classes:$JLIB/*" ||
+  --seed "${KAFKA_SEED:-17}" --work "$TMP/work" --kafka-python \
+  --jvm-classpath "$TMP/jvm-classes:$JLIB/*" ||
   { echo "--- idemd log (tail)" >&2; tail -n 20 "$TMP/idemd.log" >&2; die "a scenario failed"; }
 
 say "Kafka's transactions: the output exactly once, an effect outside Kafka not (without idemd)"

@@ -1,7 +1,8 @@
 """One consumer process of tests/kafka/scenarios.py.
 
 Polls a topic in batches and, for each new event, inserts one row into the
-ledger table (the effect the stage counts). With idemd (the default) the
+ledger table (the effect the stage counts), on confluent-kafka or, with
+--library kafka-python, on kafka-python. With idemd (the default) the
 batch goes through idemd.kafka.Processor; with --no-idemd it does the effect
 for every record, then commits. Every delivery is logged to the deliveries
 table first, so the stage can count redeliveries across SIGKILLs.
@@ -55,6 +56,8 @@ def main():
     ap.add_argument("--stall", default="")
     ap.add_argument("--pace", type=float, default=0.0)
     ap.add_argument("--no-idemd", action="store_true")
+    ap.add_argument("--library", default="confluent-kafka",
+                    choices=("confluent-kafka", "kafka-python"))
     a = ap.parse_args()
     parent_death_kills_me()
 
@@ -71,14 +74,25 @@ def main():
             "max.poll.interval.ms": a.max_poll_ms, "client.id": a.name}
     if a.instance_id:
         conf["group.instance.id"] = a.instance_id
-    consumer = confluent_kafka.Consumer(conf)
+    kp = a.library == "kafka-python"
+    if kp:
+        import kafka
+        consumer = kafka.KafkaConsumer(
+            bootstrap_servers=conf["bootstrap.servers"], group_id=a.group,
+            enable_auto_commit=False, auto_offset_reset="earliest", session_timeout_ms=2000,
+            heartbeat_interval_ms=400, max_poll_interval_ms=a.max_poll_ms, client_id=a.name,
+            max_poll_records=a.batch, group_instance_id=a.instance_id or None)
+    else:
+        consumer = confluent_kafka.Consumer(conf)
+    field = idemd.kafka.field
     state = {"batch": 0, "new": False, "effects": 0}
 
     def effect(record, claim):
-        ev = json.loads(record.value())
+        ev = json.loads(field(record, "value"))
         db.execute("INSERT INTO ledger (scenario, event_id, part, off, consumer, claim_id, attempt)"
                    " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                   (a.scenario, ev["event_id"], record.partition(), record.offset(), a.name,
+                   (a.scenario, ev["event_id"], field(record, "partition"), field(record, "offset"),
+                    a.name,
                     claim.id if claim else None, claim.attempt if claim else None))
 
     def handler(record, claim):
@@ -104,8 +118,8 @@ def main():
                 os.kill(os.getpid(), signal.SIGKILL)
             return consumer.commit(*args, **kwargs)
 
-        def seek(self, tp):
-            return consumer.seek(tp)
+        def seek(self, *args):
+            return consumer.seek(*args)
 
     proc = None
     if a.no_idemd:
@@ -114,16 +128,20 @@ def main():
         client = idemd.Client(os.environ["IDEMD_URL"], os.environ["IDEMD_API_KEY"],
                               retry=idemd.Retry(attempts=8, base_delay=0.05))
         opts = {"key_header": a.key_header} if a.key_header else {"key_field": "event_id"}
-        proc = idemd.kafka.Processor(client, a.operation, retry_delay=0.3, **opts)
+        proc = idemd.kafka.Processor(client, a.operation, retry_delay=0.3, library=a.library,
+                                     **opts)
         proc.subscribe(consumer, [a.topic])
     while not stop:
-        records = [r for r in consumer.consume(a.batch, timeout=0.5) if r.error() is None]
+        if kp:
+            records = [r for rs in consumer.poll(timeout_ms=500).values() for r in rs]
+        else:
+            records = [r for r in consumer.consume(a.batch, timeout=0.5) if r.error() is None]
         if not records:
             continue
         db.execute("INSERT INTO deliveries (scenario, consumer, part, off)"
                    " SELECT %s, %s, * FROM unnest(%s::int[], %s::bigint[])",
-                   (a.scenario, a.name, [r.partition() for r in records],
-                    [r.offset() for r in records]))
+                   (a.scenario, a.name, [field(r, "partition") for r in records],
+                    [field(r, "offset") for r in records]))
         state["new"] = False
         state["effects"] = 0
         if proc is not None:

@@ -5,7 +5,8 @@ LEDGER_DSN).
 Each scenario has its own topic (3 partitions), consumer group and idemd
 operation; it produces --events events, runs consumer processes
 (tests/kafka/consumer.py; with --jvm-classpath the five main scenarios run
-again with tests/kafka/jvm) on a timeline, kills some of them, and waits
+again with tests/kafka/jvm, with --kafka-python three of them on
+kafka-python) on a timeline, kills some of them, and waits
 until the group has committed every partition to its end. Then it checks, from
 the ledger table (one row per effect), that every event's effect ran
 exactly once, and counts redeliveries from the deliveries table (a record
@@ -46,11 +47,15 @@ RUNNING = []   # every consumer started, stopped on the way out whatever happens
 
 
 class Scenario:
-    def __init__(self, name, lease, key_header="", duplicates=0, jvm=None, window=0):
+    def __init__(self, name, lease, key_header="", duplicates=0, jvm=None, window=0,
+                 library=""):
         self.window = window   # effects a kill leaves without their completion
         self.base = name
+        self.library = library  # the Python consumer's, "" for confluent-kafka
         if jvm:
             name += "-jvm"
+        elif library:
+            name += "-" + library
         self.name, self.lease, self.key_header, self.duplicates = name, lease, key_header, duplicates
         self.topic, self.group, self.operation = "t-" + name, "g-" + name, "kafka." + name
         self.jvm = jvm     # the JVM consumer's classpath, or None for the Python one
@@ -99,6 +104,8 @@ def start(s, name, work, *extra, no_idemd=False):
              "--operation", s.operation]
     if s.key_header:
         args += ["--key-header", s.key_header]
+    if s.library:
+        args += ["--library", s.library]
     if no_idemd:
         args.append("--no-idemd")
     args += list(extra)
@@ -309,6 +316,8 @@ def main():
     ap.add_argument("--events", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--work", required=True)
+    ap.add_argument("--kafka-python", action="store_true",
+                    help="also run three scenarios with kafka-python's consumer")
     ap.add_argument("--jvm-classpath", default="",
                     help="also run every scenario with the JVM consumer (tests/kafka/jvm)")
     a = ap.parse_args()
@@ -342,6 +351,10 @@ def run_all(a):
                            duplicates=a.events // 10, jvm=jvm), producer_dups)]
         if not jvm:
             plan.append((Scenario("kill-in-handler", lease=3, window=30), kill_in_handler))
+    if a.kafka_python:  # three of the scenarios with kafka-python's consumer
+        plan += [(Scenario("kill-restart", lease=3, library="kafka-python"), kill_restart),
+                 (Scenario("rebalance", lease=3, library="kafka-python"), rebalance),
+                 (Scenario("slow-handler", lease=20, library="kafka-python"), slow_handler)]
     failures = []
     rows = []
     for s, run in plan:

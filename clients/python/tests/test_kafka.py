@@ -2,6 +2,7 @@
 records (tests/kafka.sh runs the helper against a real broker)."""
 
 import json
+import sys
 
 import pytest
 
@@ -253,3 +254,83 @@ def test_a_consumer_without_commit_offsets_is_a_bug_not_a_refusal(client, op):
     with pytest.raises(TypeError):
         p.process(Old(), [Rec(0)], lambda r, claim: None)
     assert p.counts.commit_failures == 0
+
+
+# ---------------------------------------------------------------- kafka-python
+
+class KpRecord:
+    """A kafka-python ConsumerRecord: attributes, no error."""
+
+    def __init__(self, offset, value=None, headers=(), topic="t", partition=0):
+        self.topic, self.partition, self.offset = topic, partition, offset
+        self.value, self.headers = value, list(headers)
+
+
+@pytest.fixture
+def fake_kafka(monkeypatch):
+    """The names idemd.kafka imports from kafka-python."""
+    import collections
+    import types
+    mod = types.ModuleType("kafka")
+    mod.TopicPartition = collections.namedtuple("TopicPartition", "topic partition")
+    mod.OffsetAndMetadata = collections.namedtuple("OffsetAndMetadata",
+                                                   "offset metadata leader_epoch")
+
+    class ConsumerRebalanceListener:
+        pass
+
+    mod.ConsumerRebalanceListener = ConsumerRebalanceListener
+    monkeypatch.setitem(sys.modules, "kafka", mod)
+    return mod
+
+
+class KpConsumer:
+    def __init__(self):
+        self.commits, self.seeks, self.listener = [], [], None
+
+    def commit(self, offsets=None, timeout_ms=None):
+        self.commits.append(sorted((tp.topic, tp.partition, om.offset) for tp, om in offsets.items()))
+
+    def seek(self, partition, offset):
+        self.seeks.append((partition.topic, partition.partition, offset))
+
+    def subscribe(self, topics=(), pattern=None, listener=None):
+        self.listener = listener
+
+
+def test_kafka_python_poll_commit_seek_and_listener(client, op, fake_kafka):
+    held = uniq("e")
+    client.claim_key(op, held)
+    p = idemd.kafka.Processor(client, op, key_field="event_id", retry_delay=0,
+                              library="kafka-python")
+    c = KpConsumer()
+    p.subscribe(c, ["t"])
+    assert isinstance(c.listener, fake_kafka.ConsumerRebalanceListener)
+    polled = {fake_kafka.TopicPartition("t", 0): [KpRecord(0, event("a-" + held)),
+                                                  KpRecord(1, event(held))],
+              fake_kafka.TopicPartition("t", 1): [KpRecord(4, event("b-" + held), partition=1)]}
+    out = p.process(c, polled, lambda r, claim: r.offset)
+    assert [o.outcome for o in out] == ["processed", "in_progress", "processed"]
+    assert c.commits == [[("t", 0, 1), ("t", 1, 5)]] and c.seeks == [("t", 0, 1)]
+    # revoked through the listener: nothing left to commit, nothing refused
+    c.listener.on_partitions_revoked({fake_kafka.TopicPartition("t", 0)})
+    assert p.counts.commit_failures == 0
+
+
+def test_kafka_python_found_by_itself_and_keyed_by_header(client, op, fake_kafka):
+    class KafkaConsumer(KpConsumer):
+        pass
+
+    KafkaConsumer.__module__ = "kafka.consumer.group"
+    assert idemd.kafka.library_of(KafkaConsumer()) == "kafka-python"
+    assert idemd.kafka.library_of(FakeConsumer()) is None
+    eid = uniq("e")
+    p = idemd.kafka.Processor(client, op, key_header="event-id", retry_delay=0)
+    c = KafkaConsumer()
+    recs = [KpRecord(0, b"x", [("event-id", eid.encode())]),
+            KpRecord(1, b"x", [("event-id", eid.encode())])]
+    out = p.process(c, recs, lambda r, claim: None)
+    assert p.library == "kafka-python" and [o.outcome for o in out] == ["processed"] * 2
+    assert c.commits == [[("t", 0, 2)]]
+    with pytest.raises(idemd.kafka.RecordKeyError, match="no header"):
+        p.process(c, [KpRecord(2, b"x")], lambda r, claim: None)

@@ -1,4 +1,4 @@
-"""Kafka consumers (confluent-kafka): each record's effect once.
+"""Kafka consumers (confluent-kafka, or kafka-python): each record's effect once.
 
 A poll's records are claimed in one batch call, keyed by the event's own id
 (a header or a JSON member) or by ``topic/partition/offset``; records
@@ -17,6 +17,13 @@ Nothing here imports confluent_kafka until an offset is committed (install
 it with ``pip install idemd[kafka]``); the consumer and the records are
 used through the methods confluent-kafka's ``Consumer`` and ``Message``
 have, so any object with them serves (the unit tests pass fakes).
+
+kafka-python works too (``library="kafka-python"``, found by itself from a
+``kafka.KafkaConsumer`` handed to :meth:`Processor.subscribe` or
+:meth:`Processor.process`): its records' attributes are read for the
+methods, ``poll()``'s ``{partition: [records]}`` is taken as it comes, its
+commits and seeks take ``kafka.TopicPartition`` and ``OffsetAndMetadata``,
+and ``subscribe`` passes a ``kafka.ConsumerRebalanceListener``.
 """
 
 from __future__ import annotations
@@ -24,13 +31,16 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import (Any, Callable, Dict, Iterable, List, Optional, Protocol, Sequence,
-                    Tuple)
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol,
+                    Sequence, Tuple, Union)
 
 from ._flows import MessageOutcome, ReleaseOn
 from .types import BatchClaimResult, StoredResponse
 
 __all__ = ["Processor", "process", "RecordKeyError", "RecordError", "Counts"]
+
+CONFLUENT = "confluent-kafka"
+KAFKA_PYTHON = "kafka-python"
 
 # librdkafka's "end of partition" event (KafkaError._PARTITION_EOF), which
 # consume() hands out with enable.partition.eof: not a record, skipped.
@@ -49,10 +59,11 @@ class KafkaRecord(Protocol):
 
 
 class KafkaConsumer(Protocol):
-    """What the helper calls on a consumer (confluent_kafka.Consumer)."""
+    """What the helper calls on a consumer (confluent_kafka.Consumer,
+    kafka.KafkaConsumer)."""
 
     def commit(self, *args: Any, **kwargs: Any) -> Any: ...
-    def seek(self, partition: Any) -> None: ...
+    def seek(self, *args: Any) -> Any: ...
 
 
 class RecordKeyError(ValueError):
@@ -75,9 +86,30 @@ class RecordError(RuntimeError):
         super().__init__("the consumer reported an error: %s" % (error,))
 
 
+def field(record: Any, name: str) -> Any:
+    """A record's ``topic``, ``partition``, ``offset``, ``value``,
+    ``headers`` or ``error``: a method of confluent-kafka's Message, an
+    attribute of kafka-python's ConsumerRecord (which has no error)."""
+    v = getattr(record, name, None)
+    return v() if callable(v) else v
+
+
 def coordinates(record: KafkaRecord) -> str:
     """``topic/partition/offset``: the record's place in the log."""
-    return "%s/%s/%s" % (record.topic(), record.partition(), record.offset())
+    return "%s/%s/%s" % (field(record, "topic"), field(record, "partition"),
+                         field(record, "offset"))
+
+
+def library_of(consumer: Any) -> Optional[str]:
+    """``kafka-python`` for a ``kafka.KafkaConsumer`` (or a subclass),
+    ``confluent-kafka`` for a ``confluent_kafka.Consumer``, else None."""
+    for cls in type(consumer).__mro__:
+        top = cls.__module__.split(".")[0]
+        if top == "kafka":
+            return KAFKA_PYTHON
+        if top == "confluent_kafka" or top == "cimpl":
+            return CONFLUENT
+    return None
 
 
 class Counts:
@@ -112,7 +144,9 @@ class Processor:
     producer that sends an event twice). ``request``, ``fingerprint`` and
     ``subject`` are as for :meth:`Client.consume`. ``topic_partition``
     builds the offsets committed and sought: confluent_kafka's
-    ``TopicPartition`` unless given.
+    ``TopicPartition`` unless given. ``library`` names the client
+    (``"confluent-kafka"`` or ``"kafka-python"``), found from the consumer
+    when not given.
 
     Commit offsets only through it (``enable.auto.commit`` false). A record
     answered ``in_progress`` (another consumer holds it, or held it and
@@ -134,9 +168,15 @@ class Processor:
                  release_on: ReleaseOn = (Exception,), retry_delay: float = 0.2,
                  max_retry_delay: float = 5.0,
                  on_replay: Optional[Callable[[KafkaRecord, Optional[StoredResponse]], Any]] = None,
-                 topic_partition: Optional[Callable[[str, int, int], Any]] = None) -> None:
+                 topic_partition: Optional[Callable[[str, int, int], Any]] = None,
+                 library: Optional[str] = None) -> None:
         if sum(x is not None for x in (key_header, key_field, key)) > 1:
             raise ValueError("name at most one of key_header, key_field and key")
+        if library not in (None, CONFLUENT, KAFKA_PYTHON):
+            raise ValueError("library is %r or %r, not %r" % (CONFLUENT, KAFKA_PYTHON, library))
+        # Which client's calls to make: given, or found from the first
+        # consumer seen (confluent-kafka's for any other object).
+        self.library = library
         self.client = client
         self.operation = operation
         self.key_header = key_header
@@ -177,7 +217,7 @@ class Processor:
 
     @staticmethod
     def _header_key(record: KafkaRecord, name: str) -> str:
-        for h, v in record.headers() or []:
+        for h, v in field(record, "headers") or []:
             if h != name:
                 continue
             if not v:
@@ -190,7 +230,7 @@ class Processor:
 
     @staticmethod
     def _field_key(record: KafkaRecord, name: str) -> str:
-        raw = record.value()
+        raw = field(record, "value")
         if raw is None:
             raise RecordKeyError(record, "no value (a tombstone?), so no member %r" % name)
         try:
@@ -208,16 +248,21 @@ class Processor:
 
     # ------------------------------------------------------------ process
 
-    def process(self, consumer: KafkaConsumer, records: Iterable[KafkaRecord],
+    def process(self, consumer: KafkaConsumer,
+                records: Union[Iterable[KafkaRecord], Mapping[Any, Iterable[KafkaRecord]]],
                 handler: Handler, *, commit: bool = True) -> List[MessageOutcome[KafkaRecord]]:
         """Claims ``records`` (one poll's) as one batch, runs
         ``handler(record, claim)`` for the new ones, completes them, then
         commits each partition's offset past its settled records (with
         ``commit`` false the caller commits :meth:`offsets`). Returns one
-        :class:`~idemd.MessageOutcome` per record, in order."""
+        :class:`~idemd.MessageOutcome` per record, in order. ``records``
+        may be kafka-python's ``poll()`` answer, ``{partition: [records]}``."""
+        self._library(consumer)
+        if isinstance(records, Mapping):
+            records = [r for rs in records.values() for r in rs]
         batch: List[KafkaRecord] = []
         for r in records:
-            err = r.error()
+            err = field(r, "error")
             if err is None:
                 batch.append(r)
             elif _error_code(err) != _PARTITION_EOF:
@@ -269,12 +314,12 @@ class Processor:
         before the first to deliver again), and where to seek back to."""
         settled: Dict[Tuple[str, int], int] = {}
         retry: Dict[Tuple[str, int], int] = {}
-        for o in sorted(outcomes, key=lambda o: (str(o.message.topic()),
-                                                 o.message.partition() or 0,
-                                                 o.message.offset() or 0)):
+        for o in sorted(outcomes, key=lambda o: (str(field(o.message, "topic")),
+                                                 field(o.message, "partition") or 0,
+                                                 field(o.message, "offset") or 0)):
             r = o.message
-            tp = (str(r.topic()), int(r.partition() or 0))
-            off = int(r.offset() or 0)
+            tp = (str(field(r, "topic")), int(field(r, "partition") or 0))
+            off = int(field(r, "offset") or 0)
             if tp in retry:
                 continue
             if o.retry:
@@ -298,9 +343,14 @@ class Processor:
         if not todo:
             return True
         try:
-            consumer.commit(offsets=[self._tp(t, p, o) for (t, p), o in sorted(todo.items())],
-                            asynchronous=False)
-        except (TypeError, AttributeError):
+            if self._library(consumer) == KAFKA_PYTHON:
+                from kafka import OffsetAndMetadata, TopicPartition
+                consumer.commit(offsets={TopicPartition(t, p): OffsetAndMetadata(o, "", -1)
+                                         for (t, p), o in sorted(todo.items())})
+            else:
+                consumer.commit(offsets=[self._tp(t, p, o) for (t, p), o in sorted(todo.items())],
+                                asynchronous=False)
+        except (TypeError, AttributeError, ImportError):
             raise  # not the broker's refusal: a consumer without commit(offsets=...)
         except Exception:  # confluent_kafka.KafkaException: the group moved on
             self.counts.commit_failures += 1
@@ -317,11 +367,21 @@ class Processor:
         return True
 
     def _seek(self, consumer: KafkaConsumer, retry: Dict[Tuple[str, int], int]) -> None:
+        kafka_python = self._library(consumer) == KAFKA_PYTHON
         for (t, p), off in retry.items():
             try:
-                consumer.seek(self._tp(t, p, off))
+                if kafka_python:
+                    from kafka import TopicPartition
+                    consumer.seek(TopicPartition(t, p), off)
+                else:
+                    consumer.seek(self._tp(t, p, off))
             except Exception:  # no longer assigned: the new owner reads it
                 pass
+
+    def _library(self, consumer: Any) -> str:
+        if self.library is None:
+            self.library = library_of(consumer) or CONFLUENT
+        return self.library
 
     def _tp(self, topic: str, partition: int, offset: int) -> Any:
         if self.topic_partition is None:
@@ -347,7 +407,21 @@ class Processor:
                 self._uncommitted.pop((tp.topic, tp.partition), None)
 
     def subscribe(self, consumer: Any, topics: Sequence[str], **kwargs: Any) -> None:
-        """``consumer.subscribe(topics)`` with this processor's rebalance callbacks."""
+        """``consumer.subscribe(topics)`` with this processor's rebalance
+        callbacks (for kafka-python, a ``ConsumerRebalanceListener``)."""
+        if self._library(consumer) == KAFKA_PYTHON:
+            from kafka import ConsumerRebalanceListener
+            proc = self
+
+            class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+                def on_partitions_revoked(self, revoked: Any) -> None:
+                    proc.on_revoke(consumer, list(revoked))
+
+                def on_partitions_assigned(self, assigned: Any) -> None:
+                    pass
+
+            consumer.subscribe(list(topics), listener=Listener(), **kwargs)
+            return
         consumer.subscribe(list(topics), on_revoke=self.on_revoke, on_lost=self.on_lost, **kwargs)
 
 
