@@ -99,7 +99,8 @@ enum replaycache_hit replaycache_get_alias(uint32_t tenant_id, const uint8_t id[
  * REPLAYCACHE_MAX_BYTES) and entries. */
 void replaycache_usage(size_t *bytes, size_t *entries);
 
-/* Drops every entry (the unit tests start each case from an empty cache). */
+/* Drops every entry: the janitor, when the tenants change (a deleted
+ * tenant's answers must not outlive it); the unit tests, between cases. */
 void replaycache_clear(void);
 
 #endif
