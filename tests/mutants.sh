@@ -103,23 +103,49 @@ PY=${PYTHON:-python3}
 # one fails.
 SAFETY=(test_corners test_broken_upstream test_exactly_once test_holder_fence test_claims
         test_concurrency test_long_work test_keys test_gateway test_scenarios test_audit)
+# The test case that pins each mutant's mechanism (FILE:Class.case), run
+# alone first: a pointed case takes seconds where its whole file takes a
+# minute; should it not catch the mutant, the whole files follow.
 pointed() {
   case "$1" in
-    fence_resets|no_fence|lease_spent_acked|admit_in_progress|release_after_2xx|\
-    replay_ignores_expiry|clock_offset_ignored|fences_swept_at_once) echo test_exactly_once ;;
-    release_after_broken_answer|release_unknown_outcome|route_outlives_lease|\
-    told_events_unfiltered) echo test_broken_upstream ;;
-    told_events_lost|event_rows_unfiltered|new_life_swept_late) echo test_audit ;;
-    replay_ignores_fingerprint) echo test_claims ;;
-    unstorable_kept_long|listing_unshared|listing_on_worker) echo test_hostile_tenants ;;
-    connections_per_address) echo test_hostile_ipv6 ;;
+    fence_resets) echo test_exactly_once:Exact.test_expired_record_is_gone_for_every_reader ;;
+    no_fence) echo test_exactly_once:Lives.test_stalled_holder_of_a_swept_life_is_fenced ;;
+    lease_from_txn_start) echo test_corners:Leases.test_second_claim_after_a_lock_wait_gets_a_whole_lease ;;
+    lease_spent_acked) echo test_exactly_once:Lives.test_claim_is_never_acknowledged_with_a_spent_lease ;;
+    forward_on_spent_lease) echo test_corners:Leases.test_gateway_does_not_forward_on_a_lease_left_too_short ;;
+    forward_uncut) echo test_corners:Leases.test_forward_is_cut_to_what_the_lease_has_left ;;
+    admit_in_progress) echo test_exactly_once:Lives.test_stalled_holder_of_a_swept_life_is_fenced ;;
+    takeover_judged_late) echo test_corners:Leases.test_claim_that_waited_past_the_lease_does_not_take_over ;;
+    release_after_2xx) echo test_exactly_once:Lives.test_unstorable_success_is_not_executed_again ;;
+    release_after_broken_answer) echo test_broken_upstream:BrokenAnswers.test_answer_stalled_past_the_timeout_is_not_run_again ;;
+    release_unknown_outcome) echo test_broken_upstream:BrokenAnswers.test_connection_broken_before_an_answer_keeps_the_key ;;
+    route_outlives_lease) echo test_broken_upstream:RouteOutlivesLease.test_refused_at_start_and_at_reload ;;
+    replay_ignores_expiry) echo test_exactly_once:Exact.test_expired_record_is_gone_for_every_reader ;;
+    replay_db_ignores_expiry) echo test_corners:Records.test_ended_answer_is_not_replayed_from_the_database ;;
+    complete_ignores_expiry) echo test_corners:Records.test_complete_after_the_life_ended_is_lease_lost ;;
+    complete_fn_ignores_expiry) echo test_corners:Records.test_complete_after_the_life_ended_is_lease_lost ;;
+    checkpoint_unfenced) echo test_corners:Records.test_checkpoint_of_a_taken_over_attempt_is_refused ;;
+    batch_twins) echo test_corners:Records.test_claims_of_one_new_key_in_one_batch_grant_it_once ;;
+    told_events_lost) echo test_audit:Audit.test_a_new_life_of_a_fenced_key_ends_at_its_own_expiry ;;
+    told_events_lost_on_delete) echo test_corners:Records.test_a_deleted_live_record_keeps_its_told_events ;;
+    told_events_unfiltered) echo test_broken_upstream:RetentionKept.test_changing_the_audit_retention_never_hides_drops_or_revives ;;
+    event_rows_unfiltered) echo test_audit:HeldSweep.test_an_event_row_past_its_retention_is_not_shown ;;
+    clock_offset_ignored) echo test_exactly_once:OneClock.test_host_clock_behind_never_replays_what_the_database_ended ;;
+    replay_ignores_fingerprint) echo test_claims:Claims.test_fingerprint_mismatch_string ;;
+    resend_allowed) echo test_corners:Resend.test_a_dropped_request_is_not_resent ;;
+    fences_swept_at_once) echo test_exactly_once:Lives.test_fence_outlives_the_sweeps_until_its_retention ;;
+    new_life_swept_late) echo test_audit:Audit.test_a_new_life_of_a_fenced_key_ends_at_its_own_expiry ;;
+    unstorable_kept_long) echo test_hostile_tenants:HostileTenants.test_unstorable_refusal_keeps_a_refusals_retention ;;
+    connections_per_address) echo test_hostile_ipv6:ConnectionsPerPrefix.test_one_prefix_holds_one_clients_connections ;;
+    listing_unshared) echo test_hostile_tenants:HostileTenants.test_one_tenants_listings_leave_the_others_a_share ;;
     holder_unfenced) echo test_holder_fence:Fence.test_completion_stalled_past_the_lease_keeps_the_key ;;
     lease_below_route_needs) echo test_holder_fence:Fence.test_lease_shortened_elsewhere_is_refused ;;
     deadline_unsent) echo test_holder_fence:Fence.test_late_reading_upstream_never_runs_beside_a_retry ;;
     told_whole_timeout) echo test_holder_fence:Fence.test_upstream_is_told_the_cut_deadline ;;
     batch_cut_forgets) echo test_holder_fence:Fence.test_batch_cut_inside_the_database_keeps_its_fresh_claims ;;
-    clock_steps_seen) echo test_holder_fence:ClockStep ;;
-    release_on_close) echo test_broken_upstream ;;
+    clock_steps_seen) echo test_holder_fence:ClockStep.test_clock_stepping_back_never_serves_an_ended_record ;;
+    complete_batch_unfenced) echo test_corners:Records.test_batch_completion_of_a_taken_over_attempt_is_refused ;;
+    release_on_close) echo test_broken_upstream:BrokenAnswers.test_connection_broken_before_an_answer_keeps_the_key ;;
     *) echo test_corners ;;
   esac
 }
