@@ -102,7 +102,8 @@ PY=${PYTHON:-python3}
 # test that pins its mechanism first, then the others in this order until
 # one fails.
 SAFETY=(test_corners test_broken_upstream test_exactly_once test_holder_fence test_claims
-        test_concurrency test_long_work test_keys test_gateway test_scenarios test_audit)
+        test_concurrency test_long_work test_keys test_gateway test_scenarios test_audit
+        test_hostile_tenants)
 # The test case that pins each mutant's mechanism (FILE:Class.case), run
 # alone first: a pointed case takes seconds where its whole file takes a
 # minute; should it not catch the mutant, the whole files follow.
@@ -138,6 +139,7 @@ pointed() {
     unstorable_kept_long) echo test_hostile_tenants:HostileTenants.test_unstorable_refusal_keeps_a_refusals_retention ;;
     connections_per_address) echo test_hostile_ipv6:ConnectionsPerPrefix.test_one_prefix_holds_one_clients_connections ;;
     listing_unshared) echo test_hostile_tenants:HostileTenants.test_one_tenants_listings_leave_the_others_a_share ;;
+    listing_on_worker) echo test_hostile_tenants:ListingWorkers.test_listings_held_in_postgresql_leave_the_workers_free ;;
     holder_unfenced) echo test_holder_fence:Fence.test_completion_stalled_past_the_lease_keeps_the_key ;;
     lease_below_route_needs) echo test_holder_fence:Fence.test_lease_shortened_elsewhere_is_refused ;;
     deadline_unsent) echo test_holder_fence:Fence.test_late_reading_upstream_never_runs_beside_a_retry ;;
