@@ -17,7 +17,8 @@
 #    relayed), the upstreams' own ports, and programs the tests start
 #    (curl, the client libraries). Tests that drive idemd only through its
 #    CLI (test_cli, test_install, test_migrations, test_upgrade) are left
-#    out: they have no HTTP traffic worth the time. The whole suite
+#    out: they have no HTTP traffic worth the time; so is test_hostile_ipv6,
+#    whose idemd listens in a network namespace the relay cannot reach. The whole suite
 #    otherwise: about 3 minutes with 3 modules at a time; the stage with
 #    schemathesis, about 5 minutes.
 #    Before that, the proxy must catch a copy of the document with one
@@ -190,8 +191,10 @@ if [ "$run_proxy" = 1 ]; then
   start_proxy api/openapi.yaml proxy
 
   # Left out: CLI only (see above); the browser and client tests run
-  # elsewhere with their own HTTP stacks.
-  skip=" test_cli test_install test_migrations test_upgrade "
+  # elsewhere with their own HTTP stacks; test_hostile_ipv6 serves from a
+  # network namespace of its own, whose ports the relay cannot reach (its
+  # answers are the API's own problems, checked in the release suite).
+  skip=" test_cli test_install test_migrations test_upgrade test_hostile_ipv6 "
   # These stop the shared PostgreSQL or depend on leases and timeouts
   # (RUN_SERIAL in CMakeLists.txt): alone, after the others.
   serial=" test_ops_db test_faults_db test_faults_crash test_faults_storm test_faults_pgbouncer test_hostile "
