@@ -136,8 +136,7 @@ redocly=build/node/node_modules/.bin/redocly
 if ! grep -qs "\"version\": \"$redocly_version\"" build/node/node_modules/@redocly/cli/package.json; then
   npm install --prefix build/node --no-audit --no-fund --loglevel=error "@redocly/cli@$redocly_version"
 fi
-redocly_lint() { [ -x "$redocly" ] && "$redocly" lint api/openapi.yaml; }
-stage "openapi lint" 300 redocly_lint
+stage "openapi lint" 300 "$redocly" lint api/openapi.yaml
 
 say "Debian package (tests/package.sh)"
 # builds, inspects, unpacks and runs the .deb; as root also installs it on

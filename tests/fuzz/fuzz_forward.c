@@ -113,7 +113,8 @@ value_ref(const char *s, size_t n)
 }
 
 static const char *const own_names[] = {
-	"idempotency-key", "idempotency-subject", "idempotency-timeout-ms", "x-request-id",
+	"idempotency-key", "idempotency-subject", "idempotency-timeout-ms",
+	"idempotency-deadline", "x-request-id",
 	"x-forwarded-for", "x-forwarded-host", "x-forwarded-proto",
 	"x-forwarded-port", "x-real-ip", "forwarded", "content-length",
 	"transfer-encoding", "host", "connection", "traceparent",
@@ -217,7 +218,7 @@ static const char *const forwarding_names[] = {
 static const char *const dropped_names[] = {
 	"host", "content-length", "expect", "accept-encoding",
 	"idempotency-key", "idempotency-subject", "idempotency-timeout-ms",
-	"x-request-id", "x-forwarded-for", "traceparent",
+	"idempotency-deadline", "x-request-id", "x-forwarded-for", "traceparent",
 };
 
 /* The headers idemd itself puts in the upstream request. */
