@@ -7,7 +7,7 @@ the code before it was fixed:
      chunk, a stall past the route's timeout) is never forwarded again:
      the key's answer is a stored 502 upstream_answer_unstorable;
   2. two forwards of one key never overlap: a route whose timeout (and
-     the 500 ms margin) does not fit in its operation's lease is refused
+     forward_margin_ms) does not fit in its operation's lease is refused
      at start, at reload and by PUT /v1/operations; after a forward whose
      outcome is unknown (a timeout, a connection that broke before a
      status line) the key stays held until the lease ends, and the
